@@ -1,0 +1,155 @@
+"""Exit codes and the one exception tree of the runner.
+
+Upstream exit codes (aicr 0-9, deploy.sh 1/2/130) pass through as the Job's exit
+code unchanged. The runner's own failures use the codes below, chosen so they never
+collide with aicr's (0-9), deploy.sh's (130) or a shell's (126/127).
+
+Third-party errors (httpx, oras/requests, kubernetes, OSError from subprocesses)
+are translated into this tree at the boundary of the module that calls them, so
+the state machine only ever sees a ``RunnerError`` with an exit code.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = [
+    "ArchiveError",
+    "CaptureError",
+    "ChecksumError",
+    "ConfigError",
+    "CriteriaRejectedError",
+    "DownloadError",
+    "ExitCode",
+    "ExpectationError",
+    "InterruptedRun",
+    "PackAuthError",
+    "PackError",
+    "PackIntegrityError",
+    "PackNotFoundError",
+    "RunnerError",
+    "ToolError",
+]
+
+
+class ExitCode(IntEnum):
+    """The runner's own exit codes. Documented in README "Exit codes"."""
+
+    OK = 0
+    #: A setting is invalid (environment, flags, cross-field rules). Same meaning
+    #: as aicr's own 2 (INVALID_REQUEST), so one podFailurePolicy rule covers both.
+    BAD_INPUT = 2
+    #: The aicr release could not be downloaded within the retry budget.
+    DOWNLOAD_FAILED = 20
+    #: Checksum, pin or archive-shape verification of the aicr release failed.
+    AICR_VERIFICATION_FAILED = 21
+    #: The data pack does not exist or its registry cannot be reached.
+    PACK_UNAVAILABLE = 22
+    #: The registry rejected (401/403) or never got a credential for the pack.
+    PACK_AUTH_FAILED = 23
+    #: A pack blob did not match its digest, the archive was unsafe, or the pack
+    #: has no registry.yaml.
+    PACK_VERIFICATION_FAILED = 24
+    #: The resolved recipe is thinner than the stated expectations.
+    EXPECTATIONS_NOT_MET = 25
+    #: A result ConfigMap (verdict, evidence, status) could not be written.
+    CAPTURE_FAILED = 26
+    #: A required program (aicr, bash, deploy.sh) is missing or not executable.
+    TOOL_MISSING = 27
+    #: An unexpected internal error; the message says where to find details.
+    INTERNAL = 70
+    #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.
+    INTERRUPTED = 143
+
+
+#: Exit codes that mean "re-running with the same inputs cannot succeed": bad
+#: input or failed verification. The chart's podFailurePolicy fails the Job at
+#: once on these (aicr's 2 = invalid input and 4 = bundle verification included).
+DETERMINISTIC_EXIT_CODES: tuple[int, ...] = (
+    ExitCode.BAD_INPUT,
+    4,
+    ExitCode.AICR_VERIFICATION_FAILED,
+    ExitCode.PACK_VERIFICATION_FAILED,
+    ExitCode.EXPECTATIONS_NOT_MET,
+)
+
+
+class RunnerError(Exception):
+    """Base of every error the runner reports. Carries its exit code."""
+
+    exit_code: int = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(RunnerError):
+    """One or more settings are invalid. ``problems`` holds one line each."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class DownloadError(RunnerError):
+    exit_code = ExitCode.DOWNLOAD_FAILED
+
+
+class ChecksumError(RunnerError):
+    exit_code = ExitCode.AICR_VERIFICATION_FAILED
+
+
+class ArchiveError(RunnerError):
+    """An archive member is unsafe or unexpected (links, '..', oversized...)."""
+
+    exit_code = ExitCode.AICR_VERIFICATION_FAILED
+
+
+class PackError(RunnerError):
+    exit_code = ExitCode.PACK_UNAVAILABLE
+
+
+class PackNotFoundError(PackError):
+    exit_code = ExitCode.PACK_UNAVAILABLE
+
+
+class PackAuthError(PackError):
+    exit_code = ExitCode.PACK_AUTH_FAILED
+
+
+class PackIntegrityError(PackError):
+    exit_code = ExitCode.PACK_VERIFICATION_FAILED
+
+
+class ExpectationError(RunnerError):
+    exit_code = ExitCode.EXPECTATIONS_NOT_MET
+
+
+class CriteriaRejectedError(RunnerError):
+    """aicr refused the criteria; ``supported`` lists what it would accept."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+    def __init__(self, message: str, *, exit_code: int, supported: list[str]) -> None:
+        super().__init__(message, exit_code=exit_code)
+        self.supported = supported
+
+
+class CaptureError(RunnerError):
+    exit_code = ExitCode.CAPTURE_FAILED
+
+
+class ToolError(RunnerError):
+    exit_code = ExitCode.TOOL_MISSING
+
+
+class InterruptedRun(RunnerError):
+    exit_code = ExitCode.INTERRUPTED
