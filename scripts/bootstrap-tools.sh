@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Builds the pinned test tools (tools/versions.env) into .tools/bin.
 #
-# Idempotent: a tool whose stamp matches its pinned version is left alone. Builds
-# are also cached outside the clone (AICR_RUNNER_TOOLS_CACHE, default
-# ~/.cache/aicr-runner-tools), so a fresh clone on the same machine copies them
-# instead of compiling again. Go's own module and build caches make a rebuild
-# after a version bump incremental.
+# Idempotent: a tool whose stamp matches its pinned version (and build recipe) is
+# left alone. Builds are also cached outside the clone (AICR_RUNNER_TOOLS_CACHE,
+# default ~/.cache/aicr-runner-tools), so a fresh clone on the same machine copies
+# them instead of compiling again. Go's own module and build caches make a rebuild
+# after a version bump incremental. Concurrent runs (parallel test sessions) are
+# serialised with a lock in the cache directory, so a tool is never built twice.
 #
-# Usage: scripts/bootstrap-tools.sh [helm|oras|etcd|kube-apiserver|aicr|debian ...]
+# Usage: scripts/bootstrap-tools.sh [helm|oras|actionlint|etcd|kube-apiserver|aicr|debian ...]
 #        (no argument: everything)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=../tools/versions.env
+# shellcheck source-path=SCRIPTDIR/.. source=tools/versions.env
 source "$root/tools/versions.env"
 
 bin="$root/.tools/bin"
@@ -23,64 +24,102 @@ export CGO_ENABLED="${CGO_ENABLED:-0}"
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 
-have() { # have NAME VERSION: the stamped binary is already in place
-  [[ -x "$bin/$1" && -f "$bin/.$1.version" && "$(cat "$bin/.$1.version")" == "$2" ]]
+# One bootstrap at a time per cache (2-core CI machines; parallel pytest sessions).
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+  log "another bootstrap is running; waiting for it"
+  flock 9
+fi
+
+# A build recipe id: empty for a plain `go build`, else a short hash of the extra
+# linker flags. It is part of the cache file name and stamped next to the version,
+# so changing how a tool is built rebuilds it even at the same version.
+recipe_id() { [[ -z "$1" ]] || printf '%s' "$1" | sha256sum | cut -c1-12; }
+
+have() { # have NAME VERSION [RECIPE]: the stamped binary is already in place
+  [[ -x "$bin/$1" && -f "$bin/.$1.version" && "$(cat "$bin/.$1.version")" == "$2" ]] &&
+    [[ "$(cat "$bin/.$1.recipe" 2>/dev/null || true)" == "${3:-}" ]]
 }
 
-install_from_cache() { # NAME VERSION
-  local cached="$cache/$1-$2"
+stamp() { # NAME VERSION RECIPE
+  printf '%s' "$2" >"$bin/.$1.version"
+  if [[ -n "$3" ]]; then printf '%s' "$3" >"$bin/.$1.recipe"; else rm -f "$bin/.$1.recipe"; fi
+}
+
+cache_name() { printf '%s/%s-%s%s' "$cache" "$1" "$2" "${3:+-$3}"; }
+
+install_from_cache() { # NAME VERSION RECIPE
+  local cached
+  cached=$(cache_name "$@")
   [[ -x "$cached" ]] || return 1
   cp "$cached" "$bin/$1.tmp" && mv "$bin/$1.tmp" "$bin/$1"
-  printf '%s' "$2" >"$bin/.$1.version"
+  stamp "$@"
   log "$1 $2 (from cache)"
 }
 
-finish() { # NAME VERSION BUILT_PATH
-  cp "$3" "$cache/$1-$2.tmp" && mv "$cache/$1-$2.tmp" "$cache/$1-$2"
-  mv "$3" "$bin/$1"
-  printf '%s' "$2" >"$bin/.$1.version"
-}
-
-# go_build NAME MODULE VERSION PACKAGE [REPLACE_MAP]
+# go_build NAME MODULE VERSION PACKAGE [REPLACE_MAP [LDFLAGS]]
 # Builds PACKAGE from MODULE@VERSION in a throwaway wrapper module. Modules whose
 # go.mod replaces sibling modules with local paths (kubernetes staging, etcd) cannot
 # be built with `go install pkg@version`; REPLACE_MAP says how to turn each local
 # replacement into a published module version:
 #   k8s-staging  ./staging/src/k8s.io/X  -> k8s.io/X v0.<minor>.<patch>
-#   siblings     ../api                  -> <module>/../api at the same version
+#   siblings     ../api                  -> go.etcd.io/etcd/api/v3 at the same version
+# LDFLAGS are extra linker flags (version stamps the upstream Makefiles set).
 go_build() {
-  local name=$1 module=$2 version=$3 package=$4 map=${5:-}
-  have "$name" "$version" && { log "$name $version (up to date)"; return 0; }
-  install_from_cache "$name" "$version" && return 0
+  local name=$1 module=$2 version=$3 package=$4 map=${5:-} xflags=${6:-}
+  local recipe
+  recipe=$(recipe_id "$xflags")
+  have "$name" "$version" "$recipe" && { log "$name $version (up to date)"; return 0; }
+  install_from_cache "$name" "$version" "$recipe" && return 0
   log "building $name $version from $package (this takes a while the first time)"
-  local started=$SECONDS work
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
   (
+    started=$SECONDS
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
     cd "$work"
     go mod init aicr-runner-tools/"$name" >/dev/null 2>&1
     if [[ -n "$map" ]]; then
-      local gomod
       gomod=$(go mod download -json "$module@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
       case "$map" in
         k8s-staging)
-          local staging="v0.${version#v1.}"
+          staging="v0.${version#v1.}"
           sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\1#p' "$gomod" |
             while read -r m; do echo "replace $m => $m $staging"; done >>go.mod
           ;;
         siblings)
-          local base=${module%/server/v3}
           sed -n 's#^\s*\(go.etcd.io/etcd/[a-z0-9/]*\) => \.\./.*#\1#p' "$gomod" |
             while read -r m; do echo "replace $m => $m $version"; done >>go.mod
-          : "$base"
           ;;
+        *) log "unknown replace map '$map'"; exit 2 ;;
       esac
     fi
     go get "$module@$version" >/dev/null
-    go build -trimpath -ldflags "-s -w" -o "$work/$name" "$package"
+    go build -trimpath -ldflags "-s -w $xflags" -o "$work/$name" "$package"
+    cached=$(cache_name "$name" "$version" "$recipe")
+    cp "$work/$name" "$cached.tmp" && mv "$cached.tmp" "$cached"
+    mv "$work/$name" "$bin/$name"
+    stamp "$name" "$version" "$recipe"
+    log "$name $version built in $((SECONDS - started))s"
   )
-  finish "$name" "$version" "$work/$name"
-  log "$name $version built in $((SECONDS - started))s"
+}
+
+# The version stamps upstream release builds carry. Without them kube-apiserver
+# reports v0.0.0-master (which fails every chart's kubeVersion constraint and
+# .Capabilities checks) and `helm version` says v4.3 instead of the patch release.
+helm_ldflags() {
+  printf -- '-X helm.sh/helm/v4/internal/version.version=%s -X helm.sh/helm/v4/internal/version.gitTreeState=clean' \
+    "$HELM_VERSION"
+}
+
+kube_ldflags() {
+  local v=${KUBERNETES_VERSION#v} out="" pkg
+  local major=${v%%.*} rest=${v#*.}
+  local minor=${rest%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    out+="-X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor "
+    out+="-X $pkg.gitTreeState=clean "
+  done
+  printf '%s' "${out% }"
 }
 
 debian() {
@@ -97,19 +136,23 @@ debian() {
   fi
   # Debian's registry package starts a system service on install; the tests run
   # their own instances on loopback, so the packaged one must not hold port 5000.
-  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now docker-registry >/dev/null 2>&1 || true; fi
-  pkill -f '^/usr/bin/docker-registry serve /etc/docker/registry/config.yml' 2>/dev/null || true
+  # Stop it through its own init script (pidfile), never by process name.
+  if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  elif [[ -x /etc/init.d/docker-registry ]] && /etc/init.d/docker-registry status >/dev/null 2>&1; then
+    /etc/init.d/docker-registry stop >/dev/null 2>&1 || true
+  fi
   ln -sf "$(command -v docker-registry)" "$bin/docker-registry"
 }
 
 aicr() {
   have aicr "$AICR_VERSION" && return 0
-  install_from_cache aicr "$AICR_VERSION" && return 0
+  install_from_cache aicr "$AICR_VERSION" "" && return 0
   local m
   for m in $AICR_MODULES; do
-    if GOFLAGS= GOBIN="$bin" go install "$m@$AICR_VERSION" 2>"$cache/aicr-install.err"; then
-      printf '%s' "$AICR_VERSION" >"$bin/.aicr.version"
-      cp "$bin/aicr" "$cache/aicr-$AICR_VERSION"
+    if GOFLAGS='' GOBIN="$bin" go install "$m@$AICR_VERSION" 2>"$cache/aicr-install.err"; then
+      stamp aicr "$AICR_VERSION" ""
+      cp "$bin/aicr" "$(cache_name aicr "$AICR_VERSION" "")"
       log "aicr $AICR_VERSION built from $m"
       return 0
     fi
@@ -124,14 +167,15 @@ kube_apiserver() {
     return 0
   fi
   go_build etcd "$ETCD_MODULE" "$ETCD_VERSION" "$ETCD_PACKAGE" siblings
-  go_build kube-apiserver "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBE_APISERVER_PACKAGE" k8s-staging
+  go_build kube-apiserver "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBE_APISERVER_PACKAGE" k8s-staging \
+    "$(kube_ldflags)"
 }
 
 want=("$@")
 ((${#want[@]})) || want=(debian helm oras actionlint aicr kube-apiserver)
 for t in "${want[@]}"; do
   case "$t" in
-    helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" ;;
+    helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" "" "$(helm_ldflags)" ;;
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
     etcd | kube-apiserver) kube_apiserver ;;
