@@ -1,0 +1,5 @@
+import sys
+
+from aicr_runner.cli import main
+
+sys.exit(main())

@@ -1,0 +1,194 @@
+"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``version``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from aicr_runner import __version__, logs
+from aicr_runner.config import ENV_PREFIX, Criteria, RunnerSettings, load
+from aicr_runner.errors import ConfigError, ExitCode, RunnerError
+from aicr_runner.machine import Machine
+from aicr_runner.process import ShutdownController, SubprocessRunner
+from aicr_runner.report import RunReport
+from aicr_runner.sink import ConfigMapSink, DirectorySink, Sink
+from aicr_runner.steps import Mode, RunContext, Steps, component_table
+
+__all__ = ["main"]
+
+#: Kubernetes keeps at most 4096 bytes of a termination message.
+_TERMINATION_MESSAGE_LIMIT = 4096
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aicr-runner",
+        description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
+        "environment variables, see README 'Environment').",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,version}")
+    run = sub.add_parser("run", help="the Kubernetes Job entrypoint: results go to ConfigMaps")
+    plan = sub.add_parser(
+        "plan", help="local dry run: resolve, bundle and verify; results go to a directory; no cluster needed"
+    )
+    sub.add_parser("version", help="print the runner version and the pinned aicr version")
+    for command in (run, plan):
+        command.add_argument(
+            "--aicr-binary", type=Path, metavar="PATH",
+            help="use this preinstalled aicr instead of downloading the pinned release "
+            f"(env {ENV_PREFIX}AICR__BINARY; verified against {ENV_PREFIX}AICR__BINARY_SHA256 when set)",
+        )
+    plan.add_argument("--output", type=Path, default=Path("aicr-plan"), metavar="DIR",
+                      help="where the recipe, bundle and run report land (default: ./aicr-plan)")
+    plan.add_argument("--pack-dir", type=Path, metavar="DIR",
+                      help="a local data pack directory to try before pushing it (instead of a pack ref)")
+    for name in Criteria.FLAG_ORDER:
+        plan.add_argument(f"--{name}", metavar="VALUE",
+                          help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    env = dict(os.environ if environ is None else environ)
+    if args.command == "version":
+        print(f"aicr-runner {__version__} (pinned aicr {RunnerSettings.model_fields['aicr'].default.version})")
+        return 0
+    mode = Mode(args.command)
+    if mode is Mode.PLAN:
+        for name in Criteria.FLAG_ORDER:
+            if getattr(args, name) is not None:
+                env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
+        if args.pack_dir is not None:
+            # A local pack stands in for the ref in the criteria guard.
+            env.setdefault(f"{ENV_PREFIX}PACK__REF", "")
+        env.setdefault(f"{ENV_PREFIX}WORK_DIR", str(args.output.resolve() / "work"))
+    try:
+        settings = load(env, **({"pack": {"ref": "local/pack-dir"}} if mode is Mode.PLAN and args.pack_dir else {}))
+    except ConfigError as exc:
+        logs.configure()
+        for problem in exc.problems:
+            print(f"aicr-runner: invalid setting: {problem}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
+    logs.configure(settings.log_format)
+    try:
+        return _execute(settings, mode, args, env)
+    except RunnerError as exc:
+        logs.get_logger().error(exc.message, exit_code=exc.exit_code)
+        return exc.exit_code
+
+
+def _register_credentials(settings: RunnerSettings) -> None:
+    """Read every credential once, up front, so no later log line can show it."""
+    pub = settings.validate.publish
+    files = [
+        Path(settings.pack.credentials_file) if settings.pack.credentials_file else None,
+        Path(pub.registry_config_dir) / "config.json" if pub.registry_config_dir else None,
+    ]
+    for path in files:
+        if path is not None and path.is_file():
+            logs.register_dockerconfig_secrets(path.read_bytes())
+    if pub.identity_token_file and Path(pub.identity_token_file).is_file():
+        logs.register_secret(Path(pub.identity_token_file).read_text())
+
+
+def _make_sink(settings: RunnerSettings, mode: Mode, args: Any) -> Sink:
+    if mode is Mode.PLAN:
+        return DirectorySink(args.output.resolve())
+    from aicr_runner.kube import ClientKubeApi
+
+    namespace = settings.namespace or _pod_namespace()
+    return ConfigMapSink(ClientKubeApi(), namespace)
+
+
+def _pod_namespace() -> str:
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if path.is_file():
+        return path.read_text().strip()
+    raise ConfigError([f"{ENV_PREFIX}NAMESPACE='': not running in a pod; set the namespace for the result ConfigMaps"])
+
+
+def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
+    log = logs.get_logger()
+    _register_credentials(settings)
+    settings.work_path.mkdir(parents=True, exist_ok=True)
+    if not os.access(settings.work_path, os.W_OK):
+        raise RunnerError(f"work directory {settings.work_path} is not writable", exit_code=ExitCode.BAD_INPUT)
+    os.environ.setdefault("TMPDIR", tempfile.gettempdir())
+    sink = _make_sink(settings, mode, args)
+    shutdown = ShutdownController()
+    previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
+    report = Machine.new_report(
+        runner_version=__version__, aicr_version=settings.aicr.version, criteria=settings.criteria.stated()
+    )
+    log.info(
+        "aicr-runner starting",
+        mode=mode.value, runner=__version__, aicr=settings.aicr.version, arch=settings.aicr.arch.value,
+        criteria=settings.criteria.summary(), pack=settings.pack.ref or (str(args.pack_dir) if mode is Mode.PLAN and args.pack_dir else ""),
+    )
+    ctx = RunContext(
+        settings=settings,
+        mode=mode,
+        sink=sink,
+        processes=SubprocessRunner(grace_seconds=settings.shutdown_grace_seconds, shutdown=shutdown),
+        environ=env,
+        report=report,
+        aicr_binary=args.aicr_binary,
+        pack_dir=args.pack_dir.resolve() if mode is Mode.PLAN and args.pack_dir else None,
+    )
+    status_warned: list[str] = []
+
+    def publish_status(current: RunReport) -> None:
+        if not settings.status_configmap:
+            return
+        try:
+            sink.put(settings.status_configmap,
+                     data={"report.json": current.to_json(), "summary.txt": current.summary_text()})
+        except RunnerError as exc:
+            if not status_warned:  # say it once, not at every step
+                status_warned.append(exc.message)
+                log.warning("run status not written", reason=exc.message)
+
+    machine = Machine(Steps(ctx).functions(), report, on_change=publish_status, interrupted=shutdown.requested)
+    try:
+        machine.run()
+        code = machine.finish(
+            validate_gate=settings.validate.fail_on_error, publish_gate=settings.validate.publish.fail_on_error
+        )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _announce(settings, mode, report, sink, args)
+    return code
+
+
+def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any) -> None:
+    log = logs.get_logger()
+    line = f"{report.phase.value} (exit {report.exit_code}): {report.message}"
+    if report.supported_combinations:
+        line += "; supported combinations: " + ", ".join(report.supported_combinations)
+    if report.exit_code == 0:
+        log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
+    else:
+        log.error(report.message, exit_code=report.exit_code, status=sink.describe(settings.status_configmap or "-"))
+    if mode is Mode.RUN:
+        try:
+            Path(settings.termination_message_path).write_text(logs.redact(line)[:_TERMINATION_MESSAGE_LIMIT])
+        except OSError as exc:
+            log.warning("termination message not written", path=settings.termination_message_path, reason=str(exc))
+        return
+    print(report.summary_text())
+    if report.components:
+        from aicr_runner.recipe import RecipeSummary
+
+        summary = RecipeSummary.from_rows(report.components)
+        print(component_table(summary))
+        print(f"\nresults in {args.output.resolve()}")
+    if report.supported_combinations:
+        print("criteria rejected; supported combinations:\n  " + "\n  ".join(report.supported_combinations))

@@ -1,0 +1,196 @@
+"""The run as a state machine: a plain enum, a transition table, and a driver.
+
+Each state's code is ``steps.step_<state name>``. A step returns a ``StepResult``;
+the table says where the run goes next when the step went well (succeeded,
+skipped, warned) and when it failed. Validation and publish failures do not stop
+the run: their gates apply last, after the verdict and the evidence are captured
+(anchor R-21), so nothing is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from aicr_runner.report import RunPhase, RunReport, StepRecord, StepStatus, utcnow
+
+__all__ = ["TRANSITIONS", "Machine", "State", "StepResult", "final_exit"]
+
+
+class State(StrEnum):
+    FETCH = "fetch"
+    PACK = "pack"
+    RECIPE = "recipe"
+    CAPTURE_RECIPE = "capture-recipe"
+    CHECK_RECIPE = "check-recipe"
+    BUNDLE = "bundle"
+    VERIFY = "verify"
+    DEPLOY = "deploy"
+    VALIDATE = "validate"
+    CAPTURE_VERDICT = "capture-verdict"
+    PUBLISH = "publish"
+    CAPTURE_EVIDENCE = "capture-evidence"
+    DONE = "done"
+
+
+S = State
+#: state              -> (next when it went well, next when it failed)
+TRANSITIONS: dict[State, tuple[State, State]] = {
+    S.FETCH:            (S.PACK,             S.DONE),
+    S.PACK:             (S.RECIPE,           S.DONE),
+    S.RECIPE:           (S.CAPTURE_RECIPE,   S.DONE),
+    S.CAPTURE_RECIPE:   (S.CHECK_RECIPE,     S.CHECK_RECIPE),      # advisory, anchor R-08
+    S.CHECK_RECIPE:     (S.BUNDLE,           S.DONE),              # expectations, before bundle
+    S.BUNDLE:           (S.VERIFY,           S.DONE),
+    S.VERIFY:           (S.DEPLOY,           S.DONE),
+    S.DEPLOY:           (S.VALIDATE,         S.DONE),
+    S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
+    S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),           # evidence still captured
+    S.PUBLISH:          (S.CAPTURE_EVIDENCE, S.CAPTURE_EVIDENCE),  # gated last
+    S.CAPTURE_EVIDENCE: (S.DONE,             S.DONE),
+}  # fmt: skip
+
+#: Failures in these states do not end the run; ``final_exit`` weighs them last.
+GATED_STATES = frozenset({S.CAPTURE_RECIPE, S.VALIDATE, S.CAPTURE_VERDICT, S.PUBLISH, S.CAPTURE_EVIDENCE})
+#: Run even after an interruption: they only store results that already exist.
+CAPTURE_STATES = (S.CAPTURE_RECIPE, S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    status: StepStatus
+    exit_code: int = 0
+    reason: str = ""
+    classification: str = ""
+
+    @classmethod
+    def ok(cls, reason: str = "", classification: str = "") -> StepResult:
+        return cls(StepStatus.SUCCEEDED, 0, reason, classification)
+
+    @classmethod
+    def skipped(cls, reason: str) -> StepResult:
+        return cls(StepStatus.SKIPPED, 0, reason)
+
+    @classmethod
+    def warned(cls, reason: str, classification: str = "", exit_code: int = 0) -> StepResult:
+        return cls(StepStatus.WARNED, exit_code, reason, classification)
+
+    @classmethod
+    def failed(cls, exit_code: int, reason: str, classification: str = "") -> StepResult:
+        return cls(StepStatus.FAILED, exit_code, reason, classification)
+
+    @property
+    def went_well(self) -> bool:
+        return self.status in (StepStatus.SUCCEEDED, StepStatus.SKIPPED, StepStatus.WARNED)
+
+
+StepFunction = Callable[[], StepResult]
+
+
+def final_exit(report: RunReport, *, validate_gate: bool, publish_gate: bool) -> tuple[int, str]:
+    """The Job's exit code and message, applying the gates in the anchor's order.
+
+    1. a step that ended the run; 2. a failed verdict or evidence capture;
+    3. validation failed and validate.failOnError; 4. publish failed and
+    publish.failOnError; otherwise success.
+    """
+    records = {State(r.state): r for r in report.steps}
+    for record in report.steps:
+        state = State(record.state)
+        if record.status is StepStatus.INTERRUPTED:
+            return record.exit_code or 143, f"interrupted during {state}: {record.message}"
+        if record.status is StepStatus.FAILED and state not in GATED_STATES:
+            return record.exit_code or 1, f"{state} failed: {record.message}"
+    for state in (S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE):
+        if records[state].status is StepStatus.FAILED:
+            return records[state].exit_code or 1, f"{state} failed: {records[state].message}"
+    validate = records[S.VALIDATE]
+    if validate_gate and validate.status is StepStatus.FAILED:
+        return validate.exit_code or 1, f"Validation FAILED (exit {validate.exit_code}): {validate.message}"
+    publish = records[S.PUBLISH]
+    if publish_gate and publish.status is StepStatus.FAILED:
+        return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
+    return 0, "AICR Job complete"
+
+
+class Machine:
+    """Drives the steps through ``TRANSITIONS``, recording each in the report.
+
+    ``on_change`` is called when a step starts and when it ends (the status
+    ConfigMap is written there). ``interrupted`` is polled between steps.
+    """
+
+    def __init__(
+        self,
+        steps: dict[State, StepFunction],
+        report: RunReport,
+        *,
+        on_change: Callable[[RunReport], None],
+        interrupted: Callable[[], bool],
+    ) -> None:
+        missing = set(TRANSITIONS) - set(steps)
+        if missing:
+            raise ValueError(f"no step function for {sorted(missing)}")
+        self._steps = steps
+        self.report = report
+        self._on_change = on_change
+        self._interrupted = interrupted
+
+    @staticmethod
+    def new_report(**kwargs: object) -> RunReport:
+        return RunReport(steps=[StepRecord(state.value) for state in TRANSITIONS], **kwargs)  # type: ignore[arg-type]
+
+    def run(self, start: State = State.FETCH) -> RunReport:
+        state = start
+        interrupted_at: State | None = None
+        while state is not State.DONE:
+            if self._interrupted():
+                interrupted_at = state
+                break
+            result = self._run_step(state)
+            if result.status is StepStatus.INTERRUPTED:
+                interrupted_at = TRANSITIONS[state][1]
+                break
+            state = TRANSITIONS[state][0 if result.went_well else 1]
+        if interrupted_at is not None:
+            # A stopping pod still gets a few seconds: store what exists (cheap, local).
+            order = list(TRANSITIONS)
+            for later in order[order.index(interrupted_at) :] if interrupted_at in order else []:
+                if later in CAPTURE_STATES:
+                    self._run_step(later)
+        for record in self.report.steps:
+            if record.status is StepStatus.PENDING:
+                record.status = StepStatus.SKIPPED
+                record.message = record.message or (
+                    "not started: the run was interrupted" if interrupted_at else "not reached"
+                )
+        return self.report
+
+    def _run_step(self, state: State) -> StepResult:
+        record = self.report.step(state.value)
+        record.status = StepStatus.RUNNING
+        record.started_at = utcnow()
+        self._on_change(self.report)
+        result = self._steps[state]()
+        record.ended_at = utcnow()
+        record.status = result.status
+        record.exit_code = result.exit_code
+        record.classification = result.classification
+        record.message = result.reason
+        if result.status is StepStatus.WARNED:
+            self.report.warnings.append(f"{state}: {result.reason}")
+        self._on_change(self.report)
+        return result
+
+    def finish(self, *, validate_gate: bool, publish_gate: bool) -> int:
+        code, message = final_exit(self.report, validate_gate=validate_gate, publish_gate=publish_gate)
+        self.report.exit_code = code
+        self.report.message = message
+        self.report.ended_at = utcnow()
+        interrupted = any(r.status is StepStatus.INTERRUPTED for r in self.report.steps)
+        self.report.phase = (
+            RunPhase.INTERRUPTED if interrupted else RunPhase.SUCCEEDED if code == 0 else RunPhase.FAILED
+        )
+        self._on_change(self.report)
+        return code

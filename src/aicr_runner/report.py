@@ -1,0 +1,137 @@
+"""The run report: per step state, start, end, duration, exit code, outcome, message.
+
+It is written to the status ConfigMap as each step starts and ends, so
+``kubectl get cm <status> -o yaml`` shows progress live.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["RunPhase", "RunReport", "StepRecord", "StepStatus", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z") if moment else None
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    SKIPPED = "skipped"
+    WARNED = "warned"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class RunPhase(StrEnum):
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INTERRUPTED = "Interrupted"
+
+
+@dataclass
+class StepRecord:
+    state: str
+    status: StepStatus = StepStatus.PENDING
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    classification: str = ""
+    message: str = ""
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at and self.ended_at:
+            return round((self.ended_at - self.started_at).total_seconds(), 3)
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "status": self.status.value,
+            "start": _iso(self.started_at),
+            "end": _iso(self.ended_at),
+            "durationSeconds": self.duration_seconds,
+            "exitCode": self.exit_code,
+            "classification": self.classification,
+            "message": self.message,
+        }
+
+
+@dataclass
+class RunReport:
+    runner_version: str
+    aicr_version: str
+    criteria: dict[str, str]
+    steps: list[StepRecord]
+    phase: RunPhase = RunPhase.RUNNING
+    started_at: datetime = field(default_factory=utcnow)
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    #: aicr's list of supported criteria combinations when it rejected the criteria.
+    supported_combinations: list[str] = field(default_factory=list)
+    components: list[dict[str, str]] = field(default_factory=list)
+
+    def step(self, state: str) -> StepRecord:
+        for record in self.steps:
+            if record.state == state:
+                return record
+        raise KeyError(state)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(
+            {
+                "phase": self.phase.value,
+                "startedAt": _iso(self.started_at),
+                "endedAt": _iso(self.ended_at),
+                "steps": [record.to_dict() for record in self.steps],
+            }
+        )
+        for snake, camel in (
+            ("runner_version", "runnerVersion"),
+            ("aicr_version", "aicrVersion"),
+            ("exit_code", "exitCode"),
+            ("supported_combinations", "supportedCombinations"),
+        ):
+            data[camel] = data.pop(snake)
+        data.pop("started_at")
+        data.pop("ended_at")
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def summary_text(self) -> str:
+        lines = [
+            f"phase: {self.phase.value}",
+            f"exitCode: {self.exit_code if self.exit_code is not None else '-'}",
+            f"message: {self.message}",
+            "criteria: " + ", ".join(f"{k}={v or '-'}" for k, v in self.criteria.items()),
+            "",
+            f"{'STEP':<18} {'STATUS':<12} {'EXIT':>4} {'SECONDS':>8}  MESSAGE",
+        ]
+        for record in self.steps:
+            exit_code = "" if record.exit_code is None else str(record.exit_code)
+            seconds = "" if record.duration_seconds is None else f"{record.duration_seconds:.1f}"
+            lines.append(
+                f"{record.state:<18} {record.status.value:<12} {exit_code:>4} {seconds:>8}  {record.message}"
+            )
+        if self.warnings:
+            lines += ["", "warnings:", *(f"- {w}" for w in self.warnings)]
+        if self.supported_combinations:
+            lines += ["", "supported combinations:", *(f"- {c}" for c in self.supported_combinations)]
+        return "\n".join(lines) + "\n"

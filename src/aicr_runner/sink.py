@@ -1,0 +1,97 @@
+"""Where results land: ConfigMaps in a cluster, or a directory for local dry runs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from aicr_runner.errors import CaptureError
+from aicr_runner.kube import KubeApi
+
+__all__ = ["CONFIGMAP_BUDGET_BYTES", "RESULT_LABELS", "ConfigMapSink", "DirectorySink", "Sink", "payload_size"]
+
+#: The anchor's budget: a ConfigMap holds at most 1 MiB; keep headroom for metadata.
+CONFIGMAP_BUDGET_BYTES = 921_600
+
+#: Result objects are the runner's, not Helm's or Argo CD's: no instance label and
+#: no tracking annotation, so neither claims nor prunes them.
+RESULT_LABELS = {
+    "app.kubernetes.io/name": "nvidia-aicr",
+    "app.kubernetes.io/managed-by": "aicr-runner",
+}
+
+
+def payload_size(data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> int:
+    return sum(len(v.encode()) for v in data.values()) + sum(len(v) for v in (binary_data or {}).values())
+
+
+class Sink(Protocol):
+    def put(
+        self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None
+    ) -> None: ...
+
+    def describe(self, name: str) -> str:
+        """Where ``name`` lands, for log lines and the termination message."""
+        ...
+
+
+class ConfigMapSink:
+    def __init__(self, api: KubeApi, namespace: str, labels: Mapping[str, str] | None = None) -> None:
+        self._api = api
+        self.namespace = namespace
+        self._labels = {**RESULT_LABELS, **(labels or {})}
+
+    def put(
+        self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None
+    ) -> None:
+        size = payload_size(data, binary_data)
+        if size > CONFIGMAP_BUDGET_BYTES:
+            raise CaptureError(
+                f"ConfigMap {self.namespace}/{name} payload is {size} bytes, over the "
+                f"{CONFIGMAP_BUDGET_BYTES}-byte budget"
+            )
+        self._api.apply_configmap(
+            self.namespace, name, data=data, binary_data=binary_data, labels=self._labels
+        )
+
+    def describe(self, name: str) -> str:
+        return f"configmap {self.namespace}/{name}"
+
+
+class DirectorySink:
+    """Writes ``<root>/<name>/<key>``; each file is replaced atomically."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def put(
+        self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None
+    ) -> None:
+        target = self.root / name
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            for key, text in data.items():
+                _atomic_write(target / key, text.encode())
+            for key, blob in (binary_data or {}).items():
+                _atomic_write(target / key, blob)
+        except OSError as exc:
+            raise CaptureError(f"writing {target} failed: {exc.strerror or exc}") from exc
+
+    def describe(self, name: str) -> str:
+        return str(self.root / name)
+
+
+def _atomic_write(path: Path, content: bytes) -> None:
+    if "/" in path.name or path.name in ("", ".", ".."):
+        raise CaptureError(f"refusing to write result key {path.name!r}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

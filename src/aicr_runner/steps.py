@@ -1,0 +1,472 @@
+"""One method per state of the run; ``Steps.<state name>`` is that state's code.
+
+Each step returns a ``StepResult`` and never raises: a ``RunnerError`` becomes a
+failed result with its exit code, anything else an internal error whose traceback
+goes to the work directory (never to the pod log as a wall of text).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+import tarfile
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from aicr_runner import classify, commands, logs, recipe
+from aicr_runner.classify import Outcome
+from aicr_runner.config import RunnerSettings
+from aicr_runner.errors import CaptureError, ExitCode, RunnerError
+from aicr_runner.machine import State, StepResult
+from aicr_runner.pack import PulledPack, pull_pack
+from aicr_runner.process import ProcessResult, ProcessRunner, child_env
+from aicr_runner.release import AicrBinary, fetch_aicr, use_preinstalled
+from aicr_runner.report import RunReport, StepStatus
+from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, Sink, payload_size
+
+__all__ = ["Mode", "RunContext", "Steps"]
+
+#: Lines of a failing command kept to explain the failure (never the whole output).
+_TAIL_LINES = 60
+
+
+class Mode(StrEnum):
+    RUN = "run"
+    PLAN = "plan"
+
+
+@dataclass
+class RunContext:
+    settings: RunnerSettings
+    mode: Mode
+    sink: Sink
+    processes: ProcessRunner
+    environ: Mapping[str, str]
+    report: RunReport
+    aicr_binary: Path | None = None
+    pack_dir: Path | None = None
+    pull: Callable[..., PulledPack] = pull_pack
+    fetch: Callable[..., AicrBinary] = fetch_aicr
+    # Filled in as the run goes.
+    aicr: Path | None = None
+    pack: Path | None = None
+    recipe_summary: recipe.RecipeSummary | None = None
+    completion_line: str = ""
+    validate_exit: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def work(self) -> Path:
+        return self.settings.work_path
+
+    @property
+    def recipe_path(self) -> Path:
+        return self.work / "recipe.yaml"
+
+    @property
+    def bundle_dir(self) -> Path:
+        return self.work / "bundle"
+
+    @property
+    def ctrf_path(self) -> Path:
+        return self.work / "ctrf.json"
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.work / "evidence"
+
+    def log_path(self, state: State) -> Path:
+        path = self.work / "logs" / f"{state.value}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+class Steps:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.s = ctx.settings
+        self.log = logs.get_logger()
+
+    def functions(self) -> dict[State, Callable[[], StepResult]]:
+        """Every state's step, found by the state's name."""
+        table: dict[State, Callable[[], StepResult]] = {}
+        for state in State:
+            if state is not State.DONE:
+                method = getattr(self, state.name.lower())
+                table[state] = self._guarded(state, method)
+        return table
+
+    def _guarded(self, state: State, method: Callable[[], StepResult]) -> Callable[[], StepResult]:
+        def run() -> StepResult:
+            log = self.log.bind(step=state.value)
+            log.info("step started")
+            try:
+                result = method()
+            except RunnerError as exc:
+                result = StepResult.failed(exc.exit_code, exc.message)
+            except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
+                details = self.ctx.work / "logs" / "traceback.txt"
+                details.parent.mkdir(parents=True, exist_ok=True)
+                details.write_text(logs.redact(traceback.format_exc()))
+                result = StepResult.failed(
+                    ExitCode.INTERNAL,
+                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} "
+                    f"(traceback in {details})",
+                )
+            record = self.ctx.report.step(state.value)
+            started = record.started_at
+            log.info(
+                "step ended",
+                outcome=result.status.value,
+                exit_code=result.exit_code,
+                reason=result.reason,
+                duration_s=None if started is None else round(_elapsed(started), 3),
+            )
+            return result
+
+        return run
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _relay(self, state: State, tail: deque[str] | None = None) -> Callable[[str], None]:
+        log = self.log.bind(step=state.value)
+
+        def on_line(line: str) -> None:
+            text = logs.redact(logs.format_relayed_line(line))
+            if tail is not None:
+                tail.append(line.rstrip("\n"))
+            log.info(text, source="aicr" if state is not State.DEPLOY else "deploy.sh")
+
+        return on_line
+
+    def _aicr(self, state: State, argv: list[str], *, env: Mapping[str, str] | None = None,
+              tail: deque[str] | None = None, on_line: Callable[[str], None] | None = None,
+              cwd: Path | None = None) -> ProcessResult:
+        relay = self._relay(state, tail)
+
+        def both(line: str) -> None:
+            relay(line)
+            if on_line is not None:
+                on_line(line)
+
+        return self.ctx.processes.run(
+            argv,
+            env=env if env is not None else child_env(self.ctx.environ),
+            cwd=cwd or self.ctx.work,
+            log_path=self.ctx.log_path(state),
+            on_line=both,
+        )
+
+    def _deploying(self) -> bool:
+        return self.ctx.mode is Mode.PLAN or self.s.deploy.enabled
+
+    def _validating(self) -> bool:
+        return self.ctx.mode is Mode.RUN and self.s.validate.enabled
+
+    @property
+    def _binary(self) -> Path:
+        if self.ctx.aicr is None:
+            raise RunnerError("aicr is not available (the fetch step did not succeed)")
+        return self.ctx.aicr
+
+    # -- steps -------------------------------------------------------------------
+
+    def fetch(self) -> StepResult:
+        aicr = self.s.aicr
+        override = self.ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
+        if override is not None:
+            binary = use_preinstalled(override, aicr.binary_sha256)
+            how = f"preinstalled {binary.path}"
+        else:
+            binary = self.ctx.fetch(aicr, self.ctx.work / "aicr-release")
+            how = f"{binary.source_url} (sha256 {binary.tarball_sha256})"
+        self.ctx.aicr = binary.path
+        result = self._aicr(State.FETCH, [str(binary.path), "--version"])
+        if result.exit_code != 0:
+            return StepResult.failed(ExitCode.TOOL_MISSING, f"{binary.path} --version exited {result.exit_code}")
+        return StepResult.ok(f"aicr from {how}")
+
+    def pack(self) -> StepResult:
+        if self.ctx.pack_dir is not None:
+            if not (self.ctx.pack_dir / "registry.yaml").is_file():
+                return StepResult.failed(
+                    ExitCode.PACK_VERIFICATION_FAILED,
+                    f"pack directory {self.ctx.pack_dir} has no registry.yaml; aicr requires it even as a stub",
+                )
+            self.ctx.pack = self.ctx.pack_dir
+            return StepResult.ok(f"local pack {self.ctx.pack_dir}")
+        if not self.s.pack.ref:
+            return StepResult.skipped("no data pack")
+        target = self.ctx.work / "pack"
+        shutil.rmtree(target, ignore_errors=True)
+        pulled = self.ctx.pull(self.s.pack, target)
+        self.ctx.pack = pulled.path
+        return StepResult.ok(f"pulled {pulled.ref} ({pulled.manifest_digest}, {len(pulled.layers)} layers)")
+
+    def recipe(self) -> StepResult:
+        self.ctx.recipe_path.unlink(missing_ok=True)
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+
+        def watch(line: str) -> None:
+            if "recipe generation completed" in line:
+                self.ctx.completion_line = logs.format_relayed_line(line)
+
+        argv = commands.recipe_argv(self.s, self._binary, self.ctx.pack, self.ctx.recipe_path)
+        result = self._aicr(State.RECIPE, argv, tail=tail, on_line=watch)
+        if result.interrupted:
+            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while resolving the recipe")
+        if result.exit_code != 0:
+            message, supported = recipe.parse_rejection(list(tail))
+            if supported:
+                self.ctx.report.supported_combinations = supported
+                self.log.error(
+                    "CRITERIA REJECTED: " + message + "; supported combinations: " + ", ".join(supported),
+                    step=State.RECIPE.value,
+                )
+            return StepResult.failed(
+                result.exit_code,
+                f"aicr recipe failed (exit {result.exit_code}): {message}",
+                classification="criteria-rejected" if supported else "recipe-failed",
+            )
+        summary = recipe.load_recipe(self.ctx.recipe_path)
+        self.ctx.recipe_summary = summary
+        self.ctx.report.components = [c.as_row() for c in summary.components]
+        return StepResult.ok(
+            f"{len(summary.components)} components, overlays: {', '.join(summary.applied_overlays) or '-'}"
+        )
+
+    def capture_recipe(self) -> StepResult:
+        name = self.s.recipe.configmap
+        if not name:
+            return StepResult.skipped("recipe capture is off (the recipe ConfigMap name is empty)")
+        summary_text = self._recipe_summary_text()
+        data = {"summary.txt": summary_text}
+        binary: dict[str, bytes] = {}
+        raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
+        note = ""
+        if payload_size(data) + len(raw) <= CONFIGMAP_BUDGET_BYTES:
+            data["recipe.yaml"] = raw.decode(errors="replace")
+        else:
+            packed = gzip.compress(raw, mtime=0)
+            if payload_size(data) + len(packed) <= CONFIGMAP_BUDGET_BYTES:
+                binary["recipe.yaml.gz"] = packed
+                note = f" (recipe.yaml is {len(raw)} bytes: stored gzip-compressed as recipe.yaml.gz)"
+            else:
+                note = f" (recipe.yaml is {len(raw)} bytes, over budget even compressed: summary only)"
+        try:
+            self.ctx.sink.put(name, data=data, binary_data=binary or None)
+        except CaptureError as exc:
+            # Advisory, as in the anchor (R-08): this runs before anything is deployed.
+            return StepResult.warned(f"recipe capture failed: {exc}")
+        if note and "summary only" in note:
+            return StepResult.warned(f"recipe written to {self.ctx.sink.describe(name)}{note}")
+        return StepResult.ok(f"recipe written to {self.ctx.sink.describe(name)}{note}")
+
+    def check_recipe(self) -> StepResult:
+        summary = self.ctx.recipe_summary
+        if summary is None:
+            return StepResult.skipped("no recipe")
+        expect = self.s.recipe.expect
+        if expect.any_set:
+            problems = recipe.check_expectations(summary, expect)
+            if problems:
+                return StepResult.failed(
+                    ExitCode.EXPECTATIONS_NOT_MET,
+                    "recipe falls short of recipe.expect: " + "; ".join(problems),
+                    classification="expectations-not-met",
+                )
+            return StepResult.ok("recipe meets recipe.expect")
+        warnings = recipe.thin_resolution_warnings(summary, self.s.criteria)
+        if warnings:
+            return StepResult.warned("; ".join(warnings), classification="thin-resolution")
+        return StepResult.ok("no expectations set; resolution is a full leaf")
+
+    def bundle(self) -> StepResult:
+        if not self._deploying():
+            return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
+        # aicr 1.x verify is closed-world: always bundle into a fresh, empty directory.
+        shutil.rmtree(self.ctx.bundle_dir, ignore_errors=True)
+        argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.ctx.pack)
+        result = self._aicr(State.BUNDLE, argv)
+        if result.interrupted:
+            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while bundling")
+        if result.exit_code != 0:
+            return StepResult.failed(result.exit_code, f"aicr bundle failed (exit {result.exit_code})")
+        files = sum(1 for p in self.ctx.bundle_dir.rglob("*") if p.is_file())
+        return StepResult.ok(f"bundle rendered: {files} files in {self.ctx.bundle_dir}")
+
+    def verify(self) -> StepResult:
+        if not self._deploying():
+            return StepResult.skipped("assert-only run: no bundle")
+        result = self._aicr(State.VERIFY, commands.verify_argv(self.s, self._binary, self.ctx.bundle_dir))
+        verdict = classify.classify_verify(result.exit_code)
+        if verdict.outcome is Outcome.FAILED:
+            return StepResult.failed(
+                result.exit_code, f"Bundle verification FAILED (exit {result.exit_code}): {verdict.reason}",
+                classification="verify-failed",
+            )
+        return StepResult.ok(verdict.reason, classification="verified")
+
+    def deploy(self) -> StepResult:
+        if self.ctx.mode is Mode.PLAN:
+            return StepResult.skipped("plan: nothing is deployed")
+        if not self.s.deploy.enabled:
+            return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
+        markers = classify.DeployMarkers()
+        argv = commands.deploy_argv(self.s, self.ctx.bundle_dir)
+        result = self._aicr(State.DEPLOY, argv, on_line=markers.feed, cwd=self.ctx.bundle_dir)
+        if result.interrupted:
+            return StepResult(
+                StepStatus.INTERRUPTED, ExitCode.INTERRUPTED,
+                f"interrupted: deploy.sh was given {self.s.shutdown_grace_seconds:.0f}s to finish its helm "
+                f"operation, then stopped (exit {result.exit_code}); re-run to converge",
+            )
+        verdict = classify.classify_deploy(
+            result.exit_code,
+            failure_report=markers.failure_report,
+            dra_deferred=markers.dra_deferred,
+            best_effort=self.s.deploy.best_effort,
+        )
+        if verdict.outcome is Outcome.FAILED:
+            return StepResult.failed(
+                verdict.exit_code, f"AICR install FAILED (deploy.sh exit {result.exit_code}): {verdict.reason}",
+                classification="deploy-failed",
+            )
+        if verdict.outcome is Outcome.WARNED:
+            return StepResult.warned(verdict.reason, classification="deploy-warned")
+        return StepResult.ok("AICR install complete", classification="deployed")
+
+    def validate(self) -> StepResult:
+        if self.ctx.mode is Mode.PLAN:
+            return StepResult.skipped("plan: no validation")
+        if not self.s.validate.enabled:
+            return StepResult.skipped("validate.enabled=false")
+        self.ctx.ctrf_path.unlink(missing_ok=True)
+        shutil.rmtree(self.ctx.evidence_dir, ignore_errors=True)
+        argv = commands.validate_argv(
+            self.s, self._binary, self.ctx.recipe_path, self.ctx.pack, self.ctx.ctrf_path, self.ctx.evidence_dir
+        )
+        result = self._aicr(State.VALIDATE, argv)
+        self.ctx.validate_exit = result.exit_code
+        self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
+        if result.interrupted:
+            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while validating")
+        verdict = classify.classify_validate(result.exit_code)
+        if verdict.outcome is Outcome.FAILED:
+            return StepResult.failed(result.exit_code, verdict.reason, classification="validation-failed")
+        return StepResult.ok(verdict.reason, classification="validation-passed")
+
+    def capture_verdict(self) -> StepResult:
+        if self.ctx.validate_exit is None:
+            return StepResult.skipped("validation did not run")
+        if not self.ctx.ctrf_path.is_file():
+            return StepResult.warned(f"no ctrf.json (exit={self.ctx.validate_exit})")
+        name = self.s.validate.result_configmap
+        if not name:
+            return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
+        data, binary = _fit_text("ctrf.json", self.ctx.ctrf_path.read_bytes())
+        self.ctx.sink.put(name, data=data, binary_data=binary or None)
+        return StepResult.ok(f"CTRF verdict written to {self.ctx.sink.describe(name)}")
+
+    def publish(self) -> StepResult:
+        pub = self.s.validate.publish
+        if not pub.enabled or self.ctx.validate_exit is None:
+            return StepResult.skipped("publish.enabled=false" if not pub.enabled else "validation did not run")
+        if not self.ctx.evidence_dir.is_dir():
+            return StepResult.failed(1, "no evidence bundle to publish (validate emitted none)")
+        token = None
+        if pub.identity_token_file:
+            # Read now, not at start: a rotated Secret is picked up.
+            try:
+                token = Path(pub.identity_token_file).read_text().strip()
+            except OSError as exc:
+                return StepResult.failed(
+                    ExitCode.BAD_INPUT, f"identity token file {pub.identity_token_file}: {exc.strerror or exc}"
+                )
+            logs.register_secret(token)
+        env = child_env(self.ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
+        result = self._aicr(State.PUBLISH, commands.publish_argv(self.s, self._binary, self.ctx.evidence_dir), env=env)
+        self.log.info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
+        if result.interrupted:
+            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while publishing")
+        if result.exit_code != 0:
+            return StepResult.failed(result.exit_code, f"aicr evidence publish exited {result.exit_code}")
+        return StepResult.ok(f"evidence published to {pub.ref}")
+
+    def capture_evidence(self) -> StepResult:
+        v = self.s.validate
+        if not v.emit_evidence or self.ctx.validate_exit is None:
+            return StepResult.skipped("validate.emitEvidence=false" if not v.emit_evidence else "validation did not run")
+        if not self.ctx.evidence_dir.is_dir():
+            return StepResult.warned("no evidence directory was written")
+        if not v.evidence_configmap:
+            return StepResult.skipped("evidence capture is off (the evidence ConfigMap name is empty)")
+        data: dict[str, str] = {}
+        pointer = self.ctx.evidence_dir / "pointer.yaml"
+        if pointer.is_file():
+            data["pointer.yaml"] = pointer.read_text(errors="replace")
+        archive = _tar_gz(self.ctx.evidence_dir, CONFIGMAP_BUDGET_BYTES - payload_size(data))
+        binary = {"evidence.tgz": archive} if archive is not None else {}
+        if not data and not binary:
+            return StepResult.warned("evidence bundle over budget and no pointer.yaml: not stored")
+        self.ctx.sink.put(v.evidence_configmap, data=data, binary_data=binary or None)
+        where = self.ctx.sink.describe(v.evidence_configmap)
+        if archive is None:
+            return StepResult.warned(f"evidence bundle over the ConfigMap budget: pointer only, in {where}")
+        return StepResult.ok(f"Evidence artifacts written to {where}")
+
+    def _recipe_summary_text(self) -> str:
+        s = self.s
+        lines = [f"criteria: {s.criteria.summary()}"]
+        if s.recipe.flags or s.recipe.args:
+            lines.append(f"recipeFlags: {' '.join([*s.recipe.flags.split(), *s.recipe.args])}")
+        if s.pack.ref or self.ctx.pack_dir:
+            lines.append(f"dataPack: {s.pack.ref or self.ctx.pack_dir}")
+        if self.ctx.completion_line:
+            lines.append(self.ctx.completion_line)
+        summary = self.ctx.recipe_summary
+        if summary is not None:
+            lines.append(f"appliedOverlays: {', '.join(summary.applied_overlays)}")
+            lines.append("")
+            lines.append(component_table(summary))
+        return "\n".join(lines) + "\n"
+
+
+def component_table(summary: recipe.RecipeSummary) -> str:
+    rows = [("NAME", "VERSION", "NAMESPACE", "CHART")]
+    rows += [(c.name, c.version or "-", c.namespace or "-", c.chart or "-") for c in summary.components]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(col.ljust(widths[i]) for i, col in enumerate(r)).rstrip() for r in rows)
+
+
+def _fit_text(key: str, raw: bytes) -> tuple[dict[str, str], dict[str, bytes]]:
+    if len(raw) <= CONFIGMAP_BUDGET_BYTES:
+        return {key: raw.decode(errors="replace")}, {}
+    packed = gzip.compress(raw, mtime=0)
+    if len(packed) <= CONFIGMAP_BUDGET_BYTES:
+        return {}, {f"{key}.gz": packed}
+    raise CaptureError(f"{key} is {len(raw)} bytes, over the ConfigMap budget even compressed")
+
+
+def _tar_gz(directory: Path, budget: int) -> bytes | None:
+    """The directory as tar+gzip, or None when it would exceed ``budget`` bytes."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(directory.parent)), recursive=False)
+            if buffer.tell() > budget:
+                return None
+    data = buffer.getvalue()
+    return data if len(data) <= budget else None
+
+
+def _elapsed(started: Any) -> float:
+    from aicr_runner.report import utcnow
+
+    return float((utcnow() - started).total_seconds())
