@@ -1,0 +1,196 @@
+"""Safe extraction of tar and tar.gz archives that come from the network.
+
+Two shapes of use:
+
+* ``extract_members`` takes a few named files out of a release archive (the aicr
+  binary and its attestation). Every member is inspected, not only the named ones,
+  because an archive that carries a link, a device or a ``..`` path was not built
+  by the release pipeline and is refused as a whole.
+* ``safe_extract_all`` unpacks a data pack directory. aicr rejects symlinks in
+  packs, so links of both kinds are refused outright instead of being rewritten;
+  tarfile's ``data`` filter (PEP 706) runs as a second line of defence.
+
+Every refusal raises ``errors.ArchiveError`` (or the error type the caller passes,
+e.g. ``PackIntegrityError`` for packs) naming the archive, the member and why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+from collections.abc import Set
+from pathlib import Path, PurePosixPath
+
+from aicr_runner.errors import ArchiveError, RunnerError
+
+__all__ = ["extract_members", "safe_extract_all"]
+
+_COPY_CHUNK_BYTES = 1 << 20
+
+
+def _member_kind(member: tarfile.TarInfo) -> str:
+    if member.issym():
+        return f"a symlink to {member.linkname!r}"
+    if member.islnk():
+        return f"a hardlink to {member.linkname!r}"
+    kinds = (
+        (member.ischr() or member.isblk(), "a device node"),
+        (member.isfifo(), "a fifo"),
+        (member.isdir(), "a directory"),
+        (member.isreg(), "a regular file"),
+    )
+    return next((kind for matches, kind in kinds if matches), f"an entry of tar type {member.type!r}")
+
+
+def _normalised_name(member: tarfile.TarInfo) -> str | None:
+    """The member's relative path without ``.`` parts, or None when it is unsafe."""
+    name = member.name
+    if not name or "\x00" in name or name.startswith("/"):
+        return None
+    parts = [part for part in PurePosixPath(name).parts if part not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+class _Checker:
+    """Shared per-member checks; raises the caller's error type with context."""
+
+    def __init__(self, tar_path: Path, error_type: type[RunnerError]) -> None:
+        self._tar_path = tar_path
+        self._error_type = error_type
+        self._seen: set[str] = set()
+
+    def fail(self, member_name: str, why: str) -> RunnerError:
+        return self._error_type(f"archive {self._tar_path.name}: member {member_name!r} {why}")
+
+    def check(self, member: tarfile.TarInfo, *, max_member_bytes: int | None) -> str:
+        """Return the normalised name of a safe file or directory member."""
+        name = _normalised_name(member)
+        if name is None:
+            raise self.fail(member.name, "has an absolute path, a '..' component or an empty name")
+        if not (member.isreg() or member.isdir()):
+            raise self.fail(
+                member.name, f"is {_member_kind(member)}; only regular files and directories are allowed"
+            )
+        if member.isreg():
+            if max_member_bytes is not None and member.size > max_member_bytes:
+                raise self.fail(member.name, f"is {member.size} bytes, over the limit of {max_member_bytes}")
+            # A second entry with the same name silently replaces the first when
+            # extracted; a release or pack never needs that.
+            if name in self._seen:
+                raise self.fail(member.name, "appears more than once")
+            self._seen.add(name)
+        return name
+
+
+def _open(tar_path: Path, error_type: type[RunnerError]) -> tarfile.TarFile:
+    try:
+        return tarfile.open(tar_path, mode="r:*")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise error_type(f"archive {tar_path.name} cannot be read as tar or tar.gz: {exc}") from exc
+
+
+def extract_members(
+    tar_path: Path,
+    dest: Path,
+    allowed: Set[str],
+    max_member_bytes: int,
+    *,
+    error_type: type[RunnerError] = ArchiveError,
+) -> dict[str, Path]:
+    """Extract the regular-file members named in ``allowed`` into ``dest``.
+
+    Names are matched after dropping a leading ``./``. Members not in ``allowed``
+    are skipped but still checked: any link, device, fifo, unsafe path, duplicate
+    or oversized member fails the whole archive. Returns name -> extracted path for
+    the members found; the caller decides which of them are required. Extracted
+    files get mode 0644 (the caller sets the executable bit where it belongs).
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    checker = _Checker(tar_path, error_type)
+    extracted: dict[str, Path] = {}
+    with _open(tar_path, error_type) as tar:
+        try:
+            for member in tar:
+                name = checker.check(member, max_member_bytes=max_member_bytes)
+                if name not in allowed:
+                    continue
+                if not member.isreg():
+                    raise checker.fail(member.name, f"is {_member_kind(member)}, expected a regular file")
+                extracted[name] = _write_member(tar, member, dest / name, checker)
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise error_type(f"archive {tar_path.name} is corrupt or truncated: {exc}") from exc
+    return extracted
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, checker: _Checker) -> Path:
+    source = tar.extractfile(member)
+    if source is None:
+        raise checker.fail(member.name, "has no readable content")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
+    # O_EXCL|O_NOFOLLOW: never write through a link someone planted in dest.
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with source, os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(source, out, _COPY_CHUNK_BYTES)
+    partial.replace(target)
+    return target
+
+
+def safe_extract_all(
+    tar_path: Path,
+    dest: Path,
+    max_total_bytes: int,
+    max_members: int,
+    *,
+    root: str | None = None,
+    error_type: type[RunnerError] = ArchiveError,
+) -> list[str]:
+    """Extract a whole archive of regular files and directories into ``dest``.
+
+    Every member is checked before anything is written, so a refused archive leaves
+    ``dest`` untouched. ``root``, when given, is the one top-level directory every
+    member must live in (the Go oras CLI packs a pushed directory that way and
+    checks the same on pull). Returns the normalised names of the extracted files.
+    """
+    checker = _Checker(tar_path, error_type)
+    files: list[str] = []
+    total = 0
+    with _open(tar_path, error_type) as tar:
+        try:
+            members = tar.getmembers()
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise error_type(f"archive {tar_path.name} is corrupt or truncated: {exc}") from exc
+        if len(members) > max_members:
+            raise error_type(
+                f"archive {tar_path.name} has {len(members)} members, over the limit of {max_members}"
+            )
+        for member in members:
+            name = checker.check(member, max_member_bytes=None)
+            if root is not None and name.split("/", 1)[0] != root:
+                raise checker.fail(member.name, f"is outside the archive's directory {root!r}")
+            existing = dest / name
+            if existing.is_symlink() or (existing.exists() and not (member.isdir() and existing.is_dir())):
+                raise checker.fail(
+                    member.name, "would overwrite a path that already exists in the destination"
+                )
+            if member.isreg():
+                total += member.size
+                files.append(name)
+        if total > max_total_bytes:
+            raise error_type(
+                f"archive {tar_path.name} unpacks to {total} bytes, over the limit of {max_total_bytes}"
+            )
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            # The checks above already refused anything the data filter would
+            # rewrite; the filter stays as a guard against what they might miss.
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as exc:
+            raise error_type(f"archive {tar_path.name}: {exc}") from exc
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise error_type(f"archive {tar_path.name} could not be extracted: {exc}") from exc
+    return files
