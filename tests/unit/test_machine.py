@@ -1,0 +1,150 @@
+"""The transition table and the driver: order, skips, gates, interruption."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from aicr_runner.machine import TRANSITIONS, Machine, State, StepResult, final_exit
+from aicr_runner.report import RunPhase, RunReport, StepStatus
+
+ALL = [s for s in State if s is not State.DONE]
+
+
+def build(results: dict[State, StepResult], *, interrupt_after: State | None = None) -> tuple[Machine, list[str]]:
+    calls: list[str] = []
+    flag = {"stop": False}
+
+    def make(state: State) -> Callable[[], StepResult]:
+        def step() -> StepResult:
+            calls.append(state.value)
+            if state is interrupt_after:
+                flag["stop"] = True
+            return results.get(state, StepResult.ok())
+
+        return step
+
+    report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={"accelerator": "h100"})
+    machine = Machine({s: make(s) for s in ALL}, report, on_change=lambda r: None, interrupted=lambda: flag["stop"])
+    return machine, calls
+
+
+def test_table_covers_every_state_and_reaches_done() -> None:
+    assert set(TRANSITIONS) == set(ALL)
+    state, seen = State.FETCH, []
+    while state is not State.DONE:
+        seen.append(state)
+        state = TRANSITIONS[state][0]
+    assert seen == ALL, "the happy path visits every step once, in the documented order"
+
+
+def test_happy_path_runs_every_step_and_exits_zero() -> None:
+    machine, calls = build({})
+    machine.run()
+    assert calls == [s.value for s in ALL]
+    assert machine.finish(validate_gate=True, publish_gate=True) == 0
+    assert machine.report.phase is RunPhase.SUCCEEDED
+    assert machine.report.message == "AICR Job complete"
+    assert all(r.started_at and r.ended_at for r in machine.report.steps)
+
+
+@pytest.mark.parametrize("failing", [State.FETCH, State.PACK, State.RECIPE, State.CHECK_RECIPE, State.BUNDLE,
+                                     State.VERIFY, State.DEPLOY])
+def test_a_failure_before_validation_ends_the_run_with_its_code(failing: State) -> None:
+    machine, calls = build({failing: StepResult.failed(42, "boom")})
+    machine.run()
+    assert calls[-1] == failing.value
+    code = machine.finish(validate_gate=False, publish_gate=False)
+    assert code == 42
+    assert machine.report.message == f"{failing.value} failed: boom"
+    later = ALL[ALL.index(failing) + 1 :]
+    assert all(machine.report.step(s.value).status is StepStatus.SKIPPED for s in later)
+
+
+def test_recipe_capture_failure_is_advisory() -> None:
+    machine, calls = build({State.CAPTURE_RECIPE: StepResult.warned("403")})
+    machine.run()
+    assert calls == [s.value for s in ALL]
+    assert machine.finish(validate_gate=True, publish_gate=True) == 0
+    assert machine.report.warnings == ["capture-recipe: 403"]
+
+
+def test_verdict_and_evidence_are_captured_before_the_validate_gate() -> None:
+    machine, calls = build({State.VALIDATE: StepResult.failed(8, "checks failed")})
+    machine.run()
+    assert calls[calls.index("validate") :] == ["validate", "capture-verdict", "publish", "capture-evidence"]
+    assert machine.finish(validate_gate=True, publish_gate=True) == 8
+    assert machine.report.message.startswith("Validation FAILED (exit 8)")
+
+
+def test_validate_failure_without_fail_on_error_goes_green() -> None:
+    machine, _ = build({State.VALIDATE: StepResult.failed(8, "checks failed")})
+    machine.run()
+    assert machine.finish(validate_gate=False, publish_gate=True) == 0
+
+
+def test_gates_apply_in_the_anchor_order() -> None:
+    machine, _ = build({State.VALIDATE: StepResult.failed(8, "v"), State.PUBLISH: StepResult.failed(6, "p")})
+    machine.run()
+    assert machine.finish(validate_gate=True, publish_gate=True) == 8
+    machine, _ = build({State.VALIDATE: StepResult.failed(8, "v"), State.PUBLISH: StepResult.failed(6, "p")})
+    machine.run()
+    assert machine.finish(validate_gate=False, publish_gate=True) == 6
+    assert machine.report.message.startswith("Evidence publish FAILED (exit 6)")
+
+
+def test_a_failed_verdict_capture_still_captures_evidence_then_fails() -> None:
+    machine, calls = build({State.CAPTURE_VERDICT: StepResult.failed(26, "403")})
+    machine.run()
+    assert "capture-evidence" in calls
+    assert machine.finish(validate_gate=False, publish_gate=False) == 26
+
+
+def test_interruption_stops_work_but_still_captures() -> None:
+    machine, calls = build({}, interrupt_after=State.VALIDATE)
+    machine.run()
+    assert "publish" not in calls, "no new work after SIGTERM"
+    assert calls[-2:] == ["capture-verdict", "capture-evidence"], "results that exist are still stored"
+    assert machine.report.step("publish").status is StepStatus.SKIPPED
+    assert "interrupted" in machine.report.step("publish").message
+
+
+def test_an_interrupted_step_gives_143_and_phase_interrupted() -> None:
+    result = StepResult(StepStatus.INTERRUPTED, 143, "SIGTERM during deploy.sh")
+    machine, calls = build({State.DEPLOY: result})
+    machine.run()
+    assert "validate" not in calls
+    assert machine.finish(validate_gate=True, publish_gate=True) == 143
+    assert machine.report.phase is RunPhase.INTERRUPTED
+    assert machine.report.step("deploy").status is StepStatus.INTERRUPTED
+
+
+def test_on_change_sees_each_step_start_and_end() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def record(report: RunReport) -> None:
+        running = [r.state for r in report.steps if r.status is StepStatus.RUNNING]
+        seen.append(("running", running[0]) if running else ("idle", ""))
+
+    report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
+    machine = Machine({s: StepResult.ok for s in ALL}, report, on_change=record, interrupted=lambda: False)
+    machine.run()
+    assert seen[0] == ("running", "fetch")
+    assert seen.count(("idle", "")) == len(ALL)
+
+
+def test_missing_step_function_is_refused() -> None:
+    report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
+    with pytest.raises(ValueError, match="no step function"):
+        Machine({State.FETCH: StepResult.ok}, report, on_change=lambda r: None, interrupted=lambda: False)
+
+
+def test_final_exit_prefers_the_terminal_step_over_gates() -> None:
+    report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
+    report.step("deploy").status = StepStatus.FAILED
+    report.step("deploy").exit_code = 1
+    report.step("deploy").message = "x"
+    report.step("validate").status = StepStatus.FAILED
+    report.step("validate").exit_code = 8
+    assert final_exit(report, validate_gate=True, publish_gate=True) == (1, "deploy failed: x")
