@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: setup, static checks, then pytest (unit,
+# integration against a real registry, chart render suite with real helm, the
+# chart mutation check, and the end-to-end scenarios against a real API server).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+bash scripts/setup.sh
+export PATH="$root/.tools/bin:$PATH"
+
+echo "== ruff"
+.venv/bin/ruff check src tests e2e scripts
+echo "== mypy --strict src"
+.venv/bin/mypy --strict src
+echo "== pytest"
+.venv/bin/pytest --cov=aicr_runner --cov-branch --cov-report=term:skip-covered "$@"
