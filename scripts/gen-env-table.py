@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Writes the README's environment table from the runtime's settings model.
+
+Every variable the runtime reads must have a description here; `--check` fails
+when the README or this list drift from `aicr_runner.config.env_var_names()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aicr_runner.config import RunnerSettings, env_var_names
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- env-table:start -->", "<!-- env-table:end -->"
+
+DESCRIPTIONS = {
+    "CRITERIA__SERVICE": "recipe `--service` (aks, eks, gke, k0s, ..., a pack-registered value, or `any`); empty leaves the flag out",
+    "CRITERIA__ACCELERATOR": "recipe `--accelerator` (h100, h200, gb200, ...); `any` is refused",
+    "CRITERIA__INTENT": "recipe `--intent` (training, inference); needs a concrete service",
+    "CRITERIA__OS": "recipe `--os` (ubuntu, rhel, rocky, cos, ...)",
+    "CRITERIA__PLATFORM": "recipe `--platform` (kubeflow, dynamo, nim, ...)",
+    "PACK__REF": "OCI reference of the org data pack, without scheme (`host/repo:tag` or `@sha256:` digest, which is then enforced)",
+    "PACK__CREDENTIALS_FILE": "path of a dockerconfigjson file for the pack pull; the only credential the pull uses",
+    "PACK__PLAIN_HTTP": "pull the pack over plain HTTP (lab registries)",
+    "PACK__INSECURE_TLS": "skip TLS verification for the pack registry (lab registries)",
+    "AICR__VERSION": "pinned aicr release tag; the leading `v` is optional",
+    "AICR__ARCH": "release architecture, `amd64` or `arm64` (default: this machine's)",
+    "AICR__SHA256__AMD64": "strict sha256 pin of the amd64 release tarball (the checksums file is verified regardless)",
+    "AICR__SHA256__ARM64": "strict sha256 pin of the arm64 release tarball; never inherits the amd64 pin",
+    "AICR__RELEASE_BASE_URL": "where releases are served: `<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz` (a mirror for air-gapped clusters)",
+    "AICR__BINARY": "use this preinstalled aicr instead of downloading one",
+    "AICR__BINARY_SHA256": "sha256 the preinstalled binary must match",
+    "AICR__DOWNLOAD_ATTEMPTS": "download attempts for transient failures (timeouts, resets, 408/429/5xx)",
+    "AICR__DOWNLOAD_TIMEOUT_SECONDS": "per-request timeout",
+    "AICR__DOWNLOAD_BUDGET_SECONDS": "upper bound on the whole download, retries and back-off included",
+    "RECIPE__FLAGS": "legacy extra `aicr recipe` flags, split on whitespace only (no quotes, no globs)",
+    "RECIPE__ARGS": "extra `aicr recipe` arguments as a JSON array, one argv entry each, after the flags",
+    "RECIPE__CONFIGMAP": "ConfigMap for `summary.txt` and `recipe.yaml`; empty turns the capture off",
+    "RECIPE__EXPECT__MIN_COMPONENTS": "stop before bundle when fewer components resolve (0: no check)",
+    "RECIPE__EXPECT__COMPONENTS": "JSON array of component names that must resolve",
+    "RECIPE__EXPECT__OVERLAYS": "JSON array of overlay names that must be applied",
+    "BUNDLE__FLAGS": "legacy extra `aicr bundle` flags, split on whitespace only",
+    "BUNDLE__ARGS": "extra `aicr bundle` arguments (JSON array), after the flags and the driver profile",
+    "BUNDLE__STORAGE_CLASS": "`aicr bundle --storage-class`",
+    "DEPLOY__FLAGS": "legacy `deploy.sh` flags, split on whitespace only",
+    "DEPLOY__ARGS": "extra `deploy.sh` arguments (JSON array), after the flags",
+    "DEPLOY__ENABLED": "`false` gives an assert-only run: no bundle, verify or deploy",
+    "ENVIRONMENT__PREINSTALLED_DRIVER": "nodes have a host driver: adds the three driver-ownership `--set` overrides before user flags",
+    "VALIDATE__FLAGS": "legacy extra `aicr validate` flags, split on whitespace only",
+    "VALIDATE__ARGS": "extra `aicr validate` arguments (JSON array)",
+    "VALIDATE__ENABLED": "run `aicr validate` after the install (or alone, assert-only)",
+    "VALIDATE__PHASES": "JSON array of phases: deployment, performance, conformance; never empty",
+    "VALIDATE__FAIL_ON_ERROR": "a failed validation fails the Job (after the verdict is captured)",
+    "VALIDATE__EMIT_EVIDENCE": "`--emit-attestation`: build the evidence bundle",
+    "VALIDATE__RESULT_CONFIGMAP": "ConfigMap for the CTRF verdict (`ctrf.json`)",
+    "VALIDATE__EVIDENCE_CONFIGMAP": "ConfigMap for `evidence.tgz` and `pointer.yaml`",
+    "VALIDATE__PUBLISH__ENABLED": "push the evidence bundle with `aicr evidence publish`",
+    "VALIDATE__PUBLISH__MODE": "`signed` (keyless, needs a token) or `unsigned` (`--no-sign`)",
+    "VALIDATE__PUBLISH__REF": "OCI push target for the evidence",
+    "VALIDATE__PUBLISH__FAIL_ON_ERROR": "a failed publish fails the Job",
+    "VALIDATE__PUBLISH__INSECURE_TLS": "publish with `--insecure-tls`",
+    "VALIDATE__PUBLISH__PLAIN_HTTP": "publish with `--plain-http`",
+    "VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR": "directory holding a dockerconfigjson `config.json`; `DOCKER_CONFIG` for the publish call only",
+    "VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE": "file holding the OIDC token for signed mode; read at publish time, given to the publish call only",
+    "STATUS_CONFIGMAP": "ConfigMap with the live run report (`report.json`, `summary.txt`); empty turns it off",
+    "NAMESPACE": "namespace of the result ConfigMaps (default: the pod's)",
+    "WORK_DIR": "writable work directory (downloads, recipe, bundle, per-step logs)",
+    "LOG_FORMAT": "`console` (readable) or `json`",
+    "TERMINATION_MESSAGE_PATH": "where the one-line outcome is written for the pod status",
+    "SHUTDOWN_GRACE_SECONDS": "after SIGTERM, how long a running child (helm in deploy.sh) may finish before it is stopped",
+}
+
+
+def _default(name: str) -> str:
+    node: object = RunnerSettings.model_construct()
+    for part in name.split("__"):
+        attr = part.lower()
+        if attr == "validate":
+            attr = "validate_"
+        node = getattr(node, attr)
+    if name == "AICR__ARCH":
+        return "host arch"
+    value = getattr(node, "value", node)
+    if isinstance(value, bool):
+        value = str(value).lower()
+    if isinstance(value, list):
+        value = "[" + ", ".join(f'"{getattr(v, "value", v)}"' for v in value) + "]"
+    return f"`{value}`" if value not in ("", None) else '`""`'
+
+
+def table() -> str:
+    names = [n.removeprefix("AICR_RUNNER_") for n in env_var_names()]
+    missing = sorted(set(names) - set(DESCRIPTIONS))
+    extra = sorted(set(DESCRIPTIONS) - set(names))
+    if missing or extra:
+        raise SystemExit(f"gen-env-table: descriptions out of step: missing {missing}, unknown {extra}")
+    rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    rows += [f"| `AICR_RUNNER_{n}` | {_default(n)} | {DESCRIPTIONS[n]} |" for n in names]
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if README.md is out of date")
+    args = parser.parse_args()
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    head, _, rest = text.partition(START)
+    _, _, tail = rest.partition(END)
+    if not rest:
+        raise SystemExit(f"gen-env-table: README.md has no {START} marker")
+    updated = f"{head}{START}\n{table()}\n{END}{tail}"
+    if args.check:
+        if updated != text:
+            print("README.md environment table is stale: run scripts/gen-env-table.py", file=sys.stderr)
+            return 1
+        return 0
+    readme.write_text(updated)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
