@@ -6,7 +6,6 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
             help="use this preinstalled aicr instead of downloading the pinned release "
             f"(env {ENV_PREFIX}AICR__BINARY; verified against {ENV_PREFIX}AICR__BINARY_SHA256 when set)",
         )
+    run.add_argument("--results-dir", type=Path, metavar="DIR",
+                     help="write results to this directory instead of ConfigMaps (a full run outside a pod)")
     plan.add_argument("--output", type=Path, default=Path("aicr-plan"), metavar="DIR",
                       help="where the recipe, bundle and run report land (default: ./aicr-plan)")
     plan.add_argument("--pack-dir", type=Path, metavar="DIR",
@@ -65,12 +66,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         for name in Criteria.FLAG_ORDER:
             if getattr(args, name) is not None:
                 env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
-        if args.pack_dir is not None:
-            # A local pack stands in for the ref in the criteria guard.
-            env.setdefault(f"{ENV_PREFIX}PACK__REF", "")
         env.setdefault(f"{ENV_PREFIX}WORK_DIR", str(args.output.resolve() / "work"))
     try:
-        settings = load(env, **({"pack": {"ref": "local/pack-dir"}} if mode is Mode.PLAN and args.pack_dir else {}))
+        settings = load(env, local_pack=mode is Mode.PLAN and args.pack_dir is not None)
     except ConfigError as exc:
         logs.configure()
         for problem in exc.problems:
@@ -101,6 +99,8 @@ def _register_credentials(settings: RunnerSettings) -> None:
 def _make_sink(settings: RunnerSettings, mode: Mode, args: Any) -> Sink:
     if mode is Mode.PLAN:
         return DirectorySink(args.output.resolve())
+    if args.results_dir is not None:
+        return DirectorySink(args.results_dir.resolve())
     from aicr_runner.kube import ClientKubeApi
 
     namespace = settings.namespace or _pod_namespace()
@@ -120,7 +120,6 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     settings.work_path.mkdir(parents=True, exist_ok=True)
     if not os.access(settings.work_path, os.W_OK):
         raise RunnerError(f"work directory {settings.work_path} is not writable", exit_code=ExitCode.BAD_INPUT)
-    os.environ.setdefault("TMPDIR", tempfile.gettempdir())
     sink = _make_sink(settings, mode, args)
     shutdown = ShutdownController()
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -177,7 +176,7 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
         log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
     else:
         log.error(report.message, exit_code=report.exit_code, status=sink.describe(settings.status_configmap or "-"))
-    if mode is Mode.RUN:
+    if mode is Mode.RUN and args.results_dir is None:
         try:
             Path(settings.termination_message_path).write_text(logs.redact(line)[:_TERMINATION_MESSAGE_LIMIT])
         except OSError as exc:

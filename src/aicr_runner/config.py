@@ -328,8 +328,11 @@ class RunnerSettings(BaseSettings):
         return Path(self.work_dir)
 
 
-def _cross_field_problems(s: RunnerSettings) -> list[str]:
-    """The chart's render-time guards, repeated so ``docker run`` users get them too."""
+def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
+    """The chart's render-time guards, repeated so ``docker run`` users get them too.
+
+    ``local_pack``: ``plan --pack-dir`` supplies a pack without a ref.
+    """
     p = ENV_PREFIX
     c = s.criteria
     problems: list[str] = []
@@ -339,7 +342,7 @@ def _cross_field_problems(s: RunnerSettings) -> list[str]:
             "'no criteria provided'); leave it empty or name a real accelerator such as h100"
         )
     concrete_service = c.service not in NON_CONCRETE_SERVICES
-    if not c.accelerator and not s.pack.ref and not (concrete_service and c.intent):
+    if not c.accelerator and not (s.pack.ref or local_pack) and not (concrete_service and c.intent):
         problems.append(
             f"{p}CRITERIA__*: no criteria stated (service={c.service!r}, accelerator='', intent="
             f"{c.intent!r}, pack ref=''); set an accelerator, a pack ref, or a concrete service "
@@ -457,7 +460,9 @@ def _format_settings_error(exc: SettingsError, environ: Mapping[str, str]) -> li
     return [f"{name.upper()}={raw!r}: not valid JSON; list values are JSON arrays, e.g. '[\"--nodes\", \"4\"]'"]
 
 
-def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> RunnerSettings:
+def load(
+    environ: Mapping[str, str] | None = None, *, local_pack: bool = False, **overrides: Any
+) -> RunnerSettings:
     """Read settings from ``environ`` (default ``os.environ``) plus explicit overrides.
 
     Raises ``ConfigError`` with one readable line per problem.
@@ -478,7 +483,7 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> RunnerSe
     finally:
         _ENVIRON.reset(token)
     if settings is not None:
-        problems.extend(_cross_field_problems(settings))
+        problems.extend(_cross_field_problems(settings, local_pack=local_pack))
     if problems:
         raise ConfigError(problems)
     assert settings is not None
