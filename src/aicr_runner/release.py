@@ -1,0 +1,398 @@
+"""Download and verify the aicr release (anchor steps R-02..R-05), fail closed.
+
+The release archive and ``aicr_checksums.txt`` are streamed to disk and hashed
+while they stream; the archive is never held in memory. The archive's own line
+in the checksums file must exist exactly once and match, and the reviewed
+per-arch pin (when set) must match too. Only ``aicr`` and its attestation sidecar
+are extracted.
+
+Transient failures (timeouts, connection resets, 408/429/5xx) are retried with
+exponential back-off and jitter, honouring ``Retry-After``, within both an
+attempt limit and a wall-time budget for the whole step. Nothing that cannot get
+better by waiting is retried: TLS certificate verification failures, other 4xx
+answers and checksum mismatches fail at once. Every httpx error is translated
+into ``DownloadError`` or ``ChecksumError`` here.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import os
+import re
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+import httpx
+import structlog
+import tenacity
+
+from aicr_runner.archive import extract_members
+from aicr_runner.config import AicrSettings
+from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ToolError
+
+__all__ = [
+    "ATTESTATION_NAME",
+    "BINARY_NAME",
+    "CHECKSUMS_NAME",
+    "AicrBinary",
+    "fetch_aicr",
+    "release_urls",
+    "use_preinstalled",
+]
+
+BINARY_NAME = "aicr"
+ATTESTATION_NAME = "aicr-attestation.sigstore.json"
+CHECKSUMS_NAME = "aicr_checksums.txt"
+
+#: aicr is a single Go binary of roughly 100 MB; anything far larger is not it.
+MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
+MAX_BINARY_BYTES = 512 * 1024 * 1024
+MAX_CHECKSUMS_BYTES = 1024 * 1024
+
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_TRANSIENT_ERRORS: tuple[type[httpx.HTTPError], ...] = (
+    httpx.TimeoutException,
+    httpx.ConnectError,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+_BACKOFF_INITIAL_SECONDS = 1.0
+_BACKOFF_MAX_SECONDS = 30.0
+_BACKOFF_JITTER_SECONDS = 1.0
+_CHUNK_BYTES = 1 << 16
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+
+log = structlog.get_logger()
+
+Sleep = Callable[[float], None]
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class AicrBinary:
+    path: Path
+    #: The Sigstore attestation beside the binary (``aicr bundle --attest`` needs it).
+    attestation_path: Path | None
+    #: The release tag (``v1.2.0``); empty for a preinstalled binary.
+    version: str
+    #: sha256 of the verified release archive; empty for a preinstalled binary.
+    tarball_sha256: str
+    #: Where the archive came from, or the preinstalled binary's path.
+    source_url: str
+    #: sha256 of the binary that will run.
+    binary_sha256: str = ""
+
+
+def release_urls(settings: AicrSettings) -> tuple[str, str]:
+    """The archive URL and the checksums URL for the selected version and arch."""
+    version = settings.version  # normalised to start with "v" by the settings model
+    base = f"{settings.release_base_url}/{version}"
+    archive = f"aicr_{version.removeprefix('v')}_linux_{settings.arch.value}.tar.gz"
+    return f"{base}/{archive}", f"{base}/{CHECKSUMS_NAME}"
+
+
+def fetch_aicr(
+    settings: AicrSettings,
+    dest_dir: Path,
+    client: httpx.Client | None = None,
+    *,
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> AicrBinary:
+    """Download, verify and unpack the aicr release into ``dest_dir``."""
+    archive_url, checksums_url = release_urls(settings)
+    archive_name = archive_url.rsplit("/", 1)[1]
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    downloader = _Downloader(settings, client, sleep=sleep, clock=clock)
+    try:
+        checksums_path = dest_dir / CHECKSUMS_NAME
+        downloader.download(checksums_url, checksums_path, max_bytes=MAX_CHECKSUMS_BYTES)
+        expected = expected_sha256(checksums_path.read_text(errors="replace"), archive_name, checksums_url)
+
+        archive_path = dest_dir / archive_name
+        actual = downloader.download(archive_url, archive_path, max_bytes=MAX_ARCHIVE_BYTES)
+    finally:
+        downloader.close()
+
+    if actual != expected:
+        raise ChecksumError(
+            f"{archive_url}: sha256 mismatch: expected {expected} (from {checksums_url}), got {actual}"
+        )
+    pin = settings.pin
+    if pin and actual != pin:
+        raise ChecksumError(
+            f"{archive_url}: sha256 {actual} does not match the reviewed {settings.arch.value} pin {pin} "
+            f"(AICR_RUNNER_AICR__SHA256__{settings.arch.value.upper()}); "
+            "the release changed or the pin is stale"
+        )
+
+    found = extract_members(
+        archive_path, dest_dir, {BINARY_NAME, ATTESTATION_NAME}, max_member_bytes=MAX_BINARY_BYTES
+    )
+    archive_path.unlink()
+    if BINARY_NAME not in found:
+        raise ArchiveError(f"{archive_url}: the archive has no '{BINARY_NAME}' at its root")
+    binary = found[BINARY_NAME]
+    binary.chmod(0o755)
+    attestation = found.get(ATTESTATION_NAME)
+    log.info(
+        "aicr release verified",
+        url=archive_url,
+        sha256=actual,
+        pinned=bool(pin),
+        attestation=attestation is not None,
+    )
+    return AicrBinary(
+        path=binary,
+        attestation_path=attestation,
+        version=settings.version,
+        tarball_sha256=actual,
+        source_url=archive_url,
+        binary_sha256=_sha256_file(binary),
+    )
+
+
+def expected_sha256(checksums: str, archive_name: str, checksums_url: str) -> str:
+    """The digest on the archive's one line of a goreleaser checksums file.
+
+    The line is ``<64 hex><two spaces><filename>``. The filename must equal the
+    archive's name exactly (``…tar.gz.sbom.json`` does not count), must appear
+    exactly once, and its digest must be well-formed.
+    """
+    lines = [line for line in checksums.splitlines() if _names_file(line, archive_name)]
+    if not lines:
+        raise ChecksumError(
+            f"{checksums_url} has no line for {archive_name}; refusing an unverifiable download"
+        )
+    if len(lines) > 1:
+        raise ChecksumError(
+            f"{checksums_url} has {len(lines)} lines for {archive_name}; expected exactly one"
+        )
+    digest, sep, name = lines[0].rstrip("\r").partition("  ")
+    if sep != "  " or name != archive_name or not _SHA256_HEX.fullmatch(digest):
+        raise ChecksumError(
+            f"{checksums_url}: malformed line for {archive_name}: {lines[0]!r} "
+            "(expected 64 hex characters, two spaces, the file name)"
+        )
+    return digest.lower()
+
+
+def _names_file(line: str, name: str) -> bool:
+    """Whether a checksums line is about ``name`` (whatever its digest looks like)."""
+    fields = line.split()
+    return len(fields) >= 2 and fields[-1].lstrip("*") == name
+
+
+def use_preinstalled(path: str | Path, sha256: str) -> AicrBinary:
+    """Use an aicr already on disk; verify it when ``sha256`` is given."""
+    binary = Path(path)
+    if not binary.is_file():
+        raise ToolError(f"preinstalled aicr {binary} does not exist or is not a file")
+    if not os.access(binary, os.X_OK):
+        raise ToolError(f"preinstalled aicr {binary} is not executable")
+    actual = _sha256_file(binary)
+    expected = sha256.strip().lower()
+    if expected and actual != expected:
+        raise ChecksumError(f"preinstalled aicr {binary}: sha256 mismatch: expected {expected}, got {actual}")
+    sidecar = binary.with_name(ATTESTATION_NAME)
+    return AicrBinary(
+        path=binary,
+        attestation_path=sidecar if sidecar.is_file() else None,
+        version="",
+        tarball_sha256="",
+        source_url=str(binary),
+        binary_sha256=actual,
+    )
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- the retrying downloader ----------------------------------------------------------
+
+
+class _Transient(Exception):
+    """One attempt failed in a way that waiting may fix."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class _OutOfBudget(Exception):
+    """The next wait would use up what is left of the budget."""
+
+
+def is_certificate_verification_failure(exc: BaseException) -> bool:
+    """httpx reports a bad certificate as ConnectError; the exception chain says why."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        pending.extend(link for link in (current.__cause__, current.__context__) if link is not None)
+    return False
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+class _Downloader:
+    def __init__(
+        self, settings: AicrSettings, client: httpx.Client | None, *, sleep: Sleep, clock: Clock
+    ) -> None:
+        self._settings = settings
+        self._own_client = client is None
+        self._client = client or httpx.Client(follow_redirects=True)
+        self._sleep = sleep
+        self._clock = clock
+        self._deadline = clock() + settings.download_budget_seconds
+        self._backoff = tenacity.wait_exponential_jitter(
+            initial=_BACKOFF_INITIAL_SECONDS, max=_BACKOFF_MAX_SECONDS, jitter=_BACKOFF_JITTER_SECONDS
+        )
+
+    def close(self) -> None:
+        if self._own_client:
+            self._client.close()
+
+    def _remaining(self) -> float:
+        return self._deadline - self._clock()
+
+    def download(self, url: str, dest: Path, *, max_bytes: int) -> str:
+        """Stream ``url`` to ``dest`` with retries; return the sha256 of what landed."""
+        attempts = self._settings.download_attempts
+        budget = self._settings.download_budget_seconds
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception_type(_Transient),
+            before_sleep=lambda state: self._log_retry(url, state),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt, url, dest, max_bytes)
+        except _Transient as exc:
+            raise DownloadError(
+                f"download of {url} failed after {attempts} attempt(s) within the {budget:g}s budget: "
+                f"{exc.reason}"
+            ) from exc
+        except _OutOfBudget as exc:
+            raise DownloadError(f"download of {url} gave up: {exc}") from exc
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        if state.attempt_number >= self._settings.download_attempts:
+            return 0.0  # the attempt limit stops the loop; no wait follows
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = exc.retry_after if isinstance(exc, _Transient) else None
+        wait = retry_after if retry_after is not None else self._backoff(state)
+        remaining = self._remaining()
+        # Capped by the budget: a wait that would reach the deadline leaves no time
+        # for another attempt, so stop now instead of sleeping for nothing.
+        if wait >= remaining:
+            asked = f"Retry-After {retry_after:g}s" if retry_after is not None else f"a {wait:.1f}s back-off"
+            reason = exc.reason if isinstance(exc, _Transient) else "unknown"
+            raise _OutOfBudget(
+                f"{asked} exceeds the {max(remaining, 0.0):.1f}s left of the "
+                f"{self._settings.download_budget_seconds:g}s budget (last error: {reason})"
+            ) from exc
+        return wait
+
+    def _log_retry(self, url: str, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "aicr download retry",
+            attempt=state.attempt_number,
+            max_attempts=self._settings.download_attempts,
+            url=url,
+            reason=exc.reason if isinstance(exc, _Transient) else repr(exc),
+            wait=round(state.upcoming_sleep, 3),
+        )
+
+    def _attempt(self, url: str, dest: Path, max_bytes: int) -> str:
+        remaining = self._remaining()
+        if remaining <= 0:
+            raise _OutOfBudget(f"the {self._settings.download_budget_seconds:g}s budget is used up")
+        timeout = min(self._settings.download_timeout_seconds, remaining)
+        partial = dest.with_name(f".{dest.name}.partial")
+        try:
+            with self._client.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
+                self._check_status(url, response)
+                # A fresh file and hasher on every attempt: a retry starts at byte 0.
+                with partial.open("wb") as out:
+                    digest = self._stream(url, response, out, max_bytes)
+        except httpx.HTTPError as exc:
+            partial.unlink(missing_ok=True)
+            raise self._translate(url, exc) from exc
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(dest)
+        return digest
+
+    def _check_status(self, url: str, response: httpx.Response) -> None:
+        status = response.status_code
+        if status == 200:
+            return
+        if status in RETRYABLE_STATUS:
+            raise _Transient(
+                f"HTTP {status} from {response.url}",
+                retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            )
+        raise DownloadError(f"download of {url} failed: HTTP {status} from {response.url}; not retried")
+
+    def _stream(self, url: str, response: httpx.Response, out: IO[bytes], max_bytes: int) -> str:
+        digest = hashlib.sha256()
+        received = 0
+        for chunk in response.iter_bytes(_CHUNK_BYTES):
+            received += len(chunk)
+            if received > max_bytes:
+                raise DownloadError(f"download of {url} exceeds {max_bytes} bytes; refusing it")
+            if self._remaining() <= 0:
+                raise DownloadError(
+                    f"download of {url} did not finish within the "
+                    f"{self._settings.download_budget_seconds:g}s budget ({received} bytes received)"
+                )
+            digest.update(chunk)
+            out.write(chunk)
+        return digest.hexdigest()
+
+    @staticmethod
+    def _translate(url: str, exc: httpx.HTTPError) -> Exception:
+        if is_certificate_verification_failure(exc):
+            return DownloadError(
+                f"download of {url} failed: TLS certificate verification failure ({exc}); not retried"
+            )
+        if isinstance(exc, _TRANSIENT_ERRORS):
+            return _Transient(f"{type(exc).__name__}: {exc or 'no detail'} ({url})")
+        return DownloadError(f"download of {url} failed: {type(exc).__name__}: {exc}; not retried")
