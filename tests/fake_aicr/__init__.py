@@ -1,0 +1,55 @@
+"""A contract-faithful fake of NVIDIA's aicr CLI at v1.2.0, for tests.
+
+The real binary cannot be built here (its Go module is not served), so this
+fake behaves as the aicr CLI contract describes: flags, exit codes, log lines,
+bundle layout, deploy.sh markers, verify, validate, evidence publish.
+
+``install_fake_aicr(directory)`` writes an executable ``aicr`` launcher bound
+to the current interpreter and returns its path.
+
+Environment knobs (all optional; the runner passes its environment through,
+minus its own AICR_RUNNER_* settings, so they reach aicr and deploy.sh):
+
+FAKE_AICR_LOG_STYLE=0.11          v0.11 text logs: ANSI colour on every line and
+                                  a completion line without componentNames
+FAKE_AICR_ENV_LOG=<file>          append {argv, env} per invocation; env holds
+                                  DOCKER_CONFIG, COSIGN_IDENTITY_TOKEN, AICR_RUNNER_*
+FAKE_AICR_DEPLOY_REAL=1           install.sh runs real `helm upgrade --install`
+FAKE_AICR_HELM_FLAGS="..."        extra helm flags, e.g. --plain-http for a
+                                  local OCI registry (real mode)
+FAKE_AICR_DEPLOY_FAIL="a b"       these components fail to install (space or
+                                  comma separated; both modes)
+FAKE_AICR_DEPLOY_DRA_DEFERRED=1   deploy.sh withholds the DRA plugin restart:
+                                  DRA warning line, exit 2
+FAKE_AICR_DEPLOY_PREFLIGHT_FAIL=1 pre-flight fails, exit 1
+FAKE_AICR_DEPLOY_SLEEP=<s>        sleep before installing (signal tests)
+FAKE_AICR_DEPLOY_OUTPUT_BYTES=<n> print n bytes of output (memory tests)
+FAKE_AICR_DEPLOY_BACKOFF=<s>      retry backoff; default 0 when simulating,
+                                  5s*attempt^2 (cap 120s) in real mode
+FAKE_AICR_VALIDATE_RESULT=...     pass | fail | other | readiness-fail | timeout
+                                  (exit 0 / 8 / 8 / 2 / 5)
+FAKE_AICR_EVIDENCE_BYTES=<n>      pad the evidence summary bundle by n random bytes
+FAKE_AICR_ORAS=<path>             evidence publish pushes for real with this oras
+FAKE_AICR_PUBLISH_FAIL=...        unauthorized | unavailable: simulated push failure
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+FAKE_VERSION = "1.2.0"
+PACKAGE_DIR = Path(__file__).resolve().parent
+SCRIPT = PACKAGE_DIR / "aicr"
+
+
+def install_fake_aicr(directory: Path) -> Path:
+    """Write an executable ``aicr`` into ``directory`` and return its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    launcher = directory / "aicr"
+    launcher.write_text(
+        f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n",
+        encoding="utf-8",
+    )
+    launcher.chmod(0o755)
+    return launcher
