@@ -1,0 +1,752 @@
+"""Pull and verify the data pack (``aicr --data``), fail closed.
+
+The registry sits behind the small ``Registry`` Protocol (manifest + blob), so the
+verification here runs the same against oras-py and a test fake:
+
+* the manifest digest is computed from the bytes received and must equal the
+  ref's ``@sha256:`` pin when there is one;
+* every layer is checked against its descriptor's size and sha256 (oras-py checks
+  nothing itself: oras-project/oras-py#247);
+* layers are placed the way the Go oras CLI places them: a directory layer
+  (``io.deis.oras.content.unpack=true``, or a tar+gzip layer with a title) is
+  unpacked by ``archive.safe_extract_all``; any other titled layer becomes the file
+  its ``org.opencontainers.image.title`` names;
+* the pack must have ``registry.yaml`` at its root.
+
+Failures name the ref and the registry host: 401/403 -> ``PackAuthError``,
+missing or unreachable -> ``PackNotFoundError``, anything that does not verify ->
+``PackIntegrityError``. The pack is assembled in a staging directory and appears
+at ``dest`` only when complete.
+
+``OrasRegistry`` uses oras-py's transport and token flow but reads credentials
+only from the runner's credentials file (never ``~/.docker/config.json``,
+``$DOCKER_CONFIG``, credential helpers or ``~/.netrc``), and replaces oras-py's
+built-in retry (5 attempts, sleeping 2+3**n s, auth failures included) with a
+short one that never retries an auth failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+import oras.auth
+import oras.logger
+import oras.provider
+import requests
+import requests.adapters
+import structlog
+from requests.models import PreparedRequest
+
+from aicr_runner.archive import safe_extract_all
+from aicr_runner.config import PackSettings
+from aicr_runner.errors import (
+    ConfigError,
+    PackAuthError,
+    PackError,
+    PackIntegrityError,
+    PackNotFoundError,
+    RunnerError,
+)
+from aicr_runner.logs import register_dockerconfig_secrets, register_secret
+
+__all__ = [
+    "OrasRegistry",
+    "PackLayer",
+    "PackReference",
+    "Placement",
+    "PulledPack",
+    "Registry",
+    "load_registry_credential",
+    "pull_pack",
+]
+
+ANNOTATION_TITLE = "org.opencontainers.image.title"
+ANNOTATION_UNPACK = "io.deis.oras.content.unpack"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+INDEX_MEDIA_TYPES = frozenset(
+    {"application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json"}
+)
+TAR_GZIP_MEDIA_TYPES = frozenset(
+    {"application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip"}
+)
+#: Indexes are accepted on the wire only so they can be reported clearly.
+ACCEPTED_MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST, *sorted(INDEX_MEDIA_TYPES))
+
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_LAYERS = 256
+#: Packs are YAML; these bounds only stop a hostile registry from filling the disk.
+MAX_PACK_BLOB_BYTES = 256 * 1024 * 1024
+MAX_PACK_UNPACKED_BYTES = 1024 * 1024 * 1024
+MAX_PACK_MEMBERS = 50_000
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_REPOSITORY = re.compile(
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?$|^\[[0-9A-Fa-f:]+\](?::[0-9]+)?$")
+_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+_CHUNK_BYTES = 1 << 20
+
+log = structlog.get_logger()
+
+
+# --- references ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PackReference:
+    """``host[:port]/repo[:tag][@sha256:...]``; the host is always explicit."""
+
+    registry: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, ref: str) -> PackReference:
+        def bad(why: str) -> ConfigError:
+            return ConfigError([f"AICR_RUNNER_PACK__REF={ref!r}: {why}"])
+
+        host, slash, rest = ref.partition("/")
+        if not slash or not _HOST.match(host):
+            raise bad("must start with a registry host such as ghcr.io or 127.0.0.1:5000")
+        rest, at, digest = rest.partition("@")
+        if at and not _DIGEST.match(digest):
+            raise bad("a digest must be sha256:<64 lowercase hex characters>")
+        repository, colon, tag = rest.rpartition(":") if ":" in rest else (rest, "", "")
+        if colon and not _TAG.match(tag):
+            raise bad(f"{tag!r} is not a valid tag")
+        if not _REPOSITORY.match(repository):
+            raise bad(f"{repository!r} is not a valid repository name (lowercase path components)")
+        return cls(host, repository, tag or None, digest or None)
+
+    @property
+    def reference(self) -> str:
+        """What the manifest URL names: the digest when pinned, else the tag."""
+        return self.digest or self.tag or "latest"
+
+
+# --- the registry interface ------------------------------------------------------------
+
+
+class Registry(Protocol):
+    def get_manifest(self, ref: str) -> tuple[dict[str, Any], str]:
+        """The manifest and the sha256 digest of the bytes it came in."""
+        ...
+
+    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
+        """Write the blob's bytes to ``dest`` (unverified; ``pull_pack`` verifies)."""
+        ...
+
+
+class Placement(StrEnum):
+    DIRECTORY = "directory"
+    FILE = "file"
+    #: A layer without a title: the Go oras CLI skips those on pull, and so do we.
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class PackLayer:
+    digest: str
+    size: int
+    media_type: str
+    title: str
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class PulledPack:
+    path: Path
+    ref: str
+    manifest_digest: str
+    layers: tuple[PackLayer, ...]
+
+
+# --- pulling -------------------------------------------------------------------------------
+
+
+def pull_pack(settings: PackSettings, dest: Path, registry: Registry | None = None) -> PulledPack:
+    """Pull ``settings.ref`` into ``dest`` (absent or empty), verifying everything."""
+    if not settings.ref:
+        raise ValueError("pull_pack needs a pack reference")
+    ref = PackReference.parse(settings.ref)
+    where = f"pack {settings.ref} (registry {ref.registry})"
+    if registry is None:
+        registry = OrasRegistry(settings)
+
+    manifest, manifest_digest = registry.get_manifest(settings.ref)
+    if ref.digest and manifest_digest != ref.digest:
+        raise PackIntegrityError(
+            f"{where}: manifest digest {manifest_digest} does not match the pinned {ref.digest}"
+        )
+    layers = _layers(manifest, where)
+
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise RunnerError(f"{where}: destination {dest} exists and is not an empty directory")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        assembler = _Assembler(registry, settings.ref, where, staging)
+        placed = tuple(assembler.place(layer) for layer in layers)
+        _require_registry_yaml(assembler.content, settings.ref, ref.registry)
+        _publish(assembler.content, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    log.info(
+        "pack pulled",
+        ref=settings.ref,
+        manifest_digest=manifest_digest,
+        layers=len(placed),
+        pinned=ref.digest is not None,
+    )
+    return PulledPack(path=dest, ref=settings.ref, manifest_digest=manifest_digest, layers=placed)
+
+
+@dataclass(frozen=True)
+class _Descriptor:
+    digest: str
+    size: int
+    media_type: str
+    annotations: Mapping[str, str]
+
+
+def _layers(manifest: Mapping[str, Any], where: str) -> list[_Descriptor]:
+    media_type = manifest.get("mediaType")
+    if media_type in INDEX_MEDIA_TYPES or "manifests" in manifest:
+        raise PackIntegrityError(
+            f"{where} is an image index, not a single artifact; push the pack with `oras push` "
+            "or reference one of its manifests by digest"
+        )
+    if manifest.get("schemaVersion") != 2 or media_type not in (None, OCI_MANIFEST, DOCKER_MANIFEST):
+        raise PackIntegrityError(f"{where}: unsupported manifest (mediaType {media_type!r})")
+    raw_layers = manifest.get("layers")
+    if not isinstance(raw_layers, list) or not raw_layers:
+        raise PackIntegrityError(f"{where}: the manifest lists no layers")
+    if len(raw_layers) > MAX_LAYERS:
+        raise PackIntegrityError(f"{where}: {len(raw_layers)} layers, over the limit of {MAX_LAYERS}")
+    layers: list[_Descriptor] = []
+    for index, raw in enumerate(raw_layers):
+        if not isinstance(raw, dict):
+            raise PackIntegrityError(f"{where}: layer {index} is not a descriptor")
+        digest, size, layer_type = raw.get("digest"), raw.get("size"), raw.get("mediaType")
+        annotations = raw.get("annotations") or {}
+        if not isinstance(digest, str) or not _DIGEST.match(digest):
+            raise PackIntegrityError(f"{where}: layer {index} digest {digest!r} is not sha256:<64 hex>")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise PackIntegrityError(f"{where}: layer {index} size {size!r} is not a byte count")
+        if not isinstance(layer_type, str) or not isinstance(annotations, dict):
+            raise PackIntegrityError(f"{where}: layer {index} has a malformed mediaType or annotations")
+        layers.append(_Descriptor(digest, size, layer_type, {str(k): str(v) for k, v in annotations.items()}))
+    total = sum(layer.size for layer in layers)
+    if total > MAX_PACK_BLOB_BYTES:
+        raise PackIntegrityError(
+            f"{where}: layers total {total} bytes, over the limit of {MAX_PACK_BLOB_BYTES}"
+        )
+    return layers
+
+
+class _Assembler:
+    """Fetches, verifies and places layers into ``staging/pack``."""
+
+    def __init__(self, registry: Registry, ref: str, where: str, staging: Path) -> None:
+        self._registry = registry
+        self._ref = ref
+        self._where = where
+        self._blobs = staging / "blobs"
+        self._blobs.mkdir()
+        self.content = staging / "pack"
+        self.content.mkdir()
+
+    def place(self, layer: _Descriptor) -> PackLayer:
+        title = layer.annotations.get(ANNOTATION_TITLE, "")
+        unpack = layer.annotations.get(ANNOTATION_UNPACK, "").lower() == "true"
+        is_directory = unpack or (layer.media_type in TAR_GZIP_MEDIA_TYPES and bool(title))
+        # Checked before the download: a hostile title fails without fetching anything.
+        relative = _safe_title(title, self._where) if title else None
+        if not is_directory and relative is None:
+            log.warning("pack layer without a title skipped", ref=self._ref, digest=layer.digest)
+            return PackLayer(layer.digest, layer.size, layer.media_type, "", Placement.SKIPPED)
+        blob = self._verified_blob(layer, title)
+        if not is_directory and relative is not None:
+            _place_file(blob, self.content, relative, self._where)
+            return PackLayer(layer.digest, layer.size, layer.media_type, title, Placement.FILE)
+        safe_extract_all(
+            blob,
+            self.content,
+            max_total_bytes=MAX_PACK_UNPACKED_BYTES - _unpacked_bytes(self.content),
+            max_members=MAX_PACK_MEMBERS,
+            # The Go oras CLI tars a pushed directory under its own name and refuses
+            # members outside it on pull; so do we.
+            root=relative.as_posix() if unpack and relative else None,
+            error_type=PackIntegrityError,
+        )
+        return PackLayer(layer.digest, layer.size, layer.media_type, title, Placement.DIRECTORY)
+
+    def _verified_blob(self, layer: _Descriptor, title: str) -> Path:
+        blob = self._blobs / layer.digest.removeprefix("sha256:")
+        if blob.exists():  # the same content under two titles: fetched and verified once
+            return blob
+        partial = blob.with_suffix(".partial")
+        self._registry.fetch_blob(self._ref, layer.digest, partial)
+        name = f"layer {title or layer.digest}"
+        actual_size = partial.stat().st_size
+        if actual_size != layer.size:
+            raise PackIntegrityError(
+                f"{self._where}: {name} is {actual_size} bytes, the manifest says {layer.size} "
+                f"({layer.digest})"
+            )
+        actual = "sha256:" + _sha256_file(partial)
+        if actual != layer.digest:
+            raise PackIntegrityError(
+                f"{self._where}: {name} digest mismatch: expected {layer.digest}, got {actual}"
+            )
+        partial.replace(blob)
+        return blob
+
+
+def _safe_title(title: str, where: str) -> PurePosixPath:
+    """A layer title as a relative path that stays inside the pack."""
+    parts = [part for part in PurePosixPath(title).parts if part not in ("", ".")]
+    if not parts or title.startswith("/") or "\\" in title or "\x00" in title or ".." in parts:
+        raise PackIntegrityError(f"{where}: layer title {title!r} is not a safe relative path")
+    return PurePosixPath(*parts)
+
+
+def _place_file(blob: Path, content: Path, relative: PurePosixPath, where: str) -> None:
+    target = content.joinpath(*relative.parts)
+    # No link can exist under content (extraction refuses links), but an earlier
+    # layer may have put a file where this path needs a directory, or vice versa.
+    for parent in reversed(target.relative_to(content).parents):
+        node = content / parent
+        if node.is_symlink() or (node.exists() and not node.is_dir()):
+            raise PackIntegrityError(f"{where}: layer {relative} conflicts with {parent} from another layer")
+    if target.exists() or target.is_symlink():
+        raise PackIntegrityError(f"{where}: two layers both provide {relative}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(blob, target)
+    target.chmod(0o644)
+
+
+def _require_registry_yaml(content: Path, ref: str, host: str) -> None:
+    registry_yaml = content / "registry.yaml"
+    if registry_yaml.is_file() and not registry_yaml.is_symlink():
+        return
+    nested = sorted(str(p.relative_to(content)) for p in content.glob("*/registry.yaml"))
+    hint = (
+        f"; found {nested[0]} instead: push from inside the pack directory, e.g. "
+        "`oras push <ref> registry.yaml overlays/`"
+        if nested
+        else ""
+    )
+    raise PackIntegrityError(
+        f"pack {ref} has no registry.yaml; aicr requires it even as a stub (registry {host}){hint}"
+    )
+
+
+def _publish(content: Path, dest: Path) -> None:
+    if not dest.exists():
+        content.replace(dest)
+        return
+    # dest is an empty directory (possibly a mount point): move entries into it.
+    for entry in content.iterdir():
+        shutil.move(str(entry), dest / entry.name)
+
+
+def _unpacked_bytes(content: Path) -> int:
+    return sum(path.stat().st_size for path in content.rglob("*") if path.is_file())
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- credentials -------------------------------------------------------------------------
+
+
+def _host_aliases(host: str) -> set[str]:
+    host = host.lower()
+    aliases = {host}
+    if host.startswith("localhost"):
+        aliases.add(host.replace("localhost", "127.0.0.1", 1))
+    elif host.startswith("127.0.0.1"):
+        aliases.add(host.replace("127.0.0.1", "localhost", 1))
+    docker_hub = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+    if host in docker_hub:
+        aliases |= docker_hub
+    return aliases
+
+
+def _config_key_host(key: str) -> str:
+    """``https://index.docker.io/v1/`` -> ``index.docker.io``; ``host:5000`` stays."""
+    key = key.strip()
+    if "://" in key:
+        key = key.split("://", 1)[1]
+    return key.split("/", 1)[0].lower()
+
+
+def load_registry_credential(path: Path, host: str) -> str:
+    """The base64 ``user:password`` for ``host`` from a dockerconfigjson file.
+
+    Only inline ``auth`` or ``username``/``password`` entries count: credential
+    helpers are not available in the pod. No usable entry for ``host`` is an error,
+    never an anonymous pull.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PackAuthError(
+            f"registry {host}: cannot read the credentials file {path}: {exc.strerror or exc}"
+        ) from exc
+    register_dockerconfig_secrets(raw)
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:
+        raise PackAuthError(f"registry {host}: credentials file {path} is not valid JSON") from exc
+    auths = document.get("auths") if isinstance(document, dict) else None
+    if not isinstance(auths, dict):
+        raise PackAuthError(f"registry {host}: credentials file {path} has no 'auths' object")
+    wanted = _host_aliases(host)
+    entry = next((v for k, v in auths.items() if _config_key_host(str(k)) in wanted), None)
+    if entry is None:
+        known = ", ".join(sorted(_config_key_host(str(k)) for k in auths)) or "none"
+        raise PackAuthError(
+            f"registry {host}: credentials file {path} has no entry for this registry (entries: {known}); "
+            "refusing to pull anonymously"
+        )
+    return _entry_credential(entry, host, path)
+
+
+def _entry_credential(entry: Any, host: str, path: Path) -> str:
+    if isinstance(entry, dict) and isinstance(entry.get("auth"), str) and entry["auth"]:
+        try:
+            decoded = base64.b64decode(entry["auth"], validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise PackAuthError(f"registry {host}: the 'auth' entry in {path} is not base64") from exc
+        if ":" not in decoded:
+            raise PackAuthError(f"registry {host}: the 'auth' entry in {path} is not base64 of user:password")
+        return str(entry["auth"])
+    if isinstance(entry, dict) and entry.get("username") and entry.get("password"):
+        encoded = base64.b64encode(f"{entry['username']}:{entry['password']}".encode()).decode()
+        register_secret(encoded)
+        return encoded
+    raise PackAuthError(
+        f"registry {host}: the entry in {path} has neither 'auth' nor 'username'/'password' "
+        "(identity tokens and credential helpers are not supported)"
+    )
+
+
+# --- oras-py -------------------------------------------------------------------------------
+
+
+def route_oras_logging() -> None:
+    """Send oras-py's logger through stdlib logging (and so through ``logs``)."""
+    for name in ("oras", oras.logger.logger.logger.name):
+        stdlib_logger = logging.getLogger(name)
+        for handler in list(stdlib_logger.handlers):
+            # oras.logger.setup_logger() installs a colouring console handler.
+            if isinstance(handler, oras.logger.ColorizingStreamHandler):
+                stdlib_logger.removeHandler(handler)
+        stdlib_logger.propagate = True
+
+
+class _KeepRequestAuth(requests.auth.AuthBase):
+    """A no-op session auth: its presence stops requests from reading ~/.netrc."""
+
+    def __call__(self, request: PreparedRequest) -> PreparedRequest:
+        return request
+
+
+class _TimeoutAdapter(requests.adapters.HTTPAdapter):
+    """oras-py passes no timeout; a silent registry must not hang the Job."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self._timeout = timeout
+
+    def send(  # noqa: PLR0917 - the signature is HTTPAdapter.send's
+        self,
+        request: PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+        verify: bool | str = True,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        return super().send(request, stream, timeout or self._timeout, verify, cert, proxies)
+
+
+class _ChallengeAuth(oras.auth.TokenAuth):  # type: ignore[misc]
+    """oras-py's token flow, plus Basic challenges, with no config-file discovery."""
+
+    def __init__(self, basic_credential: str | None) -> None:
+        super().__init__()
+        if basic_credential:
+            # TokenAuth tries an anonymous token only when this attribute is absent.
+            self._basic_auth = basic_credential
+
+    def load_configs(self, container: Any, configs: list[str] | None = None) -> None:
+        # oras-py would merge ~/.docker/config.json (and run credential helpers);
+        # the runner's credentials file is the only source.
+        return None
+
+    def authenticate_request(
+        self, original: requests.Response, headers: dict[str, str] | None, refresh: bool = False
+    ) -> tuple[dict[str, str], bool]:
+        challenge = original.headers.get("Www-Authenticate", "")
+        if challenge.split(" ", 1)[0].lower() == "basic":
+            result = dict(headers or {})
+            basic = getattr(self, "_basic_auth", None)
+            if basic:
+                result["Authorization"] = f"Basic {basic}"
+            return result, True
+        result, _ = super().authenticate_request(original, headers, refresh)
+        # Always re-send: a second 401/403 is then reported by status, instead of
+        # oras-py raising a ValueError that its retry loop would retry for minutes.
+        return dict(result or {}), True
+
+
+#: oras-py's do_request without its @retry decorator (2+3**n s sleeps, 5 attempts).
+_UNRETRIED_DO_REQUEST: Callable[..., requests.Response] = getattr(
+    oras.provider.Registry.do_request, "__wrapped__", oras.provider.Registry.do_request
+)
+
+
+class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
+    def __init__(
+        self,
+        host: str,
+        *,
+        plain_http: bool,
+        verify_tls: bool,
+        basic_credential: str | None,
+        attempts: int,
+        backoff_seconds: float,
+        sleep: Callable[[float], None],
+        timeout_seconds: float,
+    ) -> None:
+        super().__init__(hostname=host, insecure=plain_http, tls_verify=verify_tls, auth_backend="token")
+        adapter = _TimeoutAdapter(timeout_seconds)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.auth = _KeepRequestAuth()
+        auth = _ChallengeAuth(basic_credential)
+        auth.session = self.session
+        auth.prefix = self.prefix
+        auth._tls_verify = verify_tls
+        self.auth = auth
+        self._attempts = attempts
+        self._backoff_seconds = backoff_seconds
+        self._sleep = sleep
+
+    def do_request(  # noqa: PLR0917 - the signature is oras-py's
+        self,
+        url: str,
+        method: str = "GET",
+        data: dict[str, Any] | bytes | None = None,
+        headers: dict[str, str] | None = None,
+        json: dict[str, Any] | None = None,
+        stream: bool = False,
+    ) -> requests.Response:
+        for attempt in range(1, self._attempts + 1):
+            last = attempt == self._attempts
+            try:
+                response = _UNRETRIED_DO_REQUEST(
+                    self, url, method, data, headers=dict(headers or {}), json=json, stream=stream
+                )
+            except requests.exceptions.SSLError:
+                raise  # a certificate problem does not heal by waiting
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if last:
+                    raise
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                if last or response.status_code not in _RETRYABLE_STATUS:
+                    return response
+                response.close()
+                reason = f"HTTP {response.status_code}"
+            wait = self._backoff_seconds * 2 ** (attempt - 1)
+            log.warning(
+                "pack registry retry",
+                attempt=attempt,
+                max_attempts=self._attempts,
+                url=url,
+                reason=reason,
+                wait=wait,
+            )
+            self._sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+class OrasRegistry:
+    """``Registry`` on oras-py for the one registry host of ``settings.ref``."""
+
+    def __init__(
+        self,
+        settings: PackSettings,
+        *,
+        attempts: int = 3,
+        backoff_seconds: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+        timeout_seconds: float = 60.0,
+        max_blob_bytes: int = MAX_PACK_BLOB_BYTES,
+    ) -> None:
+        self._ref = PackReference.parse(settings.ref)
+        self._credentials_file = Path(settings.credentials_file) if settings.credentials_file else None
+        credential = (
+            load_registry_credential(self._credentials_file, self._ref.registry)
+            if self._credentials_file
+            else None
+        )
+        route_oras_logging()
+        self._attempts = attempts
+        self._max_blob_bytes = max_blob_bytes
+        self._provider = _OrasProvider(
+            self._ref.registry,
+            plain_http=settings.plain_http,
+            verify_tls=not settings.insecure_tls,
+            basic_credential=credential,
+            attempts=attempts,
+            backoff_seconds=backoff_seconds,
+            sleep=sleep,
+            timeout_seconds=timeout_seconds,
+        )
+        self._scheme = "http" if settings.plain_http else "https"
+
+    def get_manifest(self, ref: str) -> tuple[dict[str, Any], str]:
+        parsed = self._same_registry(ref)
+        url = f"{self._scheme}://{parsed.registry}/v2/{parsed.repository}/manifests/{parsed.reference}"
+        with self._get(url, ref, "manifest", {"Accept": ", ".join(ACCEPTED_MANIFEST_TYPES)}) as response:
+            raw = self._read_capped(response, ref, "manifest", MAX_MANIFEST_BYTES)
+        where = self._where(ref)
+        try:
+            manifest = json.loads(raw)
+        except ValueError as exc:
+            raise PackIntegrityError(f"{where}: the manifest is not JSON") from exc
+        if not isinstance(manifest, dict):
+            raise PackIntegrityError(f"{where}: the manifest is not a JSON object")
+        return manifest, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
+        parsed = self._same_registry(ref)
+        url = f"{self._scheme}://{parsed.registry}/v2/{parsed.repository}/blobs/{digest}"
+        with self._get(url, ref, f"blob {digest}", {}) as response:
+            received = 0
+            with dest.open("wb") as out:
+                for chunk in self._chunks(response, ref, f"blob {digest}"):
+                    received += len(chunk)
+                    if received > self._max_blob_bytes:
+                        raise PackIntegrityError(
+                            f"{self._where(ref)}: blob {digest} exceeds {self._max_blob_bytes} bytes"
+                        )
+                    out.write(chunk)
+
+    # -- helpers --
+
+    def _where(self, ref: str) -> str:
+        return f"pack {ref} (registry {self._ref.registry})"
+
+    def _same_registry(self, ref: str) -> PackReference:
+        parsed = PackReference.parse(ref)
+        if parsed.registry != self._ref.registry:
+            raise ValueError(f"this OrasRegistry serves {self._ref.registry}, not {parsed.registry}")
+        return parsed
+
+    def _credential_note(self) -> str:
+        if self._credentials_file is None:
+            return "no credential was given (set AICR_RUNNER_PACK__CREDENTIALS_FILE for a private pack)"
+        return f"the credential from {self._credentials_file} was rejected"
+
+    def _get(self, url: str, ref: str, what: str, headers: dict[str, str]) -> requests.Response:
+        where = self._where(ref)
+        host = self._ref.registry
+        try:
+            response = self._provider.do_request(url, "GET", headers=headers, stream=True)
+        except requests.exceptions.SSLError as exc:
+            raise PackNotFoundError(
+                f"{where}: TLS failure talking to registry {host} ({_short(exc)}); not retried. A plain-HTTP "
+                "registry needs AICR_RUNNER_PACK__PLAIN_HTTP=true; a private CA must be trusted by the image "
+                "(AICR_RUNNER_PACK__INSECURE_TLS=true skips verification, for lab registries only)"
+            ) from exc
+        except requests.ConnectionError as exc:
+            raise PackNotFoundError(
+                f"{where}: registry {host} is unreachable after {self._attempts} attempt(s) ({_short(exc)})"
+            ) from exc
+        except requests.Timeout as exc:
+            raise PackNotFoundError(
+                f"{where}: registry {host} timed out after {self._attempts} attempt(s) ({_short(exc)})"
+            ) from exc
+        except requests.RequestException as exc:
+            raise PackError(f"{where}: request to registry {host} failed ({_short(exc)})") from exc
+        status = response.status_code
+        if status == 200:
+            return response
+        code = _registry_error_code(response)
+        response.close()
+        detail = f"HTTP {status}{f' {code}' if code else ''}"
+        if status in (401, 403):
+            raise PackAuthError(
+                f"{where}: registry {host} refused the {what} ({detail}); {self._credential_note()}"
+            )
+        if status == 404:
+            raise PackNotFoundError(f"{where}: {what} not found on registry {host} ({detail})")
+        raise PackError(f"{where}: registry {host} answered {detail} for the {what}")
+
+    def _chunks(self, response: requests.Response, ref: str, what: str) -> Iterator[bytes]:
+        try:
+            yield from response.iter_content(_CHUNK_BYTES)
+        except requests.RequestException as exc:
+            raise PackNotFoundError(
+                f"{self._where(ref)}: the {what} download from registry {self._ref.registry} broke off "
+                f"({_short(exc)})"
+            ) from exc
+
+    def _read_capped(self, response: requests.Response, ref: str, what: str, limit: int) -> bytes:
+        buffer = bytearray()
+        for chunk in self._chunks(response, ref, what):
+            buffer += chunk
+            if len(buffer) > limit:
+                raise PackIntegrityError(f"{self._where(ref)}: the {what} exceeds {limit} bytes")
+        return bytes(buffer)
+
+
+def _registry_error_code(response: requests.Response) -> str:
+    """The distribution error code (MANIFEST_UNKNOWN, UNAUTHORIZED, ...) if the body has one."""
+    try:
+        body = next(response.iter_content(64 * 1024), b"")
+        errors = json.loads(body).get("errors") or []
+        return str(errors[0].get("code", "")) if errors else ""
+    except (ValueError, AttributeError, TypeError, IndexError, requests.RequestException):
+        return ""
+
+
+_ROOT_CAUSE = re.compile(r"\[SSL: [A-Z_]+\][^(]*|\[Errno -?\d+\][^'\")]*|timed out|Read timed out")
+
+
+def _short(exc: BaseException) -> str:
+    """The useful part of a requests/urllib3 error (they nest "Max retries exceeded" wrappers)."""
+    text = str(exc)
+    match = _ROOT_CAUSE.search(text)
+    if match:
+        return match.group(0).strip()
+    return text if len(text) <= 300 else text[:297] + "..."
