@@ -1,0 +1,861 @@
+"""pull_pack against a fake Registry (verification and placement), and OrasRegistry
+against a small in-process OCI registry on loopback (auth flows, retries, and the
+credential sources it must ignore)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import logging
+import re
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import oras.logger
+import oras.provider
+import pytest
+
+from aicr_runner import pack
+from aicr_runner.config import PackSettings
+from aicr_runner.errors import (
+    ConfigError,
+    ExitCode,
+    PackAuthError,
+    PackError,
+    PackIntegrityError,
+    PackNotFoundError,
+    RunnerError,
+)
+from aicr_runner.logs import secrets_snapshot
+from aicr_runner.pack import (
+    OCI_MANIFEST,
+    OrasRegistry,
+    PackLayer,
+    PackReference,
+    Placement,
+    load_registry_credential,
+    pull_pack,
+)
+
+REF = "registry.example.test/acme/pack:1.0"
+HOST = "registry.example.test"
+FILE_TYPE = "application/vnd.oci.image.layer.v1.tar"
+DIR_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+REGISTRY_YAML = b"apiVersion: aicr.run/v1beta1\nkind: ComponentRegistry\ncomponents: []\n"
+OVERLAY = b"apiVersion: aicr.run/v1beta1\nkind: RecipeMetadata\nmetadata: {name: acme}\n"
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Layer:
+    data: bytes
+    descriptor: dict[str, Any]
+
+
+def file_layer(title: str | None, data: bytes, media_type: str = FILE_TYPE) -> Layer:
+    annotations = {"org.opencontainers.image.title": title} if title is not None else {}
+    return Layer(
+        data,
+        {"mediaType": media_type, "digest": digest_of(data), "size": len(data), "annotations": annotations},
+    )
+
+
+def tar_gz(entries: list[tarfile.TarInfo | tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for entry in entries:
+            if isinstance(entry, tarfile.TarInfo):
+                tar.addfile(entry)
+                continue
+            name, data = entry
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def tar_dir(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    info.mode = 0o755
+    return info
+
+
+def dir_layer(
+    title: str, entries: list[tarfile.TarInfo | tuple[str, bytes]], *, unpack: bool = True
+) -> Layer:
+    """A directory layer shaped like the Go oras CLI's: tar+gzip, named after the directory."""
+    data = tar_gz(entries)
+    annotations = {"org.opencontainers.image.title": title}
+    if unpack:
+        annotations["io.deis.oras.content.unpack"] = "true"
+    return Layer(
+        data,
+        {"mediaType": DIR_TYPE, "digest": digest_of(data), "size": len(data), "annotations": annotations},
+    )
+
+
+def overlays_layer() -> Layer:
+    return dir_layer(
+        "overlays",
+        [
+            tar_dir("overlays"),
+            ("overlays/acme.yaml", OVERLAY),
+            tar_dir("overlays/sub"),
+            ("overlays/sub/more.yaml", b"x: 1\n"),
+        ],
+    )
+
+
+def manifest_for(layers: list[Layer]) -> dict[str, Any]:
+    return {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": "application/vnd.unknown.artifact.v1",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest_of(b"{}"), "size": 2},
+        "layers": [layer.descriptor for layer in layers],
+    }
+
+
+@dataclass
+class FakeRegistry:
+    """Serves one manifest; ``served`` overrides what a blob download returns."""
+
+    layers: list[Layer]
+    manifest: dict[str, Any] = field(default_factory=dict)
+    served: dict[str, bytes] = field(default_factory=dict)
+    fetched: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.manifest = self.manifest or manifest_for(self.layers)
+
+    @property
+    def raw_manifest(self) -> bytes:
+        return json.dumps(self.manifest).encode()
+
+    def get_manifest(self, ref: str) -> tuple[dict[str, Any], str]:
+        return self.manifest, digest_of(self.raw_manifest)
+
+    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
+        self.fetched.append(digest)
+        blobs = {layer.descriptor["digest"]: layer.data for layer in self.layers}
+        dest.write_bytes(self.served.get(digest, blobs[digest]))
+
+
+def pull(tmp_path: Path, registry: FakeRegistry, ref: str = REF) -> pack.PulledPack:
+    return pull_pack(PackSettings(ref=ref), tmp_path / "work" / "pack", registry)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# --- pull_pack: the good path -------------------------------------------------------------
+
+
+def test_go_oras_layout_pulls_into_place(tmp_path: Path) -> None:
+    registry_yaml = file_layer("registry.yaml", REGISTRY_YAML)
+    overlays = overlays_layer()
+    registry = FakeRegistry([registry_yaml, overlays])
+
+    pulled = pull(tmp_path, registry)
+
+    dest = tmp_path / "work" / "pack"
+    assert pulled.path == dest
+    assert pulled.ref == REF
+    assert pulled.manifest_digest == digest_of(registry.raw_manifest)
+    assert pulled.layers == (
+        PackLayer(
+            registry_yaml.descriptor["digest"], len(REGISTRY_YAML), FILE_TYPE, "registry.yaml", Placement.FILE
+        ),
+        PackLayer(
+            overlays.descriptor["digest"], len(overlays.data), DIR_TYPE, "overlays", Placement.DIRECTORY
+        ),
+    )
+    assert tree(dest) == {
+        "overlays/acme.yaml": OVERLAY,
+        "overlays/sub/more.yaml": b"x: 1\n",
+        "registry.yaml": REGISTRY_YAML,
+    }
+    # staging and blob copies are gone; only the pack is left
+    assert [p.name for p in (tmp_path / "work").iterdir()] == ["pack"]
+
+
+def test_a_pack_tarball_layer_unpacks_at_the_pack_root(tmp_path: Path) -> None:
+    tarball = dir_layer(
+        "acme-pack.tar.gz",
+        [("registry.yaml", REGISTRY_YAML), tar_dir("overlays"), ("overlays/acme.yaml", OVERLAY)],
+        unpack=False,
+    )
+
+    pulled = pull(tmp_path, FakeRegistry([tarball]))
+
+    assert tree(pulled.path) == {"overlays/acme.yaml": OVERLAY, "registry.yaml": REGISTRY_YAML}
+    assert pulled.layers[0].placement is Placement.DIRECTORY
+
+
+def test_titles_with_subdirectories_become_nested_files(tmp_path: Path) -> None:
+    pulled = pull(
+        tmp_path,
+        FakeRegistry(
+            [file_layer("registry.yaml", REGISTRY_YAML), file_layer("./overlays/acme.yaml", OVERLAY)]
+        ),
+    )
+    assert tree(pulled.path) == {"overlays/acme.yaml": OVERLAY, "registry.yaml": REGISTRY_YAML}
+
+
+def test_same_content_under_two_titles_is_fetched_once(tmp_path: Path) -> None:
+    registry = FakeRegistry(
+        [file_layer("registry.yaml", REGISTRY_YAML), file_layer("copy.yaml", REGISTRY_YAML)]
+    )
+
+    pulled = pull(tmp_path, registry)
+
+    assert registry.fetched == [digest_of(REGISTRY_YAML)]
+    assert tree(pulled.path) == {"copy.yaml": REGISTRY_YAML, "registry.yaml": REGISTRY_YAML}
+
+
+def test_untitled_plain_layers_are_skipped_like_the_go_cli_does(tmp_path: Path) -> None:
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML), file_layer(None, b"orphan")])
+
+    pulled = pull(tmp_path, registry)
+
+    assert [layer.placement for layer in pulled.layers] == [Placement.FILE, Placement.SKIPPED]
+    assert registry.fetched == [digest_of(REGISTRY_YAML)]
+    assert tree(pulled.path) == {"registry.yaml": REGISTRY_YAML}
+
+
+def test_an_existing_empty_destination_is_filled(tmp_path: Path) -> None:
+    dest = tmp_path / "work" / "pack"
+    dest.mkdir(parents=True)
+    pulled = pull_pack(
+        PackSettings(ref=REF), dest, FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)])
+    )
+    assert tree(pulled.path) == {"registry.yaml": REGISTRY_YAML}
+
+
+def test_a_non_empty_destination_is_refused(tmp_path: Path) -> None:
+    dest = tmp_path / "work" / "pack"
+    dest.mkdir(parents=True)
+    (dest / "stale.yaml").write_text("old")
+    with pytest.raises(RunnerError, match="not an empty directory"):
+        pull_pack(PackSettings(ref=REF), dest, FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)]))
+
+
+# --- pull_pack: verification ------------------------------------------------------------------
+
+
+def assert_nothing_published(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    assert not work.exists() or list(work.iterdir()) == []
+
+
+def test_tampered_blob_is_refused(tmp_path: Path) -> None:
+    layer = file_layer("registry.yaml", REGISTRY_YAML)
+    tampered = REGISTRY_YAML.replace(b"[]", b"{}")
+    assert len(tampered) == len(REGISTRY_YAML)
+    registry = FakeRegistry([layer], served={layer.descriptor["digest"]: tampered})
+
+    with pytest.raises(PackIntegrityError) as caught:
+        pull(tmp_path, registry)
+
+    message = str(caught.value)
+    assert REF in message
+    assert HOST in message
+    assert layer.descriptor["digest"] in message
+    assert digest_of(tampered) in message
+    assert caught.value.exit_code == ExitCode.PACK_VERIFICATION_FAILED
+    assert_nothing_published(tmp_path)
+
+
+@pytest.mark.parametrize("served", [REGISTRY_YAML + b"# extra\n", REGISTRY_YAML[:-1], b""])
+def test_blob_of_the_wrong_size_is_refused(tmp_path: Path, served: bytes) -> None:
+    layer = file_layer("registry.yaml", REGISTRY_YAML)
+    registry = FakeRegistry([layer], served={layer.descriptor["digest"]: served})
+
+    with pytest.raises(
+        PackIntegrityError, match=rf"is {len(served)} bytes, the manifest says {len(REGISTRY_YAML)}"
+    ):
+        pull(tmp_path, registry)
+    assert_nothing_published(tmp_path)
+
+
+def test_manifest_digest_pin_mismatch_is_refused_before_any_blob(tmp_path: Path) -> None:
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)])
+    pin = digest_of(b"the manifest that was reviewed")
+
+    with pytest.raises(PackIntegrityError) as caught:
+        pull(tmp_path, registry, ref=f"{HOST}/acme/pack@{pin}")
+
+    assert pin in str(caught.value)
+    assert digest_of(registry.raw_manifest) in str(caught.value)
+    assert registry.fetched == []
+
+
+def test_manifest_digest_pin_match_pulls(tmp_path: Path) -> None:
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)])
+    ref = f"{HOST}/acme/pack:1.0@{digest_of(registry.raw_manifest)}"
+
+    assert pull(tmp_path, registry, ref=ref).manifest_digest == digest_of(registry.raw_manifest)
+
+
+def _symlink(name: str, target: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.SYMTYPE
+    info.linkname = target
+    return info
+
+
+@pytest.mark.parametrize(
+    ("entries", "why"),
+    [
+        ([tar_dir("overlays"), _symlink("overlays/acme.yaml", "/etc/passwd")], "symlink"),
+        ([tar_dir("overlays"), ("overlays/../../escape.yaml", b"x")], "'..'"),
+        (
+            [tar_dir("overlays"), ("registry.yaml", REGISTRY_YAML)],
+            "outside the archive's directory 'overlays'",
+        ),
+    ],
+)
+def test_unsafe_directory_layers_are_refused(tmp_path: Path, entries: list[Any], why: str) -> None:
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML), dir_layer("overlays", entries)])
+
+    with pytest.raises(PackIntegrityError, match=why) as caught:
+        pull(tmp_path, registry)
+
+    assert caught.value.exit_code == ExitCode.PACK_VERIFICATION_FAILED
+    assert not (tmp_path / "escape.yaml").exists()
+    assert_nothing_published(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "title",
+    ["../evil.yaml", "overlays/../../evil.yaml", "/etc/cron.d/evil", "..", "a\\..\\evil.yaml", "."],
+)
+def test_hostile_titles_fail_before_download(tmp_path: Path, title: str) -> None:
+    evil = file_layer(title, b"* * * * * root sh\n")
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML), evil])
+
+    with pytest.raises(PackIntegrityError, match="not a safe relative path"):
+        pull(tmp_path, registry)
+
+    assert evil.descriptor["digest"] not in registry.fetched
+    assert not (tmp_path / "work" / "evil.yaml").exists()
+    assert not (tmp_path / "evil.yaml").exists()
+
+
+def test_two_layers_for_one_path_are_refused(tmp_path: Path) -> None:
+    registry = FakeRegistry(
+        [file_layer("registry.yaml", REGISTRY_YAML), file_layer("registry.yaml", b"other\n")]
+    )
+    with pytest.raises(PackIntegrityError, match=r"two layers both provide registry\.yaml"):
+        pull(tmp_path, registry)
+
+
+def test_a_file_layer_cannot_shadow_a_directory_layer(tmp_path: Path) -> None:
+    registry = FakeRegistry(
+        [
+            file_layer("registry.yaml", REGISTRY_YAML),
+            overlays_layer(),
+            file_layer("overlays/acme.yaml", b"shadow\n"),
+        ]
+    )
+    with pytest.raises(PackIntegrityError, match=r"two layers both provide overlays/acme\.yaml"):
+        pull(tmp_path, registry)
+
+
+def test_a_directory_layer_cannot_overwrite_a_file_layer(tmp_path: Path) -> None:
+    registry = FakeRegistry(
+        [
+            file_layer("overlays/acme.yaml", b"first\n"),
+            overlays_layer(),
+            file_layer("registry.yaml", REGISTRY_YAML),
+        ]
+    )
+    with pytest.raises(PackIntegrityError, match="would overwrite"):
+        pull(tmp_path, registry)
+
+
+def test_missing_registry_yaml_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PackIntegrityError) as caught:
+        pull(tmp_path, FakeRegistry([overlays_layer()]))
+
+    assert str(caught.value).startswith(
+        f"pack {REF} has no registry.yaml; aicr requires it even as a stub (registry {HOST})"
+    )
+    assert_nothing_published(tmp_path)
+
+
+def test_missing_registry_yaml_hints_at_a_pack_pushed_as_one_directory(tmp_path: Path) -> None:
+    whole = dir_layer("acme-pack", [tar_dir("acme-pack"), ("acme-pack/registry.yaml", REGISTRY_YAML)])
+    with pytest.raises(PackIntegrityError, match=r"found acme-pack/registry\.yaml instead"):
+        pull(tmp_path, FakeRegistry([whole]))
+
+
+def test_registry_yaml_must_be_a_file(tmp_path: Path) -> None:
+    as_dir = dir_layer("registry.yaml", [tar_dir("registry.yaml"), ("registry.yaml/x", b"x")])
+    with pytest.raises(PackIntegrityError, match=r"has no registry\.yaml"):
+        pull(tmp_path, FakeRegistry([as_dir]))
+
+
+@pytest.mark.parametrize(
+    ("manifest", "why"),
+    [
+        (
+            {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []},
+            "image index",
+        ),
+        ({"schemaVersion": 1, "layers": []}, "unsupported manifest"),
+        ({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": []}, "lists no layers"),
+        (
+            {
+                "schemaVersion": 2,
+                "layers": [{"mediaType": FILE_TYPE, "digest": "sha512:" + "a" * 128, "size": 1}],
+            },
+            "is not sha256",
+        ),
+        (
+            {"schemaVersion": 2, "layers": [{"mediaType": FILE_TYPE, "digest": digest_of(b""), "size": -1}]},
+            "is not a byte count",
+        ),
+        (
+            {
+                "schemaVersion": 2,
+                "layers": [{"mediaType": FILE_TYPE, "digest": digest_of(b""), "size": True}],
+            },
+            "is not a byte count",
+        ),
+        ({"schemaVersion": 2, "layers": ["sha256:abc"]}, "is not a descriptor"),
+    ],
+)
+def test_malformed_manifests_are_refused(tmp_path: Path, manifest: dict[str, Any], why: str) -> None:
+    registry = FakeRegistry([], manifest=manifest)
+    with pytest.raises(PackIntegrityError, match=why):
+        pull(tmp_path, registry)
+    assert registry.fetched == []
+
+
+def test_declared_sizes_are_bounded_before_downloading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pack, "MAX_PACK_BLOB_BYTES", 10)
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)])
+    with pytest.raises(PackIntegrityError, match="over the limit of 10"):
+        pull(tmp_path, registry)
+    assert registry.fetched == []
+
+
+# --- references ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("ghcr.io/acme/pack:1.0", PackReference("ghcr.io", "acme/pack", "1.0", None)),
+        ("127.0.0.1:5000/pack", PackReference("127.0.0.1:5000", "pack", None, None)),
+        ("localhost:5000/a/b/c:v2", PackReference("localhost:5000", "a/b/c", "v2", None)),
+        (
+            f"ghcr.io/acme/pack@{digest_of(b'm')}",
+            PackReference("ghcr.io", "acme/pack", None, digest_of(b"m")),
+        ),
+        (
+            f"ghcr.io/acme/pack:1.0@{digest_of(b'm')}",
+            PackReference("ghcr.io", "acme/pack", "1.0", digest_of(b"m")),
+        ),
+    ],
+)
+def test_reference_parsing(ref: str, expected: PackReference) -> None:
+    assert PackReference.parse(ref) == expected
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "ghcr.io/Acme/pack:1",
+        "ghcr.io/acme/pack@sha256:abc",
+        "ghcr.io/acme/pack:-x",
+        "ghcr.io/acme//pack",
+        "ghcr.io/",
+        "user@host/pack",
+    ],
+)
+def test_bad_references_are_config_errors(ref: str) -> None:
+    with pytest.raises(ConfigError, match="AICR_RUNNER_PACK__REF"):
+        PackReference.parse(ref)
+
+
+# --- credentials file -----------------------------------------------------------------------
+
+
+def write_config(path: Path, auths: dict[str, Any]) -> Path:
+    path.write_text(json.dumps({"auths": auths}))
+    return path
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_credential_lookup_matches_hosts_like_docker_does(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "config.json",
+        {
+            "https://index.docker.io/v1/": {"auth": b64("hub:hubpass")},
+            "localhost:5000": {"auth": b64("local:localpass")},
+            "ghcr.io": {"username": "gh", "password": "ghpass-0123"},
+        },
+    )
+    assert load_registry_credential(config, "docker.io") == b64("hub:hubpass")
+    assert load_registry_credential(config, "127.0.0.1:5000") == b64("local:localpass")
+    assert load_registry_credential(config, "GHCR.io") == b64("gh:ghpass-0123")
+    # every form of the secret is registered for redaction
+    assert {"ghpass-0123", b64("gh:ghpass-0123"), "localpass"} <= set(secrets_snapshot())
+
+
+def test_no_entry_for_the_host_is_an_auth_error_not_an_anonymous_pull(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "config.json", {"ghcr.io": {"auth": b64("a:b")}})
+    with pytest.raises(PackAuthError) as caught:
+        load_registry_credential(config, "registry.example.test")
+    message = str(caught.value)
+    assert "registry.example.test" in message
+    assert "ghcr.io" in message
+    assert "refusing to pull anonymously" in message
+    assert caught.value.exit_code == ExitCode.PACK_AUTH_FAILED
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, "cannot read"),
+        ("{not json", "not valid JSON"),
+        ('{"credsStore": "desktop"}', "no 'auths' object"),
+        ('{"auths": {"registry.example.test": {"auth": "%%%"}}}', "not base64"),
+        ('{"auths": {"registry.example.test": {"auth": "' + b64("nocolon") + '"}}}', "user:password"),
+        (
+            '{"auths": {"registry.example.test": {}}, "credHelpers": {"registry.example.test": "ecr"}}',
+            "credential helpers are not supported",
+        ),
+        ('{"auths": {"registry.example.test": {"identitytoken": "tok"}}}', "identity tokens"),
+    ],
+)
+def test_unusable_credentials_files_are_auth_errors(tmp_path: Path, content: str | None, why: str) -> None:
+    config = tmp_path / "config.json"
+    if content is not None:
+        config.write_text(content)
+    with pytest.raises(PackAuthError, match=why) as caught:
+        load_registry_credential(config, HOST)
+    assert HOST in str(caught.value)
+
+
+def test_orasregistry_checks_the_credentials_file_up_front(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "config.json", {"ghcr.io": {"auth": b64("a:b")}})
+    with pytest.raises(PackAuthError, match=HOST):
+        OrasRegistry(PackSettings(ref=REF, credentials_file=str(config)))
+
+
+# --- OrasRegistry against an in-process registry ---------------------------------------------------
+
+
+@dataclass
+class Served:
+    """A tiny OCI distribution server: Basic or Bearer auth, scripted failures."""
+
+    user: str = "alice"
+    password: str = "correct-horse-battery"
+    auth: str = "basic"  # basic | bearer | none
+    manifests: dict[str, bytes] = field(default_factory=dict)
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    fail_with: list[int] = field(default_factory=list)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    token: str = "token-for-alice"
+    port: int = 0
+
+    def push(self, repository: str, tag: str, layers: list[Layer]) -> str:
+        for layer in layers:
+            self.blobs[layer.descriptor["digest"]] = layer.data
+        raw = json.dumps(manifest_for(layers)).encode()
+        self.manifests[f"{repository}:{tag}"] = raw
+        self.manifests[f"{repository}:{digest_of(raw)}"] = raw
+        return digest_of(raw)
+
+
+class _RegistryHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: Served
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, code: str, headers: dict[str, str] | None = None) -> None:
+        self._send(
+            status, json.dumps({"errors": [{"code": code, "message": code.lower()}]}).encode(), headers
+        )
+
+    def _authorised(self) -> bool:
+        state = self.state
+        header = self.headers.get("Authorization", "")
+        if state.auth == "none":
+            return True
+        if state.auth == "basic":
+            if header == f"Basic {b64(f'{state.user}:{state.password}')}":
+                return True
+            self._error(401, "UNAUTHORIZED", {"WWW-Authenticate": 'Basic realm="test"'})
+            return False
+        if header == f"Bearer {state.token}":
+            return True
+        realm = f"http://127.0.0.1:{state.port}/token"
+        self._error(
+            401,
+            "UNAUTHORIZED",
+            {"WWW-Authenticate": f'Bearer realm="{realm}",service="test",scope="repository:acme/pack:pull"'},
+        )
+        return False
+
+    def do_GET(self) -> None:
+        state = self.state
+        state.requests.append((self.path, self.headers.get("Authorization", "")))
+        if self.path.startswith("/token"):
+            good = self.headers.get("Authorization") == f"Basic {b64(f'{state.user}:{state.password}')}"
+            # an anonymous token is handed out, but it opens nothing
+            token = state.token if good else "anonymous"
+            if self.headers.get("Authorization") and not good:
+                self._error(401, "UNAUTHORIZED")
+                return
+            self._send(200, json.dumps({"token": token}).encode(), {"Content-Type": "application/json"})
+            return
+        if state.fail_with:
+            self._send(state.fail_with.pop(0), b"busy")
+            return
+        if not self._authorised():
+            return
+        match = re.fullmatch(r"/v2/(.+)/(manifests|blobs)/(.+)", self.path)
+        if not match:
+            self._error(404, "NAME_UNKNOWN")
+            return
+        repository, kind, reference = match.groups()
+        if kind == "manifests":
+            raw = state.manifests.get(f"{repository}:{reference}")
+            if raw is None:
+                self._error(404, "MANIFEST_UNKNOWN")
+            else:
+                self._send(200, raw, {"Content-Type": OCI_MANIFEST, "Docker-Content-Digest": digest_of(raw)})
+        elif reference in state.blobs:
+            self._send(200, state.blobs[reference], {"Content-Type": "application/octet-stream"})
+        else:
+            self._error(404, "BLOB_UNKNOWN")
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    state = Served()
+    handler = type("Handler", (_RegistryHandler,), {"state": state})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    state.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class Sleeps:
+    waits: list[float] = field(default_factory=list)
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+def local_pull(
+    tmp_path: Path,
+    served: Served,
+    *,
+    repo: str = "acme/pack",
+    tag: str = "1.0",
+    user: str | None = None,
+    password: str | None = None,
+    sleeps: Sleeps | None = None,
+) -> pack.PulledPack:
+    settings = PackSettings(ref=f"127.0.0.1:{served.port}/{repo}:{tag}", plain_http=True)
+    if user is not None:
+        config = write_config(
+            tmp_path / "pull-config.json", {f"127.0.0.1:{served.port}": {"auth": b64(f"{user}:{password}")}}
+        )
+        settings = settings.model_copy(update={"credentials_file": str(config)})
+    registry = OrasRegistry(settings, sleep=sleeps or Sleeps(), timeout_seconds=5)
+    return pull_pack(settings, tmp_path / "pulled", registry)
+
+
+def push_default(served: Served) -> str:
+    return served.push("acme/pack", "1.0", [file_layer("registry.yaml", REGISTRY_YAML), overlays_layer()])
+
+
+@pytest.mark.parametrize("auth", ["basic", "bearer"])
+def test_valid_credential_pulls_with_basic_and_bearer_challenges(
+    tmp_path: Path, served: Served, auth: str
+) -> None:
+    served.auth = auth
+    digest = push_default(served)
+
+    pulled = local_pull(tmp_path, served, user="alice", password=served.password)
+
+    assert pulled.manifest_digest == digest
+    assert tree(pulled.path)["registry.yaml"] == REGISTRY_YAML
+    assert tree(pulled.path)["overlays/acme.yaml"] == OVERLAY
+
+
+@pytest.mark.parametrize("auth", ["basic", "bearer"])
+def test_wrong_credential_is_an_auth_error_at_once(
+    tmp_path: Path, served: Served, auth: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    served.auth = auth
+    push_default(served)
+    sleeps = Sleeps()
+    caplog.set_level(logging.DEBUG)
+
+    with pytest.raises(PackAuthError) as caught:
+        local_pull(tmp_path, served, user="alice", password="wrong-password-123", sleeps=sleeps)
+
+    message = str(caught.value)
+    assert f"127.0.0.1:{served.port}" in message
+    assert "was rejected" in message
+    assert caught.value.exit_code == ExitCode.PACK_AUTH_FAILED
+    assert sleeps.waits == []  # oras-py's own retry would sleep 2+3**n seconds here
+    assert len(served.requests) <= 4
+    for secret in ("wrong-password-123", b64("alice:wrong-password-123")):
+        assert secret not in message
+        assert secret not in caplog.text
+
+
+@pytest.mark.parametrize("auth", ["basic", "bearer"])
+def test_no_credential_never_succeeds_against_a_private_registry(
+    tmp_path: Path, served: Served, auth: str
+) -> None:
+    served.auth = auth
+    push_default(served)
+    with pytest.raises(PackAuthError, match="no credential was given"):
+        local_pull(tmp_path, served)
+
+
+def test_docker_config_netrc_and_oras_env_are_never_consulted(
+    tmp_path: Path, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    push_default(served)
+    home = tmp_path / "home"
+    (home / ".docker").mkdir(parents=True)
+    good = {"auths": {f"127.0.0.1:{served.port}": {"auth": b64(f"alice:{served.password}")}}}
+    (home / ".docker" / "config.json").write_text(json.dumps(good))
+    (tmp_path / "docker-config").mkdir()
+    (tmp_path / "docker-config" / "config.json").write_text(json.dumps(good))
+    (home / ".netrc").write_text(f"machine 127.0.0.1 login alice password {served.password}\n")
+    (home / ".netrc").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
+    monkeypatch.setenv("NETRC", str(home / ".netrc"))
+    monkeypatch.setenv("ORAS_USER", "alice")
+    monkeypatch.setenv("ORAS_PASS", served.password)
+
+    with pytest.raises(PackAuthError, match="no credential was given"):
+        local_pull(tmp_path, served)
+
+    assert all(authorization == "" for _, authorization in served.requests)
+
+
+def test_anonymous_pull_of_a_public_pack_works(tmp_path: Path, served: Served) -> None:
+    served.auth = "none"
+    push_default(served)
+    assert tree(local_pull(tmp_path, served).path)["registry.yaml"] == REGISTRY_YAML
+
+
+def test_missing_tag_and_missing_blob_are_not_found(tmp_path: Path, served: Served) -> None:
+    push_default(served)
+    with pytest.raises(PackNotFoundError, match="MANIFEST_UNKNOWN") as caught:
+        local_pull(tmp_path, served, tag="2.0", user="alice", password=served.password)
+    assert caught.value.exit_code == ExitCode.PACK_UNAVAILABLE
+
+    served.blobs.pop(digest_of(REGISTRY_YAML))
+    with pytest.raises(PackNotFoundError, match="BLOB_UNKNOWN"):
+        local_pull(tmp_path, served, user="alice", password=served.password)
+
+
+def test_server_errors_are_retried_a_bounded_number_of_times(tmp_path: Path, served: Served) -> None:
+    push_default(served)
+    served.fail_with = [503, 502]
+    sleeps = Sleeps()
+
+    local_pull(tmp_path, served, user="alice", password=served.password, sleeps=sleeps)
+    assert sleeps.waits == [1.0, 2.0]
+
+    served.fail_with = [503, 503, 503, 503]
+    sleeps = Sleeps()
+    (tmp_path / "again").mkdir()
+    with pytest.raises(PackError, match="HTTP 503") as caught:
+        local_pull(tmp_path / "again", served, user="alice", password=served.password, sleeps=sleeps)
+    assert sleeps.waits == [1.0, 2.0]
+    assert caught.value.exit_code == ExitCode.PACK_UNAVAILABLE
+
+
+def test_connection_refused_is_unreachable_after_bounded_retries(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = PackSettings(ref=f"127.0.0.1:{port}/acme/pack:1.0", plain_http=True)
+    sleeps = Sleeps()
+
+    with pytest.raises(PackNotFoundError) as caught:
+        pull_pack(settings, tmp_path / "pulled", OrasRegistry(settings, sleep=sleeps))
+
+    assert f"registry 127.0.0.1:{port} is unreachable after 3 attempt(s)" in str(caught.value)
+    assert "Connection refused" in str(caught.value)
+    assert sleeps.waits == [1.0, 2.0]
+
+
+def test_blob_downloads_are_capped(tmp_path: Path, served: Served) -> None:
+    served.auth = "none"
+    push_default(served)
+    settings = PackSettings(ref=f"127.0.0.1:{served.port}/acme/pack:1.0", plain_http=True)
+    registry = OrasRegistry(settings, max_blob_bytes=16)
+    with pytest.raises(PackIntegrityError, match="exceeds 16 bytes"):
+        pull_pack(settings, tmp_path / "pulled", registry)
+
+
+def test_oras_py_still_exposes_its_unretried_request_function() -> None:
+    # pack.py bypasses oras-py's @retry via __wrapped__; an oras-py upgrade that
+    # drops it would silently bring back minutes-long retries.
+    assert pack._UNRETRIED_DO_REQUEST is oras.provider.Registry.do_request.__wrapped__
+
+
+def test_oras_logger_is_routed_through_stdlib_logging(caplog: pytest.LogCaptureFixture) -> None:
+    oras.logger.setup_logger(quiet=False, debug=False)  # installs oras-py's console handler
+    stdlib_logger = oras.logger.logger.logger
+    assert any(isinstance(h, oras.logger.ColorizingStreamHandler) for h in stdlib_logger.handlers)
+
+    OrasRegistry(PackSettings(ref=REF))
+    with caplog.at_level(logging.WARNING):
+        oras.logger.logger.warning("from oras")
+
+    assert not any(isinstance(h, oras.logger.ColorizingStreamHandler) for h in stdlib_logger.handlers)
+    assert stdlib_logger.propagate
+    assert [r.getMessage() for r in caplog.records if r.name == stdlib_logger.name] == ["from oras"]
