@@ -1,0 +1,100 @@
+"""Session fixtures for the end-to-end tests: real etcd + kube-apiserver, a real
+registry with htpasswd auth, the pinned helm and oras, and a stand-in kubelet.
+
+Everything is started lazily (a test that needs only the registry does not start
+the API server) and stopped at session end; the processes also die with pytest
+if it is killed (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.harness.apiserver import ControlPlane, start_control_plane
+from e2e.harness.helm import Helm
+from e2e.harness.kubelet import JobRun, Kubelet
+from e2e.harness.registry import Registry, start_registry
+
+#: Seconds each session component took to start (reported in the terminal summary).
+STARTUP: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def e2e_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="session")
+def control_plane(e2e_workdir: Path) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver on loopback (RBAC, ServiceAccount issuer, TLS)."""
+    plane = start_control_plane(e2e_workdir / "apiserver")
+    STARTUP["etcd + kube-apiserver"] = plane.startup_seconds
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(e2e_workdir: Path) -> Iterator[Registry]:
+    """An OCI registry on loopback (plain HTTP) that demands ``registry.username`` /
+    ``registry.password`` on every request."""
+    reg = start_registry(e2e_workdir / "registry")
+    STARTUP["docker-registry"] = reg.startup_seconds
+    try:
+        yield reg
+    finally:
+        reg.stop()
+
+
+@pytest.fixture
+def registry_auth_file(registry: Registry, tmp_path: Path) -> Path:
+    """A dockerconfigjson file with the registry's credentials (``config.json``)."""
+    return registry.write_docker_config(tmp_path / "registry-auth" / "config.json")
+
+
+@pytest.fixture(scope="session")
+def helm(control_plane: ControlPlane, e2e_workdir: Path) -> Helm:
+    """The pinned helm, talking to the test API server as cluster admin."""
+    started = time.monotonic()
+    h = Helm(control_plane.kubeconfig, e2e_workdir / "helm-home")
+    STARTUP["helm (locate)"] = time.monotonic() - started
+    return h
+
+
+@pytest.fixture(scope="session")
+def kubelet(control_plane: ControlPlane, e2e_workdir: Path) -> Kubelet:
+    started = time.monotonic()
+    k = Kubelet(control_plane, e2e_workdir / "kubelet")
+    STARTUP[f"kubelet (sandbox={k.sandbox})"] = time.monotonic() - started
+    return k
+
+
+@pytest.fixture
+def run_job(kubelet: Kubelet) -> Callable[..., JobRun]:
+    """``run_job(release, namespace, **kw) -> JobRun``: run the release's Job once."""
+    return kubelet.run_job
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace per test (with its ``default`` ServiceAccount and
+    ``kube-root-ca.crt``, as controllers would add). Not deleted: without
+    kube-controller-manager a namespace never finishes terminating, and the
+    API server goes away at session end anyway."""
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base}-{secrets.token_hex(3)}"
+    control_plane.ensure_namespace(name)
+    return name
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if STARTUP:
+        parts = ", ".join(f"{k} {v:.2f}s" for k, v in STARTUP.items())
+        terminalreporter.write_line(f"e2e harness startup: {parts}")

@@ -1,0 +1,273 @@
+"""etcd + kube-apiserver on loopback: RBAC on, a real ServiceAccount token issuer.
+
+No controller-manager, scheduler or kubelet run. The few things their controllers
+would do that the tests rely on (a namespace's ``default`` ServiceAccount and its
+``kube-root-ca.crt`` ConfigMap) are done explicitly by ``ensure_namespace``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.harness.kube import Kube, KubeError
+from e2e.harness.pki import CertAuthority, write_signing_key
+from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
+from e2e.tools import tool
+
+__all__ = ["ISSUER", "ControlPlane", "start_control_plane"]
+
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+SERVICE_CIDR = "10.96.0.0/24"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@dataclass
+class ControlPlane:
+    host: str
+    port: int
+    workdir: Path
+    ca_file: Path
+    ca_pem: bytes
+    kubeconfig: Path
+    admin: Kube
+    processes: list[ManagedProcess] = field(default_factory=list)
+    startup_seconds: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}"
+
+    # -- identities ---------------------------------------------------------
+    def token(
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        seconds: int = 3600,
+        audiences: list[str] | None = None,
+    ) -> str:
+        """A token for the ServiceAccount from the TokenRequest API (what a kubelet mounts)."""
+        spec: dict[str, Any] = {"expirationSeconds": seconds}
+        if audiences:
+            spec["audiences"] = audiences
+        review = self.admin.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
+        return str(review["status"]["token"])
+
+    def client(self, token: str) -> Kube:
+        """An API client that authenticates with ``token`` only."""
+        return Kube(self.url, self.ca_file, token=token)
+
+    def write_kubeconfig(self, path: Path, *, token: str, user: str = "token-user") -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {"server": self.url, "certificate-authority-data": _b64(self.ca_pem)},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+            "current-context": "e2e",
+        }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    # -- what controllers would do ------------------------------------------
+    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        """Create the namespace (if needed) plus what kube-controller-manager adds to
+        every namespace: the ``default`` ServiceAccount and ``kube-root-ca.crt``."""
+        with contextlib.suppress(KubeError):
+            self.admin.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}},
+            )
+        self.admin.get(f"/api/v1/namespaces/{name}")
+        if not self.admin.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"):
+            self.admin.create(
+                f"/api/v1/namespaces/{name}/serviceaccounts",
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+            )
+        if not self.admin.exists(f"/api/v1/namespaces/{name}/configmaps/kube-root-ca.crt"):
+            self.admin.create(
+                f"/api/v1/namespaces/{name}/configmaps",
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "kube-root-ca.crt"},
+                    "data": {"ca.crt": self.ca_pem.decode()},
+                },
+            )
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+        self.processes.clear()
+
+
+def _start_etcd(workdir: Path) -> tuple[ManagedProcess, str]:
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    proc = ManagedProcess(
+        "etcd",
+        [
+            tool("etcd"),
+            "--name=e2e",
+            f"--data-dir={workdir / 'etcd-data'}",
+            f"--listen-client-urls={url}",
+            f"--advertise-client-urls={url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=e2e=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ],
+        workdir / "etcd.log",
+    )
+    return proc, url
+
+
+def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane:
+    """Start etcd and kube-apiserver; return once /readyz answers ok."""
+    started = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+    pki_dir = workdir / "pki"
+    pki_dir.mkdir(exist_ok=True)
+    ca = CertAuthority()
+    ca_file = pki_dir / "ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    serving_cert, serving_key = ca.serving(
+        [
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "10.96.0.1",
+        ]
+    ).write(pki_dir, "apiserver")
+    admin_pair = ca.client("e2e-admin", ["system:masters"])
+    admin_cert, admin_key = admin_pair.write(pki_dir, "admin")
+    sa_key, sa_pub = write_signing_key(pki_dir)
+
+    etcd, etcd_url = _start_etcd(workdir)
+    processes = [etcd]
+    try:
+        wait_for(
+            lambda: etcd.alive() and _http_ok(f"{etcd_url}/health"),
+            timeout=timeout,
+            what="etcd",
+            alive=etcd.alive,
+        )
+        apiserver = None
+        for attempt in range(3):  # a free port can be taken between probe and bind
+            port = free_port()
+            apiserver = ManagedProcess(
+                "kube-apiserver",
+                [
+                    tool("kube-apiserver"),
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={port}",
+                    f"--cert-dir={pki_dir}",
+                    f"--tls-cert-file={serving_cert}",
+                    f"--tls-private-key-file={serving_key}",
+                    f"--client-ca-file={ca_file}",
+                    "--authorization-mode=RBAC",
+                    f"--service-account-issuer={ISSUER}",
+                    f"--service-account-key-file={sa_pub}",
+                    f"--service-account-signing-key-file={sa_key}",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    "--allow-privileged=true",
+                    "--profiling=false",
+                    "--enable-priority-and-fairness=false",
+                    "--endpoint-reconciler-type=none",
+                    "--v=1",
+                ],
+                workdir / f"kube-apiserver.{attempt}.log",
+            )
+            admin = Kube(f"https://127.0.0.1:{port}", ca_file, cert_file=admin_cert, key_file=admin_key)
+
+            def ready(admin: Kube = admin) -> bool | None:
+                status, _ = admin.raw_get("/readyz")
+                return True if status == 200 else None
+
+            try:
+                wait_for(ready, timeout=timeout, what="kube-apiserver /readyz", alive=apiserver.alive)
+                break
+            except StartupError:
+                apiserver.stop()
+                if "address already in use" not in apiserver.log_tail(200) or attempt == 2:
+                    raise StartupError(
+                        f"kube-apiserver did not become ready; log tail:\n{apiserver.log_tail()}"
+                    ) from None
+        assert apiserver is not None
+        processes.append(apiserver)
+    except BaseException:
+        for proc in reversed(processes):
+            proc.stop()
+        raise
+
+    kubeconfig = workdir / "admin.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "e2e",
+                        "cluster": {"server": admin.server, "certificate-authority-data": _b64(ca.cert_pem)},
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "e2e-admin",
+                        "user": {
+                            "client-certificate-data": _b64(admin_pair.cert_pem),
+                            "client-key-data": _b64(admin_pair.key_pem),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e-admin"}}],
+                "current-context": "e2e",
+            }
+        )
+    )
+    kubeconfig.chmod(0o600)
+    plane = ControlPlane(
+        host="127.0.0.1",
+        port=int(admin.server.rsplit(":", 1)[1]),
+        workdir=workdir,
+        ca_file=ca_file,
+        ca_pem=ca.cert_pem,
+        kubeconfig=kubeconfig,
+        admin=admin,
+        processes=processes,
+    )
+    plane.startup_seconds = time.monotonic() - started
+    return plane
+
+
+def _http_ok(url: str) -> bool | None:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return True if resp.status == 200 else None

@@ -1,0 +1,902 @@
+"""A stand-in kubelet (and the bits of the Job controller it needs) for one Job.
+
+``Kubelet.run_job(release, namespace)`` finds the Job a Helm release created,
+creates the Pod the Job controller would create (a real Pod object: the API
+server's admission adds the ServiceAccount token volume), materialises the
+pod's volumes (emptyDir, secret, configMap, projected: serviceAccountToken /
+configMap / secret / downwardAPI, downwardAPI), resolves each container's
+environment like the kubelet (envFrom, env with $(VAR) expansion, valueFrom
+secretKeyRef / configMapKeyRef / fieldRef, the KUBERNETES_SERVICE_* variables),
+runs the init containers then the container in a sandbox (see sandbox.py),
+collects exit code, output and termination message, and writes the pod status
+back to the API server.
+
+What it does not do: pull images (the image is this checkout: the container
+command ``aicr-runner`` is the venv's console script), enforce resource limits,
+restart containers, or run more than one regular container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from base64 import b64decode
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from e2e.harness.apiserver import ControlPlane
+from e2e.harness.kube import KubeError
+from e2e.harness.procs import set_pdeathsig
+from e2e.harness.sandbox import Identity, Mount, bwrap_argv, rewrite_paths, sandbox_mode
+from e2e.tools import REPO_ROOT, TOOLS_BIN
+
+__all__ = [
+    "ContainerRun",
+    "JobRun",
+    "Kubelet",
+    "PodSpecUnsupported",
+    "expand",
+]
+
+NODE_NAME = "e2e-node"
+#: The kubelet keeps at most this much of a termination message file...
+MAX_TERMINATION_MESSAGE = 4096
+#: ...and, under FallbackToLogsOnError, the last 80 lines / 2 KiB of the log.
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k8s generateName alphabet
+
+
+class PodSpecUnsupported(NotImplementedError):
+    """The pod uses something this stand-in kubelet does not implement."""
+
+
+class _PodStartFailure(Exception):
+    """The container cannot start (the kubelet would report a waiting reason)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    name: str
+    init: bool
+    exit_code: int | None  # None: the container never started
+    reason: str  # Completed, Error, DeadlineExceeded, CreateContainerConfigError...
+    output: str  # stdout and stderr, interleaved by line (what `kubectl logs` shows)
+    stdout: str
+    stderr: str
+    termination_message: str
+    detail: str = ""  # why it never started (the kubelet's waiting message)
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class JobRun:
+    job_name: str
+    pod_name: str
+    exit_code: int | None  # the container's; an init container's if that failed first
+    output: str
+    termination_message: str
+    reason: str
+    containers: tuple[ContainerRun, ...] = ()
+    sandbox: str = ""
+    pod: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+    def container(self, name: str) -> ContainerRun:
+        for run in self.containers:
+            if run.name == name:
+                return run
+        raise KeyError(f"no container {name!r} ran in pod {self.pod_name}")
+
+    def describe(self) -> str:
+        """A multi-line summary for assertion messages."""
+        lines = [
+            f"job {self.job_name} pod {self.pod_name}: exit={self.exit_code} reason={self.reason} "
+            f"sandbox={self.sandbox}"
+        ]
+        for run in self.containers:
+            lines.append(
+                f"--- {'init ' if run.init else ''}container {run.name}: exit={run.exit_code} "
+                f"reason={run.reason}"
+            )
+            lines.append(run.output.rstrip())
+            if run.termination_message:
+                lines.append(f"--- termination message:\n{run.termination_message}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# $(VAR) expansion, exactly as k8s.io/kubernetes/third_party/forked/golang/expansion
+
+
+def expand(value: str, *contexts: Mapping[str, str]) -> str:
+    """Expand ``$(NAME)`` from the first context that has it; ``$$`` escapes; unknown
+    references stay as written."""
+
+    def mapping(name: str) -> str:
+        for ctx in contexts:
+            if name in ctx:
+                return ctx[name]
+        return f"$({name})"
+
+    out: list[str] = []
+    checkpoint = 0
+    cursor = 0
+    while cursor < len(value):
+        if value[cursor] == "$" and cursor + 1 < len(value):
+            out.append(value[checkpoint:cursor])
+            rest = value[cursor + 1 :]
+            if rest[0] == "$":
+                read, is_var, advance = "$", False, 1
+            elif rest[0] == "(":
+                close = rest.find(")", 1)
+                if close == -1:
+                    read, is_var, advance = "$(", False, 1
+                else:
+                    read, is_var, advance = rest[1:close], True, close + 1
+            else:
+                read, is_var, advance = "$" + rest[0], False, 1
+            out.append(mapping(read) if is_var else read)
+            cursor += advance
+            checkpoint = cursor + 1
+        cursor += 1
+    return "".join(out) + value[checkpoint:]
+
+
+# --------------------------------------------------------------------------------------
+
+
+class Kubelet:
+    """Runs the pods of Jobs in the test API server on this machine."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        workdir: Path,
+        *,
+        commands: Mapping[str, str | Path] | None = None,
+        image_env: Mapping[str, str] | None = None,
+        image_entrypoint: Sequence[str] = ("aicr-runner",),
+        image_user: tuple[int, int] = (65532, 65532),
+        image_workdir: str = "/",
+        sandbox: str | None = None,
+    ) -> None:
+        self.plane = plane
+        self.workdir = workdir
+        venv_bin = REPO_ROOT / ".venv" / "bin"
+        #: container command -> host program ("the image's" binaries)
+        self.commands: dict[str, str] = {"aicr-runner": str(venv_bin / "aicr-runner")}
+        self.commands.update({k: str(v) for k, v in (commands or {}).items()})
+        self.image_env = dict(
+            image_env
+            or {
+                "PATH": os.pathsep.join(
+                    [
+                        str(venv_bin),
+                        str(TOOLS_BIN),
+                        "/usr/local/sbin",
+                        "/usr/local/bin",
+                        "/usr/sbin",
+                        "/usr/bin",
+                        "/sbin",
+                        "/bin",
+                    ]
+                ),
+                "HOME": "/",
+            }
+        )
+        self.image_entrypoint = list(image_entrypoint)
+        self.image_user = image_user
+        self.image_workdir = image_workdir
+        self.sandbox = sandbox or sandbox_mode()
+        #: host paths the container must reach (the Python runtime of the venv)
+        self.expose = [os.path.realpath(sys.base_prefix)]
+
+    # -- finding the Job ------------------------------------------------------
+    def find_job(self, release: str, namespace: str) -> dict[str, Any]:
+        """The newest Job of a Helm release (by Helm's release annotation, else the
+        app.kubernetes.io/instance label)."""
+        jobs = self.plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs")["items"]
+        mine = [
+            j
+            for j in jobs
+            if (j["metadata"].get("annotations") or {}).get("meta.helm.sh/release-name") == release
+            or (j["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == release
+        ]
+        if not mine:
+            names = ", ".join(j["metadata"]["name"] for j in jobs) or "none"
+            raise LookupError(
+                f"no Job of release {release!r} in namespace {namespace!r} (Jobs there: {names})"
+            )
+        mine.sort(key=lambda j: (j["metadata"]["creationTimestamp"], j["metadata"]["name"]))
+        return dict(mine[-1])
+
+    def run_job(
+        self,
+        release: str,
+        namespace: str,
+        *,
+        job_name: str | None = None,
+        timeout: float = 600.0,
+        terminate_when: Callable[[str], bool] | None = None,
+        terminate_after: float | None = None,
+    ) -> JobRun:
+        """Run one pod of the release's Job to completion.
+
+        ``terminate_when`` (a predicate on output lines) or ``terminate_after``
+        (seconds) deliver SIGTERM to the container the way a pod deletion does,
+        followed by SIGKILL after the pod's terminationGracePeriodSeconds.
+        """
+        if job_name:
+            job = self.plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_name}")
+        else:
+            job = self.find_job(release, namespace)
+        return self.run_pod_of(
+            job, timeout=timeout, terminate_when=terminate_when, terminate_after=terminate_after
+        )
+
+    # -- the pod --------------------------------------------------------------
+    def run_pod_of(
+        self,
+        job: Mapping[str, Any],
+        *,
+        timeout: float = 600.0,
+        terminate_when: Callable[[str], bool] | None = None,
+        terminate_after: float | None = None,
+    ) -> JobRun:
+        meta = job["metadata"]
+        namespace, job_name = meta["namespace"], meta["name"]
+        template = job["spec"]["template"]
+        spec = dict(template["spec"])
+        self._check_supported(spec)
+        self.plane.ensure_namespace(namespace)  # default SA + kube-root-ca.crt, as controllers would
+
+        pod_name = f"{job_name}-{''.join(secrets.choice(_NAME_CHARS) for _ in range(5))}"
+        tmeta = template.get("metadata") or {}
+        labels = dict(tmeta.get("labels") or {})
+        labels.setdefault("batch.kubernetes.io/job-name", job_name)
+        labels.setdefault("job-name", job_name)
+        labels.setdefault("batch.kubernetes.io/controller-uid", meta["uid"])
+        labels.setdefault("controller-uid", meta["uid"])
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "namespace": namespace,
+                "labels": labels,
+                "annotations": dict(tmeta.get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job_name,
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {**spec, "nodeName": NODE_NAME},
+        }
+        try:
+            pod = self.plane.admin.create(f"/api/v1/namespaces/{namespace}/pods", body)
+        except KubeError as exc:  # the Job controller would record FailedCreate
+            return JobRun(job_name, pod_name, None, "", "", f"FailedCreate: {exc}", sandbox=self.sandbox)
+
+        pod_dir = self.workdir / "pods" / pod_name
+        pod_dir.mkdir(parents=True)
+        pod_path = f"/api/v1/namespaces/{namespace}/pods/{pod_name}"
+        started = dt.datetime.now(dt.UTC)
+        self._patch_status(
+            pod_path,
+            {"phase": "Pending", "startTime": _ts(started), "hostIP": "127.0.0.1", "podIP": "127.0.0.1"},
+        )
+        runs: list[ContainerRun] = []
+        try:
+            volumes = self._materialise_volumes(pod, pod_dir)
+        except _PodStartFailure as exc:
+            self._patch_status(
+                pod_path,
+                {
+                    "phase": "Pending",
+                    "conditions": [
+                        {
+                            "type": "PodReadyToStartContainers",
+                            "status": "False",
+                            "reason": exc.reason,
+                            "message": exc.message,
+                        }
+                    ],
+                },
+            )
+            return JobRun(
+                job_name,
+                pod_name,
+                None,
+                "",
+                "",
+                f"{exc.reason}: {exc.message}",
+                sandbox=self.sandbox,
+                pod=pod,
+            )
+
+        deadline = time.monotonic() + timeout
+        active = job["spec"].get("activeDeadlineSeconds")
+        if active is not None:
+            deadline = min(deadline, time.monotonic() + float(active))
+        pod_spec = pod["spec"]
+        exit_code: int | None = None
+        reason = ""
+        output = ""
+        message = ""
+        for init, container in [(True, c) for c in pod_spec.get("initContainers") or []] + [
+            (False, c) for c in pod_spec["containers"]
+        ]:
+            self._patch_status(pod_path, {"phase": "Pending" if init else "Running"})
+            run = self._run_container(
+                pod,
+                container,
+                init=init,
+                volumes=volumes,
+                pod_dir=pod_dir,
+                deadline=deadline,
+                terminate_when=None if init else terminate_when,
+                terminate_after=None if init else terminate_after,
+            )
+            runs.append(run)
+            exit_code, output, message = run.exit_code, run.output, run.termination_message
+            reason = run.reason if not init else f"Init:{run.reason}"
+            if run.detail:
+                reason = f"{reason}: {run.detail}"
+            if run.exit_code != 0:
+                break
+        else:
+            reason = runs[-1].reason if runs else "Completed"
+
+        phase = "Succeeded" if exit_code == 0 else ("Failed" if exit_code is not None else "Pending")
+        self._patch_status(pod_path, self._final_status(pod, runs, phase))
+        return JobRun(
+            job_name=job_name,
+            pod_name=pod_name,
+            exit_code=exit_code,
+            output=output,
+            termination_message=message,
+            reason=reason,
+            containers=tuple(runs),
+            sandbox=self.sandbox,
+            pod=pod,
+        )
+
+    @staticmethod
+    def _check_supported(spec: Mapping[str, Any]) -> None:
+        if len(spec.get("containers") or []) != 1:
+            raise PodSpecUnsupported("exactly one regular container is supported")
+        for c in spec.get("initContainers") or []:
+            if c.get("restartPolicy") == "Always":
+                raise PodSpecUnsupported(f"sidecar init container {c['name']!r}")
+
+    def _patch_status(self, pod_path: str, status: Mapping[str, Any]) -> None:
+        self.plane.admin.merge_patch(f"{pod_path}/status", {"status": dict(status)})
+
+    @staticmethod
+    def _final_status(pod: Mapping[str, Any], runs: Sequence[ContainerRun], phase: str) -> dict[str, Any]:
+        images = {
+            c["name"]: c.get("image", "")
+            for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
+        }
+
+        def status(run: ContainerRun) -> dict[str, Any]:
+            state: dict[str, Any]
+            if run.exit_code is None:
+                state = {"waiting": {"reason": run.reason, "message": run.detail}}
+            else:
+                state = {
+                    "terminated": {
+                        "exitCode": run.exit_code,
+                        "reason": run.reason,
+                        **({"message": run.termination_message} if run.termination_message else {}),
+                    }
+                }
+            return {
+                "name": run.name,
+                "image": images.get(run.name, ""),
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": state,
+            }
+
+        return {
+            "phase": phase,
+            "initContainerStatuses": [status(r) for r in runs if r.init],
+            "containerStatuses": [status(r) for r in runs if not r.init],
+        }
+
+    # -- volumes --------------------------------------------------------------
+    def _materialise_volumes(self, pod: Mapping[str, Any], pod_dir: Path) -> dict[str, tuple[Path, bool]]:
+        """volume name -> (host directory, read-only by kind)."""
+        fs_group = (pod["spec"].get("securityContext") or {}).get("fsGroup")
+        out: dict[str, tuple[Path, bool]] = {}
+        for volume in pod["spec"].get("volumes") or []:
+            name = volume["name"]
+            path = pod_dir / "volumes" / name
+            path.mkdir(parents=True)
+            if "emptyDir" in volume:
+                path.chmod(0o777)  # the kubelet creates emptyDirs world-writable
+                out[name] = (path, False)
+                self._own(path, fs_group, read_only=False)
+                continue
+            files: dict[str, tuple[bytes, int]]
+            if "secret" in volume:
+                src = volume["secret"]
+                files = self._source_files(
+                    pod, "secret", src["secretName"], src, src.get("defaultMode", 0o644)
+                )
+            elif "configMap" in volume:
+                src = volume["configMap"]
+                files = self._source_files(pod, "configMap", src["name"], src, src.get("defaultMode", 0o644))
+            elif "projected" in volume:
+                files = self._projected_files(pod, volume["projected"])
+            elif "downwardAPI" in volume:
+                src = volume["downwardAPI"]
+                files = self._downward_files(pod, src.get("items") or [], src.get("defaultMode", 0o644))
+            else:
+                kind = next(k for k in volume if k != "name")
+                raise PodSpecUnsupported(f"volume {name!r} of type {kind}")
+            _atomic_write(path, files)
+            self._own(path, fs_group, read_only=True)
+            out[name] = (path, True)
+        return out
+
+    @staticmethod
+    def _own(path: Path, fs_group: int | None, *, read_only: bool) -> None:
+        """What the kubelet's SetVolumeOwnership does for an fsGroup."""
+        if fs_group is None or os.geteuid() != 0:
+            return
+        mask = 0o440 if read_only else 0o660
+        for root, dirs, files in os.walk(path):
+            for entry in [root, *[os.path.join(root, f) for f in files + dirs]]:
+                if os.path.islink(entry):
+                    continue
+                os.chown(entry, 0, fs_group)
+                mode = os.stat(entry).st_mode & 0o7777
+                extra = mask | (0o2110 if os.path.isdir(entry) else 0)
+                os.chmod(entry, mode | extra)
+
+    def _get_object(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        plural = "secrets" if kind == "secret" else "configmaps"
+        try:
+            return self.plane.admin.get(f"/api/v1/namespaces/{namespace}/{plural}/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    @staticmethod
+    def _data(kind: str, obj: Mapping[str, Any]) -> dict[str, bytes]:
+        if kind == "secret":
+            return {k: b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+        data.update({k: b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        return data
+
+    def _source_files(
+        self, pod: Mapping[str, Any], kind: str, name: str, src: Mapping[str, Any], default_mode: int
+    ) -> dict[str, tuple[bytes, int]]:
+        obj = self._get_object(pod["metadata"]["namespace"], kind, name)
+        if obj is None:
+            if src.get("optional"):
+                return {}
+            raise _PodStartFailure("FailedMount", f'{kind} "{name}" not found')
+        data = self._data(kind, obj)
+        items = src.get("items")
+        if not items:
+            return {k: (v, default_mode) for k, v in data.items()}
+        files = {}
+        for item in items:
+            if item["key"] not in data:
+                if src.get("optional"):
+                    continue
+                raise _PodStartFailure("FailedMount", f'{kind} "{name}": key "{item["key"]}" not found')
+            files[item["path"]] = (data[item["key"]], item.get("mode", default_mode))
+        return files
+
+    def _projected_files(
+        self, pod: Mapping[str, Any], projected: Mapping[str, Any]
+    ) -> dict[str, tuple[bytes, int]]:
+        default_mode = projected.get("defaultMode", 0o644)
+        files: dict[str, tuple[bytes, int]] = {}
+        for source in projected.get("sources") or []:
+            if "serviceAccountToken" in source:
+                sat = source["serviceAccountToken"]
+                token = self._pod_token(
+                    pod,
+                    sat.get("expirationSeconds", 3600),
+                    [sat["audience"]] if sat.get("audience") else None,
+                )
+                files[sat["path"]] = (token.encode(), default_mode)
+            elif "secret" in source or "configMap" in source:
+                kind = "secret" if "secret" in source else "configMap"
+                src = source[kind]
+                files.update(self._source_files(pod, kind, src["name"], src, default_mode))
+            elif "downwardAPI" in source:
+                files.update(
+                    self._downward_files(pod, source["downwardAPI"].get("items") or [], default_mode)
+                )
+            else:
+                raise PodSpecUnsupported(f"projected source {next(iter(source))}")
+        return files
+
+    def _downward_files(
+        self, pod: Mapping[str, Any], items: Sequence[Mapping[str, Any]], default_mode: int
+    ) -> dict[str, tuple[bytes, int]]:
+        files = {}
+        for item in items:
+            if "fieldRef" not in item:
+                raise PodSpecUnsupported("downwardAPI resourceFieldRef")
+            value = _field_value(pod, item["fieldRef"]["fieldPath"], volume=True)
+            files[item["path"]] = (value.encode(), item.get("mode", default_mode))
+        return files
+
+    def _pod_token(self, pod: Mapping[str, Any], seconds: int, audiences: list[str] | None) -> str:
+        """A token bound to the Pod object, like the kubelet requests."""
+        meta = pod["metadata"]
+        spec: dict[str, Any] = {
+            "expirationSeconds": seconds,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        }
+        if audiences:
+            spec["audiences"] = audiences
+        sa = pod["spec"].get("serviceAccountName") or "default"
+        review = self.plane.admin.create(
+            f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{sa}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
+        return str(review["status"]["token"])
+
+    # -- environment ----------------------------------------------------------
+    def service_env(self) -> dict[str, str]:
+        """The variables every container gets for the ``kubernetes`` Service."""
+        host, port = self.plane.host, str(self.plane.port)
+        return {
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": port,
+            "KUBERNETES_PORT": f"tcp://{host}:{port}",
+            f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}",
+            f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
+            f"KUBERNETES_PORT_{port}_TCP_PORT": port,
+            f"KUBERNETES_PORT_{port}_TCP_ADDR": host,
+        }
+
+    def container_env(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
+        """The container's environment as the kubelet computes it (image env not included)."""
+        namespace = pod["metadata"]["namespace"]
+        service = self.service_env()
+        env: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            kind = "configMap" if "configMapRef" in source else "secret"
+            ref = source["configMapRef" if kind == "configMap" else "secretRef"]
+            obj = self._get_object(namespace, kind, ref["name"])
+            if obj is None:
+                if ref.get("optional"):
+                    continue
+                raise _PodStartFailure("CreateContainerConfigError", f'{kind} "{ref["name"]}" not found')
+            for key, value in self._data(kind, obj).items():
+                env[source.get("prefix", "") + key] = value.decode()
+        for var in container.get("env") or []:
+            name = var["name"]
+            if "valueFrom" not in var:
+                env[name] = expand(var.get("value", ""), env, service)
+                continue
+            value_from = var["valueFrom"]
+            if "fieldRef" in value_from:
+                env[name] = _field_value(pod, value_from["fieldRef"]["fieldPath"])
+            elif "secretKeyRef" in value_from or "configMapKeyRef" in value_from:
+                kind = "secret" if "secretKeyRef" in value_from else "configMap"
+                ref = value_from["secretKeyRef" if kind == "secret" else "configMapKeyRef"]
+                obj = self._get_object(namespace, kind, ref["name"])
+                data = self._data(kind, obj) if obj is not None else None
+                if data is None or ref["key"] not in data:
+                    if ref.get("optional"):
+                        continue
+                    what = (
+                        f'{kind} "{ref["name"]}" not found'
+                        if data is None
+                        else (f"couldn't find key {ref['key']} in {kind} {namespace}/{ref['name']}")
+                    )
+                    raise _PodStartFailure("CreateContainerConfigError", what)
+                env[name] = data[ref["key"]].decode()
+            else:
+                raise PodSpecUnsupported(f"env {name}: valueFrom {next(iter(value_from))}")
+        for key, service_value in service.items():
+            env.setdefault(key, service_value)
+        return env
+
+    # -- running a container --------------------------------------------------
+    def _identity(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> tuple[Identity, bool]:
+        psc = pod["spec"].get("securityContext") or {}
+        csc = container.get("securityContext") or {}
+        uid = csc.get("runAsUser", psc.get("runAsUser", self.image_user[0]))
+        gid = csc.get("runAsGroup", psc.get("runAsGroup", self.image_user[1]))
+        non_root = csc.get("runAsNonRoot", psc.get("runAsNonRoot", False))
+        if non_root and uid == 0:
+            raise _PodStartFailure(
+                "CreateContainerConfigError", "container has runAsNonRoot and image will run as root"
+            )
+        groups = [gid]
+        for g in [psc.get("fsGroup"), *(psc.get("supplementalGroups") or [])]:
+            if g is not None and g not in groups:
+                groups.append(g)
+        return Identity(int(uid), int(gid), tuple(int(g) for g in groups)), bool(
+            csc.get("readOnlyRootFilesystem")
+        )
+
+    def _run_container(
+        self,
+        pod: Mapping[str, Any],
+        container: Mapping[str, Any],
+        *,
+        init: bool,
+        volumes: Mapping[str, tuple[Path, bool]],
+        pod_dir: Path,
+        deadline: float,
+        terminate_when: Callable[[str], bool] | None,
+        terminate_after: float | None,
+    ) -> ContainerRun:
+        name = container["name"]
+        try:
+            env = self.container_env(pod, container)
+            identity, read_only_root = self._identity(pod, container)
+        except _PodStartFailure as exc:
+            return ContainerRun(name, init, None, exc.reason, "", "", "", "", detail=exc.message)
+        argv = [expand(a, env) for a in (container.get("command") or self.image_entrypoint)]
+        argv += [expand(a, env) for a in container.get("args") or []]
+        argv[0] = self.commands.get(argv[0], argv[0])
+        cwd = container.get("workingDir") or self.image_workdir
+        full_env = {**self.image_env, **env, "HOSTNAME": pod["metadata"]["name"]}
+        term_file = pod_dir / f"{name}.termination-log"
+        term_file.touch()
+        term_file.chmod(0o666)
+        mounts = self._mounts(container, volumes, term_file)
+
+        started = time.monotonic()
+        if self.sandbox == "bwrap":
+            read_fd, info_fd = os.pipe()
+            cmd = bwrap_argv(
+                argv,
+                mounts,
+                identity=identity,
+                hostname=pod["metadata"]["name"][:63],
+                cwd=cwd,
+                read_only_root=read_only_root,
+                expose=self.expose,
+                info_fd=info_fd,
+            )
+            try:
+                proc = _spawn(cmd, full_env, "/", pass_fds=(info_fd,))
+            finally:
+                os.close(info_fd)
+            child_pid = _read_child_pid(read_fd, proc) or proc.pid
+            os.close(read_fd)
+        else:
+            mapping = {m.target: str(m.source) for m in mounts if m.source is not None}
+            full_env = {k: rewrite_paths(v, mapping) for k, v in full_env.items()}
+            cmd = [rewrite_paths(a, mapping) for a in argv]
+            proc = _spawn(cmd, full_env, rewrite_paths(cwd, mapping))
+            child_pid = proc.pid
+
+        watch = _Watch(proc, child_pid, pod_dir / f"{name}.log", terminate_when)
+        reason_override = watch.wait(
+            deadline=deadline,
+            terminate_at=None if terminate_after is None else started + terminate_after,
+            grace=float(pod["spec"].get("terminationGracePeriodSeconds", 30)),
+        )
+        code = proc.returncode
+        if code < 0:
+            code = 128 - code  # killed by a signal, reported like a shell / the kubelet
+        output = "".join(watch.merged)
+
+        message = term_file.read_bytes()[:MAX_TERMINATION_MESSAGE].decode(errors="replace")
+        policy = container.get("terminationMessagePolicy", "File")
+        if not message and code != 0 and policy == "FallbackToLogsOnError":
+            tail = "".join(watch.merged[-FALLBACK_LOG_LINES:]).encode()[-FALLBACK_LOG_BYTES:]
+            message = tail.decode(errors="replace")
+        reason = "Completed" if code == 0 else "Error"
+        if reason_override == "DeadlineExceeded":
+            reason = reason_override
+        return ContainerRun(
+            name=name,
+            init=init,
+            exit_code=code,
+            reason=reason,
+            output=output,
+            stdout="".join(watch.streams["stdout"]),
+            stderr="".join(watch.streams["stderr"]),
+            termination_message=message,
+            argv=tuple(argv),
+            env=env,
+            seconds=time.monotonic() - started,
+        )
+
+    @staticmethod
+    def _mounts(
+        container: Mapping[str, Any], volumes: Mapping[str, tuple[Path, bool]], term_file: Path
+    ) -> list[Mount]:
+        term_path = container.get("terminationMessagePath") or "/dev/termination-log"
+        mounts = [Mount(term_path, term_file, writable=True)]
+        for vm in container.get("volumeMounts") or []:
+            source, kind_ro = volumes[vm["name"]]
+            if vm.get("subPath"):
+                source = source / vm["subPath"]
+                if not source.exists():
+                    source.mkdir(parents=True)
+            mounts.append(Mount(vm["mountPath"], source, writable=not (kind_ro or vm.get("readOnly"))))
+        return mounts
+
+
+def _spawn(
+    cmd: Sequence[str], env: Mapping[str, str], cwd: str, *, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        list(cmd),
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=pass_fds,
+        start_new_session=True,
+        preexec_fn=set_pdeathsig,  # noqa: PLW1509 - run from the main thread
+    )
+
+
+class _Watch:
+    """Collects a container's output line by line and delivers SIGTERM/SIGKILL."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        child_pid: int,
+        log_path: Path,
+        terminate_when: Callable[[str], bool] | None,
+    ) -> None:
+        self.proc = proc
+        self.child_pid = child_pid
+        self.merged: list[str] = []
+        self.streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self._lock = threading.Lock()
+        self._terminate_when = terminate_when
+        self._sigterm = threading.Event()
+        self._log = log_path.open("a")
+        self._threads = [
+            threading.Thread(target=self._pump, args=(proc.stdout, "stdout"), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, "stderr"), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _pump(self, stream: Any, key: str) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            with self._lock:
+                self.merged.append(line)
+                self.streams[key].append(line)
+                self._log.write(line)
+                self._log.flush()
+            if self._terminate_when is not None and not self._sigterm.is_set() and self._terminate_when(line):
+                self._sigterm.set()
+        stream.close()
+
+    def wait(self, *, deadline: float, terminate_at: float | None, grace: float) -> str:
+        """Wait for the exit; returns "DeadlineExceeded", "Terminated" or ""."""
+        reason = ""
+        term_sent_at: float | None = None
+        while self.proc.poll() is None:
+            now = time.monotonic()
+            if term_sent_at is None:
+                if now >= deadline:
+                    reason = "DeadlineExceeded"
+                elif self._sigterm.is_set() or (terminate_at is not None and now >= terminate_at):
+                    reason = "Terminated"
+                if reason:  # like the kubelet: SIGTERM to the container's PID 1 only
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.child_pid, signal.SIGTERM)
+                    term_sent_at = now
+            elif now - term_sent_at >= grace:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            time.sleep(0.02)
+        for t in self._threads:
+            t.join(timeout=10)
+        self._log.close()
+        return reason
+
+
+def _read_child_pid(fd: int, proc: subprocess.Popen[bytes]) -> int | None:
+    """bwrap --info-fd reports the sandboxed process's PID in our namespace."""
+    data = b""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+            with contextlib.suppress(ValueError):
+                return int(json.loads(data)["child-pid"])
+        elif proc.poll() is not None:
+            break
+    return None
+
+
+def _field_value(pod: Mapping[str, Any], path: str, *, volume: bool = False) -> str:
+    meta = pod["metadata"]
+    simple = {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta["namespace"],
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": NODE_NAME,
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+        "status.hostIP": "127.0.0.1",
+        "status.hostIPs": "127.0.0.1",
+        "status.podIP": "127.0.0.1",
+        "status.podIPs": "127.0.0.1",
+    }
+    if path in simple:
+        return str(simple[path])
+    for kind in ("labels", "annotations"):
+        prefix = f"metadata.{kind}"
+        if path.startswith(prefix + "['") and path.endswith("']"):
+            return str((meta.get(kind) or {}).get(path[len(prefix) + 2 : -2], ""))
+        if path == prefix and volume:
+            return "\n".join(f'{k}="{v}"' for k, v in sorted((meta.get(kind) or {}).items()))
+    raise PodSpecUnsupported(f"fieldRef {path}")
+
+
+def _ts(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _atomic_write(directory: Path, files: Mapping[str, tuple[bytes, int]]) -> None:
+    """The kubelet's AtomicWriter layout: files in a timestamped directory, ``..data``
+    pointing at it, and a top-level symlink per first path component."""
+    stamp = dt.datetime.now(dt.UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
+    payload = directory / stamp
+    payload.mkdir(mode=0o755)
+    payload.chmod(0o755)
+    tops: set[str] = set()
+    for rel, (content, mode) in files.items():
+        target = payload / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        target.chmod(mode)
+        tops.add(rel.split("/", 1)[0])
+    (directory / "..data").symlink_to(stamp)
+    for top in sorted(tops):
+        (directory / top).symlink_to(f"..data/{top}")
+    directory.chmod(0o1777)  # the kubelet's volume tmpfs: drwxrwxrwt

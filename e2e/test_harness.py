@@ -1,0 +1,317 @@
+"""Self-tests of the end-to-end harness: each asserts behaviour of the real
+component that a scenario relies on (and that a broken harness would lose)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.harness import oras
+from e2e.harness.apiserver import ControlPlane
+from e2e.harness.helm import Helm
+from e2e.harness.kube import KubeError
+from e2e.harness.kubelet import JobRun, Kubelet, expand
+from e2e.harness.registry import Registry
+from e2e.harness.sandbox import rewrite_paths
+
+pytestmark = pytest.mark.e2e
+
+CHARTS = Path(__file__).parent / "fixtures" / "charts"
+
+
+# -- API server ---------------------------------------------------------------------------
+
+
+def test_api_server_reports_the_pinned_version(control_plane: ControlPlane) -> None:
+    version = control_plane.admin.get("/version")
+    assert version["gitVersion"] == "v1.37.2"
+    assert (version["major"], version["minor"]) == ("1", "37")
+
+
+def test_rbac_denies_a_service_account_until_a_role_binding_grants_it(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    admin = control_plane.admin
+    admin.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "writer"}},
+    )
+    client = control_plane.client(control_plane.token(namespace, "writer"))
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}, "data": {"k": "v"}}
+
+    with pytest.raises(KubeError) as denied:
+        client.create(f"/api/v1/namespaces/{namespace}/configmaps", configmap)
+    assert denied.value.status == 403
+    assert f"system:serviceaccount:{namespace}:writer" in str(denied.value)
+
+    admin.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "cm-writer"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get"]}],
+        },
+    )
+    admin.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "cm-writer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-writer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "writer", "namespace": namespace}],
+        },
+    )
+    deadline = time.monotonic() + 10  # the RBAC authorizer sees the binding via its informer
+    while True:
+        try:
+            created = client.create(f"/api/v1/namespaces/{namespace}/configmaps", configmap)
+            break
+        except KubeError as exc:
+            if exc.status != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    assert created["data"] == {"k": "v"}
+    # The binding covers configmaps only.
+    with pytest.raises(KubeError) as still_denied:
+        client.get(f"/api/v1/namespaces/{namespace}/secrets")
+    assert still_denied.value.status == 403
+
+
+def test_service_account_tokens_are_signed_by_the_issuer(control_plane: ControlPlane, namespace: str) -> None:
+    token = control_plane.token(
+        namespace, "default", audiences=["https://kubernetes.default.svc.cluster.local"]
+    )
+    review = control_plane.admin.create(
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        },
+    )
+    assert review["status"]["authenticated"] is True
+    assert review["status"]["user"]["username"] == f"system:serviceaccount:{namespace}:default"
+    forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    with pytest.raises(KubeError) as rejected:
+        control_plane.client(forged).get(f"/api/v1/namespaces/{namespace}/configmaps")
+    assert rejected.value.status == 401
+
+
+# -- registry + oras ----------------------------------------------------------------------
+
+
+def test_registry_rejects_wrong_credentials_and_accepts_right_ones(registry: Registry) -> None:
+    assert registry.get("/v2/")[0] == 401
+    assert registry.get("/v2/", auth=(registry.username, registry.password + "x"))[0] == 401
+    assert registry.get("/v2/", auth=("intruder", registry.password))[0] == 401
+    assert registry.get("/v2/", auth=(registry.username, registry.password))[0] == 200
+
+
+def _write_pack(root: Path) -> Path:
+    (root / "overlays" / "nested").mkdir(parents=True)
+    (root / "registry.yaml").write_text(
+        "apiVersion: aicr.run/v1beta1\nkind: ComponentRegistry\ncomponents: []\n"
+    )
+    (root / "overlays" / "acme.yaml").write_text(
+        "apiVersion: aicr.run/v1beta1\nkind: RecipeMetadata\nmetadata: {name: acme}\n"
+        "spec: {criteria: {service: acme, accelerator: h100, intent: training}}\n"
+    )
+    (root / "overlays" / "nested" / "more.yaml").write_text(
+        "apiVersion: aicr.run/v1beta1\nkind: RecipeMetadata\n"
+    )
+    return root
+
+
+def test_oras_pushes_a_pack_like_users_do_and_pulls_it_back(
+    registry: Registry, registry_auth_file: Path, tmp_path: Path
+) -> None:
+    pack = _write_pack(tmp_path / "pack")
+    pushed = oras.push_pack(pack, registry.ref("acme/aicr-pack", "1.0.0"), registry_config=registry_auth_file)
+    assert pushed.digest.startswith("sha256:")
+
+    manifest = oras.fetch_manifest(pushed.pinned_ref, registry_config=registry_auth_file)
+    layers = {layer["annotations"]["org.opencontainers.image.title"]: layer for layer in manifest["layers"]}
+    assert set(layers) == {"registry.yaml", "overlays"}
+    assert layers["overlays"]["mediaType"] == "application/vnd.oci.image.layer.v1.tar+gzip"
+    assert layers["overlays"]["annotations"]["io.deis.oras.content.unpack"] == "true"
+
+    status, body = registry.get("/v2/_catalog", auth=(registry.username, registry.password))
+    assert status == 200
+    assert "acme/aicr-pack" in json.loads(body)["repositories"]
+
+    out = tmp_path / "pulled"
+    oras.pull(pushed.ref, out, registry_config=registry_auth_file)
+    pulled = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()}
+    source = {p.relative_to(pack).as_posix(): p.read_text() for p in pack.rglob("*") if p.is_file()}
+    assert pulled == source
+
+    with pytest.raises(oras.OrasError) as anonymous:
+        oras.pull(pushed.ref, tmp_path / "anonymous")
+    assert "401" in anonymous.value.output or "credential" in anonymous.value.output.lower()
+
+
+# -- helm -----------------------------------------------------------------------------------
+
+
+def test_helm_installs_a_local_chart_and_lists_it(
+    helm: Helm, control_plane: ControlPlane, namespace: str
+) -> None:
+    helm.install("greeter", CHARTS / "hello", namespace, values={"greeting": "hi there"})
+    releases = {r["name"]: r for r in helm.list_releases(namespace)}
+    assert releases["greeter"]["status"] == "deployed"
+    assert releases["greeter"]["chart"] == "hello-0.1.0"
+    cm = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/configmaps/greeter-hello")
+    assert cm["data"]["greeting"] == "hi there"
+    assert cm["data"]["kubeVersion"] == "v1.37.2"  # .Capabilities from the live server
+    helm.uninstall("greeter", namespace)
+    assert helm.list_releases(namespace) == []
+    assert not control_plane.admin.exists(f"/api/v1/namespaces/{namespace}/configmaps/greeter-hello")
+
+
+# -- the stand-in kubelet -----------------------------------------------------------------
+
+
+def _probe_facts(output: str) -> dict[str, Any]:
+    for line in output.splitlines():
+        if line.startswith("PROBE "):
+            return dict(json.loads(line.removeprefix("PROBE ")))
+    raise AssertionError(f"no PROBE line in output:\n{output}")
+
+
+def test_kubelet_runs_a_job_pod_with_volumes_env_identity_and_in_cluster_access(
+    helm: Helm, run_job: Callable[..., JobRun], control_plane: ControlPlane, namespace: str, kubelet: Kubelet
+) -> None:
+    helm.install("probe", CHARTS / "probe-job", namespace, values={"exitCode": 3, "secretValue": "pa55"})
+    run = run_job("probe", namespace)
+    assert run.exit_code == 3, run.describe()
+    assert run.reason == "Error"
+    assert run.termination_message == "probe finished mode=report exit=3"
+    assert "probe: a line on stderr" in run.container("probe").stderr
+    facts = _probe_facts(run.output)
+
+    # identity and secret volume (mode 0440, group = fsGroup, only the listed item)
+    assert (facts["uid"], facts["gid"]) == (65532, 65532)
+    assert facts["auth_mode"] == "0o440"
+    assert facts["auth_content"].startswith('{"auths"')
+    assert facts["auth_dir"] == ["config.json"]
+    if os.geteuid() == 0 and run.sandbox == "bwrap":
+        assert facts["auth_gid"] == 65532
+    # env: secretKeyRef, configMapKeyRef, fieldRef, $(VAR) expansion and $$ escape
+    env = facts["env"]
+    assert env["SECRET_PASSWORD"] == "pa55"
+    assert env["GREETING"] == "hello"
+    assert env["POD_NAMESPACE"] == namespace
+    assert env["POD_NAME"] == run.pod_name
+    assert env["COMBINED"] == f"hello@{namespace} $(ESCAPED) $(UNDEFINED)"
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    assert env["KUBERNETES_SERVICE_PORT"] == str(control_plane.port)
+    # in-cluster config: the SA's real token works, and RBAC limits it
+    assert facts["sa_files"] == ["ca.crt", "namespace", "token"]
+    assert facts["sa_namespace"] == namespace
+    assert facts["api"] == {"create_configmap": 201, "create_secret": 403}
+    written = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/configmaps/probe-result")
+    assert written["data"] == {"written-by": "probe"}
+    managers = {f["manager"] for f in written["metadata"].get("managedFields", [])}
+    assert managers, "the API server records who wrote the ConfigMap"
+    # the pod status the kubelet reports
+    pod = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods/{run.pod_name}")
+    assert pod["status"]["phase"] == "Failed"
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 3
+    assert terminated["message"] == "probe finished mode=report exit=3"
+    assert pod["metadata"]["ownerReferences"][0]["name"] == run.job_name
+
+    if run.sandbox == "bwrap":
+        assert facts["pid"] == 1  # the container's process is PID 1 of its namespace
+        assert facts["hostname"] == run.pod_name
+        assert facts["write_root"] == "EROFS"  # readOnlyRootFilesystem
+        assert facts["write_tmp"] == "ok"  # the emptyDir
+        assert facts["write_auth"] == "EROFS"  # secret volumes are read-only
+
+
+def test_kubelet_reports_a_missing_secret_key_as_create_container_config_error(
+    helm: Helm, run_job: Callable[..., JobRun], control_plane: ControlPlane, namespace: str
+) -> None:
+    missing = [{"name": "NOPE", "valueFrom": {"secretKeyRef": {"name": "probe-secret", "key": "absent"}}}]
+    helm.install("probe", CHARTS / "probe-job", namespace, values={"extraEnv": missing})
+    run = run_job("probe", namespace)
+    assert run.exit_code is None
+    assert run.reason.startswith("CreateContainerConfigError")
+    assert "absent" in run.reason
+    assert run.output == ""
+    pod = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods/{run.pod_name}")
+    assert pod["status"]["phase"] == "Pending"
+    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+
+
+def test_kubelet_falls_back_to_the_log_tail_for_the_termination_message(
+    helm: Helm, run_job: Callable[..., JobRun], namespace: str
+) -> None:
+    helm.install(
+        "probe",
+        CHARTS / "probe-job",
+        namespace,
+        values={
+            "mode": "exit",
+            "exitCode": 7,
+            "writeTerminationMessage": False,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        },
+    )
+    run = run_job("probe", namespace)
+    assert run.exit_code == 7, run.describe()
+    assert run.termination_message.strip() == "probe: last words before exit 7"
+
+
+def test_kubelet_delivers_sigterm_to_the_container_process(
+    helm: Helm, run_job: Callable[..., JobRun], namespace: str
+) -> None:
+    helm.install(
+        "probe",
+        CHARTS / "probe-job",
+        namespace,
+        values={
+            "mode": "wait-for-sigterm",
+            "terminationGracePeriodSeconds": 10,
+        },
+    )
+    run = run_job("probe", namespace, terminate_when=lambda line: "waiting for SIGTERM" in line)
+    assert run.exit_code == 143, run.describe()
+    assert "probe: got signal 15" in run.output
+    assert "no signal arrived" not in run.output
+
+
+# -- pure helpers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("$(A)-$(B)", "a-b"),
+        ("$$(A)", "$(A)"),
+        ("$(MISSING)", "$(MISSING)"),
+        ("$(A", "$(A"),
+        ("cost $5", "cost $5"),
+        ("trailing $", "trailing $"),
+        ("$$$(A)", "$a"),
+        ("", ""),
+    ],
+)
+def test_env_expansion_matches_kubernetes(value: str, expected: str) -> None:
+    assert expand(value, {"A": "a"}, {"B": "b"}) == expected
+
+
+def test_rewrite_paths_maps_mount_paths_to_their_host_directories() -> None:
+    mapping = {"/tmp": "/host/work", "/data/pack": "/host/pack", "/data": "/host/data"}
+    assert rewrite_paths("/data/pack/registry.yaml", mapping) == "/host/pack/registry.yaml"
+    assert rewrite_paths("/data/other", mapping) == "/host/data/other"
+    assert rewrite_paths("/tmpfoo", mapping) == "/tmpfoo"
+    assert rewrite_paths("relative/tmp", mapping) == "relative/tmp"

@@ -1,0 +1,122 @@
+"""Locate the pinned test tools, building them on first use.
+
+``tool(name)`` returns the path of a tool from tools/versions.env. When the binary
+is missing or its stamp does not match the pin, it runs
+``scripts/bootstrap-tools.sh <target>`` (which builds or copies it from the
+machine-wide cache) and then looks again. Tests never skip because a tool is
+missing: either the bootstrap provides it or the test fails with the bootstrap's
+own output.
+
+etcd and kube-apiserver follow the envtest convention: when ``KUBEBUILDER_ASSETS``
+names a directory holding both, those binaries win over the pinned builds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+__all__ = ["REPO_ROOT", "TOOLS_BIN", "BootstrapError", "pinned_versions", "tool"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
+BOOTSTRAP = REPO_ROOT / "scripts" / "bootstrap-tools.sh"
+VERSIONS_ENV = REPO_ROOT / "tools" / "versions.env"
+
+#: tool name -> (bootstrap target, versions.env key of its pin or None)
+_TOOLS: dict[str, tuple[str, str | None]] = {
+    "helm": ("helm", "HELM_VERSION"),
+    "oras": ("oras", "ORAS_VERSION"),
+    "actionlint": ("actionlint", "ACTIONLINT_VERSION"),
+    "etcd": ("kube-apiserver", "ETCD_VERSION"),
+    "kube-apiserver": ("kube-apiserver", "KUBERNETES_VERSION"),
+    "aicr": ("aicr", "AICR_VERSION"),
+    # Debian packages: found on PATH after the bootstrap installed them.
+    "docker-registry": ("debian", None),
+    "htpasswd": ("debian", None),
+    "bwrap": ("debian", None),
+    "jq": ("debian", None),
+}
+_ENVTEST = ("etcd", "kube-apiserver")
+
+
+class BootstrapError(RuntimeError):
+    """The bootstrap ran but the tool is still not there."""
+
+
+@functools.cache
+def pinned_versions() -> dict[str, str]:
+    """KEY=VALUE pairs of tools/versions.env (quotes stripped, comments skipped)."""
+    pins: dict[str, str] = {}
+    for raw in VERSIONS_ENV.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        pins[key.strip()] = value.strip().strip("'\"")
+    return pins
+
+
+def _envtest_asset(name: str) -> Path | None:
+    assets = os.environ.get("KUBEBUILDER_ASSETS", "")
+    if not assets:
+        return None
+    base = Path(assets)
+    if all(os.access(base / n, os.X_OK) for n in _ENVTEST):
+        return base / name
+    return None
+
+
+def _located(name: str) -> Path | None:
+    target, pin_key = _TOOLS[name]
+    if target == "debian":
+        found = shutil.which(name)
+        return Path(found) if found else None
+    path = TOOLS_BIN / name
+    stamp = TOOLS_BIN / f".{name}.version"
+    if not os.access(path, os.X_OK) or not stamp.is_file():
+        return None
+    if pin_key is not None and stamp.read_text().strip() != pinned_versions()[pin_key]:
+        return None
+    return path
+
+
+def _bootstrap(target: str) -> str:
+    proc = subprocess.run(
+        ["bash", str(BOOTSTRAP), target],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    output = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        raise BootstrapError(
+            f"scripts/bootstrap-tools.sh {target} failed (exit {proc.returncode}):\n{output}"
+        )
+    return output
+
+
+@functools.cache
+def _tool(name: str) -> Path:
+    if name not in _TOOLS:
+        raise KeyError(f"unknown tool {name!r}; known: {', '.join(sorted(_TOOLS))}")
+    if name in _ENVTEST and (asset := _envtest_asset(name)) is not None:
+        return asset
+    path = _located(name)
+    if path is not None:
+        return path
+    target = _TOOLS[name][0]
+    output = _bootstrap(target)
+    path = _located(name)
+    if path is None:
+        raise BootstrapError(f"{name}: scripts/bootstrap-tools.sh {target} did not provide it:\n{output}")
+    return path
+
+
+def tool(name: str) -> Path:
+    """Absolute path of the pinned tool ``name``, bootstrapping it when needed."""
+    return _tool(name)
