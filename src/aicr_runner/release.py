@@ -121,6 +121,9 @@ def fetch_aicr(
     finally:
         downloader.close()
 
+    if actual != expected or (settings.pin and actual != settings.pin):
+        # An archive that failed verification must not be left where it could be used.
+        archive_path.unlink(missing_ok=True)
     if actual != expected:
         raise ChecksumError(
             f"{archive_url}: sha256 mismatch: expected {expected} (from {checksums_url}), got {actual}"
@@ -354,6 +357,9 @@ class _Downloader:
         except httpx.HTTPError as exc:
             partial.unlink(missing_ok=True)
             raise self._translate(url, exc) from exc
+        except (httpx.InvalidURL, UnicodeError) as exc:  # UnicodeError: a host IDNA cannot encode
+            partial.unlink(missing_ok=True)
+            raise DownloadError(f"download of {url} failed: invalid URL ({exc}); not retried") from exc
         except BaseException:
             partial.unlink(missing_ok=True)
             raise

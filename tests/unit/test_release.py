@@ -240,6 +240,9 @@ def test_checksum_mismatch_names_url_and_both_digests(
     assert sha256(tampered) in message
     assert caught.value.exit_code == ExitCode.AICR_VERIFICATION_FAILED
     assert not (tmp_path / "aicr" / "aicr").exists()
+    assert not (
+        tmp_path / "aicr" / "aicr_1.2.0_linux_amd64.tar.gz"
+    ).exists()  # the unverified archive is gone
     assert fake_time.sleeps == []  # a mismatch is never retried
 
 
@@ -323,6 +326,7 @@ def test_strict_pin_mismatch_for_the_selected_arch(
     assert sha256(AMD64_TAR) in message
     assert "AICR_RUNNER_AICR__SHA256__AMD64" in message
     assert not (tmp_path / "aicr" / "aicr").exists()
+    assert not (tmp_path / "aicr" / "aicr_1.2.0_linux_amd64.tar.gz").exists()
 
 
 def test_matching_pin_passes(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter) -> None:
@@ -553,6 +557,13 @@ def test_the_budget_also_bounds_a_slow_download(
 
     with pytest.raises(DownloadError, match="did not finish within the 30s budget"):
         fetch(tmp_path, fake_time, settings(download_budget_seconds=30))
+
+
+@pytest.mark.parametrize("base", ["https://releases.example.test:port/x", "https://releases..example.test/x"])
+def test_invalid_url_is_a_download_error_not_retried(tmp_path: Path, fake_time: FakeTime, base: str) -> None:
+    with pytest.raises(DownloadError, match="invalid URL"):
+        fetch(tmp_path, fake_time, settings(release_base_url=base))
+    assert fake_time.sleeps == []
 
 
 def test_oversized_download_is_refused(
