@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,19 @@ def kubelet(control_plane: ControlPlane, e2e_workdir: Path) -> Kubelet:
     k = Kubelet(control_plane, e2e_workdir / "kubelet")
     STARTUP[f"kubelet (sandbox={k.sandbox})"] = time.monotonic() - started
     return k
+
+
+@pytest.fixture
+def make_kubelet(control_plane: ControlPlane, tmp_path: Path) -> Callable[..., Kubelet]:
+    """``make_kubelet(**options) -> Kubelet`` with other image defaults or sandbox."""
+    count = 0
+
+    def make(**options: Any) -> Kubelet:
+        nonlocal count
+        count += 1
+        return Kubelet(control_plane, tmp_path / f"kubelet-{count}", **options)
+
+    return make
 
 
 @pytest.fixture

@@ -230,7 +230,7 @@ def test_kubelet_runs_a_job_pod_with_volumes_env_identity_and_in_cluster_access(
     assert pod["metadata"]["ownerReferences"][0]["name"] == run.job_name
 
     if run.sandbox == "bwrap":
-        assert facts["pid"] == 1  # the container's process is PID 1 of its namespace
+        assert facts["pid"] == 2  # the child of the image's init (tini), as in the real image
         assert facts["hostname"] == run.pod_name
         assert facts["write_root"] == "EROFS"  # readOnlyRootFilesystem
         assert facts["write_tmp"] == "ok"  # the emptyDir
@@ -278,15 +278,59 @@ def test_kubelet_delivers_sigterm_to_the_container_process(
         "probe",
         CHARTS / "probe-job",
         namespace,
-        values={
-            "mode": "wait-for-sigterm",
-            "terminationGracePeriodSeconds": 10,
-        },
+        values={"mode": "wait-for-sigterm", "terminationGracePeriodSeconds": 10},
     )
     run = run_job("probe", namespace, terminate_when=lambda line: "waiting for SIGTERM" in line)
     assert run.exit_code == 143, run.describe()
     assert "probe: got signal 15" in run.output
     assert "no signal arrived" not in run.output
+
+
+@pytest.mark.parametrize(
+    ("image_init", "exit_code"),
+    [
+        (True, 143),  # under tini the process is an ordinary child: SIGTERM's default action kills it
+        (False, 137),  # as PID 1 without a handler SIGTERM is ignored; SIGKILL after the grace period
+    ],
+)
+def test_kubelet_sigterm_without_a_handler_depends_on_the_image_init(
+    helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str, image_init: bool, exit_code: int
+) -> None:
+    kubelet = make_kubelet(image_init=image_init)
+    if kubelet.sandbox != "bwrap":
+        pytest.fail("this machine cannot run the bubblewrap sandbox; see e2e/README.md")
+    helm.install(
+        "probe",
+        CHARTS / "probe-job",
+        namespace,
+        values={"mode": "wait-without-handler", "terminationGracePeriodSeconds": 1},
+    )
+    started = time.monotonic()
+    run = kubelet.run_job("probe", namespace, terminate_when=lambda line: "waiting for SIGTERM" in line)
+    assert run.exit_code == exit_code, run.describe()
+    assert "no signal arrived" not in run.output
+    assert time.monotonic() - started < 20
+
+
+def test_rewrite_fallback_runs_the_pod_without_a_sandbox(
+    helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str
+) -> None:
+    kubelet = make_kubelet(sandbox="rewrite")
+    helm.install("probe", CHARTS / "probe-job", namespace, values={"exitCode": 4, "probeWriteRoot": False})
+    run = kubelet.run_job("probe", namespace)
+    assert run.sandbox == "rewrite"
+    assert run.exit_code == 4, run.describe()
+    assert run.termination_message == "probe finished mode=report exit=4"
+    facts = _probe_facts(run.output)
+    # mount paths in env values point at the host directories backing the volumes
+    pod_dir = kubelet.workdir / "pods" / run.pod_name
+    assert facts["auth_file"] == str(pod_dir / "volumes" / "auth" / "config.json")
+    assert facts["auth_content"].startswith('{"auths"')
+    assert facts["write_tmp"] == "ok"
+    assert (pod_dir / "volumes" / "work" / "probe-write").read_text() == "x"
+    # no in-cluster files, but the ServiceAccount's identity through KUBECONFIG
+    assert facts["sa_files"] is None
+    assert facts["api"] == {"create_configmap": 201, "create_secret": 403}
 
 
 # -- pure helpers -------------------------------------------------------------------------

@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 NODE_NAME = "e2e-node"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: The kubelet keeps at most this much of a termination message file...
 MAX_TERMINATION_MESSAGE = 4096
 #: ...and, under FallbackToLogsOnError, the last 80 lines / 2 KiB of the log.
@@ -180,6 +181,7 @@ class Kubelet:
         image_entrypoint: Sequence[str] = ("aicr-runner",),
         image_user: tuple[int, int] = (65532, 65532),
         image_workdir: str = "/",
+        image_init: bool = True,
         sandbox: str | None = None,
     ) -> None:
         self.plane = plane
@@ -209,6 +211,9 @@ class Kubelet:
         self.image_entrypoint = list(image_entrypoint)
         self.image_user = image_user
         self.image_workdir = image_workdir
+        #: the image's entrypoint runs under an init (tini): the process is PID 2 and
+        #: gets SIGTERM even without a handler; False: the process itself is PID 1.
+        self.image_init = image_init
         self.sandbox = sandbox or sandbox_mode()
         #: host paths the container must reach (the Python runtime of the venv)
         self.expose = [os.path.realpath(sys.base_prefix)]
@@ -695,21 +700,30 @@ class Kubelet:
                 read_only_root=read_only_root,
                 expose=self.expose,
                 info_fd=info_fd,
+                as_pid_1=not self.image_init,
             )
             try:
                 proc = _spawn(cmd, full_env, "/", pass_fds=(info_fd,))
             finally:
                 os.close(info_fd)
-            child_pid = _read_child_pid(read_fd, proc) or proc.pid
+            sandbox_pid = _read_child_pid(read_fd, proc)
             os.close(read_fd)
+
+            def container_pid() -> int | None:
+                if sandbox_pid is None:
+                    return None
+                return sandbox_pid if not self.image_init else _first_child(sandbox_pid)
         else:
             mapping = {m.target: str(m.source) for m in mounts if m.source is not None}
             full_env = {k: rewrite_paths(v, mapping) for k, v in full_env.items()}
+            full_env.update(self._rewrite_extra_env(env, mounts, term_file, pod_dir / f"{name}.kubeconfig"))
             cmd = [rewrite_paths(a, mapping) for a in argv]
             proc = _spawn(cmd, full_env, rewrite_paths(cwd, mapping))
-            child_pid = proc.pid
 
-        watch = _Watch(proc, child_pid, pod_dir / f"{name}.log", terminate_when)
+            def container_pid() -> int | None:
+                return proc.pid
+
+        watch = _Watch(proc, container_pid, pod_dir / f"{name}.log", terminate_when)
         reason_override = watch.wait(
             deadline=deadline,
             terminate_at=None if terminate_after is None else started + terminate_after,
@@ -741,6 +755,20 @@ class Kubelet:
             env=env,
             seconds=time.monotonic() - started,
         )
+
+    def _rewrite_extra_env(
+        self, env: Mapping[str, str], mounts: Sequence[Mount], term_file: Path, kubeconfig: Path
+    ) -> dict[str, str]:
+        """Without a sandbox, paths compiled into programs cannot be redirected; give
+        the process what it needs to find them another way (see e2e/README.md)."""
+        extra: dict[str, str] = {}
+        sa = next((m for m in mounts if m.target == SERVICE_ACCOUNT_DIR and m.source), None)
+        if sa is not None and sa.source is not None and "KUBECONFIG" not in env:
+            token = (sa.source / "token").read_text()
+            extra["KUBECONFIG"] = str(self.plane.write_kubeconfig(kubeconfig, token=token))
+        if "AICR_RUNNER_TERMINATION_MESSAGE_PATH" not in env:  # the runtime's own setting
+            extra["AICR_RUNNER_TERMINATION_MESSAGE_PATH"] = str(term_file)
+        return extra
 
     @staticmethod
     def _mounts(
@@ -780,12 +808,12 @@ class _Watch:
     def __init__(
         self,
         proc: subprocess.Popen[bytes],
-        child_pid: int,
+        container_pid: Callable[[], int | None],
         log_path: Path,
         terminate_when: Callable[[str], bool] | None,
     ) -> None:
         self.proc = proc
-        self.child_pid = child_pid
+        self._container_pid = container_pid
         self.merged: list[str] = []
         self.streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self._lock = threading.Lock()
@@ -822,9 +850,11 @@ class _Watch:
                     reason = "DeadlineExceeded"
                 elif self._sigterm.is_set() or (terminate_at is not None and now >= terminate_at):
                     reason = "Terminated"
-                if reason:  # like the kubelet: SIGTERM to the container's PID 1 only
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(self.child_pid, signal.SIGTERM)
+                if reason:  # like the kubelet: SIGTERM to the container's process only
+                    pid = self._container_pid()
+                    if pid is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGTERM)
                     term_sent_at = now
             elif now - term_sent_at >= grace:
                 with contextlib.suppress(ProcessLookupError):
@@ -852,6 +882,22 @@ def _read_child_pid(fd: int, proc: subprocess.Popen[bytes]) -> int | None:
         elif proc.poll() is not None:
             break
     return None
+
+
+def _first_child(pid: int) -> int | None:
+    """The oldest child of ``pid`` (the process under the sandbox's init)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat_line = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat_line.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:  # fields: state, ppid, ...
+            children.append((int(fields[19]), int(entry)))  # starttime
+    return min(children)[1] if children else None
 
 
 def _field_value(pod: Mapping[str, Any], path: str, *, volume: bool = False) -> str:

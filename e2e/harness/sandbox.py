@@ -104,8 +104,13 @@ def bwrap_argv(
     expose: Sequence[str] = (),
     info_fd: int | None = None,
     as_root: bool | None = None,
+    as_pid_1: bool = True,
 ) -> list[str]:
     """The full bwrap (+ setpriv) command line that runs ``argv`` in the sandbox.
+
+    ``as_pid_1``: the process is PID 1 of its namespace (an image whose entrypoint
+    is the program itself). False: bwrap's reaper is PID 1 and the process its
+    child, like an image whose entrypoint runs under tini.
 
     ``expose`` lists host paths the process must reach even when an ancestor is not
     traversable for its uid (the Python runtime under /root): such an ancestor is
@@ -128,7 +133,7 @@ def bwrap_argv(
         args += ["--remount-ro", "/"]
     args += [
         "--unshare-pid",
-        "--as-pid-1",
+        *(["--as-pid-1"] if as_pid_1 else []),
         "--unshare-ipc",
         "--unshare-uts",
         "--hostname",
