@@ -1,0 +1,197 @@
+"""Render the chart with the pinned helm and read the result.
+
+Tests use the helm that scripts/bootstrap-tools.sh builds into .tools/bin (never
+one found on PATH); a missing one is built on first use. AICR_CHART_DIR points the
+suite at another copy of the chart (scripts/mutate-chart.py uses it).
+
+Every render is memoised on its inputs, so tests that share values share a helm
+call. Values travel as a YAML file, never as --set strings, so types are exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+HELM = ROOT / ".tools" / "bin" / "helm"
+CHART = Path(os.environ.get("AICR_CHART_DIR") or ROOT / "chart")
+RELEASE = "t"
+NAMESPACE = "aicr"
+#: Base criteria added unless a test renders "raw" (anchor T-01).
+BASE = {"accelerator": "h100"}
+
+_FAIL = re.compile(r"execution error at \([^)]*\): (?P<msg>.*?)(?:\n\nUse --debug.*)?\s*$", re.S)
+_SCHEMA = "values don't meet the specifications of the schema"
+
+
+def helm_binary() -> Path:
+    """The pinned helm; built with the project's bootstrap when missing."""
+    if not HELM.is_file():
+        subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap-tools.sh"), "helm"], check=True, cwd=ROOT)
+    assert HELM.is_file(), f"{HELM} is missing after scripts/bootstrap-tools.sh helm"
+    return HELM
+
+
+def helm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
+    with tempfile.TemporaryDirectory(prefix="helm-home-") as home:
+        env.update(
+            HELM_CACHE_HOME=f"{home}/cache", HELM_CONFIG_HOME=f"{home}/config", HELM_DATA_HOME=f"{home}/data"
+        )
+        return subprocess.run(
+            [str(helm_binary()), *args],
+            check=False,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Rendered:
+    ok: bool
+    stdout: str
+    stderr: str
+    docs: list[dict[str, Any]] = field(default_factory=list)
+
+    # -- failures -----------------------------------------------------------
+    @property
+    def error(self) -> str:
+        """The `fail` message of a template guard ("" when the render did not fail in a guard)."""
+        match = _FAIL.search(self.stderr)
+        return match.group("msg").strip() if match else ""
+
+    @property
+    def schema_error(self) -> str:
+        return self.stderr if _SCHEMA in self.stderr else ""
+
+    # -- objects ------------------------------------------------------------
+    def kinds(self) -> list[str]:
+        return [doc["kind"] for doc in self.docs]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        found = [doc for doc in self.docs if doc["kind"] == kind]
+        assert len(found) == 1, f"expected one {kind}, got {len(found)}: {self.kinds()}"
+        return found[0]
+
+    def maybe(self, kind: str) -> dict[str, Any] | None:
+        found = [doc for doc in self.docs if doc["kind"] == kind]
+        assert len(found) <= 1
+        return found[0] if found else None
+
+    @property
+    def job(self) -> dict[str, Any]:
+        return self.one("Job")
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        return self.job["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        containers = self.pod["containers"]
+        assert len(containers) == 1
+        return containers[0]  # type: ignore[no-any-return]
+
+    @property
+    def env_list(self) -> list[dict[str, Any]]:
+        return list(self.container.get("env") or [])
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Value entries only (valueFrom entries are absent: see env_list)."""
+        out: dict[str, str] = {}
+        for entry in self.env_list:
+            if "value" in entry:
+                assert isinstance(entry["value"], str), (
+                    f"env {entry['name']} is not a string: {entry['value']!r}"
+                )
+                out[entry["name"]] = entry["value"]
+        return out
+
+    @property
+    def volumes(self) -> dict[str, dict[str, Any]]:
+        return {vol["name"]: vol for vol in self.pod.get("volumes") or []}
+
+    @property
+    def mounts(self) -> dict[str, dict[str, Any]]:
+        return {m["name"]: m for m in self.container.get("volumeMounts") or []}
+
+
+@functools.cache
+def _render_cached(values_json: str, args: tuple[str, ...], release: str, namespace: str) -> Rendered:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="values-", delete=False) as fh:
+        yaml.safe_dump(json.loads(values_json), fh)
+        values_file = fh.name
+    try:
+        proc = helm("template", release, str(CHART), "--namespace", namespace, "-f", values_file, *args)
+    finally:
+        Path(values_file).unlink()
+    docs = [doc for doc in yaml.safe_load_all(proc.stdout) if doc] if proc.returncode == 0 else []
+    return Rendered(ok=proc.returncode == 0, stdout=proc.stdout, stderr=proc.stderr, docs=docs)
+
+
+def render(
+    values: Mapping[str, Any] | None = None,
+    *,
+    raw: bool = False,
+    args: Sequence[str] = (),
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> Rendered:
+    """helm template with BASE criteria (unless raw) merged under ``values``."""
+    merged = merge({} if raw else BASE, values or {})
+    return _render_cached(json.dumps(merged, sort_keys=True), tuple(args), release, namespace)
+
+
+def renders(values: Mapping[str, Any] | None = None, **kw: Any) -> Rendered:
+    result = render(values, **kw)
+    assert result.ok, f"render failed:\n{result.stderr}"
+    return result
+
+
+def rejects_with(values: Mapping[str, Any] | None, message: str, **kw: Any) -> Rendered:
+    """The render fails in a template guard whose message is exactly ``message``."""
+    result = render(values, **kw)
+    assert not result.ok, f"render succeeded, expected: {message}"
+    assert result.error, f"render failed, but not in a guard:\n{result.stderr}"
+    assert result.error == message, f"\nexpected: {message}\n     got: {result.error}"
+    return result
+
+
+def rejects_by_schema(values: Mapping[str, Any] | None, pointer: str, reason: str, **kw: Any) -> Rendered:
+    """values.schema.json refuses ``values`` at ``pointer`` for ``reason``."""
+    result = render(values, **kw)
+    assert not result.ok, "render succeeded, expected a schema error"
+    assert result.schema_error, f"render failed, but not on the schema:\n{result.stderr}"
+    assert f"at '{pointer}'" in result.stderr, result.stderr
+    assert reason in result.stderr, result.stderr
+    return result
+
+
+def iter_env_names(result: Rendered) -> Iterator[str]:
+    for entry in result.env_list:
+        yield entry["name"]

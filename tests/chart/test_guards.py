@@ -1,0 +1,381 @@
+"""Every render-time guard refuses its input with its exact message.
+
+`rejects_with` asserts the whole message of the template `fail`, so a render that
+fails for another reason (a Go template error, a different guard) never passes
+for a guard (anchor T-01). Guards that repeat a schema enum are also checked
+with --skip-schema-validation, the switch Argo CD and Flux users can turn on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chart.helm import rejects_by_schema, rejects_with, render, renders
+
+SKIP_SCHEMA = ("--skip-schema-validation",)
+
+NO_CRITERIA = (
+    'no criteria stated (service={service}, accelerator="", intent="{intent}", dataPack=""): aicr would '
+    "resolve nothing. Do one of: set accelerator (e.g. --set accelerator=h100), set dataPack to your "
+    "organisation's pack, or name a concrete service together with an intent (e.g. service=bcm, "
+    "intent=inference). `aicr recipe list --gpu <accelerator>` lists the combinations."
+)
+ANY_ACCELERATOR = (
+    "accelerator=any: 'any' is not an accelerator value (aicr answers 'no criteria provided'). Leave "
+    "accelerator empty and state criteria another way (a dataPack, or a concrete service with an intent), "
+    "or name a real accelerator such as h100; `aicr recipe list` shows what exists."
+)
+ALIAS = (
+    "service={service}: aicr maps this alias to 'generic', which has no recipe for most accelerators (the "
+    "Job would fail with 'no recipe provides service'). Use service: any (the default) for a self-managed "
+    "cluster, or name the service (eks, gke, k0s, rke2, ...)."
+)
+INTENT_WITHOUT_SERVICE = (
+    "intent={intent} with service={service}: a stated intent needs a service whose overlays declare it, so "
+    "aicr rejects this combination at runtime. Name the service (aks, bcm, eks, k0s, kind, lke, ocp, rke2; "
+    "cks with os ubuntu; gke with os cos; oke with os ol) or leave intent empty."
+)
+PUBLISH_ON = {"enabled": True, "mode": "unsigned", "ref": "ghcr.io/acme/aicr-evidence"}
+VALIDATE_EVIDENCE = {"enabled": True, "emitEvidence": True}
+
+
+def publish(**over: Any) -> dict[str, Any]:
+    return {"validate": {**VALIDATE_EVIDENCE, "publish": {**PUBLISH_ON, **over}}}
+
+
+# -- criteria (G-03, G-04, G-17a, G-17b, G-17c) --------------------------------------------------
+
+
+def test_g04_bare_defaults_are_rejected() -> None:
+    rejects_with(None, NO_CRITERIA.format(service="any", intent=""), raw=True)
+
+
+def test_g04_intent_alone_with_service_any_is_rejected() -> None:
+    rejects_with({"intent": "training"}, NO_CRITERIA.format(service="any", intent="training"), raw=True)
+
+
+def test_g04_a_concrete_service_alone_is_not_enough() -> None:
+    rejects_with({"service": "eks"}, NO_CRITERIA.format(service="eks", intent=""), raw=True)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"accelerator": "h100"},
+        {"dataPack": "ghcr.io/acme/aicr-pack:1.0.0"},
+        {"service": "bcm", "intent": "inference"},
+    ],
+    ids=["accelerator", "dataPack", "service+intent"],
+)
+def test_g04_each_escape_renders(values: dict[str, Any]) -> None:
+    renders(values, raw=True)
+
+
+def test_g03_accelerator_any_is_rejected() -> None:
+    rejects_with({"accelerator": "any"}, ANY_ACCELERATOR)
+    rejects_with({"accelerator": "any"}, ANY_ACCELERATOR, args=SKIP_SCHEMA)
+
+
+@pytest.mark.parametrize("alias", ["self-managed", "self", "vanilla"])
+def test_g17b_service_aliases_are_rejected_with_a_pointer_to_any(alias: str) -> None:
+    rejects_with({"service": alias}, ALIAS.format(service=alias))
+    # With an intent (the anchor only caught this variant, through G-04).
+    rejects_with({"service": alias, "intent": "training"}, ALIAS.format(service=alias), raw=True)
+
+
+def test_g17a_intent_with_service_any_is_rejected_even_with_an_accelerator() -> None:
+    rejects_with({"intent": "training"}, INTENT_WITHOUT_SERVICE.format(intent="training", service="any"))
+    rejects_with(
+        {"intent": "inference", "service": ""},
+        INTENT_WITHOUT_SERVICE.format(intent="inference", service="any"),
+    )
+
+
+def test_g17c_k0s_needs_aicr_v0_22() -> None:
+    rejects_with(
+        {"service": "k0s", "aicrVersion": "v0.21.3"},
+        "service=k0s with aicrVersion=v0.21.3: aicr knows service k0s from v0.22.0 ('invalid service type: "
+        "k0s' before). Raise aicrVersion (the chart default is v1.2.0) or, on an older aicr, use service: "
+        "any with a pack that carries the k0s containerd settings.",
+    )
+    renders({"service": "k0s", "aicrVersion": "0.22.0", "criteriaPreflight": False})
+    renders({"service": "k0s", "accelerator": "h200", "intent": "training", "os": "ubuntu"})
+
+
+# -- removed values (G-01, G-14, C-01) ------------------------------------------------------------
+
+
+def test_g01_scalar_aicr_sha256_is_rejected() -> None:
+    rejects_with(
+        {"aicrSha256": "ab" * 32, "aicrArch": "arm64"},
+        f'aicrSha256 must be a map of per-architecture pins, not "{"ab" * 32}". Move the value under the key '
+        "for aicrArch (arm64), e.g. aicrSha256: {arm64: <64 hex>}; an empty entry skips the strict pin for "
+        "that architecture.",
+    )
+
+
+K0S_REMOVED = (
+    "environment.k0sContainerd was removed in chart 0.3.0 (got {got}). Set service: k0s instead (aicr v0.22 "
+    "or later wires the k0s containerd itself); for a pack-private service put the k0s containerd settings "
+    "in the pack overlay. Then delete environment.k0sContainerd."
+)
+
+
+@pytest.mark.parametrize(("value", "shown"), [(True, "true"), ("false", "false"), ("yes", "yes"), (1, "1")])
+def test_g14_k0s_containerd_fails_with_the_removal_message(value: Any, shown: str) -> None:
+    rejects_with({"environment": {"k0sContainerd": value}}, K0S_REMOVED.format(got=shown))
+
+
+def test_g14_k0s_containerd_false_or_absent_renders() -> None:
+    renders({"environment": {"k0sContainerd": False}})
+    renders({"environment": {"k0sContainerd": None}})
+
+
+def test_c01_runtime_and_oras_images_were_replaced() -> None:
+    rejects_with(
+        {"runtimeImage": "alpine/k8s:1.34.0"},
+        "runtimeImage was removed in chart 0.4.0: the Job runs the aicr-runner image, which carries python, "
+        "bash, helm and kubectl. Delete runtimeImage; to change the image set image.repository / image.tag / "
+        "image.digest (and aicrBinary.path for a custom image with aicr preinstalled).",
+    )
+    rejects_with(
+        {"orasImage": "ghcr.io/oras-project/oras:v1.2.0"},
+        "orasImage was removed in chart 0.4.0: the runtime pulls and verifies the data pack itself, there "
+        "is no oras initContainer. Delete orasImage; dataPack, dataPackSecret, dataPackPlainHTTP and "
+        "dataPackInsecureTLS work as before.",
+    )
+
+
+def test_c02_binary_hash_needs_a_binary() -> None:
+    rejects_with(
+        {"aicrBinary": {"sha256": "a" * 64}},
+        "aicrBinary.sha256 is set but aicrBinary.path is empty: the hash pins a preinstalled aicr in a "
+        "custom image. Give its path in aicrBinary.path, or drop aicrBinary.sha256 (downloads are pinned "
+        "with aicrSha256).",
+    )
+
+
+# -- data pack credentials (G-11, G-12, G-13, G-17d, C-03) -----------------------------------------
+
+PACK = "ghcr.io/acme/aicr-pack:1.0.0"
+AUTH = '{"auths":{"ghcr.io":{"auth":"dXNlcjp0b2tlbg=="}}}'
+
+
+def test_g11_scalar_data_pack_auth_is_rejected() -> None:
+    rejects_with(
+        {"dataPack": PACK, "dataPackAuth": AUTH},
+        "dataPackAuth must be a map with a dockerconfigjson key, not string. Write dataPackAuth: "
+        "{dockerconfigjson: '<json>'} (best delivered through valuesFrom), or use dataPackSecret with an "
+        "existing Secret.",
+    )
+
+
+def test_g12_data_pack_auth_needs_a_pack() -> None:
+    rejects_with(
+        {"dataPackAuth": {"dockerconfigjson": AUTH}},
+        "dataPackAuth.dockerconfigjson is set but dataPack is empty: the Secret would have no consumer. Set "
+        "dataPack to the pack's OCI reference, or drop dataPackAuth.",
+    )
+
+
+def test_g13_one_pack_credential_source() -> None:
+    rejects_with(
+        {"dataPack": PACK, "dataPackSecret": "regcred", "dataPackAuth": {"dockerconfigjson": AUTH}},
+        "dataPackSecret=regcred and dataPackAuth.dockerconfigjson are both set: set only one, an existing "
+        "Secret (dataPackSecret) or the chart-created one (dataPackAuth).",
+    )
+
+
+@pytest.mark.parametrize("auth", ["not json", '["a"]', '{"credsStore":"desktop"}'])
+def test_c03_data_pack_auth_must_be_a_dockerconfigjson(auth: str) -> None:
+    rejects_with(
+        {"dataPack": PACK, "dataPackAuth": {"dockerconfigjson": auth}},
+        'dataPackAuth.dockerconfigjson is not a dockerconfigjson: it must be JSON with an "auths" map, e.g. '
+        '{"auths":{"ghcr.io":{"auth":"<base64 user:token>"}}} (the content of `kubectl create secret '
+        "docker-registry --dry-run=client -o jsonpath='{.data.\\.dockerconfigjson}' | base64 -d`).",
+    )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"dataPackSecret": "regcred"}, {"dataPackPlainHTTP": True}, {"dataPackInsecureTLS": True}],
+    ids=["secret", "plain-http", "insecure-tls"],
+)
+def test_g17d_pack_transport_settings_need_a_pack(values: dict[str, Any]) -> None:
+    rejects_with(
+        values,
+        "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack is empty: these "
+        "settings only apply to a pack pull. Set dataPack to the pack's OCI reference, or drop them.",
+    )
+
+
+# -- run shape (G-02, G-05, C-05) ------------------------------------------------------------------
+
+NO_PHASE = (
+    "validate.enabled=true needs at least one phase in validate.phases (deployment, performance, "
+    "conformance): an empty list makes aicr run every phase, performance included. Set e.g. "
+    "validate.phases={deployment}."
+)
+
+
+@pytest.mark.parametrize("phases", [[], [""], ["", ""], None], ids=["empty", "blank", "blanks", "null"])
+def test_g02_validation_needs_a_phase(phases: Any) -> None:
+    rejects_with({"validate": {"enabled": True, "phases": phases}}, NO_PHASE)
+
+
+def test_g02_a_map_for_phases_is_refused_by_the_schema() -> None:
+    rejects_by_schema({"validate": {"enabled": True, "phases": {}}}, "/validate/phases", "want null or array")
+
+
+def test_g02_phases_do_not_matter_when_validation_is_off() -> None:
+    renders({"validate": {"enabled": False, "phases": []}})
+
+
+def test_g05_a_run_must_deploy_or_validate() -> None:
+    rejects_with(
+        {"deploy": {"enabled": False}},
+        "deploy.enabled=false needs validate.enabled=true: a Job that neither deploys nor validates does "
+        "nothing. Enable validation for an assert-only run, or turn deploy back on.",
+    )
+    renders({"deploy": {"enabled": False}, "validate": {"enabled": True}})
+
+
+def test_c05_captures_need_distinct_config_maps() -> None:
+    rejects_with(
+        {"statusConfigMap": "aicr-recipe"},
+        'recipeConfigMap and statusConfigMap are both "aicr-recipe": every capture needs its own ConfigMap '
+        "or one overwrites the other. Give them different names (empty turns a capture off).",
+    )
+    rejects_with(
+        {"validate": {"resultConfigMap": "x", "evidenceConfigMap": "x"}},
+        'validate.evidenceConfigMap and validate.resultConfigMap are both "x": every capture needs its own '
+        "ConfigMap or one overwrites the other. Give them different names (empty turns a capture off).",
+    )
+    renders({"recipeConfigMap": "", "statusConfigMap": "", "validate": {"resultConfigMap": ""}})
+
+
+# -- publishing (G-06..G-10, G-17e, C-04) -----------------------------------------------------------
+
+
+def test_g06_publish_needs_validation() -> None:
+    rejects_with(
+        {"validate": {"enabled": False, "emitEvidence": True, "publish": PUBLISH_ON}},
+        "validate.publish.enabled=true needs validate.enabled=true: publishing needs a validation run to "
+        "produce the evidence bundle.",
+    )
+
+
+def test_g07_publish_needs_evidence() -> None:
+    rejects_with(
+        {"validate": {"enabled": True, "publish": PUBLISH_ON}},
+        "validate.publish.enabled=true needs validate.emitEvidence=true: without --emit-attestation there is "
+        "no evidence bundle to publish.",
+    )
+
+
+def test_g08_publish_mode_is_signed_or_unsigned() -> None:
+    rejects_by_schema(publish(mode="keyless"), "/validate/publish/mode", "value must be one of")
+    rejects_with(
+        publish(mode="keyless"),
+        'validate.publish.mode="keyless": must be signed or unsigned.',
+        args=SKIP_SCHEMA,
+    )
+
+
+def test_g09_publish_needs_a_ref() -> None:
+    rejects_with(
+        publish(ref=""),
+        "validate.publish.enabled=true needs validate.publish.ref: the OCI push target (--push), e.g. "
+        "ghcr.io/acme/aicr-evidence.",
+    )
+
+
+def test_g10_signed_mode_needs_a_token_secret() -> None:
+    rejects_with(
+        publish(mode="signed"),
+        "validate.publish.mode=signed needs validate.publish.identityTokenSecret.name: an existing Secret "
+        "holding a short-lived OIDC token (public Fulcio does not trust cluster issuers). Or set "
+        "mode=unsigned and sign later from a trusted host with `aicr evidence sign <pointer> --relocate`.",
+    )
+
+
+def test_c04_a_token_secret_in_unsigned_mode_is_refused() -> None:
+    rejects_with(
+        publish(mode="unsigned", identityTokenSecret={"name": "oidc"}),
+        "validate.publish.identityTokenSecret.name=oidc is set but validate.publish.mode=unsigned: the "
+        "token is only used to sign. Drop identityTokenSecret.name, or set mode=signed.",
+    )
+
+
+def test_g17e_publish_credentials_need_publishing() -> None:
+    rejects_with(
+        {"validate": {"publish": {"registrySecret": "push-cred"}}},
+        "validate.publish.registrySecret=push-cred is set but validate.publish.enabled=false: the push "
+        "credential would be unused. Enable publishing or drop registrySecret.",
+    )
+    rejects_with(
+        {"validate": {"publish": {"identityTokenSecret": {"name": "oidc"}}}},
+        "validate.publish.identityTokenSecret.name=oidc is set but validate.publish.enabled=false: the "
+        "signing token would be unused. Enable publishing (mode signed) or drop identityTokenSecret.name.",
+    )
+
+
+# -- environment passthrough (C-06) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["AICR_RUNNER_CRITERIA__OS", "aicr_runner_x", "COSIGN_IDENTITY_TOKEN", "DOCKER_CONFIG"]
+)
+def test_c06_extra_env_cannot_set_runner_settings_or_credentials(name: str) -> None:
+    rejects_with(
+        {"job": {"extraEnv": [{"name": "AICR_NCCL_FABRIC", "value": "roce"}, {"name": name, "value": "x"}]}},
+        f"job.extraEnv[1] sets {name}: the chart renders every AICR_RUNNER_* setting from its values and "
+        f"mounts credentials as files (COSIGN_IDENTITY_TOKEN and DOCKER_CONFIG in the environment would "
+        f"reach every child process). Use the chart values (validate.publish.identityTokenSecret, "
+        f"validate.publish.registrySecret, ...) instead.",
+    )
+
+
+# -- schema --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "pointer", "reason"),
+    [
+        ({"accelerator": "h1000"}, "/accelerator", "value must be one of"),
+        ({"intent": "train"}, "/intent", "value must be one of"),
+        ({"os": "debian"}, "/os", "value must be one of"),
+        ({"platform": "ray"}, "/platform", "value must be one of"),
+        ({"aicrArch": "x86_64"}, "/aicrArch", "value must be one of"),
+        ({"validate": {"phases": ["all"]}}, "/validate/phases/0", "value must be one of"),
+        ({"logFormat": "text"}, "/logFormat", "value must be one of"),
+        ({"dataPack": "oci://ghcr.io/acme/pack:1"}, "/dataPack", "does not match pattern"),
+        ({"aicrSha256": {"amd64": "abc"}}, "/aicrSha256/amd64", "does not match pattern"),
+        ({"image": {"digest": "abc"}}, "/image/digest", "does not match pattern"),
+        ({"aicrVersion": "latest"}, "/aicrVersion", "does not match pattern"),
+        ({"recipeArgs": ["--nodes", 4]}, "/recipeArgs/1", "want string"),
+        ({"deploy": {"enabled": "yes"}}, "/deploy/enabled", "want boolean"),
+        ({"job": {"backoffLimit": -1}}, "/job/backoffLimit", "minimum"),
+        ({"aicrDownload": {"attempts": 50}}, "/aicrDownload/attempts", "maximum"),
+        ({"servce": "eks"}, "", "additional properties 'servce' not allowed"),
+        ({"validate": {"publish": {"regsitrySecret": "x"}}}, "/validate/publish", "additional properties"),
+    ],
+)
+def test_schema_refuses_bad_types_and_typos(values: dict[str, Any], pointer: str, reason: str) -> None:
+    rejects_by_schema(values, pointer, reason)
+
+
+def test_schema_admits_globals_from_parent_charts_and_delivery_tools() -> None:
+    renders({"global": {"imageRegistry": "mirror.example.com"}})
+
+
+def test_the_guards_run_for_the_pack_auth_secret_too() -> None:
+    """G-16: the Secret template includes the same validate helper as the Job."""
+    result = render(
+        {"dataPack": PACK, "dataPackAuth": {"dockerconfigjson": AUTH}, "accelerator": "any"},
+        args=("--show-only", "templates/secret-pack-auth.yaml"),
+    )
+    assert result.error == ANY_ACCELERATOR
+    assert "secret-pack-auth.yaml" in result.stderr

@@ -1,0 +1,638 @@
+"""The rendered objects: the Job, its pod, its env, mounts, RBAC and the pack Secret."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from aicr_runner.errors import DETERMINISTIC_EXIT_CODES
+from tests.chart.helm import CHART, NAMESPACE, RELEASE, helm, merge, render, renders
+
+PACK = "ghcr.io/acme/aicr-pack:1.0.0"
+AUTH = '{"auths":{"ghcr.io":{"auth":"dXNlcjp0b2tlbg=="}}}'
+SIGNED = {
+    "validate": {
+        "enabled": True,
+        "emitEvidence": True,
+        "publish": {
+            "enabled": True,
+            "mode": "signed",
+            "ref": "ghcr.io/acme/aicr-evidence",
+            "identityTokenSecret": {"name": "oidc-token", "key": "jwt"},
+            "registrySecret": "push-cred",
+        },
+    }
+}
+UNSIGNED = merge(SIGNED, {"validate": {"publish": {"mode": "unsigned", "identityTokenSecret": {"name": ""}}}})
+
+
+def secret_volume(result: Any, name: str) -> dict[str, Any]:
+    return result.volumes[name]["secret"]  # type: ignore[no-any-return]
+
+
+# -- objects, names, labels -------------------------------------------------------------------------
+
+
+def test_defaults_render_the_service_account_binding_and_job_only() -> None:
+    result = renders()
+    assert sorted(result.kinds()) == ["ClusterRoleBinding", "Job", "ServiceAccount"]
+
+
+def test_labels_follow_helm_conventions_on_every_object() -> None:
+    result = renders()
+    expected = {
+        "app.kubernetes.io/name": "nvidia-aicr",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/managed-by": "Helm",
+        "app.kubernetes.io/version": "0.1.0",
+        "helm.sh/chart": "nvidia-aicr-0.4.0",
+    }
+    for doc in [*result.docs, result.job["spec"]["template"]]:
+        labels = doc["metadata"]["labels"]
+        assert {k: labels[k] for k in expected} == expected, doc["metadata"]
+
+
+def test_rbac_binds_the_installer_account_to_cluster_admin() -> None:
+    result = renders()
+    sa = result.one("ServiceAccount")
+    assert sa["metadata"] == {**sa["metadata"], "name": f"{RELEASE}-installer", "namespace": NAMESPACE}
+    crb = result.one("ClusterRoleBinding")
+    assert crb["metadata"]["name"] == f"{NAMESPACE}-{RELEASE}-installer"
+    assert crb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "cluster-admin",
+    }
+    assert crb["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}
+    ]
+    assert result.pod["serviceAccountName"] == f"{RELEASE}-installer"
+
+
+def test_the_binding_name_is_cut_to_253_characters_without_a_trailing_dash() -> None:
+    namespace = "n" * 63
+    release = "r" * 53
+    name = render(release=release, namespace=namespace).one("ClusterRoleBinding")["metadata"]["name"]
+    assert name == f"{namespace}-{release}-installer"[:253].rstrip("-")
+    assert len(name) <= 253
+
+
+def test_job_name_is_content_addressed_and_fits_a_label() -> None:
+    result = renders(release="r" * 53)
+    name = result.job["metadata"]["name"]
+    base, digest = name.rsplit("-", 1)
+    assert len(name) <= 63
+    assert base == ("r" * 53 + "-install")[:52].rstrip("-")
+    assert len(digest) == 10
+    assert int(digest, 16) >= 0
+    assert str(result.job).count("Revision") == 0
+
+
+def job_name(values: dict[str, Any] | None = None, args: tuple[str, ...] = ()) -> str:
+    return renders(values, args=args).job["metadata"]["name"]  # type: ignore[no-any-return]
+
+
+def test_same_values_give_the_same_job_name() -> None:
+    assert job_name({"service": "eks"}) == job_name({"service": "eks"})
+    # Another helm process, the same inputs: still the same name (no randomness, no revision).
+    proc = helm(
+        "template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "accelerator=h100", "--set", "service=eks"
+    )
+    assert f"name: {job_name({'service': 'eks'})}\n" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"service": "eks"},
+        {"deployFlags": ""},
+        {"validate": {"enabled": True}},
+        {"job": {"backoffLimit": 3}},
+        {"job": {"extraEnv": [{"name": "AICR_NCCL_FABRIC", "value": "roce"}]}},
+        {"image": {"tag": "0.1.1"}},
+        {"image": {"digest": "sha256:" + "a" * 64}},
+        {"image": {"repository": "registry.example.com/aicr-runner"}},
+        {"dataPack": PACK, "dataPackAuth": {"dockerconfigjson": AUTH}},
+    ],
+    ids=lambda change: json.dumps(change)[:40],
+)
+def test_any_value_or_image_change_gives_a_new_job_name(change: dict[str, Any]) -> None:
+    assert job_name(change) != job_name()
+
+
+def test_an_app_version_change_gives_a_new_job_name(tmp_path: Any) -> None:
+    import shutil
+
+    copy = tmp_path / "chart"
+    shutil.copytree(CHART, copy)
+    chart_yaml = copy / "Chart.yaml"
+    chart_yaml.write_text(chart_yaml.read_text().replace('appVersion: "0.1.0"', 'appVersion: "0.1.1"'))
+    default = helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--set",
+        "image.tag=0.1.0",
+        "--set",
+        "accelerator=h100",
+    )
+    bumped = helm(
+        "template",
+        RELEASE,
+        str(copy),
+        "-n",
+        NAMESPACE,
+        "--set",
+        "image.tag=0.1.0",
+        "--set",
+        "accelerator=h100",
+    )
+    assert default.returncode == bumped.returncode == 0, default.stderr + bumped.stderr
+
+    def name(out: str) -> str:
+        return next(line.split(": ")[1] for line in out.splitlines() if line.startswith("  name: t-install-"))
+
+    assert name(default.stdout) != name(bumped.stdout)
+
+
+# -- Job spec -----------------------------------------------------------------------------------------
+
+
+def test_job_spec_comes_from_values() -> None:
+    spec = renders({"job": {"backoffLimit": 3, "activeDeadlineSeconds": 7200}}).job["spec"]
+    assert spec["backoffLimit"] == 3
+    assert spec["activeDeadlineSeconds"] == 7200
+    spec = renders().job["spec"]
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"]) == (1, 10800)
+
+
+def test_ttl_is_rendered_only_when_set() -> None:
+    assert "ttlSecondsAfterFinished" not in renders().job["spec"]
+    assert renders({"job": {"ttlSecondsAfterFinished": 3600}}).job["spec"]["ttlSecondsAfterFinished"] == 3600
+    assert renders({"job": {"ttlSecondsAfterFinished": 0}}).job["spec"]["ttlSecondsAfterFinished"] == 0
+
+
+def test_pod_failure_policy_fails_fast_on_the_runtimes_deterministic_codes() -> None:
+    rules = renders().job["spec"]["podFailurePolicy"]["rules"]
+    assert rules == [
+        {
+            "action": "FailJob",
+            "onExitCodes": {
+                "containerName": "aicr-runner",
+                "operator": "In",
+                "values": list(DETERMINISTIC_EXIT_CODES),
+            },
+        },
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+    ]
+
+
+def test_pod_is_locked_down() -> None:
+    result = renders()
+    pod = result.pod
+    assert pod["restartPolicy"] == "Never"
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert result.container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert pod["enableServiceLinks"] is False
+
+
+def test_container_runs_the_image_entrypoint_with_run() -> None:
+    container = renders().container
+    assert container["name"] == "aicr-runner"
+    assert container["args"] == ["run"]
+    assert "command" not in container
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["resources"] == {
+        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "limits": {"cpu": "1000m", "memory": "2048Mi"},
+    }
+
+
+def test_image_defaults_to_app_version_and_uses_a_digest_when_given() -> None:
+    assert renders().container["image"] == "ghcr.io/nvidia-aicr/aicr-runner:0.1.0"
+    assert renders({"image": {"tag": "0.2.0"}}).container["image"] == "ghcr.io/nvidia-aicr/aicr-runner:0.2.0"
+    digest = "sha256:" + "b" * 64
+    assert renders({"image": {"tag": "0.2.0", "digest": digest}}).container["image"] == (
+        f"ghcr.io/nvidia-aicr/aicr-runner@{digest}"
+    )
+    assert renders({"image": {"pullPolicy": "Always"}}).container["imagePullPolicy"] == "Always"
+
+
+def test_image_pull_secrets_only_when_set() -> None:
+    assert "imagePullSecrets" not in renders().pod
+    assert renders({"imagePullSecrets": [{"name": "regcred"}]}).pod["imagePullSecrets"] == [
+        {"name": "regcred"}
+    ]
+
+
+def test_scheduling_is_rendered_only_when_set() -> None:
+    pod = renders().pod
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        assert key not in pod
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "node-role", "operator": "In", "values": ["infra"]}]}
+                ]
+            }
+        }
+    }
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    pod = renders(
+        {
+            "job": {
+                "nodeSelector": {"pool": "system"},
+                "tolerations": tolerations,
+                "affinity": affinity,
+                "priorityClassName": "system-cluster-critical",
+            }
+        }
+    ).pod
+    assert pod["nodeSelector"] == {"pool": "system"}
+    assert pod["tolerations"] == tolerations
+    assert pod["affinity"] == affinity
+    assert pod["priorityClassName"] == "system-cluster-critical"
+
+
+def test_pod_annotations_only_when_set() -> None:
+    assert "annotations" not in renders().job["spec"]["template"]["metadata"]
+    meta = renders({"job": {"podAnnotations": {"example.com/team": "gpu"}}}).job["spec"]["template"][
+        "metadata"
+    ]
+    assert meta["annotations"] == {"example.com/team": "gpu"}
+
+
+def test_termination_grace_leaves_the_runtime_15_seconds() -> None:
+    result = renders()
+    assert result.pod["terminationGracePeriodSeconds"] == 120
+    assert result.env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"] == "105"
+    result = renders({"job": {"terminationGracePeriodSeconds": 600}})
+    assert (
+        result.pod["terminationGracePeriodSeconds"],
+        result.env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"],
+    ) == (600, "585")
+    assert (
+        renders({"job": {"terminationGracePeriodSeconds": 10}}).env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"]
+        == "0"
+    )
+
+
+# -- volumes and writable paths ----------------------------------------------------------------------
+
+
+def test_writable_paths_are_empty_dirs_and_nothing_else_by_default() -> None:
+    result = renders()
+    assert result.volumes == {name: {"name": name, "emptyDir": {}} for name in ("tmp", "work", "home")}
+    assert {name: m["mountPath"] for name, m in result.mounts.items()} == {
+        "tmp": "/tmp",
+        "work": "/work",
+        "home": "/home/aicr",
+    }
+    env = result.env
+    assert env["HOME"] == "/home/aicr"
+    assert env["TMPDIR"] == "/tmp"
+    assert env["AICR_RUNNER_WORK_DIR"] == "/work"
+    for var in ("XDG_CACHE_HOME", "HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "KUBECACHEDIR"):
+        assert env[var].startswith("/home/aicr/"), var
+
+
+# -- data pack credentials -------------------------------------------------------------------------------
+
+
+def expect_pack_auth_mount(result: Any, secret: str) -> None:
+    assert secret_volume(result, "pack-auth") == {
+        "secretName": secret,
+        "items": [{"key": ".dockerconfigjson", "path": "config.json", "mode": 0o440}],
+    }
+    assert result.mounts["pack-auth"] == {
+        "name": "pack-auth",
+        "mountPath": "/etc/aicr-runner/pack-auth",
+        "readOnly": True,
+    }
+    assert result.env["AICR_RUNNER_PACK__CREDENTIALS_FILE"] == "/etc/aicr-runner/pack-auth/config.json"
+
+
+def test_no_pack_means_no_credentials() -> None:
+    result = renders()
+    assert "pack-auth" not in result.volumes
+    assert "pack-auth" not in result.mounts
+    assert result.env["AICR_RUNNER_PACK__REF"] == ""
+    assert result.env["AICR_RUNNER_PACK__CREDENTIALS_FILE"] == ""
+    assert result.maybe("Secret") is None
+
+
+def test_a_public_pack_is_pulled_anonymously() -> None:
+    result = renders({"dataPack": PACK})
+    assert result.env["AICR_RUNNER_PACK__REF"] == PACK
+    assert result.env["AICR_RUNNER_PACK__CREDENTIALS_FILE"] == ""
+    assert "pack-auth" not in result.volumes
+    assert result.maybe("Secret") is None
+
+
+def test_an_existing_pack_secret_is_mounted_as_a_file() -> None:
+    result = renders({"dataPack": PACK, "dataPackSecret": "acme-registry-cred"})
+    expect_pack_auth_mount(result, "acme-registry-cred")
+    assert result.maybe("Secret") is None
+
+
+def test_pack_auth_creates_the_secret_the_job_mounts() -> None:
+    result = renders({"dataPack": PACK, "dataPackAuth": {"dockerconfigjson": AUTH}})
+    secret = result.one("Secret")
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret["stringData"] == {".dockerconfigjson": AUTH}
+    assert secret["metadata"]["name"] == f"{RELEASE}-pack-auth"
+    assert secret["metadata"]["namespace"] == NAMESPACE
+    expect_pack_auth_mount(result, secret["metadata"]["name"])
+
+
+def test_pack_transport_flags_reach_the_runtime_as_true_or_false() -> None:
+    result = renders({"dataPack": PACK, "dataPackPlainHTTP": True, "dataPackInsecureTLS": True})
+    assert result.env["AICR_RUNNER_PACK__PLAIN_HTTP"] == "true"
+    assert result.env["AICR_RUNNER_PACK__INSECURE_TLS"] == "true"
+    result = renders({"dataPack": PACK})
+    assert result.env["AICR_RUNNER_PACK__PLAIN_HTTP"] == "false"
+    assert result.env["AICR_RUNNER_PACK__INSECURE_TLS"] == "false"
+
+
+# -- publishing credentials -------------------------------------------------------------------------------
+
+
+def test_signed_publish_mounts_the_token_as_a_file_and_never_as_env() -> None:
+    result = renders(SIGNED)
+    assert secret_volume(result, "identity-token") == {
+        "secretName": "oidc-token",
+        "items": [{"key": "jwt", "path": "token", "mode": 0o440}],
+    }
+    assert result.mounts["identity-token"]["mountPath"] == "/etc/aicr-runner/identity-token"
+    assert result.mounts["identity-token"]["readOnly"] is True
+    assert (
+        result.env["AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE"]
+        == "/etc/aicr-runner/identity-token/token"
+    )
+    assert result.env["AICR_RUNNER_VALIDATE__PUBLISH__MODE"] == "signed"
+    names = [entry["name"] for entry in result.env_list]
+    assert "COSIGN_IDENTITY_TOKEN" not in names
+    assert all("valueFrom" not in entry for entry in result.env_list), "no Secret reaches the environment"
+
+
+def test_unsigned_publish_has_no_token_file() -> None:
+    result = renders(UNSIGNED)
+    assert "identity-token" not in result.volumes
+    assert "identity-token" not in result.mounts
+    assert result.env["AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE"] == ""
+    assert result.env["AICR_RUNNER_VALIDATE__PUBLISH__MODE"] == "unsigned"
+    assert "COSIGN_IDENTITY_TOKEN" not in [entry["name"] for entry in result.env_list]
+
+
+def test_the_push_credential_is_mounted_only_when_publishing_with_a_registry_secret() -> None:
+    result = renders(UNSIGNED)
+    assert secret_volume(result, "publish-auth") == {
+        "secretName": "push-cred",
+        "items": [{"key": ".dockerconfigjson", "path": "config.json", "mode": 0o440}],
+    }
+    assert result.mounts["publish-auth"] == {
+        "name": "publish-auth",
+        "mountPath": "/etc/aicr-runner/publish-auth",
+        "readOnly": True,
+    }
+    assert result.env["AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR"] == "/etc/aicr-runner/publish-auth"
+    anonymous = renders(merge(UNSIGNED, {"validate": {"publish": {"registrySecret": ""}}}))
+    assert "publish-auth" not in anonymous.volumes
+    assert "publish-auth" not in anonymous.mounts
+    assert anonymous.env["AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR"] == ""
+    assert renders().env["AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR"] == ""
+
+
+def test_publish_settings_reach_the_runtime() -> None:
+    env = renders(merge(UNSIGNED, {"validate": {"publish": {"failOnError": True, "plainHTTP": True}}})).env
+    assert env["AICR_RUNNER_VALIDATE__PUBLISH__ENABLED"] == "true"
+    assert env["AICR_RUNNER_VALIDATE__PUBLISH__REF"] == "ghcr.io/acme/aicr-evidence"
+    assert env["AICR_RUNNER_VALIDATE__PUBLISH__FAIL_ON_ERROR"] == "true"
+    assert env["AICR_RUNNER_VALIDATE__PUBLISH__PLAIN_HTTP"] == "true"
+    assert env["AICR_RUNNER_VALIDATE__PUBLISH__INSECURE_TLS"] == "false"
+
+
+# -- environment ------------------------------------------------------------------------------------------
+
+
+def test_extra_env_is_appended_after_the_chart_env() -> None:
+    extra = [
+        {"name": "AICR_NCCL_FABRIC", "value": "roce"},
+        {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+    ]
+    env_list = renders({"job": {"extraEnv": extra}}).env_list
+    assert env_list[-2:] == extra
+    assert env_list[:-2] == renders().env_list
+
+
+def test_lists_reach_the_runtime_as_json_with_every_character_kept() -> None:
+    args = ["--set", "gpuoperator:driver.version=580.1 'beta'", "*.yaml", "4"]
+    env = renders(
+        {
+            "recipeArgs": args,
+            "bundleArgs": ["--storage-class", "fast ssd"],
+            "validateArgs": ["--namespace", "aicr"],
+            "deployArgs": ["--retries", "1"],
+            "recipe": {
+                "expect": {"minComponents": 11, "components": ["gpu-operator"], "overlays": ["h100-any"]}
+            },
+        }
+    ).env
+    assert json.loads(env["AICR_RUNNER_RECIPE__ARGS"]) == args
+    assert json.loads(env["AICR_RUNNER_BUNDLE__ARGS"]) == ["--storage-class", "fast ssd"]
+    assert json.loads(env["AICR_RUNNER_VALIDATE__ARGS"]) == ["--namespace", "aicr"]
+    assert json.loads(env["AICR_RUNNER_DEPLOY__ARGS"]) == ["--retries", "1"]
+    assert env["AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS"] == "11"
+    assert json.loads(env["AICR_RUNNER_RECIPE__EXPECT__COMPONENTS"]) == ["gpu-operator"]
+    assert json.loads(env["AICR_RUNNER_RECIPE__EXPECT__OVERLAYS"]) == ["h100-any"]
+
+
+def test_phases_drop_empty_entries() -> None:
+    env = renders({"validate": {"enabled": True, "phases": ["", "deployment", "", "performance"]}}).env
+    assert json.loads(env["AICR_RUNNER_VALIDATE__PHASES"]) == ["deployment", "performance"]
+    assert json.loads(renders().env["AICR_RUNNER_VALIDATE__PHASES"]) == ["deployment"]
+
+
+def test_booleans_are_exactly_true_or_false() -> None:
+    on = renders(
+        {
+            "environment": {"preinstalledDriver": True},
+            "deploy": {"enabled": False},
+            "validate": {"enabled": True, "failOnError": True, "emitEvidence": True},
+        }
+    ).env
+    assert on["AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER"] == "true"
+    assert on["AICR_RUNNER_DEPLOY__ENABLED"] == "false"
+    assert on["AICR_RUNNER_VALIDATE__ENABLED"] == "true"
+    assert on["AICR_RUNNER_VALIDATE__FAIL_ON_ERROR"] == "true"
+    assert on["AICR_RUNNER_VALIDATE__EMIT_EVIDENCE"] == "true"
+    off = renders().env
+    assert off["AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER"] == "false"
+    assert off["AICR_RUNNER_DEPLOY__ENABLED"] == "true"
+    assert off["AICR_RUNNER_VALIDATE__ENABLED"] == "false"
+    bool_values = {
+        v for k, v in off.items() if k.endswith(("ENABLED", "ERROR", "EVIDENCE", "HTTP", "TLS", "DRIVER"))
+    }
+    assert bool_values <= {"true", "false"}
+
+
+def test_values_reach_the_runtime_verbatim() -> None:
+    env = renders(
+        {
+            "service": "eks",
+            "accelerator": "h100",
+            "intent": "training",
+            "os": "ubuntu",
+            "platform": "kubeflow",
+            "aicrVersion": "1.2.0",
+            "aicrArch": "arm64",
+            "aicrSha256": {"amd64": "a" * 64, "arm64": "b" * 64},
+            "aicrReleaseBaseUrl": "https://mirror.example.com/aicr",
+            "aicrBinary": {"path": "/opt/aicr/aicr", "sha256": "c" * 64},
+            "aicrDownload": {"attempts": 3, "timeoutSeconds": 30, "budgetSeconds": 120},
+            "recipeFlags": "--nodes 4",
+            "bundleFlags": "--vendor-charts",
+            "validateFlags": "--timeout 10m",
+            "deployFlags": "--retries 1",
+            "storageClass": "gp3",
+            "recipeConfigMap": "r",
+            "validate": {"resultConfigMap": "v", "evidenceConfigMap": "e"},
+            "statusConfigMap": "s",
+            "logFormat": "json",
+        },
+        namespace="gpu-system",
+    ).env
+    assert {
+        k: env[k] for k in env if k.startswith("AICR_RUNNER_") and not k.endswith(("ARGS", "PHASES"))
+    } == {
+        "AICR_RUNNER_CRITERIA__SERVICE": "eks",
+        "AICR_RUNNER_CRITERIA__ACCELERATOR": "h100",
+        "AICR_RUNNER_CRITERIA__INTENT": "training",
+        "AICR_RUNNER_CRITERIA__OS": "ubuntu",
+        "AICR_RUNNER_CRITERIA__PLATFORM": "kubeflow",
+        "AICR_RUNNER_PACK__REF": "",
+        "AICR_RUNNER_PACK__CREDENTIALS_FILE": "",
+        "AICR_RUNNER_PACK__PLAIN_HTTP": "false",
+        "AICR_RUNNER_PACK__INSECURE_TLS": "false",
+        "AICR_RUNNER_AICR__VERSION": "1.2.0",
+        "AICR_RUNNER_AICR__ARCH": "arm64",
+        "AICR_RUNNER_AICR__SHA256__AMD64": "a" * 64,
+        "AICR_RUNNER_AICR__SHA256__ARM64": "b" * 64,
+        "AICR_RUNNER_AICR__RELEASE_BASE_URL": "https://mirror.example.com/aicr",
+        "AICR_RUNNER_AICR__BINARY": "/opt/aicr/aicr",
+        "AICR_RUNNER_AICR__BINARY_SHA256": "c" * 64,
+        "AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS": "3",
+        "AICR_RUNNER_AICR__DOWNLOAD_TIMEOUT_SECONDS": "30",
+        "AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS": "120",
+        "AICR_RUNNER_RECIPE__FLAGS": "--nodes 4",
+        "AICR_RUNNER_RECIPE__CONFIGMAP": "r",
+        "AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS": "0",
+        "AICR_RUNNER_RECIPE__EXPECT__COMPONENTS": "[]",
+        "AICR_RUNNER_RECIPE__EXPECT__OVERLAYS": "[]",
+        "AICR_RUNNER_BUNDLE__FLAGS": "--vendor-charts",
+        "AICR_RUNNER_BUNDLE__STORAGE_CLASS": "gp3",
+        "AICR_RUNNER_DEPLOY__ENABLED": "true",
+        "AICR_RUNNER_DEPLOY__FLAGS": "--retries 1",
+        "AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER": "false",
+        "AICR_RUNNER_VALIDATE__ENABLED": "false",
+        "AICR_RUNNER_VALIDATE__FAIL_ON_ERROR": "false",
+        "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "false",
+        "AICR_RUNNER_VALIDATE__RESULT_CONFIGMAP": "v",
+        "AICR_RUNNER_VALIDATE__EVIDENCE_CONFIGMAP": "e",
+        "AICR_RUNNER_VALIDATE__FLAGS": "--timeout 10m",
+        "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "false",
+        "AICR_RUNNER_VALIDATE__PUBLISH__MODE": "signed",
+        "AICR_RUNNER_VALIDATE__PUBLISH__REF": "",
+        "AICR_RUNNER_VALIDATE__PUBLISH__FAIL_ON_ERROR": "false",
+        "AICR_RUNNER_VALIDATE__PUBLISH__INSECURE_TLS": "false",
+        "AICR_RUNNER_VALIDATE__PUBLISH__PLAIN_HTTP": "false",
+        "AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR": "",
+        "AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE": "",
+        "AICR_RUNNER_STATUS_CONFIGMAP": "s",
+        "AICR_RUNNER_NAMESPACE": "gpu-system",
+        "AICR_RUNNER_WORK_DIR": "/work",
+        "AICR_RUNNER_LOG_FORMAT": "json",
+        "AICR_RUNNER_TERMINATION_MESSAGE_PATH": "/dev/termination-log",
+        "AICR_RUNNER_SHUTDOWN_GRACE_SECONDS": "105",
+    }
+
+
+def test_default_config_map_names_and_versions() -> None:
+    env = renders().env
+    assert env["AICR_RUNNER_RECIPE__CONFIGMAP"] == "aicr-recipe"
+    assert env["AICR_RUNNER_VALIDATE__RESULT_CONFIGMAP"] == "aicr-validate-result"
+    assert env["AICR_RUNNER_VALIDATE__EVIDENCE_CONFIGMAP"] == "aicr-evidence-bundle"
+    assert env["AICR_RUNNER_STATUS_CONFIGMAP"] == "aicr-run-status"
+    assert env["AICR_RUNNER_AICR__VERSION"] == "v1.2.0"
+    assert env["AICR_RUNNER_AICR__ARCH"] == "amd64"
+    assert env["AICR_RUNNER_AICR__RELEASE_BASE_URL"] == "https://github.com/NVIDIA/aicr/releases/download"
+    assert env["AICR_RUNNER_DEPLOY__FLAGS"] == "--best-effort --no-wait"
+    assert env["AICR_RUNNER_CRITERIA__SERVICE"] == "any"
+    assert env["AICR_RUNNER_LOG_FORMAT"] == "console"
+    assert env["AICR_RUNNER_NAMESPACE"] == NAMESPACE
+
+
+def test_the_strict_pin_never_crosses_architectures() -> None:
+    env = renders({"aicrArch": "arm64", "aicrSha256": {"amd64": "a" * 64, "arm64": ""}}).env
+    assert env["AICR_RUNNER_AICR__ARCH"] == "arm64"
+    assert env["AICR_RUNNER_AICR__SHA256__ARM64"] == ""
+    assert env["AICR_RUNNER_AICR__SHA256__AMD64"] == "a" * 64
+
+
+# -- NOTES -------------------------------------------------------------------------------------------------
+
+
+def notes(*sets: str) -> str:
+    proc = helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--dry-run=client",
+        "--set",
+        "accelerator=h100",
+        *sets,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_give_the_commands_to_follow_the_run() -> None:
+    text = notes("--set", "validate.enabled=true", "--set", "validate.emitEvidence=true")
+    job = job_name({"validate": {"enabled": True, "emitEvidence": True}})
+    assert f"kubectl logs -n {NAMESPACE} -f job/{job}" in text
+    assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.report\\.json}}'" in text
+    assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.summary\\.txt}}'" in text
+    assert f"kubectl get cm -n {NAMESPACE} aicr-recipe -o jsonpath='{{.data.summary\\.txt}}'" in text
+    assert "{.binaryData.recipe\\.yaml\\.gz}" in text
+    assert f"kubectl get cm -n {NAMESPACE} aicr-validate-result -o jsonpath='{{.data.ctrf\\.json}}'" in text
+    assert (
+        f"kubectl get cm -n {NAMESPACE} aicr-evidence-bundle -o jsonpath='{{.binaryData.evidence\\.tgz}}'"
+        in text
+    )
+    assert "{.data.pointer\\.yaml}" in text
+    assert "Do not upgrade or uninstall this release while the Job runs" in text
+    assert "pack" not in text.lower()
+
+
+def test_notes_say_the_runtime_checks_a_packs_criteria() -> None:
+    text = notes("--set", f"dataPack={PACK}", "--set", "dataPackSecret=acme-cred")
+    assert "the runtime checks them against the pack" in text
+    assert "The pod starts only once these Secrets exist in aicr: acme-cred." in text
