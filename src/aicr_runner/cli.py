@@ -176,12 +176,13 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
         log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
     else:
         log.error(report.message, exit_code=report.exit_code, status=sink.describe(settings.status_configmap or "-"))
-    if mode is Mode.RUN and args.results_dir is None:
+    if mode is Mode.RUN:
         try:
             Path(settings.termination_message_path).write_text(logs.redact(line)[:_TERMINATION_MESSAGE_LIMIT])
         except OSError as exc:
             log.warning("termination message not written", path=settings.termination_message_path, reason=str(exc))
-        return
+        if args.results_dir is None:
+            return
     print(report.summary_text())
     if report.components:
         from aicr_runner.recipe import RecipeSummary

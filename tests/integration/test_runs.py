@@ -1,0 +1,325 @@
+"""Whole runs of the real runner against the contract-faithful fake aicr.
+
+Each test drives ``aicr-runner run`` (or ``plan``) end to end with real child
+processes (aicr, bash deploy.sh) and results written to a directory, then checks
+the exit code, the run report, the captured results and the log.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from aicr_runner.cli import main
+from tests.fake_aicr import install_fake_aicr
+
+FULL_LEAF = {
+    "AICR_RUNNER_CRITERIA__SERVICE": "eks",
+    "AICR_RUNNER_CRITERIA__ACCELERATOR": "h100",
+    "AICR_RUNNER_CRITERIA__INTENT": "training",
+    "AICR_RUNNER_CRITERIA__OS": "ubuntu",
+}
+VALIDATE = {
+    "AICR_RUNNER_VALIDATE__ENABLED": "true",
+    "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "true",
+}
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_fake_aicr(tmp_path_factory.mktemp("fake-bin"))
+
+
+@dataclass
+class Run:
+    code: int
+    results: Path
+    work: Path
+    output: str
+    termination: str
+
+    def report(self) -> dict[str, object]:
+        return json.loads((self.results / "aicr-run-status" / "report.json").read_text())  # type: ignore[no-any-return]
+
+    def step(self, name: str) -> dict[str, object]:
+        steps = self.report()["steps"]
+        assert isinstance(steps, list)
+        return next(s for s in steps if s["state"] == name)
+
+    def result(self, configmap: str, key: str) -> bytes:
+        return (self.results / configmap / key).read_bytes()
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_"))}
+    env.update(FULL_LEAF)
+    env["AICR_RUNNER_WORK_DIR"] = str(tmp_path / "work")
+    env["AICR_RUNNER_LOG_FORMAT"] = "json"
+    env["AICR_RUNNER_TERMINATION_MESSAGE_PATH"] = str(tmp_path / "termination-log")
+    env.update(extra)
+    return env
+
+
+def run(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], **extra: str) -> Run:
+    env = clean_env(tmp_path, **extra)
+    code = main(["run", "--aicr-binary", str(fake), "--results-dir", str(tmp_path / "results")], environ=env)
+    out = capsys.readouterr()
+    term = tmp_path / "termination-log"
+    return Run(code, tmp_path / "results", tmp_path / "work", out.out + out.err,
+               term.read_text() if term.exists() else "")
+
+
+def test_full_run_captures_everything_and_exits_zero(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+            AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned", AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/acme/evidence")
+    assert r.code == 0, r.output
+    report = r.report()
+    assert report["phase"] == "Succeeded"
+    assert [s["status"] for s in report["steps"]] == ["succeeded"] * 4 + ["succeeded"] + ["succeeded"] * 7  # type: ignore[union-attr]
+    summary = r.result("aicr-recipe", "summary.txt").decode()
+    assert "criteria: service=eks, accelerator=h100, os=ubuntu, intent=training" in summary
+    assert "recipe generation completed" in summary
+    assert "components=15" in summary
+    assert b"kind: RecipeResult" in r.result("aicr-recipe", "recipe.yaml")
+    ctrf = json.loads(r.result("aicr-validate-result", "ctrf.json"))
+    assert ctrf["reportFormat"] == "CTRF"
+    with tarfile.open(fileobj=io.BytesIO(r.result("aicr-evidence-bundle", "evidence.tgz"))) as tar:
+        assert any(n.endswith("summary-bundle/recipe.yaml") for n in tar.getnames())
+    pointer = r.result("aicr-evidence-bundle", "pointer.yaml").decode()
+    assert "reg.example/acme/evidence" in pointer, "pointer.yaml is captured after publish filled it in"
+    assert "AICR Job complete" in r.output
+    assert "aicr validate exit=0" in r.output
+    assert "evidence publish exit=0" in r.output
+    assert r.termination.startswith("Succeeded (exit 0)")
+    assert (r.work / "logs" / "deploy.log").read_text().count("installed") >= 15
+
+
+def test_assert_only_run_skips_bundle_and_deploy_but_captures_the_verdict(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_DEPLOY__ENABLED="false")
+    assert r.code == 0, r.output
+    for state in ("bundle", "verify", "deploy"):
+        assert r.step(state)["status"] == "skipped"
+    assert "Skipping deploy (deploy.enabled=false): assert-only run" in r.output
+    assert not (r.work / "bundle").exists()
+    assert json.loads(r.result("aicr-validate-result", "ctrf.json"))["results"]["summary"]["tests"] >= 1
+
+
+def test_component_failure_without_best_effort_fails_with_deploy_code(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_DEPLOY__FLAGS="--retries 0",
+            FAKE_AICR_DEPLOY_FAIL="gpu-operator")
+    assert r.code == 1
+    assert r.step("deploy")["status"] == "failed"
+    assert "AICR install FAILED (deploy.sh exit 1)" in str(r.step("deploy")["message"])
+    assert r.step("validate")["status"] == "skipped", "anchor R-24: no validation after a failed deploy"
+    assert r.termination.startswith("Failed (exit 1): deploy failed")
+
+
+def test_best_effort_failure_report_warns_and_continues(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(fake, tmp_path, capsys, **VALIDATE, FAKE_AICR_DEPLOY_FAIL="gpu-operator")
+    assert r.code == 0, r.output
+    assert r.step("deploy")["status"] == "warned"
+    assert r.step("validate")["status"] == "succeeded"
+    assert any("deploy" in w for w in r.report()["warnings"])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("flags", "code", "status"), [("--best-effort", 0, "warned"), ("", 2, "failed")])
+def test_dra_deferral_is_tolerated_only_with_best_effort(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: str, code: int, status: str
+) -> None:
+    r = run(fake, tmp_path, capsys, AICR_RUNNER_DEPLOY__FLAGS=flags, FAKE_AICR_DEPLOY_DRA_DEFERRED="1")
+    assert r.code == code, r.output
+    assert r.step("deploy")["status"] == status
+
+
+@pytest.mark.parametrize(("fail_on_error", "code"), [("true", 8), ("false", 0)])
+def test_failed_validation_is_captured_before_the_gate(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fail_on_error: str, code: int
+) -> None:
+    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__FAIL_ON_ERROR=fail_on_error,
+            FAKE_AICR_VALIDATE_RESULT="fail")
+    assert r.code == code
+    ctrf = json.loads(r.result("aicr-validate-result", "ctrf.json"))
+    assert ctrf["results"]["summary"]["failed"] >= 1, "the failing verdict is stored either way"
+    assert r.result("aicr-evidence-bundle", "evidence.tgz")
+    if code:
+        assert "Validation FAILED (exit 8)" in r.termination
+
+
+def test_publish_failure_gate(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+            AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned", AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/e",
+            AICR_RUNNER_VALIDATE__PUBLISH__FAIL_ON_ERROR="true", FAKE_AICR_PUBLISH_FAIL="unauthorized")
+    assert r.code == 4
+    assert "Evidence publish FAILED (exit 4)" in r.termination
+    assert r.step("capture-evidence")["status"] == "succeeded", "evidence is captured before the gate"
+
+
+def test_rejected_criteria_list_supported_combinations_everywhere(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(fake, tmp_path, capsys, AICR_RUNNER_CRITERIA__SERVICE="k0s", AICR_RUNNER_CRITERIA__ACCELERATOR="h200",
+            AICR_RUNNER_CRITERIA__OS="")
+    assert r.code == 2
+    supported = r.report()["supportedCombinations"]
+    assert supported, "aicr's list of supported combinations reaches the status report"
+    assert "os=ubuntu" in " ".join(supported)  # type: ignore[arg-type]
+    assert "supported combinations:" in r.termination
+    assert any(line for line in r.output.splitlines() if "CRITERIA REJECTED" in line)
+    assert r.step("bundle")["status"] == "skipped"
+    assert not (r.work / "bundle").exists()
+
+
+def test_unmet_expectations_stop_before_bundle(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(fake, tmp_path, capsys, AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS="20",
+            AICR_RUNNER_RECIPE__EXPECT__COMPONENTS='["gpu-operator", "no-such-thing"]')
+    assert r.code == 25
+    message = str(r.step("check-recipe")["message"])
+    assert "no-such-thing" in message
+    assert "15" in message, "the message says what resolved"
+    assert r.step("bundle")["status"] == "skipped"
+    assert b"kind: RecipeResult" in r.result("aicr-recipe", "recipe.yaml"), "the recipe is still captured"
+
+
+def test_thin_resolution_is_a_warning(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(fake, tmp_path, capsys, AICR_RUNNER_CRITERIA__SERVICE="", AICR_RUNNER_CRITERIA__INTENT="",
+            AICR_RUNNER_CRITERIA__OS="", AICR_RUNNER_CRITERIA__ACCELERATOR="a100")
+    assert r.code == 0, r.output
+    assert r.step("check-recipe")["status"] == "warned"
+    assert r.report()["warnings"]
+
+
+def test_a_bundle_changed_before_verify_never_deploys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real = install_fake_aicr(tmp_path / "real-bin")
+    wrapper = tmp_path / "aicr"
+    wrapper.write_text(
+        "#!/usr/bin/env bash\n"
+        f'"{real}" "$@"; rc=$?\n'
+        'if [[ " $* " == *" bundle "* && $rc == 0 ]]; then\n'
+        '  out=""; prev=""; for a in "$@"; do [[ $prev == --output || $prev == -o ]] && out=$a; prev=$a; done\n'
+        '  echo "# injected" >> "$out/deploy.sh"\n'
+        "fi\nexit $rc\n"
+    )
+    wrapper.chmod(0o755)
+    r = run(wrapper, tmp_path, capsys)
+    assert r.code == 4
+    assert r.step("verify")["status"] == "failed"
+    assert "Bundle verification FAILED (exit 4)" in str(r.step("verify")["message"])
+    assert r.step("deploy")["status"] == "skipped"
+    assert not (r.work / "logs" / "deploy.log").exists()
+
+
+def test_credentials_reach_only_the_publish_call_and_never_any_output(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    password = "pub-s3cret-Pa55"
+    token = "eyJ-identity-token-abc123"
+    auth = base64.b64encode(f"robot:{password}".encode()).decode()
+    registry_dir = tmp_path / "publish-auth"
+    registry_dir.mkdir()
+    (registry_dir / "config.json").write_text(json.dumps({"auths": {"reg.example": {"auth": auth}}}))
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    env_log = tmp_path / "env.jsonl"
+    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+            AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/acme/evidence",
+            AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR=str(registry_dir),
+            AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE=str(token_file),
+            FAKE_AICR_ENV_LOG=str(env_log))
+    assert r.code == 0, r.output
+    calls = [json.loads(line) for line in env_log.read_text().splitlines()]
+    publish = [c for c in calls if c["argv"][:2] == ["evidence", "publish"] or "publish" in c["argv"]]
+    others = [c for c in calls if c not in publish]
+    assert len(publish) == 1
+    assert publish[0]["env"].get("DOCKER_CONFIG") == str(registry_dir)
+    assert publish[0]["env"].get("COSIGN_IDENTITY_TOKEN") == token
+    assert "--identity-token" not in publish[0]["argv"], "argv is visible in /proc and logs"
+    assert others, "recipe, bundle, verify and validate were recorded"
+    for call in calls:
+        assert not any(k.startswith("AICR_RUNNER_") for k in call["env"]), call
+    for call in others:
+        assert "DOCKER_CONFIG" not in call["env"]
+        assert "COSIGN_IDENTITY_TOKEN" not in call["env"]
+    captured = [r.output, r.termination]
+    captured += [p.read_text(errors="replace") for p in r.work.rglob("*.log")]
+    captured += [p.read_text(errors="replace") for p in r.results.rglob("*") if p.is_file()]
+    for text in captured:
+        for secret in (password, token, auth):
+            assert secret not in text
+
+
+def test_over_budget_evidence_keeps_the_pointer(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(fake, tmp_path, capsys, **VALIDATE, FAKE_AICR_EVIDENCE_BYTES=str(1_500_000))
+    assert r.code == 0, r.output
+    assert r.step("capture-evidence")["status"] == "warned"
+    assert "pointer only" in str(r.step("capture-evidence")["message"])
+    assert (r.results / "aicr-evidence-bundle" / "pointer.yaml").is_file()
+    assert not (r.results / "aicr-evidence-bundle" / "evidence.tgz").exists()
+
+
+def test_plan_prints_the_component_table(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = clean_env(tmp_path)
+    code = main(["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan")], environ=env)
+    out = capsys.readouterr().out
+    assert code == 0
+    header = next(line for line in out.splitlines() if line.startswith("NAME"))
+    assert header.split() == ["NAME", "VERSION", "NAMESPACE", "CHART"]
+    assert "gpu-operator" in out
+    assert (tmp_path / "plan" / "aicr-recipe" / "recipe.yaml").is_file()
+    assert (tmp_path / "plan" / "work" / "bundle" / "deploy.sh").is_file(), "plan renders the bundle"
+    assert not (tmp_path / "plan" / "work" / "logs" / "deploy.log").exists(), "plan never deploys"
+
+
+def test_plan_with_rejected_criteria_prints_the_supported_combinations(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = clean_env(tmp_path)
+    code = main(["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan"), "--service", "k0s",
+                 "--accelerator", "h200", "--os", ""], environ=env)
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "criteria rejected; supported combinations:" in out
+    assert "os=ubuntu" in out
+
+
+def test_sigterm_during_deploy_gives_helm_its_grace_then_exits_143(fake: Path, tmp_path: Path) -> None:
+    env = clean_env(tmp_path, FAKE_AICR_DEPLOY_SLEEP="60", AICR_RUNNER_SHUTDOWN_GRACE_SECONDS="1")
+    results = tmp_path / "results"
+    runner = Path(sys.executable).parent / "aicr-runner"
+    proc = subprocess.Popen([str(runner), "run", "--aicr-binary", str(fake), "--results-dir", str(results)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    status = results / "aicr-run-status" / "report.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if status.exists() and '"state": "deploy",\n      "status": "running"' in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("deploy never started")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out.decode()[-2000:]
+    assert time.monotonic() - sent < 15, "bounded: grace 1 s, then TERM, then KILL"
+    report = json.loads(status.read_text())
+    deploy = next(s for s in report["steps"] if s["state"] == "deploy")
+    assert deploy["status"] == "interrupted"
+    assert report["phase"] == "Interrupted"
+    assert next(s for s in report["steps"] if s["state"] == "validate")["status"] == "skipped"
