@@ -19,6 +19,7 @@ from e2e.harness.kube import KubeError
 from e2e.harness.kubelet import JobRun, Kubelet, expand
 from e2e.harness.registry import Registry
 from e2e.harness.sandbox import rewrite_paths
+from e2e.tools import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -312,6 +313,40 @@ def test_kubelet_sigterm_without_a_handler_depends_on_the_image_init(
     assert time.monotonic() - started < 20
 
 
+def test_kubelet_provides_image_files_and_keeps_the_image_runnable_under_volumes(
+    helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str, tmp_path: Path
+) -> None:
+    # An emptyDir over the top directory of this checkout (like the chart's /work):
+    # the "image" (checkout + Python) must still run, and the volume must be writable.
+    top = "/" + REPO_ROOT.parts[1]
+    tool = tmp_path / "probe-tool"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'echo "image file ran as $(id -u)" && touch {top}/written && ls -a {top}\n'
+        "exec python3 -c \"import yaml, sys; print('python ok', sys.prefix)\"\n"
+    )
+    tool.chmod(0o755)
+    kubelet = make_kubelet(image_files={"/usr/local/bin/probe-tool": tool})
+    helm.install(
+        "probe",
+        CHARTS / "probe-job",
+        namespace,
+        values={
+            "command": ["/usr/local/bin/probe-tool"],
+            "extraVolumes": [{"name": "shadow", "emptyDir": {}}],
+            "extraVolumeMounts": [{"name": "shadow", "mountPath": top}],
+        },
+    )
+    run = kubelet.run_job("probe", namespace)
+    assert run.exit_code == 0, run.describe()
+    assert "image file ran as 65532" in run.output
+    assert "python ok" in run.output
+    if run.sandbox == "bwrap":
+        listing = run.output.split("image file ran as 65532", 1)[1]
+        assert "written" in listing  # the volume, not the host directory
+        assert not Path(top, "written").exists()
+
+
 def test_rewrite_fallback_runs_the_pod_without_a_sandbox(
     helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str
 ) -> None:
@@ -331,6 +366,41 @@ def test_rewrite_fallback_runs_the_pod_without_a_sandbox(
     # no in-cluster files, but the ServiceAccount's identity through KUBECONFIG
     assert facts["sa_files"] is None
     assert facts["api"] == {"create_configmap": 201, "create_secret": 403}
+
+
+_FAIL_FAST = {
+    "rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": "probe", "operator": "In", "values": [2, 4]}},
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "expected"),
+    [
+        (0, ("Complete", "", 1)),
+        (4, ("Failed", "PodFailurePolicy", 1)),  # deterministic failure: no retry
+        (9, ("Failed", "BackoffLimitExceeded", 3)),  # counted: backoffLimit 2 allows 3 pods
+    ],
+)
+def test_job_controller_follows_backoff_limit_and_pod_failure_policy(
+    helm: Helm, kubelet: Kubelet, namespace: str, exit_code: int, expected: tuple[str, str, int]
+) -> None:
+    status, reason, pods = expected
+    helm.install(
+        "probe",
+        CHARTS / "probe-job",
+        namespace,
+        values={"mode": "exit", "exitCode": exit_code, "backoffLimit": 2, "podFailurePolicy": _FAIL_FAST},
+    )
+    outcome = kubelet.run_job_to_completion("probe", namespace)
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == (status, reason, pods), (
+        outcome.describe()
+    )
+    assert {a.exit_code for a in outcome.attempts} == {exit_code}
+    assert len({a.pod_name for a in outcome.attempts}) == pods  # a fresh pod per attempt
 
 
 # -- pure helpers -------------------------------------------------------------------------

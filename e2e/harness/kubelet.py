@@ -43,6 +43,7 @@ from e2e.tools import REPO_ROOT, TOOLS_BIN
 
 __all__ = [
     "ContainerRun",
+    "JobOutcome",
     "JobRun",
     "Kubelet",
     "PodSpecUnsupported",
@@ -127,6 +128,23 @@ class JobRun:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class JobOutcome:
+    """What the Job controller concludes after one or more pods."""
+
+    status: str  # "Complete", "Failed", or "Stuck" (a pod that can never start)
+    reason: str  # "", "PodFailurePolicy", "BackoffLimitExceeded", "DeadlineExceeded", or the pod's
+    attempts: tuple[JobRun, ...]
+
+    @property
+    def last(self) -> JobRun:
+        return self.attempts[-1]
+
+    def describe(self) -> str:
+        head = f"job outcome: {self.status} {self.reason} after {len(self.attempts)} pod(s)"
+        return "\n".join([head, *(a.describe() for a in self.attempts)])
+
+
 # --------------------------------------------------------------------------------------
 # $(VAR) expansion, exactly as k8s.io/kubernetes/third_party/forked/golang/expansion
 
@@ -182,6 +200,7 @@ class Kubelet:
         image_user: tuple[int, int] = (65532, 65532),
         image_workdir: str = "/",
         image_init: bool = True,
+        image_files: Mapping[str, str | Path] | None = None,
         sandbox: str | None = None,
     ) -> None:
         self.plane = plane
@@ -214,6 +233,9 @@ class Kubelet:
         #: the image's entrypoint runs under an init (tini): the process is PID 2 and
         #: gets SIGTERM even without a handler; False: the process itself is PID 1.
         self.image_init = image_init
+        #: container path -> host file or directory the image provides there (read-only),
+        #: e.g. {"/usr/local/bin/aicr": fake_aicr_launcher}
+        self.image_files = {k: Path(v) for k, v in (image_files or {}).items()}
         self.sandbox = sandbox or sandbox_mode()
         #: host paths the container must reach (the Python runtime of the venv)
         self.expose = [os.path.realpath(sys.base_prefix)]
@@ -260,6 +282,49 @@ class Kubelet:
         return self.run_pod_of(
             job, timeout=timeout, terminate_when=terminate_when, terminate_after=terminate_after
         )
+
+    def run_job_to_completion(
+        self,
+        release: str,
+        namespace: str,
+        *,
+        job_name: str | None = None,
+        timeout: float = 900.0,
+    ) -> JobOutcome:
+        """Play the Job controller too: run pods until the Job completes or fails,
+        following backoffLimit (default 6) and podFailurePolicy (onExitCodes rules;
+        onPodConditions never match here: no pod is ever disrupted). Retries run
+        back to back, without the controller's exponential delay."""
+        job = (
+            self.plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_name}")
+            if job_name
+            else self.find_job(release, namespace)
+        )
+        spec = job["spec"]
+        backoff_limit = int(spec.get("backoffLimit", 6))
+        rules = (spec.get("podFailurePolicy") or {}).get("rules") or []
+        deadline = time.monotonic() + min(timeout, float(spec.get("activeDeadlineSeconds") or timeout))
+        attempts: list[JobRun] = []
+        failures = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return JobOutcome("Failed", "DeadlineExceeded", tuple(attempts))
+            run = self.run_pod_of(job, timeout=remaining)
+            attempts.append(run)
+            if run.exit_code == 0:
+                return JobOutcome("Complete", "", tuple(attempts))
+            if run.exit_code is None:
+                return JobOutcome("Stuck", run.reason, tuple(attempts))
+            if run.reason == "DeadlineExceeded":
+                return JobOutcome("Failed", "DeadlineExceeded", tuple(attempts))
+            action = _pod_failure_action(rules, run)
+            if action == "FailJob":
+                return JobOutcome("Failed", "PodFailurePolicy", tuple(attempts))
+            if action != "Ignore":
+                failures += 1
+            if failures > backoff_limit:
+                return JobOutcome("Failed", "BackoffLimitExceeded", tuple(attempts))
 
     # -- the pod --------------------------------------------------------------
     def run_pod_of(
@@ -686,7 +751,9 @@ class Kubelet:
         term_file = pod_dir / f"{name}.termination-log"
         term_file.touch()
         term_file.chmod(0o666)
-        mounts = self._mounts(container, volumes, term_file)
+        mounts = [Mount(path, source) for path, source in self.image_files.items()]
+        mounts += self._mounts(container, volumes, term_file)
+        mounts += self._image_paths_under_volumes(mounts)
 
         started = time.monotonic()
         if self.sandbox == "bwrap":
@@ -755,6 +822,22 @@ class Kubelet:
             env=env,
             seconds=time.monotonic() - started,
         )
+
+    def _image_paths_under_volumes(self, mounts: Sequence[Mount]) -> list[Mount]:
+        """The "image" here is this checkout and its Python. When a volume is mounted
+        over a directory that holds them (the chart mounts an emptyDir at /work; a
+        checkout may live under /work), bind them back on top, read-only, so the
+        program still starts. The volume then shows one extra directory."""
+        needed = [str(REPO_ROOT), *self.expose]
+        extra: list[Mount] = []
+        for path in needed:
+            for mount in mounts:
+                if mount.target == path:
+                    raise PodSpecUnsupported(f"a volume is mounted at {path}, which holds the image's files")
+                if path.startswith(mount.target.rstrip("/") + "/"):
+                    extra.append(Mount(path, Path(path)))
+                    break
+        return extra
 
     def _rewrite_extra_env(
         self, env: Mapping[str, str], mounts: Sequence[Mount], term_file: Path, kubeconfig: Path
@@ -882,6 +965,23 @@ def _read_child_pid(fd: int, proc: subprocess.Popen[bytes]) -> int | None:
         elif proc.poll() is not None:
             break
     return None
+
+
+def _pod_failure_action(rules: Sequence[Mapping[str, Any]], run: JobRun) -> str:
+    """The first matching podFailurePolicy rule's action ("Count" when none matches)."""
+    for rule in rules:
+        on_codes = rule.get("onExitCodes")
+        if not on_codes:
+            continue  # onPodConditions: no condition (DisruptionTarget...) is ever set here
+        wanted = set(on_codes.get("values") or [])
+        for c in run.containers:
+            if c.exit_code is None or (on_codes.get("containerName") not in (None, c.name)):
+                continue
+            if on_codes["operator"] == "In" and c.exit_code in wanted:
+                return str(rule["action"])
+            if on_codes["operator"] == "NotIn" and c.exit_code != 0 and c.exit_code not in wanted:
+                return str(rule["action"])
+    return "Count"
 
 
 def _first_child(pid: int) -> int | None:
