@@ -100,6 +100,8 @@ _REPOSITORY = re.compile(
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?$|^\[[0-9A-Fa-f:]+\](?::[0-9]+)?$")
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+#: Docker Hub's names for itself; its registry API answers on another host.
+_DOCKER_HUB_API = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 _CHUNK_BYTES = 1 << 20
 
 log = structlog.get_logger()
@@ -632,10 +634,11 @@ class OrasRegistry:
             timeout_seconds=timeout_seconds,
         )
         self._scheme = "http" if settings.plain_http else "https"
+        self._api_host = _DOCKER_HUB_API.get(self._ref.registry.lower(), self._ref.registry)
 
     def get_manifest(self, ref: str) -> tuple[dict[str, Any], str]:
         parsed = self._same_registry(ref)
-        url = f"{self._scheme}://{parsed.registry}/v2/{parsed.repository}/manifests/{parsed.reference}"
+        url = f"{self._scheme}://{self._api_host}/v2/{parsed.repository}/manifests/{parsed.reference}"
         with self._get(url, ref, "manifest", {"Accept": ", ".join(ACCEPTED_MANIFEST_TYPES)}) as response:
             raw = self._read_capped(response, ref, "manifest", MAX_MANIFEST_BYTES)
         where = self._where(ref)
@@ -649,7 +652,7 @@ class OrasRegistry:
 
     def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
         parsed = self._same_registry(ref)
-        url = f"{self._scheme}://{parsed.registry}/v2/{parsed.repository}/blobs/{digest}"
+        url = f"{self._scheme}://{self._api_host}/v2/{parsed.repository}/blobs/{digest}"
         with self._get(url, ref, f"blob {digest}", {}) as response:
             received = 0
             with dest.open("wb") as out:

@@ -859,3 +859,22 @@ def test_oras_logger_is_routed_through_stdlib_logging(caplog: pytest.LogCaptureF
     assert not any(isinstance(h, oras.logger.ColorizingStreamHandler) for h in stdlib_logger.handlers)
     assert stdlib_logger.propagate
     assert [r.getMessage() for r in caplog.records if r.name == stdlib_logger.name] == ["from oras"]
+
+
+def test_docker_hub_refs_use_the_hub_api_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    import requests
+
+    registry = OrasRegistry(PackSettings(ref="docker.io/acme/pack:1.0"))
+    urls: list[str] = []
+
+    def fake_request(url: str, method: str = "GET", **_: Any) -> requests.Response:
+        urls.append(url)
+        response = requests.Response()
+        response.status_code = 404
+        response.raw = io.BytesIO(b"{}")
+        return response
+
+    monkeypatch.setattr(registry._provider, "do_request", fake_request)
+    with pytest.raises(PackNotFoundError, match=r"registry docker\.io"):
+        registry.get_manifest("docker.io/acme/pack:1.0")
+    assert urls == ["https://registry-1.docker.io/v2/acme/pack/manifests/1.0"]
