@@ -113,7 +113,7 @@ def bwrap_argv(
     child, like an image whose entrypoint runs under tini.
 
     ``expose`` lists host paths the process must reach even when an ancestor is not
-    traversable for its uid (the Python runtime under /root): such an ancestor is
+    traversable for its uid (a Python runtime in a 0700 home directory): such an ancestor is
     replaced by a directory holding only the exposed child.
     """
     as_root = os.geteuid() == 0 if as_root is None else as_root
