@@ -65,6 +65,10 @@ class _Checker:
     def fail(self, member_name: str, why: str) -> RunnerError:
         return self._error_type(f"archive {self._tar_path.name}: member {member_name!r} {why}")
 
+    def require_regular_file(self, member: tarfile.TarInfo) -> None:
+        if not member.isreg():
+            raise self.fail(member.name, f"is {_member_kind(member)}, expected a regular file")
+
     def check(self, member: tarfile.TarInfo, *, max_member_bytes: int | None) -> str:
         """Return the normalised name of a safe file or directory member."""
         name = _normalised_name(member)
@@ -111,17 +115,21 @@ def extract_members(
     dest.mkdir(parents=True, exist_ok=True)
     checker = _Checker(tar_path, error_type)
     extracted: dict[str, Path] = {}
-    with _open(tar_path, error_type) as tar:
-        try:
+    try:
+        with _open(tar_path, error_type) as tar:
             for member in tar:
                 name = checker.check(member, max_member_bytes=max_member_bytes)
                 if name not in allowed:
                     continue
-                if not member.isreg():
-                    raise checker.fail(member.name, f"is {_member_kind(member)}, expected a regular file")
+                checker.require_regular_file(member)
                 extracted[name] = _write_member(tar, member, dest / name, checker)
-        except (tarfile.TarError, EOFError, OSError) as exc:
+    except BaseException as exc:
+        # All or nothing: a binary from an archive that turned out bad must not stay.
+        for path in extracted.values():
+            path.unlink(missing_ok=True)
+        if isinstance(exc, tarfile.TarError | EOFError | OSError):
             raise error_type(f"archive {tar_path.name} is corrupt or truncated: {exc}") from exc
+        raise
     return extracted
 
 

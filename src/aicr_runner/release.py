@@ -121,9 +121,38 @@ def fetch_aicr(
     finally:
         downloader.close()
 
-    if actual != expected or (settings.pin and actual != settings.pin):
-        # An archive that failed verification must not be left where it could be used.
+    try:
+        _verify(settings, actual, expected, archive_url, checksums_url)
+        found = extract_members(
+            archive_path, dest_dir, {BINARY_NAME, ATTESTATION_NAME}, max_member_bytes=MAX_BINARY_BYTES
+        )
+        if BINARY_NAME not in found:
+            raise ArchiveError(f"{archive_url}: the archive has no '{BINARY_NAME}' at its root")
+    finally:
+        # Verified or not, the archive has served its purpose; a rejected one must
+        # not stay where something could pick it up.
         archive_path.unlink(missing_ok=True)
+    binary = found[BINARY_NAME]
+    binary.chmod(0o755)
+    attestation = found.get(ATTESTATION_NAME)
+    log.info(
+        "aicr release verified",
+        url=archive_url,
+        sha256=actual,
+        pinned=bool(settings.pin),
+        attestation=attestation is not None,
+    )
+    return AicrBinary(
+        path=binary,
+        attestation_path=attestation,
+        version=settings.version,
+        tarball_sha256=actual,
+        source_url=archive_url,
+        binary_sha256=_sha256_file(binary),
+    )
+
+
+def _verify(settings: AicrSettings, actual: str, expected: str, archive_url: str, checksums_url: str) -> None:
     if actual != expected:
         raise ChecksumError(
             f"{archive_url}: sha256 mismatch: expected {expected} (from {checksums_url}), got {actual}"
@@ -135,31 +164,6 @@ def fetch_aicr(
             f"(AICR_RUNNER_AICR__SHA256__{settings.arch.value.upper()}); "
             "the release changed or the pin is stale"
         )
-
-    found = extract_members(
-        archive_path, dest_dir, {BINARY_NAME, ATTESTATION_NAME}, max_member_bytes=MAX_BINARY_BYTES
-    )
-    archive_path.unlink()
-    if BINARY_NAME not in found:
-        raise ArchiveError(f"{archive_url}: the archive has no '{BINARY_NAME}' at its root")
-    binary = found[BINARY_NAME]
-    binary.chmod(0o755)
-    attestation = found.get(ATTESTATION_NAME)
-    log.info(
-        "aicr release verified",
-        url=archive_url,
-        sha256=actual,
-        pinned=bool(pin),
-        attestation=attestation is not None,
-    )
-    return AicrBinary(
-        path=binary,
-        attestation_path=attestation,
-        version=settings.version,
-        tarball_sha256=actual,
-        source_url=archive_url,
-        binary_sha256=_sha256_file(binary),
-    )
 
 
 def expected_sha256(checksums: str, archive_name: str, checksums_url: str) -> str:

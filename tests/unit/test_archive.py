@@ -106,6 +106,8 @@ def test_extract_members_refuses_unsafe_members_anywhere_in_the_archive(
 
     assert "a.tar.gz" in str(caught.value)
     assert caught.value.exit_code == ExitCode.AICR_VERIFICATION_FAILED
+    # all or nothing: the good "aicr" before the bad member was taken back out
+    assert not (tmp_path / "o" / "aicr").exists()
 
 
 def test_extract_members_refuses_an_oversized_wanted_member(tmp_path: Path) -> None:
