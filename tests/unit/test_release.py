@@ -613,6 +613,8 @@ def test_unsafe_or_unexpected_archives_are_refused(
 
     assert caught.value.exit_code == ExitCode.AICR_VERIFICATION_FAILED
     assert not (tmp_path.parent / "etc").exists()
+    # neither the rejected archive nor anything taken out of it is left behind
+    assert sorted(p.name for p in (tmp_path / "aicr").iterdir()) == ["aicr_checksums.txt"]
 
 
 # --- Retry-After parsing -------------------------------------------------------------------
