@@ -1,0 +1,366 @@
+"""SubprocessRunner with real tiny processes (the ansible-runner way): streaming,
+exit codes, shutdown escalation, process groups, and the curated environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aicr_runner.errors import InterruptedRun, ToolError
+from aicr_runner.process import (
+    ProcessResult,
+    ProcessRunner,
+    ShutdownController,
+    SubprocessRunner,
+    child_env,
+)
+
+PY = sys.executable
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"}
+
+
+def run(
+    tmp_path: Path,
+    argv: list[str],
+    *,
+    runner: ProcessRunner | None = None,
+    on_line: Callable[[str], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> ProcessResult:
+    return (runner or SubprocessRunner()).run(
+        argv, env=env or ENV, cwd=tmp_path, log_path=tmp_path / "logs" / "step.log", on_line=on_line
+    )
+
+
+def request_after(controller: ShutdownController, seconds: float, times: int = 1) -> threading.Timer:
+    def fire() -> None:
+        for _ in range(times):
+            controller.request(signal.SIGTERM)
+
+    timer = threading.Timer(seconds, fire)
+    timer.start()
+    return timer
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); its /proc state says Z.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------
+# streaming
+# ---------------------------------------------------------------------------
+
+
+def test_stdout_and_stderr_are_merged_line_by_line_in_order(tmp_path: Path) -> None:
+    lines: list[str] = []
+    script = (
+        "import sys\n"
+        "for i in range(5):\n"
+        "    print(f'line {i}', file=sys.stdout if i % 2 else sys.stderr, flush=True)"
+    )
+    result = run(tmp_path, [PY, "-c", script], on_line=lines.append)
+    assert result.exit_code == 0
+    assert lines == [f"line {i}" for i in range(5)]
+    assert result.log_path.read_text() == "".join(f"line {i}\n" for i in range(5))
+    assert result.interrupted is False
+
+
+def test_lines_reach_the_callback_while_the_child_still_runs(tmp_path: Path) -> None:
+    """The child blocks until the callback has seen its 500th line: a runner that
+    buffered until exit would never get there (the test would time out)."""
+    gate = tmp_path / "gate"
+    script = (
+        "import os, sys, time\n"
+        "for i in range(500):\n    print('x' * 80, i, flush=True)\n"
+        f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n"
+        "print('released', flush=True)"
+    )
+    seen: list[str] = []
+
+    def on_line(line: str) -> None:
+        seen.append(line)
+        if len(seen) == 500:
+            gate.touch()
+
+    result = run(tmp_path, [PY, "-c", script], on_line=on_line)
+    assert result.exit_code == 0
+    assert len(seen) == 501
+    assert seen[-1] == "released"
+
+
+def test_huge_output_is_streamed_not_accumulated(tmp_path: Path) -> None:
+    total = 24 * 1024 * 1024
+    script = f"import sys\nline = b'y' * 99 + b'\\n'\nfor _ in range({total // 100}):\n    sys.stdout.buffer.write(line)"
+    count = 0
+
+    def on_line(line: str) -> None:
+        nonlocal count
+        count += 1
+
+    tracemalloc.start()
+    try:
+        result = run(tmp_path, [PY, "-c", script], on_line=on_line)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0
+    assert count == total // 100
+    assert result.log_path.stat().st_size == (total // 100) * 100
+    assert peak < 4 * 1024 * 1024, f"peak Python allocation {peak} bytes while relaying {total} bytes"
+
+
+def test_a_line_without_newline_is_passed_on_in_bounded_pieces(tmp_path: Path) -> None:
+    pieces: list[str] = []
+    runner = SubprocessRunner(max_line_bytes=1000)
+    result = run(
+        tmp_path, [PY, "-c", "import sys; sys.stdout.write('z' * 2500)"], runner=runner, on_line=pieces.append
+    )
+    assert result.exit_code == 0
+    assert [len(piece) for piece in pieces] == [1000, 1000, 500]
+
+
+def test_invalid_utf8_is_replaced_and_carriage_returns_dropped(tmp_path: Path) -> None:
+    lines: list[str] = []
+    script = "import sys; sys.stdout.buffer.write(b'ok\\xff\\xfe done\\r\\nnext\\n')"
+    run(tmp_path, [PY, "-c", script], on_line=lines.append)
+    assert lines == ["ok\ufffd\ufffd done", "next"]
+
+
+def test_callback_errors_surface_after_the_child_is_done(tmp_path: Path) -> None:
+    def explode(line: str) -> None:
+        raise RuntimeError(f"relay broke on {line}")
+
+    with pytest.raises(RuntimeError, match="relay broke on first"):
+        run(tmp_path, [PY, "-c", "print('first'); print('second')"], on_line=explode)
+    assert (tmp_path / "logs" / "step.log").read_text() == "first\nsecond\n"
+
+
+# ---------------------------------------------------------------------------
+# exit codes and errors
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("exit 130", 130),
+        ("kill -TERM $$", 128 + signal.SIGTERM),
+        ("kill -KILL $$", 128 + signal.SIGKILL),
+    ],
+)
+def test_exit_codes_follow_the_shell(tmp_path: Path, command: str, code: int) -> None:
+    assert run(tmp_path, ["bash", "-c", command]).exit_code == code
+
+
+def test_missing_program_is_a_tool_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match="no-such-aicr: program not found") as caught:
+        run(tmp_path, [str(tmp_path / "no-such-aicr"), "--version"])
+    assert caught.value.exit_code == 27
+
+
+def test_non_executable_program_is_a_tool_error(tmp_path: Path) -> None:
+    script = tmp_path / "aicr"
+    script.write_text("#!/bin/sh\necho hi\n")
+    with pytest.raises(ToolError, match="not executable"):
+        run(tmp_path, [str(script)])
+
+
+def test_missing_working_directory_is_named(tmp_path: Path) -> None:
+    runner = SubprocessRunner()
+    with pytest.raises(ToolError, match=r"working directory .*gone does not exist"):
+        runner.run(["true"], env=ENV, cwd=tmp_path / "gone", log_path=tmp_path / "log")
+
+
+def test_the_child_gets_exactly_the_given_environment(tmp_path: Path) -> None:
+    lines: list[str] = []
+    env = {**ENV, "ONLY_THIS": "1"}
+    run(tmp_path, [PY, "-c", "import os; print(sorted(os.environ))"], env=env, on_line=lines.append)
+    assert lines == [str(sorted(env))]
+
+
+def test_the_child_runs_in_its_own_session(tmp_path: Path) -> None:
+    lines: list[str] = []
+    run(
+        tmp_path,
+        [PY, "-c", "import os; print(os.getsid(0) == os.getpid() == os.getpgrp())"],
+        on_line=lines.append,
+    )
+    assert lines == ["True"]
+
+
+# ---------------------------------------------------------------------------
+# shutdown
+# ---------------------------------------------------------------------------
+
+
+def test_a_child_that_finishes_within_the_grace_period_exits_normally(tmp_path: Path) -> None:
+    controller = ShutdownController()
+    runner = SubprocessRunner(shutdown=controller, grace_seconds=10, kill_after_seconds=1)
+    script = "trap 'echo got TERM; exit 99' TERM; sleep 0.6; echo finished"
+    lines: list[str] = []
+    timer = request_after(controller, 0.1)
+    started = time.monotonic()
+    result = run(tmp_path, ["bash", "-c", script], runner=runner, on_line=lines.append)
+    timer.join()
+    assert result.exit_code == 0
+    assert lines == ["finished"]
+    assert result.interrupted is True
+    assert time.monotonic() - started < 5
+
+
+def test_after_the_grace_period_the_group_gets_term(tmp_path: Path) -> None:
+    controller = ShutdownController()
+    runner = SubprocessRunner(shutdown=controller, grace_seconds=0.3, kill_after_seconds=5)
+    script = "trap 'echo got TERM; exit 7' TERM; echo ready; sleep 30 & wait $!"
+    lines: list[str] = []
+    timer = request_after(controller, 0.1)
+    started = time.monotonic()
+    result = run(tmp_path, ["bash", "-c", script], runner=runner, on_line=lines.append)
+    timer.join()
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 7
+    assert lines == ["ready", "got TERM"]
+    assert result.interrupted is True
+    assert 0.3 <= elapsed < 4
+
+
+def test_a_child_that_ignores_term_is_killed(tmp_path: Path) -> None:
+    controller = ShutdownController()
+    runner = SubprocessRunner(shutdown=controller, grace_seconds=0.2, kill_after_seconds=0.3)
+    timer = request_after(controller, 0.1)
+    started = time.monotonic()
+    ignore_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)"
+    result = run(tmp_path, [PY, "-c", ignore_term], runner=runner)
+    timer.join()
+    assert result.exit_code == 128 + signal.SIGKILL
+    assert result.interrupted is True
+    assert time.monotonic() - started < 5
+
+
+def test_the_whole_process_group_is_stopped(tmp_path: Path) -> None:
+    controller = ShutdownController()
+    runner = SubprocessRunner(shutdown=controller, grace_seconds=0.2, kill_after_seconds=1)
+    lines: list[str] = []
+    timer = request_after(controller, 0.3)
+    # The grandchild stands in for helm under deploy.sh.
+    run(tmp_path, ["bash", "-c", "sleep 30 & echo $!; wait"], runner=runner, on_line=lines.append)
+    timer.join()
+    grandchild = int(lines[0])
+    deadline = time.monotonic() + 5
+    while pid_alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(grandchild)
+
+
+def test_a_second_signal_skips_the_rest_of_the_grace_period(tmp_path: Path) -> None:
+    controller = ShutdownController()
+    runner = SubprocessRunner(shutdown=controller, grace_seconds=60, kill_after_seconds=1)
+    timer = request_after(controller, 0.1, times=2)
+    started = time.monotonic()
+    result = run(tmp_path, ["bash", "-c", "sleep 30 & wait"], runner=runner)
+    timer.join()
+    assert result.exit_code == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 5
+
+
+def test_a_real_sigterm_to_the_runner_is_recorded_not_forwarded(tmp_path: Path) -> None:
+    controller = ShutdownController()
+    runner = SubprocessRunner(shutdown=controller, grace_seconds=5, kill_after_seconds=1)
+    timer = threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGTERM))
+    with controller.installed():
+        timer.start()
+        result = run(tmp_path, ["bash", "-c", "trap 'exit 9' TERM; sleep 0.8; echo done"], runner=runner)
+        timer.join()
+    assert result.exit_code == 0, "the child never saw the runner's SIGTERM"
+    assert result.interrupted is True
+    assert controller.signal_name == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is not controller.request
+
+
+def test_no_child_starts_once_shutdown_was_requested(tmp_path: Path) -> None:
+    controller = ShutdownController()
+    controller.request(signal.SIGINT)
+    marker = tmp_path / "ran"
+    with pytest.raises(InterruptedRun, match="SIGINT"):
+        run(tmp_path, ["touch", str(marker)], runner=SubprocessRunner(shutdown=controller))
+    assert not marker.exists()
+
+
+def test_a_leftover_grandchild_holding_the_pipe_is_killed_after_the_drain_time(tmp_path: Path) -> None:
+    runner = SubprocessRunner(drain_seconds=0.3)
+    lines: list[str] = []
+    started = time.monotonic()
+    result = run(tmp_path, ["bash", "-c", "sleep 30 & echo $!; exit 4"], runner=runner, on_line=lines.append)
+    assert result.exit_code == 4
+    assert result.interrupted is False
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 5
+    while pid_alive(int(lines[0])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(int(lines[0]))
+
+
+# ---------------------------------------------------------------------------
+# child_env
+# ---------------------------------------------------------------------------
+
+
+def test_child_env_strips_runner_settings_and_credentials() -> None:
+    base = {
+        "PATH": "/bin",
+        "AICR_RUNNER_WORK_DIR": "/w",
+        "aicr_runner_criteria__service": "eks",
+        "DOCKER_CONFIG": "/leak",
+        "COSIGN_IDENTITY_TOKEN": "t0ken",
+        "AICR_LOG_JSON": "1",
+        "FAKE_AICR_DEPLOY_FAIL": "nfd",
+    }
+    assert child_env(base) == {"PATH": "/bin", "AICR_LOG_JSON": "1", "FAKE_AICR_DEPLOY_FAIL": "nfd"}
+    assert "DOCKER_CONFIG" in base, "the input mapping is not modified"
+
+
+def test_child_env_adds_credentials_only_when_given() -> None:
+    base = {"PATH": "/bin", "DOCKER_CONFIG": "/ambient"}
+    assert child_env(base, docker_config="/publish-auth", identity_token="tok") == {
+        "PATH": "/bin",
+        "DOCKER_CONFIG": "/publish-auth",
+        "COSIGN_IDENTITY_TOKEN": "tok",
+    }
+    assert child_env(base, docker_config="", identity_token=None) == {"PATH": "/bin"}
+
+
+@given(
+    st.dictionaries(
+        st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ_abc0123456789", min_size=1, max_size=24),
+        st.text(max_size=8),
+        max_size=12,
+    )
+)
+def test_child_env_keeps_everything_else_verbatim(base: dict[str, str]) -> None:
+    result = child_env(base)
+    for key, value in base.items():
+        dropped = key.upper().startswith("AICR_RUNNER_") or key in ("DOCKER_CONFIG", "COSIGN_IDENTITY_TOKEN")
+        assert (key in result) is not dropped
+        if not dropped:
+            assert result[key] == value
+    assert set(result) <= set(base)
