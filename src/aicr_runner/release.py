@@ -127,6 +127,8 @@ def fetch_aicr(
             archive_path, dest_dir, {BINARY_NAME, ATTESTATION_NAME}, max_member_bytes=MAX_BINARY_BYTES
         )
         if BINARY_NAME not in found:
+            for stray in found.values():
+                stray.unlink()
             raise ArchiveError(f"{archive_url}: the archive has no '{BINARY_NAME}' at its root")
     finally:
         # Verified or not, the archive has served its purpose; a rejected one must
