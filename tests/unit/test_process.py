@@ -108,7 +108,12 @@ def test_lines_reach_the_callback_while_the_child_still_runs(tmp_path: Path) -> 
 
 def test_huge_output_is_streamed_not_accumulated(tmp_path: Path) -> None:
     total = 24 * 1024 * 1024
-    script = f"import sys\nline = b'y' * 99 + b'\\n'\nfor _ in range({total // 100}):\n    sys.stdout.buffer.write(line)"
+    script = (
+        "import sys\n"
+        "line = b'y' * 99 + b'\\n'\n"
+        f"for _ in range({total // 100}):\n"
+        "    sys.stdout.buffer.write(line)"
+    )
     count = 0
 
     def on_line(line: str) -> None:
