@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from e2e import tools as tools_module
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
@@ -19,11 +21,48 @@ from e2e.harness.kube import KubeError
 from e2e.harness.kubelet import JobRun, Kubelet, expand
 from e2e.harness.registry import Registry
 from e2e.harness.sandbox import rewrite_paths
-from e2e.tools import REPO_ROOT
+from e2e.tools import REPO_ROOT, pinned_versions, tool
 
 pytestmark = pytest.mark.e2e
 
 CHARTS = Path(__file__).parent / "fixtures" / "charts"
+
+
+# -- tools ------------------------------------------------------------------------------
+
+
+def test_pinned_tools_report_their_pinned_versions() -> None:
+    pins = pinned_versions()
+    helm_version = subprocess.run(
+        [tool("helm"), "version", "--short"], capture_output=True, text=True, check=True
+    )
+    assert (
+        helm_version.stdout.startswith(pins["HELM_VERSION"] + "+")
+        or helm_version.stdout.strip() == pins["HELM_VERSION"]
+    )
+    oras_version = subprocess.run([tool("oras"), "version"], capture_output=True, text=True, check=True)
+    assert f"Version:    {pins['ORAS_VERSION'].lstrip('v')}" in oras_version.stdout
+    etcd_version = subprocess.run([tool("etcd"), "--version"], capture_output=True, text=True, check=True)
+    assert f"etcd Version: {pins['ETCD_VERSION'].lstrip('v')}" in etcd_version.stdout
+    apiserver = subprocess.run(
+        [tool("kube-apiserver"), "--version"], capture_output=True, text=True, check=True
+    )
+    assert apiserver.stdout.strip() == f"Kubernetes {pins['KUBERNETES_VERSION']}"
+
+
+def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("etcd", "kube-apiserver"):
+        (tmp_path / name).symlink_to(tool(name))
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    tools_module._tool.cache_clear()
+    try:
+        assert tool("kube-apiserver") == tmp_path / "kube-apiserver"
+        assert tool("etcd") == tmp_path / "etcd"
+        assert tool("helm") == tools_module.TOOLS_BIN / "helm"
+    finally:
+        tools_module._tool.cache_clear()
 
 
 # -- API server ---------------------------------------------------------------------------

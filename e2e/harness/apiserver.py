@@ -11,6 +11,7 @@ import base64
 import contextlib
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -120,26 +121,36 @@ class ControlPlane:
         self.processes.clear()
 
 
-def _start_etcd(workdir: Path) -> tuple[ManagedProcess, str]:
-    client, peer = free_port(), free_port()
-    url = f"http://127.0.0.1:{client}"
-    proc = ManagedProcess(
-        "etcd",
-        [
-            tool("etcd"),
-            "--name=e2e",
-            f"--data-dir={workdir / 'etcd-data'}",
-            f"--listen-client-urls={url}",
-            f"--advertise-client-urls={url}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=e2e=http://127.0.0.1:{peer}",
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ],
-        workdir / "etcd.log",
-    )
-    return proc, url
+def _start_etcd(workdir: Path, timeout: float) -> tuple[ManagedProcess, str]:
+    """etcd on two free loopback ports (retried if a port was taken meanwhile)."""
+    for attempt in range(3):
+        client, peer = free_port(), free_port()
+        url = f"http://127.0.0.1:{client}"
+        proc = ManagedProcess(
+            "etcd",
+            [
+                tool("etcd"),
+                "--name=e2e",
+                f"--data-dir={workdir / f'etcd-data.{attempt}'}",
+                f"--listen-client-urls={url}",
+                f"--advertise-client-urls={url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=e2e=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            workdir / f"etcd.{attempt}.log",
+        )
+        try:
+            wait_for(partial(_http_ok, f"{url}/health"), timeout=timeout, what="etcd", alive=proc.alive)
+        except StartupError:
+            proc.stop()
+            if "address already in use" not in proc.log_tail(200) or attempt == 2:
+                raise StartupError(f"etcd did not become ready; log tail:\n{proc.log_tail()}") from None
+            continue
+        return proc, url
+    raise AssertionError("unreachable")
 
 
 def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane:
@@ -166,15 +177,9 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
     admin_cert, admin_key = admin_pair.write(pki_dir, "admin")
     sa_key, sa_pub = write_signing_key(pki_dir)
 
-    etcd, etcd_url = _start_etcd(workdir)
+    etcd, etcd_url = _start_etcd(workdir, timeout)
     processes = [etcd]
     try:
-        wait_for(
-            lambda: etcd.alive() and _http_ok(f"{etcd_url}/health"),
-            timeout=timeout,
-            what="etcd",
-            alive=etcd.alive,
-        )
         apiserver = None
         for attempt in range(3):  # a free port can be taken between probe and bind
             port = free_port()
