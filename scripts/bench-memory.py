@@ -36,9 +36,7 @@ def _vm_hwm_kib(pid: int) -> int | None:
 
 
 def measure(size_bytes: int, work: Path, fake: Path) -> dict[str, float]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_"))}
     env.update(
         {
             "AICR_RUNNER_CRITERIA__SERVICE": "eks",
@@ -56,7 +54,9 @@ def measure(size_bytes: int, work: Path, fake: Path) -> dict[str, float]:
     with pod_log.open("wb") as sink:
         proc = subprocess.Popen(
             [str(runner), "run", "--aicr-binary", str(fake), "--results-dir", str(work / "results")],
-            env=env, stdout=sink, stderr=subprocess.STDOUT,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
         )
         peak = 0
         while proc.poll() is None:

@@ -39,19 +39,35 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("version", help="print the runner version and the pinned aicr version")
     for command in (run, plan):
         command.add_argument(
-            "--aicr-binary", type=Path, metavar="PATH",
+            "--aicr-binary",
+            type=Path,
+            metavar="PATH",
             help="use this preinstalled aicr instead of downloading the pinned release "
             f"(env {ENV_PREFIX}AICR__BINARY; verified against {ENV_PREFIX}AICR__BINARY_SHA256 when set)",
         )
-    run.add_argument("--results-dir", type=Path, metavar="DIR",
-                     help="write results to this directory instead of ConfigMaps (a full run outside a pod)")
-    plan.add_argument("--output", type=Path, default=Path("aicr-plan"), metavar="DIR",
-                      help="where the recipe, bundle and run report land (default: ./aicr-plan)")
-    plan.add_argument("--pack-dir", type=Path, metavar="DIR",
-                      help="a local data pack directory to try before pushing it (instead of a pack ref)")
+    run.add_argument(
+        "--results-dir",
+        type=Path,
+        metavar="DIR",
+        help="write results to this directory instead of ConfigMaps (a full run outside a pod)",
+    )
+    plan.add_argument(
+        "--output",
+        type=Path,
+        default=Path("aicr-plan"),
+        metavar="DIR",
+        help="where the recipe, bundle and run report land (default: ./aicr-plan)",
+    )
+    plan.add_argument(
+        "--pack-dir",
+        type=Path,
+        metavar="DIR",
+        help="a local data pack directory to try before pushing it (instead of a pack ref)",
+    )
     for name in Criteria.FLAG_ORDER:
-        plan.add_argument(f"--{name}", metavar="VALUE",
-                          help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})")
+        plan.add_argument(
+            f"--{name}", metavar="VALUE", help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})"
+        )
     return parser
 
 
@@ -128,8 +144,12 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     )
     log.info(
         "aicr-runner starting",
-        mode=mode.value, runner=__version__, aicr=settings.aicr.version, arch=settings.aicr.arch.value,
-        criteria=settings.criteria.summary(), pack=settings.pack.ref or (str(args.pack_dir) if mode is Mode.PLAN and args.pack_dir else ""),
+        mode=mode.value,
+        runner=__version__,
+        aicr=settings.aicr.version,
+        arch=settings.aicr.arch.value,
+        criteria=settings.criteria.summary(),
+        pack=settings.pack.ref or (str(args.pack_dir) if mode is Mode.PLAN and args.pack_dir else ""),
     )
     ctx = RunContext(
         settings=settings,
@@ -147,8 +167,10 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         if not settings.status_configmap:
             return
         try:
-            sink.put(settings.status_configmap,
-                     data={"report.json": current.to_json(), "summary.txt": current.summary_text()})
+            sink.put(
+                settings.status_configmap,
+                data={"report.json": current.to_json(), "summary.txt": current.summary_text()},
+            )
         except RunnerError as exc:
             if not status_warned:  # say it once, not at every step
                 status_warned.append(exc.message)

@@ -29,8 +29,8 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-from pydantic_settings.sources.utils import parse_env_vars
 from pydantic_settings.exceptions import SettingsError
+from pydantic_settings.sources.utils import parse_env_vars
 
 from aicr_runner.errors import ConfigError
 
@@ -91,8 +91,7 @@ def _host_arch() -> Arch:
 def _check_k8s_name(value: str) -> str:
     if value and (len(value) > 253 or not _K8S_NAME.match(value)):
         raise ValueError(
-            "must be empty or a Kubernetes object name (lowercase letters, digits and '-', "
-            "at most 253 characters)"
+            "must be empty or a Kubernetes object name (lowercase letters, digits and '-', at most 253 characters)"
         )
     return value
 
@@ -259,9 +258,7 @@ class ValidateSettings(StepArgs):
     evidence_configmap: ConfigMapName = "aicr-evidence-bundle"
     publish: PublishSettings = PublishSettings()
 
-    _names = field_validator("result_configmap", "evidence_configmap")(
-        classmethod(lambda cls, v: _check_k8s_name(v))
-    )
+    _names = field_validator("result_configmap", "evidence_configmap")(classmethod(lambda cls, v: _check_k8s_name(v)))
 
 
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("aicr_runner_environ", default=None)
@@ -296,7 +293,7 @@ class RunnerSettings(BaseSettings):
     deploy: DeploySettings = DeploySettings()
     environment: EnvironmentSettings = EnvironmentSettings()
     # ``validate`` shadows a BaseModel method, so the field carries the full env name as alias.
-    validate_: ValidateSettings = Field(default=ValidateSettings(), alias=f"{ENV_PREFIX}VALIDATE".lower())
+    validate_: ValidateSettings = Field(default=ValidateSettings(), alias="aicr_runner_validate")
     status_configmap: ConfigMapName = "aicr-run-status"
     namespace: str = ""
     work_dir: str = "/tmp/aicr-runner"  # noqa: S108 - the pod mounts an emptyDir there
@@ -328,7 +325,7 @@ class RunnerSettings(BaseSettings):
         return Path(self.work_dir)
 
 
-def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
+def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:  # noqa: PLR0912 - one branch per guard reads best
     """The chart's render-time guards, repeated so ``docker run`` users get them too.
 
     ``local_pack``: ``plan --pack-dir`` supplies a pack without a ref.
@@ -384,8 +381,7 @@ def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> lis
             )
         if not pub.ref:
             problems.append(
-                f"{p}VALIDATE__PUBLISH__REF='': publishing needs an OCI push target such as "
-                "ghcr.io/org/aicr-evidence"
+                f"{p}VALIDATE__PUBLISH__REF='': publishing needs an OCI push target such as ghcr.io/org/aicr-evidence"
             )
         if pub.mode is PublishMode.SIGNED and not pub.identity_token_file:
             problems.append(
@@ -457,20 +453,16 @@ def _format_settings_error(exc: SettingsError, environ: Mapping[str, str]) -> li
     candidates = [k for k in environ if k.upper().startswith(ENV_PREFIX) and field.upper() in k.upper()]
     name = candidates[0] if candidates else ENV_PREFIX + field.upper()
     raw = environ.get(name, "")
-    return [f"{name.upper()}={raw!r}: not valid JSON; list values are JSON arrays, e.g. '[\"--nodes\", \"4\"]'"]
+    return [f'{name.upper()}={raw!r}: not valid JSON; list values are JSON arrays, e.g. \'["--nodes", "4"]\'']
 
 
-def load(
-    environ: Mapping[str, str] | None = None, *, local_pack: bool = False, **overrides: Any
-) -> RunnerSettings:
+def load(environ: Mapping[str, str] | None = None, *, local_pack: bool = False, **overrides: Any) -> RunnerSettings:
     """Read settings from ``environ`` (default ``os.environ``) plus explicit overrides.
 
     Raises ``ConfigError`` with one readable line per problem.
     """
     env = dict(os.environ if environ is None else environ)
-    unknown = sorted(
-        k for k in env if k.upper().startswith(ENV_PREFIX) and k.upper() not in set(env_var_names())
-    )
+    unknown = sorted(k for k in env if k.upper().startswith(ENV_PREFIX) and k.upper() not in set(env_var_names()))
     problems = [f"{k}: unknown setting; see README 'Environment' for the names" for k in unknown]
     settings: RunnerSettings | None = None
     token = _ENVIRON.set({k: v for k, v in env.items() if k.upper().startswith(ENV_PREFIX) and k not in unknown})
@@ -484,9 +476,8 @@ def load(
         _ENVIRON.reset(token)
     if settings is not None:
         problems.extend(_cross_field_problems(settings, local_pack=local_pack))
-    if problems:
+    if problems or settings is None:
         raise ConfigError(problems)
-    assert settings is not None
     return settings
 
 

@@ -127,9 +127,7 @@ class RunReport:
         for record in self.steps:
             exit_code = "" if record.exit_code is None else str(record.exit_code)
             seconds = "" if record.duration_seconds is None else f"{record.duration_seconds:.1f}"
-            lines.append(
-                f"{record.state:<18} {record.status.value:<12} {exit_code:>4} {seconds:>8}  {record.message}"
-            )
+            lines.append(f"{record.state:<18} {record.status.value:<12} {exit_code:>4} {seconds:>8}  {record.message}")
         if self.warnings:
             lines += ["", "warnings:", *(f"- {w}" for w in self.warnings)]
         if self.supported_combinations:

@@ -29,9 +29,7 @@ def payload_size(data: Mapping[str, str], binary_data: Mapping[str, bytes] | Non
 
 
 class Sink(Protocol):
-    def put(
-        self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None
-    ) -> None: ...
+    def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None: ...
 
     def describe(self, name: str) -> str:
         """Where ``name`` lands, for log lines and the termination message."""
@@ -44,18 +42,14 @@ class ConfigMapSink:
         self.namespace = namespace
         self._labels = {**RESULT_LABELS, **(labels or {})}
 
-    def put(
-        self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None
-    ) -> None:
+    def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
         size = payload_size(data, binary_data)
         if size > CONFIGMAP_BUDGET_BYTES:
             raise CaptureError(
                 f"ConfigMap {self.namespace}/{name} payload is {size} bytes, over the "
                 f"{CONFIGMAP_BUDGET_BYTES}-byte budget"
             )
-        self._api.apply_configmap(
-            self.namespace, name, data=data, binary_data=binary_data, labels=self._labels
-        )
+        self._api.apply_configmap(self.namespace, name, data=data, binary_data=binary_data, labels=self._labels)
 
     def describe(self, name: str) -> str:
         return f"configmap {self.namespace}/{name}"
@@ -67,9 +61,7 @@ class DirectorySink:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def put(
-        self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None
-    ) -> None:
+    def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
         target = self.root / name
         try:
             target.mkdir(parents=True, exist_ok=True)

@@ -145,9 +145,16 @@ class Steps:
 
         return on_line
 
-    def _aicr(self, state: State, argv: list[str], *, env: Mapping[str, str] | None = None,
-              tail: deque[str] | None = None, on_line: Callable[[str], None] | None = None,
-              cwd: Path | None = None) -> ProcessResult:
+    def _aicr(
+        self,
+        state: State,
+        argv: list[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        tail: deque[str] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        cwd: Path | None = None,
+    ) -> ProcessResult:
         relay = self._relay(state, tail)
 
         def both(line: str) -> None:
@@ -308,7 +315,8 @@ class Steps:
         verdict = classify.classify_verify(result.exit_code)
         if verdict.outcome is Outcome.FAILED:
             return StepResult.failed(
-                result.exit_code, f"Bundle verification FAILED (exit {result.exit_code}): {verdict.reason}",
+                result.exit_code,
+                f"Bundle verification FAILED (exit {result.exit_code}): {verdict.reason}",
                 classification="verify-failed",
             )
         return StepResult.ok(verdict.reason, classification="verified")
@@ -323,7 +331,8 @@ class Steps:
         result = self._aicr(State.DEPLOY, argv, on_line=markers.feed, cwd=self.ctx.bundle_dir)
         if result.interrupted:
             return StepResult(
-                StepStatus.INTERRUPTED, ExitCode.INTERRUPTED,
+                StepStatus.INTERRUPTED,
+                ExitCode.INTERRUPTED,
                 f"interrupted: deploy.sh was given {self.s.shutdown_grace_seconds:.0f}s to finish its helm "
                 f"operation, then stopped (exit {result.exit_code}); re-run to converge",
             )
@@ -335,7 +344,8 @@ class Steps:
         )
         if verdict.outcome is Outcome.FAILED:
             return StepResult.failed(
-                verdict.exit_code, f"AICR install FAILED (deploy.sh exit {result.exit_code}): {verdict.reason}",
+                verdict.exit_code,
+                f"AICR install FAILED (deploy.sh exit {result.exit_code}): {verdict.reason}",
                 classification="deploy-failed",
             )
         if verdict.outcome is Outcome.WARNED:
@@ -402,7 +412,9 @@ class Steps:
     def capture_evidence(self) -> StepResult:
         v = self.s.validate
         if not v.emit_evidence or self.ctx.validate_exit is None:
-            return StepResult.skipped("validate.emitEvidence=false" if not v.emit_evidence else "validation did not run")
+            return StepResult.skipped(
+                "validate.emitEvidence=false" if not v.emit_evidence else "validation did not run"
+            )
         if not self.ctx.evidence_dir.is_dir():
             return StepResult.warned("no evidence directory was written")
         if not v.evidence_configmap:

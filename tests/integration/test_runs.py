@@ -76,13 +76,23 @@ def run(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], **extra:
     code = main(["run", "--aicr-binary", str(fake), "--results-dir", str(tmp_path / "results")], environ=env)
     out = capsys.readouterr()
     term = tmp_path / "termination-log"
-    return Run(code, tmp_path / "results", tmp_path / "work", out.out + out.err,
-               term.read_text() if term.exists() else "")
+    return Run(
+        code, tmp_path / "results", tmp_path / "work", out.out + out.err, term.read_text() if term.exists() else ""
+    )
 
 
-def test_full_run_captures_everything_and_exits_zero(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
-            AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned", AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/acme/evidence")
+def test_full_run_captures_everything_and_exits_zero(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        **VALIDATE,
+        AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+        AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned",
+        AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/acme/evidence",
+    )
     assert r.code == 0, r.output
     report = r.report()
     assert report["phase"] == "Succeeded"
@@ -120,8 +130,14 @@ def test_assert_only_run_skips_bundle_and_deploy_but_captures_the_verdict(
 def test_component_failure_without_best_effort_fails_with_deploy_code(
     fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_DEPLOY__FLAGS="--retries 0",
-            FAKE_AICR_DEPLOY_FAIL="gpu-operator")
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        **VALIDATE,
+        AICR_RUNNER_DEPLOY__FLAGS="--retries 0",
+        FAKE_AICR_DEPLOY_FAIL="gpu-operator",
+    )
     assert r.code == 1
     assert r.step("deploy")["status"] == "failed"
     assert "AICR install FAILED (deploy.sh exit 1)" in str(r.step("deploy")["message"])
@@ -141,7 +157,7 @@ def test_best_effort_failure_report_warns_and_continues(
 
 @pytest.mark.parametrize(("flags", "code", "status"), [("--best-effort", 0, "warned"), ("", 2, "failed")])
 def test_dra_deferral_is_tolerated_only_with_best_effort(
-    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: str, code: int, status: str
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *, flags: str, code: int, status: str
 ) -> None:
     r = run(fake, tmp_path, capsys, AICR_RUNNER_DEPLOY__FLAGS=flags, FAKE_AICR_DEPLOY_DRA_DEFERRED="1")
     assert r.code == code, r.output
@@ -152,8 +168,14 @@ def test_dra_deferral_is_tolerated_only_with_best_effort(
 def test_failed_validation_is_captured_before_the_gate(
     fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fail_on_error: str, code: int
 ) -> None:
-    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__FAIL_ON_ERROR=fail_on_error,
-            FAKE_AICR_VALIDATE_RESULT="fail")
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        **VALIDATE,
+        AICR_RUNNER_VALIDATE__FAIL_ON_ERROR=fail_on_error,
+        FAKE_AICR_VALIDATE_RESULT="fail",
+    )
     assert r.code == code
     ctrf = json.loads(r.result("aicr-validate-result", "ctrf.json"))
     assert ctrf["results"]["summary"]["failed"] >= 1, "the failing verdict is stored either way"
@@ -163,9 +185,17 @@ def test_failed_validation_is_captured_before_the_gate(
 
 
 def test_publish_failure_gate(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
-            AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned", AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/e",
-            AICR_RUNNER_VALIDATE__PUBLISH__FAIL_ON_ERROR="true", FAKE_AICR_PUBLISH_FAIL="unauthorized")
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        **VALIDATE,
+        AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+        AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned",
+        AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/e",
+        AICR_RUNNER_VALIDATE__PUBLISH__FAIL_ON_ERROR="true",
+        FAKE_AICR_PUBLISH_FAIL="unauthorized",
+    )
     assert r.code == 4
     assert "Evidence publish FAILED (exit 4)" in r.termination
     assert r.step("capture-evidence")["status"] == "succeeded", "evidence is captured before the gate"
@@ -174,8 +204,14 @@ def test_publish_failure_gate(fake: Path, tmp_path: Path, capsys: pytest.Capture
 def test_rejected_criteria_list_supported_combinations_everywhere(
     fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    r = run(fake, tmp_path, capsys, AICR_RUNNER_CRITERIA__SERVICE="k0s", AICR_RUNNER_CRITERIA__ACCELERATOR="h200",
-            AICR_RUNNER_CRITERIA__OS="")
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        AICR_RUNNER_CRITERIA__SERVICE="k0s",
+        AICR_RUNNER_CRITERIA__ACCELERATOR="h200",
+        AICR_RUNNER_CRITERIA__OS="",
+    )
     assert r.code == 2
     supported = r.report()["supportedCombinations"]
     assert supported, "aicr's list of supported combinations reaches the status report"
@@ -187,8 +223,13 @@ def test_rejected_criteria_list_supported_combinations_everywhere(
 
 
 def test_unmet_expectations_stop_before_bundle(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    r = run(fake, tmp_path, capsys, AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS="20",
-            AICR_RUNNER_RECIPE__EXPECT__COMPONENTS='["gpu-operator", "no-such-thing"]')
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS="20",
+        AICR_RUNNER_RECIPE__EXPECT__COMPONENTS='["gpu-operator", "no-such-thing"]',
+    )
     assert r.code == 25
     message = str(r.step("check-recipe")["message"])
     assert "no-such-thing" in message
@@ -198,8 +239,15 @@ def test_unmet_expectations_stop_before_bundle(fake: Path, tmp_path: Path, capsy
 
 
 def test_thin_resolution_is_a_warning(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    r = run(fake, tmp_path, capsys, AICR_RUNNER_CRITERIA__SERVICE="", AICR_RUNNER_CRITERIA__INTENT="",
-            AICR_RUNNER_CRITERIA__OS="", AICR_RUNNER_CRITERIA__ACCELERATOR="a100")
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        AICR_RUNNER_CRITERIA__SERVICE="",
+        AICR_RUNNER_CRITERIA__INTENT="",
+        AICR_RUNNER_CRITERIA__OS="",
+        AICR_RUNNER_CRITERIA__ACCELERATOR="a100",
+    )
     assert r.code == 0, r.output
     assert r.step("check-recipe")["status"] == "warned"
     assert r.report()["warnings"]
@@ -237,11 +285,17 @@ def test_credentials_reach_only_the_publish_call_and_never_any_output(
     token_file = tmp_path / "token"
     token_file.write_text(token)
     env_log = tmp_path / "env.jsonl"
-    r = run(fake, tmp_path, capsys, **VALIDATE, AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
-            AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/acme/evidence",
-            AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR=str(registry_dir),
-            AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE=str(token_file),
-            FAKE_AICR_ENV_LOG=str(env_log))
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        **VALIDATE,
+        AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+        AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/acme/evidence",
+        AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR=str(registry_dir),
+        AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE=str(token_file),
+        FAKE_AICR_ENV_LOG=str(env_log),
+    )
     assert r.code == 0, r.output
     calls = [json.loads(line) for line in env_log.read_text().splitlines()]
     publish = [c for c in calls if c["argv"][:2] == ["evidence", "publish"] or "publish" in c["argv"]]
@@ -290,8 +344,22 @@ def test_plan_with_rejected_criteria_prints_the_supported_combinations(
     fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = clean_env(tmp_path)
-    code = main(["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan"), "--service", "k0s",
-                 "--accelerator", "h200", "--os", ""], environ=env)
+    code = main(
+        [
+            "plan",
+            "--aicr-binary",
+            str(fake),
+            "--output",
+            str(tmp_path / "plan"),
+            "--service",
+            "k0s",
+            "--accelerator",
+            "h200",
+            "--os",
+            "",
+        ],
+        environ=env,
+    )
     out = capsys.readouterr().out
     assert code == 2
     assert "criteria rejected; supported combinations:" in out
@@ -302,8 +370,12 @@ def test_sigterm_during_deploy_gives_helm_its_grace_then_exits_143(fake: Path, t
     env = clean_env(tmp_path, FAKE_AICR_DEPLOY_SLEEP="60", AICR_RUNNER_SHUTDOWN_GRACE_SECONDS="1")
     results = tmp_path / "results"
     runner = Path(sys.executable).parent / "aicr-runner"
-    proc = subprocess.Popen([str(runner), "run", "--aicr-binary", str(fake), "--results-dir", str(results)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(runner), "run", "--aicr-binary", str(fake), "--results-dir", str(results)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     status = results / "aicr-run-status" / "report.json"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

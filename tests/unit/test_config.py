@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from aicr_runner import config
-
 from aicr_runner.config import Arch, Phase, PublishMode, load
 from aicr_runner.errors import ConfigError, ExitCode
 
@@ -115,23 +114,39 @@ def test_each_bad_value_gets_one_line_naming_the_variable(env: dict[str, str], e
             "name at least one phase",
         ),
         (
-            {"AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true", "AICR_RUNNER_VALIDATE__PUBLISH__MODE": "unsigned",
-             "AICR_RUNNER_VALIDATE__PUBLISH__REF": "r/e", "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "true"},
+            {
+                "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true",
+                "AICR_RUNNER_VALIDATE__PUBLISH__MODE": "unsigned",
+                "AICR_RUNNER_VALIDATE__PUBLISH__REF": "r/e",
+                "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "true",
+            },
             "publishing needs a validation run",
         ),
         (
-            {"AICR_RUNNER_VALIDATE__ENABLED": "true", "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true",
-             "AICR_RUNNER_VALIDATE__PUBLISH__MODE": "unsigned", "AICR_RUNNER_VALIDATE__PUBLISH__REF": "r/e"},
+            {
+                "AICR_RUNNER_VALIDATE__ENABLED": "true",
+                "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true",
+                "AICR_RUNNER_VALIDATE__PUBLISH__MODE": "unsigned",
+                "AICR_RUNNER_VALIDATE__PUBLISH__REF": "r/e",
+            },
             "without --emit-attestation there is no bundle to publish",
         ),
         (
-            {"AICR_RUNNER_VALIDATE__ENABLED": "true", "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "true",
-             "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true", "AICR_RUNNER_VALIDATE__PUBLISH__MODE": "unsigned"},
+            {
+                "AICR_RUNNER_VALIDATE__ENABLED": "true",
+                "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "true",
+                "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true",
+                "AICR_RUNNER_VALIDATE__PUBLISH__MODE": "unsigned",
+            },
             "VALIDATE__PUBLISH__REF='': publishing needs an OCI push target",
         ),
         (
-            {"AICR_RUNNER_VALIDATE__ENABLED": "true", "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "true",
-             "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true", "AICR_RUNNER_VALIDATE__PUBLISH__REF": "r/e"},
+            {
+                "AICR_RUNNER_VALIDATE__ENABLED": "true",
+                "AICR_RUNNER_VALIDATE__EMIT_EVIDENCE": "true",
+                "AICR_RUNNER_VALIDATE__PUBLISH__ENABLED": "true",
+                "AICR_RUNNER_VALIDATE__PUBLISH__REF": "r/e",
+            },
             "IDENTITY_TOKEN_FILE='' with mode=signed",
         ),
         (

@@ -15,7 +15,9 @@ README = (ROOT / "README.md").read_text()
 
 def test_environment_table_is_current() -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gen-env-table.py"), "--check"], capture_output=True, text=True,
+        [sys.executable, str(ROOT / "scripts" / "gen-env-table.py"), "--check"],
+        capture_output=True,
+        text=True,
         check=False,
     )
     assert result.returncode == 0, result.stderr

@@ -49,8 +49,9 @@ def test_happy_path_runs_every_step_and_exits_zero() -> None:
     assert all(r.started_at and r.ended_at for r in machine.report.steps)
 
 
-@pytest.mark.parametrize("failing", [State.FETCH, State.PACK, State.RECIPE, State.CHECK_RECIPE, State.BUNDLE,
-                                     State.VERIFY, State.DEPLOY])
+@pytest.mark.parametrize(
+    "failing", [State.FETCH, State.PACK, State.RECIPE, State.CHECK_RECIPE, State.BUNDLE, State.VERIFY, State.DEPLOY]
+)
 def test_a_failure_before_validation_ends_the_run_with_its_code(failing: State) -> None:
     machine, calls = build({failing: StepResult.failed(42, "boom")})
     machine.run()
@@ -128,7 +129,7 @@ def test_on_change_sees_each_step_start_and_end() -> None:
         seen.append(("running", running[0]) if running else ("idle", ""))
 
     report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
-    machine = Machine({s: StepResult.ok for s in ALL}, report, on_change=record, interrupted=lambda: False)
+    machine = Machine(dict.fromkeys(ALL, StepResult.ok), report, on_change=record, interrupted=lambda: False)
     machine.run()
     assert seen[0] == ("running", "fetch")
     assert seen.count(("idle", "")) == len(ALL)

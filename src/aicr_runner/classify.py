@@ -1,0 +1,177 @@
+"""What an exit code plus a few log lines mean. Pure functions, table-tested.
+
+deploy.sh's exit code alone is not enough (anchor R-13..R-15, pain point 16):
+aicr 0.18 never exited non-zero, 0.20+ exits 0 under ``--best-effort`` even
+when components failed, and 1.2 exits 2 when it withholds the DRA kubelet
+plugin restart. ``DeployMarkers`` scans deploy.sh's output line by line for the
+failure report and the DRA line; ``classify_deploy`` combines them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "DRA_DEFERRED_MARKER",
+    "FAILURE_REPORT_MARKERS",
+    "Classification",
+    "DeployMarkers",
+    "Outcome",
+    "classify_deploy",
+    "classify_validate",
+    "classify_verify",
+]
+
+#: 1.x summary line, and the 0.11 one.
+FAILURE_REPORT_MARKERS = ("Deployment completed with failures", "WARNING: the following components failed:")
+DRA_DEFERRED_MARKER = "DRA kubelet plugin restart blocked, retry needed for:"
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_STARTED = re.compile(r"┌─ \[(\d+)/(\d+)\] (\S+)")
+_INSTALLED = re.compile(r"└─ ✓ (\S+) installed")
+_FAILED = re.compile(r"└─ ✗ (\S+) FAILED")
+_CONTINUING = re.compile(r"^(?:⚠|WARNING:) (\S+) install failed, continuing \(--best-effort\)")
+_PREFLIGHT_FAILED = ("Pre-flight checks failed",)
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    WARNED = "warned"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Classification:
+    outcome: Outcome
+    exit_code: int  # what the Job should exit with if this is terminal (0 if not)
+    reason: str  # one line for the operator
+    interrupted: bool = False
+
+
+@dataclass
+class DeployMarkers:
+    """Fed deploy.sh's output one line at a time (colour codes are ignored)."""
+
+    failure_report: bool = False
+    dra_deferred: bool = False
+    preflight_failed: bool = False
+    total: int = 0
+    started: list[str] = field(default_factory=list)
+    installed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    #: Names from the failure report / DRA lines themselves.
+    reported_failed: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
+
+    def feed(self, line: str) -> None:
+        text = _ANSI.sub("", line).strip()
+        if not text:
+            return
+        for marker in FAILURE_REPORT_MARKERS:
+            if marker in text:
+                self.failure_report = True
+                names = text.split(marker, 1)[1].removeprefix(" (--best-effort)").lstrip(":").split()
+                self.reported_failed = _unique(self.reported_failed + names)
+                return
+        if DRA_DEFERRED_MARKER in text:
+            self.dra_deferred = True
+            names = text.split(DRA_DEFERRED_MARKER, 1)[1].split(" — ", 1)[0].split()
+            self.deferred = _unique(self.deferred + names)
+            return
+        if any(marker in text for marker in _PREFLIGHT_FAILED):
+            self.preflight_failed = True
+            return
+        if match := _STARTED.search(text):
+            self.total = int(match.group(2))
+            self.started = _unique([*self.started, match.group(3)])
+        elif match := _INSTALLED.search(text):
+            self.installed = _unique([*self.installed, match.group(1)])
+        elif (match := _FAILED.search(text)) or (match := _CONTINUING.search(text)):
+            self.failed = _unique([*self.failed, match.group(1)])
+
+    def counts(self) -> str:
+        """``13/15 installed, 2 failed (nfd, aws-efa)`` for the operator."""
+        failed = _unique(self.failed + self.reported_failed)
+        text = f"{len(self.installed)}/{self.total or len(self.started)} installed"
+        if failed:
+            text += f", {len(failed)} failed ({', '.join(failed)})"
+        return text
+
+
+def _unique(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def classify_deploy(exit_code: int, *, failure_report: bool, dra_deferred: bool, best_effort: bool) -> Classification:
+    """deploy.sh's verdict (anchor R-13..R-15, contract section 8)."""
+    if exit_code == 0:
+        if failure_report and best_effort:
+            return Classification(
+                Outcome.WARNED, 0, "deploy.sh reported component failures; continuing (--best-effort)"
+            )
+        if failure_report:
+            # aicr 0.18 exited 0 even without --best-effort.
+            return Classification(Outcome.FAILED, 1, "deploy.sh reported component failures without --best-effort")
+        if dra_deferred:
+            return Classification(
+                Outcome.WARNED,
+                0,
+                "deploy.sh withheld the DRA kubelet-plugin restart but exited 0; re-run to finish it",
+            )
+        return Classification(Outcome.SUCCEEDED, 0, "deploy.sh installed every component")
+    if exit_code == 2:
+        if dra_deferred and not failure_report and best_effort:
+            return Classification(
+                Outcome.WARNED,
+                0,
+                "deploy.sh deferred the DRA kubelet-plugin restart (exit 2); continuing to validation "
+                "(--best-effort); re-run the install once the GPU operator has converged",
+            )
+        if not dra_deferred:
+            reason = "deploy.sh exited 2 without its DRA retry line"
+        elif failure_report:
+            reason = "deploy.sh deferred the DRA kubelet-plugin restart and components failed"
+        else:
+            reason = "deploy.sh deferred the DRA kubelet-plugin restart (exit 2) without --best-effort; re-run later"
+        return Classification(Outcome.FAILED, 2, reason)
+    if exit_code == 1:
+        return Classification(Outcome.FAILED, 1, "a component, the pre-flight checks or deploy.sh's arguments failed")
+    if exit_code == 130:
+        return Classification(Outcome.FAILED, 130, "deploy.sh was interrupted (SIGINT/SIGTERM)", interrupted=True)
+    if exit_code in (126, 127):
+        return Classification(
+            Outcome.FAILED,
+            exit_code,
+            f"deploy.sh could not run a program (exit {exit_code}: not executable or not found)",
+        )
+    return Classification(Outcome.FAILED, exit_code, f"deploy.sh exited {exit_code} (unexpected)")
+
+
+def classify_validate(exit_code: int) -> Classification:
+    """aicr validate's verdict (anchor R-17, contract section 10)."""
+    if exit_code == 0:
+        return Classification(Outcome.SUCCEEDED, 0, "validation passed (every check passed or was skipped)")
+    reasons = {
+        2: "invalid input, or the readiness pre-flight failed: no validators ran",
+        5: "aicr timed out before any check ran",
+        8: "one or more checks failed or were inconclusive",
+    }
+    if exit_code == 9:
+        return Classification(Outcome.FAILED, 9, "aicr validate was aborted (SIGINT/SIGTERM)", interrupted=True)
+    reason = reasons.get(exit_code, f"unexpected exit {exit_code} from aicr validate")
+    return Classification(Outcome.FAILED, exit_code, reason)
+
+
+def classify_verify(exit_code: int) -> Classification:
+    """aicr verify's verdict (anchor R-12, contract section 9)."""
+    if exit_code == 0:
+        return Classification(Outcome.SUCCEEDED, 0, "bundle verified: every file listed and matching")
+    reasons = {
+        4: "integrity failure: a file was added, removed or changed after aicr bundle wrote checksums.txt",
+        2: "trust policy not met (--min-trust-level)",
+        3: "the bundle directory does not exist",
+    }
+    reason = reasons.get(exit_code, f"unexpected exit {exit_code} from aicr verify")
+    return Classification(Outcome.FAILED, exit_code, reason)
