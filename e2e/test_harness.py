@@ -33,9 +33,7 @@ CHARTS = Path(__file__).parent / "fixtures" / "charts"
 
 def test_pinned_tools_report_their_pinned_versions() -> None:
     pins = pinned_versions()
-    helm_version = subprocess.run(
-        [tool("helm"), "version", "--short"], capture_output=True, text=True, check=True
-    )
+    helm_version = subprocess.run([tool("helm"), "version", "--short"], capture_output=True, text=True, check=True)
     assert (
         helm_version.stdout.startswith(pins["HELM_VERSION"] + "+")
         or helm_version.stdout.strip() == pins["HELM_VERSION"]
@@ -44,15 +42,11 @@ def test_pinned_tools_report_their_pinned_versions() -> None:
     assert f"Version:    {pins['ORAS_VERSION'].lstrip('v')}" in oras_version.stdout
     etcd_version = subprocess.run([tool("etcd"), "--version"], capture_output=True, text=True, check=True)
     assert f"etcd Version: {pins['ETCD_VERSION'].lstrip('v')}" in etcd_version.stdout
-    apiserver = subprocess.run(
-        [tool("kube-apiserver"), "--version"], capture_output=True, text=True, check=True
-    )
+    apiserver = subprocess.run([tool("kube-apiserver"), "--version"], capture_output=True, text=True, check=True)
     assert apiserver.stdout.strip() == f"Kubernetes {pins['KUBERNETES_VERSION']}"
 
 
-def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("etcd", "kube-apiserver"):
         (tmp_path / name).symlink_to(tool(name))
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
@@ -126,9 +120,7 @@ def test_rbac_denies_a_service_account_until_a_role_binding_grants_it(
 
 
 def test_service_account_tokens_are_signed_by_the_issuer(control_plane: ControlPlane, namespace: str) -> None:
-    token = control_plane.token(
-        namespace, "default", audiences=["https://kubernetes.default.svc.cluster.local"]
-    )
+    token = control_plane.token(namespace, "default", audiences=["https://kubernetes.default.svc.cluster.local"])
     review = control_plane.admin.create(
         "/apis/authentication.k8s.io/v1/tokenreviews",
         {
@@ -157,16 +149,12 @@ def test_registry_rejects_wrong_credentials_and_accepts_right_ones(registry: Reg
 
 def _write_pack(root: Path) -> Path:
     (root / "overlays" / "nested").mkdir(parents=True)
-    (root / "registry.yaml").write_text(
-        "apiVersion: aicr.run/v1beta1\nkind: ComponentRegistry\ncomponents: []\n"
-    )
+    (root / "registry.yaml").write_text("apiVersion: aicr.run/v1beta1\nkind: ComponentRegistry\ncomponents: []\n")
     (root / "overlays" / "acme.yaml").write_text(
         "apiVersion: aicr.run/v1beta1\nkind: RecipeMetadata\nmetadata: {name: acme}\n"
         "spec: {criteria: {service: acme, accelerator: h100, intent: training}}\n"
     )
-    (root / "overlays" / "nested" / "more.yaml").write_text(
-        "apiVersion: aicr.run/v1beta1\nkind: RecipeMetadata\n"
-    )
+    (root / "overlays" / "nested" / "more.yaml").write_text("apiVersion: aicr.run/v1beta1\nkind: RecipeMetadata\n")
     return root
 
 
@@ -201,9 +189,7 @@ def test_oras_pushes_a_pack_like_users_do_and_pulls_it_back(
 # -- helm -----------------------------------------------------------------------------------
 
 
-def test_helm_installs_a_local_chart_and_lists_it(
-    helm: Helm, control_plane: ControlPlane, namespace: str
-) -> None:
+def test_helm_installs_a_local_chart_and_lists_it(helm: Helm, control_plane: ControlPlane, namespace: str) -> None:
     helm.install("greeter", CHARTS / "hello", namespace, values={"greeting": "hi there"})
     releases = {r["name"]: r for r in helm.list_releases(namespace)}
     assert releases["greeter"]["status"] == "deployed"
@@ -386,6 +372,32 @@ def test_kubelet_provides_image_files_and_keeps_the_image_runnable_under_volumes
         assert not Path(top, "written").exists()
 
 
+@pytest.mark.parametrize(
+    "args_expected",
+    [
+        ([], ["run"]),  # no command, no args: ENTRYPOINT + CMD
+        (["plan", "--format=$(POD_NAMESPACE)"], ["plan", "--format={ns}"]),  # args replace CMD, expanded
+    ],
+)
+def test_kubelet_runs_the_image_entrypoint_with_cmd_or_args(
+    helm: Helm,
+    make_kubelet: Callable[..., Kubelet],
+    namespace: str,
+    tmp_path: Path,
+    args_expected: tuple[list[str], list[str]],
+) -> None:
+    args, expected = args_expected
+    entrypoint = tmp_path / "entrypoint"
+    entrypoint.write_text('#!/bin/sh\necho "argv: $*"\necho "cwd: $(pwd) home: $HOME"\n')
+    entrypoint.chmod(0o755)
+    kubelet = make_kubelet(commands={"aicr-runner": entrypoint}, image_files={str(entrypoint): entrypoint})
+    helm.install("probe", CHARTS / "probe-job", namespace, values={"imageEntrypoint": True, "args": args})
+    run = kubelet.run_job("probe", namespace)
+    assert run.exit_code == 0, run.describe()
+    assert f"argv: {' '.join(expected).format(ns=namespace)}" in run.output
+    assert "cwd: /work home: /home/aicr" in run.output  # the image's WORKDIR and ENV
+
+
 def test_rewrite_fallback_runs_the_pod_without_a_sandbox(
     helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str
 ) -> None:
@@ -435,9 +447,7 @@ def test_job_controller_follows_backoff_limit_and_pod_failure_policy(
         values={"mode": "exit", "exitCode": exit_code, "backoffLimit": 2, "podFailurePolicy": _FAIL_FAST},
     )
     outcome = kubelet.run_job_to_completion("probe", namespace)
-    assert (outcome.status, outcome.reason, len(outcome.attempts)) == (status, reason, pods), (
-        outcome.describe()
-    )
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == (status, reason, pods), outcome.describe()
     assert {a.exit_code for a in outcome.attempts} == {exit_code}
     assert len({a.pod_name for a in outcome.attempts}) == pods  # a fresh pod per attempt
 

@@ -94,9 +94,7 @@ def _bootstrap(target: str) -> str:
     )
     output = (proc.stdout + proc.stderr).strip()
     if proc.returncode != 0:
-        raise BootstrapError(
-            f"scripts/bootstrap-tools.sh {target} failed (exit {proc.returncode}):\n{output}"
-        )
+        raise BootstrapError(f"scripts/bootstrap-tools.sh {target} failed (exit {proc.returncode}):\n{output}")
     return output
 
 

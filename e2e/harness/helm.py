@@ -52,9 +52,7 @@ class Helm:
 
     def run(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         argv = [str(self.binary), *args]
-        proc = subprocess.run(
-            argv, env=self.env(), capture_output=True, text=True, check=False, timeout=timeout
-        )
+        proc = subprocess.run(argv, env=self.env(), capture_output=True, text=True, check=False, timeout=timeout)
         if check and proc.returncode != 0:
             raise HelmError(args, proc)
         return proc
@@ -129,9 +127,7 @@ class Helm:
     def template(
         self, release: str, chart: Path | str, namespace: str, *, values: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        proc = self.run(
-            "template", release, str(chart), "--namespace", namespace, *self._values_args(values, (), None)
-        )
+        proc = self.run("template", release, str(chart), "--namespace", namespace, *self._values_args(values, (), None))
         return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
     def uninstall(self, release: str, namespace: str) -> None:

@@ -119,8 +119,7 @@ class JobRun:
         ]
         for run in self.containers:
             lines.append(
-                f"--- {'init ' if run.init else ''}container {run.name}: exit={run.exit_code} "
-                f"reason={run.reason}"
+                f"--- {'init ' if run.init else ''}container {run.name}: exit={run.exit_code} reason={run.reason}"
             )
             lines.append(run.output.rstrip())
             if run.termination_message:
@@ -197,8 +196,10 @@ class Kubelet:
         commands: Mapping[str, str | Path] | None = None,
         image_env: Mapping[str, str] | None = None,
         image_entrypoint: Sequence[str] = ("aicr-runner",),
+        image_cmd: Sequence[str] = ("run",),
         image_user: tuple[int, int] = (65532, 65532),
-        image_workdir: str = "/",
+        image_workdir: str = "/work",
+        image_dirs: Sequence[str] = ("/work", "/home/aicr"),
         image_init: bool = True,
         image_files: Mapping[str, str | Path] | None = None,
         sandbox: str | None = None,
@@ -209,6 +210,9 @@ class Kubelet:
         #: container command -> host program ("the image's" binaries)
         self.commands: dict[str, str] = {"aicr-runner": str(venv_bin / "aicr-runner")}
         self.commands.update({k: str(v) for k, v in (commands or {}).items()})
+        # The defaults mirror the Dockerfile: ENV, USER 65532:65532, WORKDIR /work,
+        # ENTRYPOINT ["tini", "--", "aicr-runner"], CMD ["run"]; the venv and the
+        # pinned tools stand in for /opt/venv and /usr/local/bin.
         self.image_env = dict(
             image_env
             or {
@@ -216,7 +220,6 @@ class Kubelet:
                     [
                         str(venv_bin),
                         str(TOOLS_BIN),
-                        "/usr/local/sbin",
                         "/usr/local/bin",
                         "/usr/sbin",
                         "/usr/bin",
@@ -224,12 +227,24 @@ class Kubelet:
                         "/bin",
                     ]
                 ),
-                "HOME": "/",
+                "HOME": "/home/aicr",
+                "TMPDIR": "/tmp",
+                "XDG_CACHE_HOME": "/home/aicr/.cache",
+                "HELM_CACHE_HOME": "/home/aicr/.cache/helm",
+                "HELM_CONFIG_HOME": "/home/aicr/.config/helm",
+                "HELM_DATA_HOME": "/home/aicr/.local/share/helm",
+                "KUBECACHEDIR": "/home/aicr/.kube/cache",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1",
+                "AICR_RUNNER_WORK_DIR": "/work",
             }
         )
         self.image_entrypoint = list(image_entrypoint)
+        self.image_cmd = list(image_cmd)
         self.image_user = image_user
         self.image_workdir = image_workdir
+        #: directories the image has (empty, read-only under readOnlyRootFilesystem)
+        self.image_dirs = list(image_dirs)
         #: the image's entrypoint runs under an init (tini): the process is PID 2 and
         #: gets SIGTERM even without a handler; False: the process itself is PID 1.
         self.image_init = image_init
@@ -253,9 +268,7 @@ class Kubelet:
         ]
         if not mine:
             names = ", ".join(j["metadata"]["name"] for j in jobs) or "none"
-            raise LookupError(
-                f"no Job of release {release!r} in namespace {namespace!r} (Jobs there: {names})"
-            )
+            raise LookupError(f"no Job of release {release!r} in namespace {namespace!r} (Jobs there: {names})")
         mine.sort(key=lambda j: (j["metadata"]["creationTimestamp"], j["metadata"]["name"]))
         return dict(mine[-1])
 
@@ -279,9 +292,7 @@ class Kubelet:
             job = self.plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_name}")
         else:
             job = self.find_job(release, namespace)
-        return self.run_pod_of(
-            job, timeout=timeout, terminate_when=terminate_when, terminate_after=terminate_after
-        )
+        return self.run_pod_of(job, timeout=timeout, terminate_when=terminate_when, terminate_after=terminate_after)
 
     def run_job_to_completion(
         self,
@@ -473,8 +484,7 @@ class Kubelet:
     @staticmethod
     def _final_status(pod: Mapping[str, Any], runs: Sequence[ContainerRun], phase: str) -> dict[str, Any]:
         images = {
-            c["name"]: c.get("image", "")
-            for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
+            c["name"]: c.get("image", "") for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
         }
 
         def status(run: ContainerRun) -> dict[str, Any]:
@@ -522,9 +532,7 @@ class Kubelet:
             files: dict[str, tuple[bytes, int]]
             if "secret" in volume:
                 src = volume["secret"]
-                files = self._source_files(
-                    pod, "secret", src["secretName"], src, src.get("defaultMode", 0o644)
-                )
+                files = self._source_files(pod, "secret", src["secretName"], src, src.get("defaultMode", 0o644))
             elif "configMap" in volume:
                 src = volume["configMap"]
                 files = self._source_files(pod, "configMap", src["name"], src, src.get("defaultMode", 0o644))
@@ -594,9 +602,7 @@ class Kubelet:
             files[item["path"]] = (data[item["key"]], item.get("mode", default_mode))
         return files
 
-    def _projected_files(
-        self, pod: Mapping[str, Any], projected: Mapping[str, Any]
-    ) -> dict[str, tuple[bytes, int]]:
+    def _projected_files(self, pod: Mapping[str, Any], projected: Mapping[str, Any]) -> dict[str, tuple[bytes, int]]:
         default_mode = projected.get("defaultMode", 0o644)
         files: dict[str, tuple[bytes, int]] = {}
         for source in projected.get("sources") or []:
@@ -613,9 +619,7 @@ class Kubelet:
                 src = source[kind]
                 files.update(self._source_files(pod, kind, src["name"], src, default_mode))
             elif "downwardAPI" in source:
-                files.update(
-                    self._downward_files(pod, source["downwardAPI"].get("items") or [], default_mode)
-                )
+                files.update(self._downward_files(pod, source["downwardAPI"].get("items") or [], default_mode))
             else:
                 raise PodSpecUnsupported(f"projected source {next(iter(source))}")
         return files
@@ -721,9 +725,7 @@ class Kubelet:
         for g in [psc.get("fsGroup"), *(psc.get("supplementalGroups") or [])]:
             if g is not None and g not in groups:
                 groups.append(g)
-        return Identity(int(uid), int(gid), tuple(int(g) for g in groups)), bool(
-            csc.get("readOnlyRootFilesystem")
-        )
+        return Identity(int(uid), int(gid), tuple(int(g) for g in groups)), bool(csc.get("readOnlyRootFilesystem"))
 
     def _run_container(
         self,
@@ -743,8 +745,12 @@ class Kubelet:
             identity, read_only_root = self._identity(pod, container)
         except _PodStartFailure as exc:
             return ContainerRun(name, init, None, exc.reason, "", "", "", "", detail=exc.message)
-        argv = [expand(a, env) for a in (container.get("command") or self.image_entrypoint)]
-        argv += [expand(a, env) for a in container.get("args") or []]
+        # Kubernetes: command replaces ENTRYPOINT (and drops CMD); args replaces CMD.
+        if container.get("command"):
+            argv = [*container["command"], *(container.get("args") or [])]
+        else:
+            argv = [*self.image_entrypoint, *(container.get("args") or self.image_cmd)]
+        argv = [expand(a, env) for a in argv]
         argv[0] = self.commands.get(argv[0], argv[0])
         cwd = container.get("workingDir") or self.image_workdir
         full_env = {**self.image_env, **env, "HOSTNAME": pod["metadata"]["name"]}
@@ -754,6 +760,7 @@ class Kubelet:
         mounts = [Mount(path, source) for path, source in self.image_files.items()]
         mounts += self._mounts(container, volumes, term_file)
         mounts += self._image_paths_under_volumes(mounts)
+        mounts += self._image_dirs(mounts, pod_dir)
 
         started = time.monotonic()
         if self.sandbox == "bwrap":
@@ -785,7 +792,8 @@ class Kubelet:
             full_env = {k: rewrite_paths(v, mapping) for k, v in full_env.items()}
             full_env.update(self._rewrite_extra_env(env, mounts, term_file, pod_dir / f"{name}.kubeconfig"))
             cmd = [rewrite_paths(a, mapping) for a in argv]
-            proc = _spawn(cmd, full_env, rewrite_paths(cwd, mapping))
+            host_cwd = rewrite_paths(cwd, mapping)
+            proc = _spawn(cmd, full_env, host_cwd if os.path.isdir(host_cwd) else str(pod_dir))
 
             def container_pid() -> int | None:
                 return proc.pid
@@ -823,6 +831,18 @@ class Kubelet:
             seconds=time.monotonic() - started,
         )
 
+    def _image_dirs(self, mounts: Sequence[Mount], pod_dir: Path) -> list[Mount]:
+        """Image directories the host lacks: an empty read-only directory there."""
+        extra = []
+        for i, path in enumerate(self.image_dirs):
+            if os.path.lexists(path) or any(m.target == path for m in mounts):
+                continue
+            empty = pod_dir / "image-dirs" / str(i)
+            empty.mkdir(parents=True, exist_ok=True)
+            empty.chmod(0o755)
+            extra.append(Mount(path, empty))
+        return extra
+
     def _image_paths_under_volumes(self, mounts: Sequence[Mount]) -> list[Mount]:
         """The "image" here is this checkout and its Python. When a volume is mounted
         over a directory that holds them (the chart mounts an emptyDir at /work; a
@@ -854,9 +874,7 @@ class Kubelet:
         return extra
 
     @staticmethod
-    def _mounts(
-        container: Mapping[str, Any], volumes: Mapping[str, tuple[Path, bool]], term_file: Path
-    ) -> list[Mount]:
+    def _mounts(container: Mapping[str, Any], volumes: Mapping[str, tuple[Path, bool]], term_file: Path) -> list[Mount]:
         term_path = container.get("terminationMessagePath") or "/dev/termination-log"
         mounts = [Mount(term_path, term_file, writable=True)]
         for vm in container.get("volumeMounts") or []:

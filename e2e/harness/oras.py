@@ -46,9 +46,7 @@ def _run(
     # Never read the invoking user's ~/.docker/config.json: no credential unless given.
     with tempfile.TemporaryDirectory(prefix="oras-home-") as home:
         env = {**os.environ, "HOME": home, "DOCKER_CONFIG": home}
-        proc = subprocess.run(
-            argv, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=120
-        )
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=120)
     if proc.returncode != 0:
         raise OrasError(argv, proc)
     return proc
@@ -88,8 +86,6 @@ def pull(ref: str, dest: Path, *, registry_config: Path | None = None, plain_htt
     return proc.stdout + proc.stderr
 
 
-def fetch_manifest(
-    ref: str, *, registry_config: Path | None = None, plain_http: bool = True
-) -> dict[str, Any]:
+def fetch_manifest(ref: str, *, registry_config: Path | None = None, plain_http: bool = True) -> dict[str, Any]:
     proc = _run(["manifest", "fetch", ref], registry_config=registry_config, plain_http=plain_http)
     return dict(json.loads(proc.stdout))

@@ -193,9 +193,7 @@ def _shadows(mount_targets: set[str], expose: Sequence[str]) -> dict[str, set[st
     return shadows
 
 
-def _populate(
-    directory: str, shadows: Mapping[str, set[str] | None], mount_targets: set[str], args: list[str]
-) -> None:
+def _populate(directory: str, shadows: Mapping[str, set[str] | None], mount_targets: set[str], args: list[str]) -> None:
     allowed = shadows[directory]
     try:
         names = sorted(os.listdir(directory))
