@@ -107,46 +107,51 @@ def _unique(names: list[str]) -> list[str]:
 def classify_deploy(exit_code: int, *, failure_report: bool, dra_deferred: bool, best_effort: bool) -> Classification:
     """deploy.sh's verdict (anchor R-13..R-15, contract section 8)."""
     if exit_code == 0:
-        if failure_report and best_effort:
-            return Classification(
-                Outcome.WARNED, 0, "deploy.sh reported component failures; continuing (--best-effort)"
-            )
-        if failure_report:
-            # aicr 0.18 exited 0 even without --best-effort.
-            return Classification(Outcome.FAILED, 1, "deploy.sh reported component failures without --best-effort")
-        if dra_deferred:
-            return Classification(
-                Outcome.WARNED,
-                0,
-                "deploy.sh withheld the DRA kubelet-plugin restart but exited 0; re-run to finish it",
-            )
-        return Classification(Outcome.SUCCEEDED, 0, "deploy.sh installed every component")
+        return _deploy_exited_zero(failure_report=failure_report, dra_deferred=dra_deferred, best_effort=best_effort)
     if exit_code == 2:
-        if dra_deferred and not failure_report and best_effort:
-            return Classification(
-                Outcome.WARNED,
-                0,
-                "deploy.sh deferred the DRA kubelet-plugin restart (exit 2); continuing to validation "
-                "(--best-effort); re-run the install once the GPU operator has converged",
-            )
-        if not dra_deferred:
-            reason = "deploy.sh exited 2 without its DRA retry line"
-        elif failure_report:
-            reason = "deploy.sh deferred the DRA kubelet-plugin restart and components failed"
-        else:
-            reason = "deploy.sh deferred the DRA kubelet-plugin restart (exit 2) without --best-effort; re-run later"
-        return Classification(Outcome.FAILED, 2, reason)
-    if exit_code == 1:
-        return Classification(Outcome.FAILED, 1, "a component, the pre-flight checks or deploy.sh's arguments failed")
+        return _deploy_exited_two(failure_report=failure_report, dra_deferred=dra_deferred, best_effort=best_effort)
+    reasons = {
+        1: "a component, the pre-flight checks or deploy.sh's arguments failed",
+        126: "deploy.sh could not run a program (exit 126: not executable)",
+        127: "deploy.sh could not run a program (exit 127: not found)",
+    }
     if exit_code == 130:
         return Classification(Outcome.FAILED, 130, "deploy.sh was interrupted (SIGINT/SIGTERM)", interrupted=True)
-    if exit_code in (126, 127):
+    return Classification(
+        Outcome.FAILED, exit_code, reasons.get(exit_code, f"deploy.sh exited {exit_code} (unexpected)")
+    )
+
+
+def _deploy_exited_zero(*, failure_report: bool, dra_deferred: bool, best_effort: bool) -> Classification:
+    if failure_report and best_effort:
+        return Classification(Outcome.WARNED, 0, "deploy.sh reported component failures; continuing (--best-effort)")
+    if failure_report:
+        # aicr 0.18 exited 0 even without --best-effort.
+        return Classification(Outcome.FAILED, 1, "deploy.sh reported component failures without --best-effort")
+    if dra_deferred:
         return Classification(
-            Outcome.FAILED,
-            exit_code,
-            f"deploy.sh could not run a program (exit {exit_code}: not executable or not found)",
+            Outcome.WARNED, 0, "deploy.sh withheld the DRA kubelet-plugin restart but exited 0; re-run to finish it"
         )
-    return Classification(Outcome.FAILED, exit_code, f"deploy.sh exited {exit_code} (unexpected)")
+    return Classification(Outcome.SUCCEEDED, 0, "deploy.sh installed every component")
+
+
+def _deploy_exited_two(*, failure_report: bool, dra_deferred: bool, best_effort: bool) -> Classification:
+    """Exit 2 continues only as the anchor's R-15 allows: DRA line, no failure
+    report, --best-effort."""
+    if dra_deferred and not failure_report and best_effort:
+        return Classification(
+            Outcome.WARNED,
+            0,
+            "deploy.sh deferred the DRA kubelet-plugin restart (exit 2); continuing to validation "
+            "(--best-effort); re-run the install once the GPU operator has converged",
+        )
+    if not dra_deferred:
+        reason = "deploy.sh exited 2 without its DRA retry line"
+    elif failure_report:
+        reason = "deploy.sh deferred the DRA kubelet-plugin restart and components failed"
+    else:
+        reason = "deploy.sh deferred the DRA kubelet-plugin restart (exit 2) without --best-effort; re-run later"
+    return Classification(Outcome.FAILED, 2, reason)
 
 
 def classify_validate(exit_code: int) -> Classification:

@@ -1,0 +1,208 @@
+"""Every row of the deploy/validate/verify tables, and the deploy.sh line scanner."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from aicr_runner.classify import (
+    Classification,
+    DeployMarkers,
+    Outcome,
+    classify_deploy,
+    classify_validate,
+    classify_verify,
+)
+
+S, W, F = Outcome.SUCCEEDED, Outcome.WARNED, Outcome.FAILED
+
+# (exit, failure_report, dra_deferred, best_effort) -> (outcome, job exit code)
+DEPLOY_TABLE: dict[tuple[int, bool, bool, bool], tuple[Outcome, int]] = {
+    # exit 0: clean, or a failure report that --best-effort tolerates (R-14)
+    (0, False, False, False): (S, 0),
+    (0, False, False, True): (S, 0),
+    (0, True, False, True): (W, 0),
+    (0, True, True, True): (W, 0),
+    (0, True, False, False): (F, 1),
+    (0, True, True, False): (F, 1),
+    (0, False, True, False): (W, 0),
+    (0, False, True, True): (W, 0),
+    # exit 2: continue only with the DRA line, no failure report, --best-effort (R-15)
+    (2, False, True, True): (W, 0),
+    (2, False, True, False): (F, 2),
+    (2, True, True, True): (F, 2),
+    (2, True, True, False): (F, 2),
+    (2, False, False, True): (F, 2),
+    (2, False, False, False): (F, 2),
+    (2, True, False, True): (F, 2),
+    (2, True, False, False): (F, 2),
+}
+
+
+def test_the_deploy_table_covers_every_combination_for_exit_0_and_2() -> None:
+    combos = {(code, *flags) for code in (0, 2) for flags in itertools.product((False, True), repeat=3)}
+    assert set(DEPLOY_TABLE) == combos
+
+
+@pytest.mark.parametrize(("row", "expected"), list(DEPLOY_TABLE.items()), ids=str)
+def test_deploy_exit_0_and_2(row: tuple[int, bool, bool, bool], expected: tuple[Outcome, int]) -> None:
+    code, report, dra, best_effort = row
+    result = classify_deploy(code, failure_report=report, dra_deferred=dra, best_effort=best_effort)
+    assert (result.outcome, result.exit_code) == expected
+    assert result.interrupted is False
+    assert result.reason
+
+
+@pytest.mark.parametrize("flags", list(itertools.product((False, True), repeat=3)), ids=str)
+@pytest.mark.parametrize("code", [1, 3, 126, 127, 137, 143, 255])
+def test_deploy_other_codes_fail_with_that_code(code: int, flags: tuple[bool, bool, bool]) -> None:
+    report, dra, best_effort = flags
+    result = classify_deploy(code, failure_report=report, dra_deferred=dra, best_effort=best_effort)
+    assert (result.outcome, result.exit_code, result.interrupted) == (F, code, False)
+
+
+@pytest.mark.parametrize("flags", list(itertools.product((False, True), repeat=3)), ids=str)
+def test_deploy_130_is_an_interruption(flags: tuple[bool, bool, bool]) -> None:
+    report, dra, best_effort = flags
+    result = classify_deploy(130, failure_report=report, dra_deferred=dra, best_effort=best_effort)
+    assert result == Classification(F, 130, result.reason, interrupted=True)
+    assert "interrupted" in result.reason
+
+
+def test_deploy_reasons_name_the_cause() -> None:
+    assert "--best-effort" in classify_deploy(0, failure_report=True, dra_deferred=False, best_effort=False).reason
+    assert "DRA" in classify_deploy(2, failure_report=False, dra_deferred=True, best_effort=True).reason
+    assert "not found" in classify_deploy(127, failure_report=False, dra_deferred=False, best_effort=False).reason
+
+
+@pytest.mark.parametrize(
+    ("code", "outcome", "job_code", "words"),
+    [
+        (0, S, 0, "passed"),
+        (2, F, 2, "readiness pre-flight"),
+        (5, F, 5, "timed out"),
+        (8, F, 8, "failed or were inconclusive"),
+        (9, F, 9, "aborted"),
+        (1, F, 1, "unexpected"),
+        (3, F, 3, "unexpected"),
+        (137, F, 137, "unexpected"),
+    ],
+)
+def test_validate(code: int, outcome: Outcome, job_code: int, words: str) -> None:
+    result = classify_validate(code)
+    assert (result.outcome, result.exit_code) == (outcome, job_code)
+    assert words in result.reason
+    assert result.interrupted is (code == 9)
+
+
+@pytest.mark.parametrize(
+    ("code", "outcome", "words"),
+    [
+        (0, S, "verified"),
+        (4, F, "integrity"),
+        (2, F, "trust policy"),
+        (3, F, "does not exist"),
+        (8, F, "unexpected"),
+        (1, F, "unexpected"),
+    ],
+)
+def test_verify(code: int, outcome: Outcome, words: str) -> None:
+    result = classify_verify(code)
+    assert (result.outcome, result.exit_code) == (outcome, code)
+    assert words in result.reason
+
+
+# ---------------------------------------------------------------------------
+# DeployMarkers
+# ---------------------------------------------------------------------------
+
+V1_BEST_EFFORT_RUN = """
+══ Pre-flight checks ══════════════════════════════════════════════
+✓ Pre-flight checks passed
+
+┌─ [1/3] cert-manager  →  cert-manager
+│  Manual (approx): cd /b/001-cert-manager && bash install.sh
+└─ ✓ cert-manager installed
+
+┌─ [2/3] nfd  →  node-feature-discovery
+Error: INSTALLATION FAILED: nfd
+  ↺ nfd: attempt 1/1 failed, retrying in 5s...
+└─ ✗ nfd FAILED (after 2 attempts)
+⚠ nfd install failed, continuing (--best-effort)
+
+┌─ [3/3] nvidia-dra-driver-gpu  →  nvidia-dra-driver
+└─ ✓ nvidia-dra-driver-gpu installed
+  Skipping DRA kubelet plugin restart (driver migration gate not yet reached)
+✗ Deployment completed with failures (--best-effort): nfd
+⚠ DRA kubelet plugin restart blocked, retry needed for: nvidia-dra-driver-gpu — re-run this deploy once ...
+
+NOTE: The above status reflects Helm install and manifest apply results,
+"""
+
+
+def feed_all(text: str) -> DeployMarkers:
+    markers = DeployMarkers()
+    for line in text.splitlines():
+        markers.feed(line)
+    return markers
+
+
+def test_markers_from_a_1x_best_effort_run() -> None:
+    markers = feed_all(V1_BEST_EFFORT_RUN)
+    assert markers.failure_report is True
+    assert markers.dra_deferred is True
+    assert markers.preflight_failed is False
+    assert markers.total == 3
+    assert markers.started == ["cert-manager", "nfd", "nvidia-dra-driver-gpu"]
+    assert markers.installed == ["cert-manager", "nvidia-dra-driver-gpu"]
+    assert markers.failed == ["nfd"]
+    assert markers.reported_failed == ["nfd"]
+    assert markers.deferred == ["nvidia-dra-driver-gpu"]
+    assert markers.counts() == "2/3 installed, 1 failed (nfd)"
+
+
+def test_markers_from_a_clean_run() -> None:
+    markers = feed_all("┌─ [1/1] nfd  →  nfd\n└─ ✓ nfd installed\n✓ All components installed successfully.\n")
+    assert (markers.failure_report, markers.dra_deferred, markers.failed) == (False, False, [])
+    assert markers.counts() == "1/1 installed"
+
+
+def test_markers_from_a_v011_run() -> None:
+    markers = feed_all(
+        "Installing nfd (node-feature-discovery)...\n"
+        "ERROR: helm install nfd failed after 6 attempts\n"
+        "WARNING: nfd install failed, continuing (--best-effort)\n"
+        "WARNING: the following components failed: nfd gpu-operator\n"
+        "Deployment complete.\n"
+    )
+    assert markers.failure_report is True
+    assert markers.failed == ["nfd"]
+    assert markers.reported_failed == ["nfd", "gpu-operator"]
+    assert markers.dra_deferred is False
+
+
+def test_markers_ignore_colour_codes() -> None:
+    markers = feed_all(
+        "\x1b[0;31m✗\x1b[0m Deployment completed with failures (--best-effort): a b\n"
+        "\x1b[1;33m⚠\x1b[0m DRA kubelet plugin restart blocked, retry needed for: x — re-run\n"
+        "\x1b[0;32m└─ ✓\x1b[0m c installed\n"
+    )
+    assert markers.reported_failed == ["a", "b"]
+    assert markers.deferred == ["x"]
+    assert markers.installed == ["c"]
+
+
+def test_markers_see_a_preflight_failure() -> None:
+    markers = feed_all(
+        "ERROR: namespace 'gpu-operator' is still terminating from a previous install.\n"
+        "✗ Pre-flight checks failed. Fix the issues above before deploying.\n"
+    )
+    assert markers.preflight_failed is True
+    assert markers.failure_report is False
+
+
+def test_a_component_named_like_a_marker_word_is_not_a_report() -> None:
+    markers = feed_all("┌─ [1/1] failures  →  ns\n└─ ✓ failures installed\nAll components installed successfully.\n")
+    assert markers.failure_report is False
+    assert markers.installed == ["failures"]
