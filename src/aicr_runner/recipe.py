@@ -1,0 +1,323 @@
+"""The resolved recipe: aicr's completion line, the RecipeResult document, the
+operator's expectations, and aicr's rejection message.
+
+aicr logs ``recipe generation completed`` with ``output``, ``components`` and
+``overlays`` (1.x adds ``componentNames``), as a JSON record with
+``--log-json`` or as ``[cli] msg: k=v ...`` text (0.11 wraps text lines in ANSI
+colour). A rejected query ends with ``command failed`` whose ``error`` is
+``[CODE] message``, possibly wrapping another ``[CODE] message``; the innermost
+one names the problem and, in 1.x, the supported combinations.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aicr_runner.config import Criteria, RecipeExpectations
+from aicr_runner.errors import ExitCode, RunnerError
+
+__all__ = [
+    "ACCEPTED_API_VERSIONS",
+    "LEGACY_API_VERSIONS",
+    "CompletionLine",
+    "Component",
+    "RecipeFormatError",
+    "RecipeSummary",
+    "check_expectations",
+    "load_recipe",
+    "parse_completion_line",
+    "parse_recipe",
+    "parse_rejection",
+    "thin_resolution_warnings",
+]
+
+#: What aicr 1.x writes and reads (v1beta2 for profile-bearing recipes).
+ACCEPTED_API_VERSIONS = ("aicr.run/v1", "aicr.run/v1beta2")
+#: Older aicr releases a pin may still select; parsed, never written.
+LEGACY_API_VERSIONS = ("aicr.nvidia.com/v1alpha1", "aicr.run/v1alpha2", "aicr.run/v1alpha3")
+COMPLETION_MESSAGE = "recipe generation completed"
+FAILURE_MESSAGE = "command failed"
+#: Overlays every query gets; a recipe of only these matched nothing specific.
+BASE_OVERLAYS = frozenset({"base", "monitoring-hpa"})
+_CORE_DIMENSIONS = ("service", "accelerator", "intent", "os")
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CODE_PREFIX = re.compile(r"\[[A-Z][A-Z_]*\] ")
+_COMBINATION = re.compile(r"\(([^()]*)\)")
+
+
+class RecipeFormatError(RunnerError):
+    """aicr wrote a recipe the runner cannot read."""
+
+    exit_code = ExitCode.INTERNAL
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    namespace: str = ""
+    chart: str = ""
+    version: str = ""
+    source: str = ""
+    type: str = ""
+
+    def as_row(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "chart": self.chart,
+            "version": self.version,
+            "source": self.source,
+            "type": self.type,
+        }
+
+
+@dataclass(frozen=True)
+class RecipeSummary:
+    components: tuple[Component, ...]
+    applied_overlays: tuple[str, ...] = ()
+    criteria: Mapping[str, str] = field(default_factory=dict)
+    api_version: str = ""
+    deployment_order: tuple[str, ...] = ()
+    constraints: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def component_names(self) -> list[str]:
+        return [component.name for component in self.components]
+
+    @property
+    def legacy(self) -> bool:
+        return self.api_version in LEGACY_API_VERSIONS
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, str]]) -> RecipeSummary:
+        """Rebuild the component list from ``Component.as_row`` dicts (the run report)."""
+        fields = ("namespace", "chart", "version", "source", "type")
+        return cls(
+            components=tuple(
+                Component(name=str(row["name"]), **{key: str(row.get(key, "")) for key in fields}) for row in rows
+            )
+        )
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def parse_recipe(text: str, *, where: str = "recipe") -> RecipeSummary:
+    """Parse a RecipeResult document (YAML or JSON)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RecipeFormatError(f"{where}: not valid YAML ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise RecipeFormatError(f"{where}: expected a RecipeResult mapping, got {type(doc).__name__}")
+    api_version = _text(doc.get("apiVersion"))
+    if api_version not in ACCEPTED_API_VERSIONS + LEGACY_API_VERSIONS:
+        raise RecipeFormatError(
+            f"{where}: apiVersion {api_version!r} is not a recipe this runner reads "
+            f"(expected {' or '.join(ACCEPTED_API_VERSIONS)})"
+        )
+    if doc.get("kind", "RecipeResult") != "RecipeResult":
+        raise RecipeFormatError(f"{where}: kind {doc.get('kind')!r}, expected RecipeResult")
+    refs = doc.get("componentRefs") or []
+    if not isinstance(refs, list) or not all(isinstance(ref, dict) and ref.get("name") for ref in refs):
+        raise RecipeFormatError(f"{where}: componentRefs must be a list of entries with a name")
+    metadata = doc.get("metadata") or {}
+    criteria = doc.get("criteria") or {}
+    constraints = doc.get("constraints") or []
+    return RecipeSummary(
+        components=tuple(
+            Component(
+                name=_text(ref["name"]),
+                namespace=_text(ref.get("namespace")),
+                chart=_text(ref.get("chart")),
+                version=_text(ref.get("version")),
+                source=_text(ref.get("source")),
+                type=_text(ref.get("type")),
+            )
+            for ref in refs
+        ),
+        applied_overlays=tuple(_text(name) for name in metadata.get("appliedOverlays") or []),
+        criteria={_text(key): _text(value) for key, value in criteria.items()} if isinstance(criteria, dict) else {},
+        api_version=api_version,
+        deployment_order=tuple(_text(name) for name in doc.get("deploymentOrder") or []),
+        constraints={
+            _text(item.get("name")): _text(item.get("value")) for item in constraints if isinstance(item, dict)
+        },
+    )
+
+
+def load_recipe(path: Path) -> RecipeSummary:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeFormatError(f"cannot read the recipe {path}: {exc.strerror or exc}") from exc
+    return parse_recipe(text, where=str(path))
+
+
+# ---------------------------------------------------------------------------
+# log lines
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompletionLine:
+    output: str
+    components: int
+    overlays: int
+    #: None for aicr 0.11, which did not log the names.
+    component_names: tuple[str, ...] | None
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """A log line as a flat record: a --log-json object, or text key=values."""
+    text = _ANSI.sub("", line).strip()
+    if text.startswith("{"):
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+    for message in (COMPLETION_MESSAGE, FAILURE_MESSAGE):
+        index = text.find(message)
+        if index != -1:
+            # Text mode is "[cli] msg: k=v k=v"; --debug is slog's "... msg="msg" k=v".
+            rest = text[index + len(message) :].lstrip('": ')
+            return {"msg": message, **_key_values(rest)}
+    return None
+
+
+_KEY_VALUE = re.compile(r'(?:^|\s)([A-Za-z_][\w.]*)=("(?:[^"\\]|\\.)*"|.*?)(?=\s+[A-Za-z_][\w.]*=|$)')
+
+
+def _key_values(text: str) -> dict[str, str]:
+    """``k=v`` pairs; a value runs to the next `` key=`` (values may hold spaces,
+    as ``componentNames=a, b`` does), or is a slog-quoted string."""
+    pairs: dict[str, str] = {}
+    for key, raw in _KEY_VALUE.findall(text):
+        pairs[key] = json.loads(raw) if raw.startswith('"') and raw.endswith('"') and len(raw) > 1 else raw
+    return pairs
+
+
+def parse_completion_line(line: str) -> CompletionLine | None:
+    """The ``recipe generation completed`` record, or None for any other line."""
+    record = _record(line)
+    if record is None or record.get("msg") != COMPLETION_MESSAGE:
+        return None
+    try:
+        components = int(record["components"])
+        overlays = int(record["overlays"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    names = record.get("componentNames")
+    return CompletionLine(
+        output=_text(record.get("output")),
+        components=components,
+        overlays=overlays,
+        component_names=None if names is None else tuple(n.strip() for n in str(names).split(",") if n.strip()),
+    )
+
+
+def _failure_error(line: str) -> str | None:
+    text = _ANSI.sub("", line).strip()
+    record = _record(text)
+    if record is None or record.get("msg") != FAILURE_MESSAGE:
+        return None
+    if not text.startswith("{"):
+        # The error text may itself hold "k=v" pairs ("(service=aks)"): take all of
+        # it up to the final exitCode.
+        match = re.search(r"error=(.*?)(?:\s+exitCode=\d+)?$", text)
+        if match:
+            raw = match.group(1)
+            return str(json.loads(raw)) if raw.startswith('"') and raw.endswith('"') else raw
+    return _text(record.get("error"))
+
+
+def parse_rejection(log_lines: Sequence[str]) -> tuple[str, list[str]]:
+    """aicr's reason for refusing a request and, when it lists them, the
+    supported criteria combinations (each like ``service=cks, os=ubuntu``).
+
+    Falls back to the last non-empty line when there is no ``command failed``
+    record (a crash, a usage error).
+    """
+    error = next((found for line in reversed(log_lines) if (found := _failure_error(line)) is not None), None)
+    if error is None:
+        last = next((_ANSI.sub("", line).strip() for line in reversed(log_lines) if line.strip()), "")
+        record = _record(last) if last.startswith("{") else None
+        return (_text(record.get("msg")) if record else last), []
+    pieces = _CODE_PREFIX.split(error)
+    message = pieces[-1].strip() or error.strip()
+    supported: list[str] = []
+    if "supported combinations:" in message:
+        listed = message.split("supported combinations:", 1)[1]
+        supported = [combo.strip() for combo in _COMBINATION.findall(listed) if combo.strip()]
+    elif match := re.search(r"requires (\w+) \(valid: ([^)]*)\)", message):
+        dimension, values = match.groups()
+        supported = [f"{dimension}={value.strip()}" for value in values.split(",") if value.strip()]
+    return message, supported
+
+
+# ---------------------------------------------------------------------------
+# expectations
+# ---------------------------------------------------------------------------
+
+
+def _listing(names: Iterable[str]) -> str:
+    return ", ".join(names) or "none"
+
+
+def check_expectations(summary: RecipeSummary, expect: RecipeExpectations) -> list[str]:
+    """One problem per unmet expectation, each naming what is missing and what
+    resolved. Empty when the recipe meets them all."""
+    names = summary.component_names
+    problems: list[str] = []
+    if expect.min_components and len(names) < expect.min_components:
+        problems.append(
+            f"resolved {len(names)} components, expected at least {expect.min_components} (resolved: {_listing(names)})"
+        )
+    missing = [name for name in expect.components if name not in names]
+    if missing:
+        problems.append(f"expected components missing: {_listing(missing)} (resolved: {_listing(names)})")
+    absent = [name for name in expect.overlays if name not in summary.applied_overlays]
+    if absent:
+        problems.append(
+            f"expected overlays not applied: {_listing(absent)} (applied: {_listing(summary.applied_overlays)})"
+        )
+    return problems
+
+
+def thin_resolution_warnings(summary: RecipeSummary, criteria: Criteria) -> list[str]:
+    """Reasons to suspect the recipe is thinner than intended (anchor pain point 2):
+    only base overlays applied, a stated value that did not survive resolution,
+    or core dimensions left unstated."""
+    warnings: list[str] = []
+    count = len(summary.components)
+    overlays = _listing(summary.applied_overlays)
+    if summary.applied_overlays and set(summary.applied_overlays) <= BASE_OVERLAYS:
+        warnings.append(
+            f"only base overlays applied ({overlays}): the criteria matched no specific overlay, {count} components"
+        )
+    for name, value in criteria.stated().items():
+        resolved = summary.criteria.get(name, "")
+        if not summary.criteria:
+            break
+        if resolved in ("", "any"):
+            warnings.append(f"{name}={value!r} was stated but the recipe resolved {name}=any")
+        elif resolved != value:
+            warnings.append(f"{name}={value!r} resolved as {name}={resolved!r}")
+    unstated = [name for name in _CORE_DIMENSIONS if not getattr(criteria, name) or getattr(criteria, name) == "any"]
+    if unstated:
+        warnings.append(
+            f"criteria leave {', '.join(unstated)} as any: aicr resolves a thinner stack for under-specified "
+            f"criteria ({count} components from overlays {overlays}); state them, or set recipe.expect "
+            "to make a thin recipe an error"
+        )
+    return warnings

@@ -1,0 +1,402 @@
+"""Completion line, recipe document, expectations, thin resolution, rejection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aicr_runner import config
+from aicr_runner.config import Criteria, RecipeExpectations
+from aicr_runner.recipe import (
+    CompletionLine,
+    Component,
+    RecipeFormatError,
+    RecipeSummary,
+    check_expectations,
+    load_recipe,
+    parse_completion_line,
+    parse_recipe,
+    parse_rejection,
+    thin_resolution_warnings,
+)
+from tests.fake_aicr import install_fake_aicr
+
+NAMES = ("cert-manager", "nfd", "gpu-operator")
+
+# ---------------------------------------------------------------------------
+# completion line
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        pytest.param(
+            json.dumps(
+                {
+                    "time": "2026-05-04T10:00:00Z",
+                    "level": "INFO",
+                    "msg": "recipe generation completed",
+                    "module": "aicr",
+                    "version": "1.2.0",
+                    "output": "/w/recipe.yaml",
+                    "components": 3,
+                    "overlays": 2,
+                    "componentNames": "cert-manager, nfd, gpu-operator",
+                }
+            ),
+            CompletionLine("/w/recipe.yaml", 3, 2, NAMES),
+            id="json-1x",
+        ),
+        pytest.param(
+            '{"time":"t","level":"INFO","msg":"recipe generation completed","module":"aicr","version":"0.11.1",'
+            '"output":"r.yaml","components":12,"overlays":2}',
+            CompletionLine("r.yaml", 12, 2, None),
+            id="json-0.11",
+        ),
+        pytest.param(
+            "[cli] recipe generation completed: output=/w/recipe.yaml components=3 overlays=2 "
+            "componentNames=cert-manager, nfd, gpu-operator",
+            CompletionLine("/w/recipe.yaml", 3, 2, NAMES),
+            id="text-1x",
+        ),
+        pytest.param(
+            "\x1b[32m[cli] recipe generation completed: output=recipe.yaml components=12 overlays=2\x1b[0m",
+            CompletionLine("recipe.yaml", 12, 2, None),
+            id="text-0.11-ansi",
+        ),
+        pytest.param(
+            'time=2026-05-04T10:00:00Z level=INFO msg="recipe generation completed" module=aicr version=1.2.0 '
+            'output=r.yaml components=3 overlays=2 componentNames="cert-manager, nfd, gpu-operator"',
+            CompletionLine("r.yaml", 3, 2, NAMES),
+            id="slog-debug",
+        ),
+        pytest.param(
+            "[cli] recipe generation completed: output= components=1 overlays=1 componentNames=nfd",
+            CompletionLine("", 1, 1, ("nfd",)),
+            id="stdout-output",
+        ),
+    ],
+)
+def test_completion_line_in_every_format(line: str, expected: CompletionLine) -> None:
+    assert parse_completion_line(line) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[cli] building recipe from criteria: criteria=criteria(service=eks)",
+        '{"msg":"generating recipe offline"}',
+        '{"msg":"recipe generation completed","components":"many","overlays":1}',
+        "[cli] recipe generation completed: output=r.yaml",
+        "{not json",
+        "",
+    ],
+)
+def test_other_lines_are_not_completion_lines(line: str) -> None:
+    assert parse_completion_line(line) is None
+
+
+@pytest.fixture(scope="module")
+def fake_aicr(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_fake_aicr(tmp_path_factory.mktemp("bin"))
+
+
+@pytest.mark.parametrize(
+    ("global_flags", "style", "names"), [(["--log-json"], "", True), ([], "", True), ([], "0.11", False)]
+)
+def test_completion_line_from_the_fake_matches_its_recipe(
+    fake_aicr: Path, tmp_path: Path, global_flags: list[str], style: str, names: bool
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_AICR_", "AICR_"))}
+    env["FAKE_AICR_LOG_STYLE"] = style
+    out = tmp_path / "recipe.yaml"
+    proc = subprocess.run(
+        [str(fake_aicr), *global_flags, "recipe", "--service", "eks", "--accelerator", "h100", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    parsed = [found for line in proc.stderr.splitlines() if (found := parse_completion_line(line))]
+    assert len(parsed) == 1
+    summary = load_recipe(out)
+    assert parsed[0].components == len(summary.components)
+    assert parsed[0].overlays == len(summary.applied_overlays)
+    assert parsed[0].output == str(out)
+    assert parsed[0].component_names == (tuple(summary.component_names) if names else None)
+
+
+# ---------------------------------------------------------------------------
+# recipe document
+# ---------------------------------------------------------------------------
+
+RECIPE = {
+    "kind": "RecipeResult",
+    "apiVersion": "aicr.run/v1",
+    "metadata": {"version": "v1.2.0", "appliedOverlays": ["base", "h100-any", "eks"]},
+    "criteria": {"service": "eks", "accelerator": "h100", "intent": "any", "os": "any", "platform": "any"},
+    "constraints": [{"name": "K8s.server.version", "value": ">= 1.32"}],
+    "componentRefs": [
+        {
+            "name": "gpu-operator",
+            "namespace": "gpu-operator",
+            "chart": "gpu-operator",
+            "type": "Helm",
+            "source": "https://helm.ngc.nvidia.com/nvidia",
+            "version": "v25.10.1",
+        },
+        {"name": "nfd", "namespace": "node-feature-discovery", "version": "0.17.3"},
+    ],
+    "deploymentOrder": ["nfd", "gpu-operator"],
+}
+
+
+def test_parse_recipe_reads_components_overlays_and_criteria() -> None:
+    summary = parse_recipe(yaml.safe_dump(RECIPE))
+    assert summary.component_names == ["gpu-operator", "nfd"]
+    assert summary.components[0] == Component(
+        "gpu-operator", "gpu-operator", "gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com/nvidia", "Helm"
+    )
+    assert summary.components[1].namespace == "node-feature-discovery"
+    assert summary.components[1].chart == ""
+    assert summary.applied_overlays == ("base", "h100-any", "eks")
+    assert summary.criteria["service"] == "eks"
+    assert summary.deployment_order == ("nfd", "gpu-operator")
+    assert summary.constraints == {"K8s.server.version": ">= 1.32"}
+    assert summary.legacy is False
+
+
+@pytest.mark.parametrize("api_version", ["aicr.run/v1", "aicr.run/v1beta2", "aicr.nvidia.com/v1alpha1"])
+def test_accepted_api_versions(api_version: str) -> None:
+    summary = parse_recipe(json.dumps({**RECIPE, "apiVersion": api_version}))
+    assert summary.api_version == api_version
+    assert summary.legacy is (api_version == "aicr.nvidia.com/v1alpha1")
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({**RECIPE, "apiVersion": "aicr.run/v2"}, "apiVersion 'aicr.run/v2'"),
+        ({**RECIPE, "apiVersion": None}, "apiVersion ''"),
+        ({**RECIPE, "kind": "ComponentRegistry"}, "kind 'ComponentRegistry'"),
+        ({**RECIPE, "componentRefs": [{"namespace": "x"}]}, "componentRefs"),
+        ({**RECIPE, "componentRefs": "nfd"}, "componentRefs"),
+    ],
+)
+def test_parse_recipe_rejects_what_it_cannot_read(document: dict[str, object], message: str) -> None:
+    with pytest.raises(RecipeFormatError, match=message):
+        parse_recipe(yaml.safe_dump(document))
+
+
+def test_parse_recipe_rejects_non_mappings_and_bad_yaml() -> None:
+    with pytest.raises(RecipeFormatError, match="expected a RecipeResult mapping"):
+        parse_recipe("- a\n- b\n")
+    with pytest.raises(RecipeFormatError, match="not valid YAML"):
+        parse_recipe("a: [b\n")
+
+
+def test_load_recipe_names_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(RecipeFormatError, match="cannot read the recipe") as caught:
+        load_recipe(tmp_path / "recipe.yaml")
+    assert caught.value.exit_code == 70
+
+
+def test_rows_round_trip_through_the_report() -> None:
+    summary = parse_recipe(yaml.safe_dump(RECIPE))
+    rows = [component.as_row() for component in summary.components]
+    assert json.loads(json.dumps(rows)) == rows
+    assert RecipeSummary.from_rows(rows).components == summary.components
+
+
+# ---------------------------------------------------------------------------
+# expectations
+# ---------------------------------------------------------------------------
+
+
+def summary_of(names: list[str], overlays: list[str], criteria: dict[str, str] | None = None) -> RecipeSummary:
+    return RecipeSummary(
+        components=tuple(Component(name) for name in names),
+        applied_overlays=tuple(overlays),
+        criteria=criteria or {},
+    )
+
+
+TWELVE = [f"c{i}" for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("expect", "problems"),
+    [
+        (RecipeExpectations(), []),
+        (RecipeExpectations(min_components=12, components=["c0"], overlays=["base"]), []),
+        (
+            RecipeExpectations(min_components=15),
+            ["resolved 12 components, expected at least 15 (resolved: " + ", ".join(TWELVE) + ")"],
+        ),
+        (
+            RecipeExpectations(components=["c1", "aws-efa", "kubeflow-trainer"]),
+            ["expected components missing: aws-efa, kubeflow-trainer (resolved: " + ", ".join(TWELVE) + ")"],
+        ),
+        (
+            RecipeExpectations(overlays=["h100-eks-ubuntu-training"]),
+            ["expected overlays not applied: h100-eks-ubuntu-training (applied: base, a100-any)"],
+        ),
+    ],
+)
+def test_check_expectations(expect: RecipeExpectations, problems: list[str]) -> None:
+    assert check_expectations(summary_of(TWELVE, ["base", "a100-any"]), expect) == problems
+
+
+def test_every_unmet_expectation_is_reported() -> None:
+    expect = RecipeExpectations(min_components=20, components=["x"], overlays=["y"])
+    problems = check_expectations(summary_of(TWELVE, ["base"]), expect)
+    assert [p.split(" ")[0] for p in problems] == ["resolved", "expected", "expected"]
+
+
+# ---------------------------------------------------------------------------
+# thin resolution
+# ---------------------------------------------------------------------------
+
+FULL = {"service": "eks", "accelerator": "h100", "intent": "training", "os": "ubuntu", "platform": "any"}
+
+
+def test_a_full_leaf_has_no_warnings() -> None:
+    criteria = Criteria(service="eks", accelerator="h100", intent="training", os="ubuntu")
+    summary = summary_of(["c"] * 15, ["base", "eks", "h100-eks-ubuntu-training"], FULL)
+    assert thin_resolution_warnings(summary, criteria) == []
+
+
+def test_under_specified_criteria_warn_naming_the_unstated_dimensions() -> None:
+    summary = summary_of(TWELVE, ["base", "a100-any"], {**FULL, "service": "any", "accelerator": "a100"})
+    (warning,) = thin_resolution_warnings(
+        summary, Criteria(accelerator="a100", intent="training", os="ubuntu", service="")
+    )
+    assert warning.startswith("criteria leave service as any")
+    assert "12 components from overlays base, a100-any" in warning
+
+
+def test_only_base_overlays_warns() -> None:
+    # aicr 0.11: an over-specified query silently falls back to the base overlays.
+    summary = summary_of(["c"] * 9, ["base", "monitoring-hpa"], {"service": "gke", "accelerator": "h100"})
+    criteria = Criteria(service="gke", accelerator="h100", intent="training", os="ubuntu")
+    warnings = thin_resolution_warnings(summary, criteria)
+    assert (
+        warnings[0]
+        == "only base overlays applied (base, monitoring-hpa): the criteria matched no specific overlay, 9 components"
+    )
+
+
+def test_a_stated_value_that_resolved_as_any_or_otherwise_warns() -> None:
+    criteria = Criteria(service="self-managed", accelerator="h100", intent="training", os="ubuntu")
+    summary = summary_of(["c"], ["base", "h100-any"], {**FULL, "service": "any"})
+    assert "service='self-managed' was stated but the recipe resolved service=any" in thin_resolution_warnings(
+        summary, criteria
+    )
+    summary = summary_of(["c"], ["base", "h100-any"], {**FULL, "service": "generic"})
+    assert "service='self-managed' resolved as service='generic'" in thin_resolution_warnings(summary, criteria)
+
+
+def test_settings_criteria_feed_the_warnings() -> None:
+    settings = config.load({"AICR_RUNNER_CRITERIA__ACCELERATOR": "a100"})
+    warnings = thin_resolution_warnings(summary_of(TWELVE, ["base", "a100-any"]), settings.criteria)
+    assert warnings
+    assert "service, intent, os" in warnings[-1]
+
+
+# ---------------------------------------------------------------------------
+# rejection
+# ---------------------------------------------------------------------------
+
+COMBOS_ERROR = (
+    "[INVALID_REQUEST] intent 'training' requires additional criteria; supported combinations: "
+    "(service=aks), (service=cks, os=ubuntu), (service=k0s, os=ubuntu)"
+)
+COMBOS = ["service=aks", "service=cks, os=ubuntu", "service=k0s, os=ubuntu"]
+COMBOS_MESSAGE = COMBOS_ERROR.removeprefix("[INVALID_REQUEST] ")
+
+
+@pytest.mark.parametrize(
+    ("lines", "message", "supported"),
+    [
+        pytest.param(
+            [
+                '{"level":"INFO","msg":"building recipe from criteria","criteria":"criteria(service=k0s)"}',
+                json.dumps({"level": "ERROR", "msg": "command failed", "error": COMBOS_ERROR, "exitCode": 2}),
+            ],
+            COMBOS_MESSAGE,
+            COMBOS,
+            id="json",
+        ),
+        pytest.param([f"[cli] command failed: error={COMBOS_ERROR} exitCode=2"], COMBOS_MESSAGE, COMBOS, id="text"),
+        pytest.param(
+            [f"\x1b[31m[cli] command failed: error={COMBOS_ERROR} exitCode=2\x1b[0m"],
+            COMBOS_MESSAGE,
+            COMBOS,
+            id="text-ansi",
+        ),
+        pytest.param(
+            [f'time=t level=ERROR msg="command failed" error={json.dumps(COMBOS_ERROR)} exitCode=2'],
+            COMBOS_MESSAGE,
+            COMBOS,
+            id="slog-debug",
+        ),
+        pytest.param(
+            [
+                "[cli] command failed: error=[INTERNAL] error building recipe: [INVALID_REQUEST] "
+                "invalid service type: foo exitCode=8"
+            ],
+            "invalid service type: foo",
+            [],
+            id="0.11-wrapped",
+        ),
+        pytest.param(
+            [
+                '{"msg":"command failed","error":"[INVALID_REQUEST] platform \'kubeflow\' requires os '
+                '(valid: ubuntu, rhel)","exitCode":2}'
+            ],
+            "platform 'kubeflow' requires os (valid: ubuntu, rhel)",
+            ["os=ubuntu", "os=rhel"],
+            id="valid-values",
+        ),
+        pytest.param(
+            ["some output", "Incorrect Usage: flag provided but not defined: -x", ""],
+            "Incorrect Usage: flag provided but not defined: -x",
+            [],
+            id="no-failure-record",
+        ),
+        pytest.param(['{"level":"ERROR","msg":"panic: boom"}'], "panic: boom", [], id="json-without-failure"),
+        pytest.param([], "", [], id="nothing"),
+    ],
+)
+def test_parse_rejection(lines: list[str], message: str, supported: list[str]) -> None:
+    assert parse_rejection(lines) == (message, supported)
+
+
+def test_the_last_failure_record_wins() -> None:
+    lines = [
+        '{"msg":"command failed","error":"[INTERNAL] first","exitCode":8}',
+        '{"msg":"command failed","error":"[INVALID_REQUEST] second","exitCode":2}',
+        '{"msg":"after"}',
+    ]
+    assert parse_rejection(lines) == ("second", [])
+
+
+def test_rejection_from_the_fake_lists_the_k0s_combination(fake_aicr: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_AICR_", "AICR_"))}
+    proc = subprocess.run(
+        [str(fake_aicr), "--log-json", "recipe", "--service", "k0s", "--accelerator", "h200", "--intent", "training"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2
+    message, supported = parse_rejection(proc.stderr.splitlines())
+    assert message.startswith("intent 'training' requires additional criteria")
+    assert "service=k0s, os=ubuntu" in supported
