@@ -70,9 +70,7 @@ def recipe_argv(settings: RunnerSettings, aicr: Path | str, pack: Path | None, o
     return argv + split_flags(settings.recipe.flags) + list(settings.recipe.args)
 
 
-def bundle_argv(
-    settings: RunnerSettings, aicr: Path | str, recipe: Path, output: Path, pack: Path | None
-) -> list[str]:
+def bundle_argv(settings: RunnerSettings, aicr: Path | str, recipe: Path, output: Path, pack: Path | None) -> list[str]:
     """``aicr bundle``: the preinstalled-driver profile goes before the user's
     flags so a user ``--set`` for the same path wins."""
     argv = _aicr(aicr, "bundle", "--recipe", str(recipe), "--deployer", "helm", "--output", str(output))

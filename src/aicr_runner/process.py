@@ -114,9 +114,7 @@ class ShutdownController:
         return signal.Signals(self._signals[0]).name if self._signals else ""
 
     @contextlib.contextmanager
-    def installed(
-        self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)
-    ) -> Iterator[ShutdownController]:
+    def installed(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[ShutdownController]:
         """Install ``request`` for ``signals`` (main thread only), restoring the
         previous handlers on exit."""
         previous = {signum: signal.signal(signum, self.request) for signum in signals}
@@ -197,9 +195,7 @@ class SubprocessRunner:
         if not argv:
             raise ValueError("argv must name a program")
         if self.shutdown.requested():
-            raise InterruptedRun(
-                f"shutdown requested ({self.shutdown.signal_name}); {argv[0]} was not started"
-            )
+            raise InterruptedRun(f"shutdown requested ({self.shutdown.signal_name}); {argv[0]} was not started")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         process = _start(argv, env=env, cwd=cwd)
         assert process.stdout is not None  # noqa: S101 - stdout=PIPE above

@@ -133,11 +133,7 @@ def _component_values(ref: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
         external = catalog.data_dir / values_file if catalog.data_dir else None
         if external is not None and external.is_file():
             values = yaml.safe_load(external.read_text(encoding="utf-8")) or {}
-        elif (
-            known is not None
-            and known.source == "embedded"
-            and values_file.startswith(EMBEDDED_VALUES_PREFIX)
-        ):
+        elif known is not None and known.source == "embedded" and values_file.startswith(EMBEDDED_VALUES_PREFIX):
             values = dict(known.values)
         else:
             raise _invalid(
@@ -204,9 +200,7 @@ def cmd_bundle(args: list[str], log: Logger) -> int:
     overrides = [SetOverride.parse(text) for text in parsed.get("set")]
     for toleration in [*parsed.get("system-node-toleration"), *parsed.get("accelerated-node-toleration")]:
         if not re.fullmatch(r"[^=:\s]+(=[^:\s]*)?:(NoSchedule|PreferNoSchedule|NoExecute)", toleration):
-            raise _invalid(
-                f'invalid toleration format "{toleration}": expected key=value:effect or key:effect'
-            )
+            raise _invalid(f'invalid toleration format "{toleration}": expected key=value:effect or key:effect')
     output = str(parsed.get("output"))
     if output.startswith("oci://"):
         raise _invalid("the fake aicr does not push OCI bundles")
@@ -233,9 +227,7 @@ def cmd_bundle(args: list[str], log: Logger) -> int:
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    folders = _write_bundle(
-        out, recipe_path=recipe_path, order=order, refs=refs, values=values, catalog=catalog
-    )
+    folders = _write_bundle(out, recipe_path=recipe_path, order=order, refs=refs, values=values, catalog=catalog)
     files = _write_checksums(out)
     size = sum((out / rel).stat().st_size for rel in files)
     log.info(
@@ -359,9 +351,7 @@ def _write_bundle(
     if catalog.data_dir is not None:
         for source in sorted(catalog.data_dir.rglob("*")):
             if source.is_file():
-                _write(
-                    out / "data" / source.relative_to(catalog.data_dir), source.read_text(encoding="utf-8")
-                )
+                _write(out / "data" / source.relative_to(catalog.data_dir), source.read_text(encoding="utf-8"))
     return folders
 
 
@@ -410,9 +400,7 @@ def _inventory_errors(root: Path) -> tuple[list[str], int]:
             errors.append(f"unexpected symlink: {rel}")
         elif path.is_file() and rel not in listed and rel not in UNLISTED:
             errors.append(f"unexpected file: {rel}")
-        elif (
-            path.is_dir() and not any(name.startswith(rel + "/") for name in listed) and rel != "attestation"
-        ):
+        elif path.is_dir() and not any(name.startswith(rel + "/") for name in listed) and rel != "attestation":
             errors.append(f"unexpected directory: {rel}")
     return errors, len(listed)
 
@@ -463,9 +451,7 @@ def cmd_verify(args: list[str], log: Logger) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         lines = []
-        lines.append(
-            f"  ✓ Checksums verified ({count} files)" if not errors else "  ✗ Checksum verification failed"
-        )
+        lines.append(f"  ✓ Checksums verified ({count} files)" if not errors else "  ✗ Checksum verification failed")
         lines.append(f"  Trust level: {level}")
         lines.append(f"    ↳ {reason}")
         if errors:

@@ -218,9 +218,7 @@ class Catalog:
                 f"registry.yaml: expected apiVersion {REGISTRY_API_VERSION} kind ComponentRegistry, "
                 f"got apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r}",
             )
-        external = [
-            _component_def(entry, "external", "registry.yaml") for entry in doc.get("components") or []
-        ]
+        external = [_component_def(entry, "external", "registry.yaml") for entry in doc.get("components") or []]
         for component in external:
             # An external entry replaces the embedded one wholesale.
             self.registry[component.name] = component
@@ -228,9 +226,7 @@ class Catalog:
         self._load_pack_overlays(root, strict=strict)
         for overlay in self.overlays.values():
             if overlay.base and overlay.base not in self.overlays:
-                raise AicrError(
-                    "INVALID_REQUEST", f"overlay {overlay.name!r}: base {overlay.base!r} not found"
-                )
+                raise AicrError("INVALID_REQUEST", f"overlay {overlay.name!r}: base {overlay.base!r} not found")
         self.data_dir = root
         if log:
             log.info(
@@ -242,11 +238,7 @@ class Catalog:
 
     def _load_pack_overlays(self, root: Path, *, strict: bool) -> None:
         overlay_dir = root / "overlays"
-        files = (
-            sorted([*overlay_dir.rglob("*.yaml"), *overlay_dir.rglob("*.yml")])
-            if overlay_dir.is_dir()
-            else []
-        )
+        files = sorted([*overlay_dir.rglob("*.yaml"), *overlay_dir.rglob("*.yml")]) if overlay_dir.is_dir() else []
         for path in files:
             rel = path.relative_to(root).as_posix()
             doc = _read_yaml(path, rel) or {}
@@ -311,8 +303,7 @@ class Catalog:
         if not stated:
             raise AicrError(
                 "INVALID_REQUEST",
-                "no criteria provided: specify at least one of "
-                "--service, --accelerator, --intent, --os, --platform",
+                "no criteria provided: specify at least one of --service, --accelerator, --intent, --os, --platform",
             )
         matched = [
             overlay
@@ -356,16 +347,11 @@ class Catalog:
             if combo not in combos:
                 combos.append(combo)
         minimal = [
-            combo
-            for combo in combos
-            if not any(other != combo and other.items() <= combo.items() for other in combos)
+            combo for combo in combos if not any(other != combo and other.items() <= combo.items() for other in combos)
         ]
-        text = ", ".join(
-            sorted("(" + ", ".join(f"{d}={c[d]}" for d in DIMENSIONS if d in c) + ")" for c in minimal)
-        )
+        text = ", ".join(sorted("(" + ", ".join(f"{d}={c[d]}" for d in DIMENSIONS if d in c) + ")" for c in minimal))
         compatible = any(
-            all(stated.get(d) in (None, v) for d, v in overlay.criteria.items() if d != dim)
-            for overlay in carriers
+            all(stated.get(d) in (None, v) for d, v in overlay.criteria.items() if d != dim) for overlay in carriers
         )
         if compatible:
             return f"{dim} '{value}' requires additional criteria; supported combinations: {text}"

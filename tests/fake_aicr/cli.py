@@ -139,9 +139,7 @@ def _lazy(module: str, name: str) -> Callable[[list[str], Logger], int]:
     def run(args: list[str], log: Logger) -> int:
         import importlib
 
-        handler: Callable[[list[str], Logger], int] = getattr(
-            importlib.import_module(f"{__package__}.{module}"), name
-        )
+        handler: Callable[[list[str], Logger], int] = getattr(importlib.import_module(f"{__package__}.{module}"), name)
         return handler(args, log)
 
     return run
@@ -172,9 +170,7 @@ def cmd_recipe(args: list[str], log: Logger) -> int:
             raise AicrError("INVALID_REQUEST", f"flag --{dim} can only be specified once")
     fmt = str(parsed.get("format")).lower()
     if fmt not in ("yaml", "json", "table"):
-        raise AicrError(
-            "INVALID_REQUEST", f'unknown output format: "{fmt}", valid formats are: yaml, json, table'
-        )
+        raise AicrError("INVALID_REQUEST", f'unknown output format: "{fmt}", valid formats are: yaml, json, table')
     log.info("generating recipe offline — reads inputs only; does not deploy to or modify any cluster")
     strict = bool(parsed.get("criteria-strict")) or _truthy(os.environ.get("AICR_CRITERIA_STRICT"))
     catalog = Catalog.load(parsed.get("data"), strict=strict, log=log)
@@ -220,9 +216,7 @@ def _render_recipe(document: dict[str, Any], fmt: str) -> str:
 
 def _table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "".join(
-        "   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n" for row in rows
-    )
+    return "".join("   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n" for row in rows)
 
 
 def cmd_recipe_list(args: list[str], log: Logger) -> int:
@@ -238,14 +232,10 @@ def cmd_recipe_list(args: list[str], log: Logger) -> int:
     )
     fmt = str(parsed.get("format")).lower()
     if fmt not in ("yaml", "json", "table"):
-        raise AicrError(
-            "INVALID_REQUEST", f'unknown output format: "{fmt}", valid formats are: yaml, json, table'
-        )
+        raise AicrError("INVALID_REQUEST", f'unknown output format: "{fmt}", valid formats are: yaml, json, table')
     catalog = Catalog.load(parsed.get("data"), strict=bool(parsed.get("criteria-strict")), log=log)
     filters = {
-        dim: value
-        for dim, value in catalog.normalise({d: parsed.get(d) for d in DIMENSIONS}).items()
-        if value != "any"
+        dim: value for dim, value in catalog.normalise({d: parsed.get(d) for d in DIMENSIONS}).items() if value != "any"
     }
     health = not parsed.get("no-health")
     entries = catalog.list_entries(filters, health=health)

@@ -76,9 +76,7 @@ def _phases(requested: list[str]) -> list[str]:
         return list(PHASES)
     for phase in requested:
         if phase not in PHASES:
-            raise AicrError(
-                "INVALID_REQUEST", f'invalid phase "{phase}": valid phases are {", ".join(PHASES)}, all'
-            )
+            raise AicrError("INVALID_REQUEST", f'invalid phase "{phase}": valid phases are {", ".join(PHASES)}, all')
     return [phase for phase in PHASES if phase in requested]
 
 
@@ -88,20 +86,14 @@ def _readiness(recipe: dict[str, Any], result: str, log: Logger) -> None:
     for constraint in constraints:
         name, expected = constraint.get("name"), constraint.get("value")
         if name != "K8s.server.version":
-            log.info(
-                "readiness constraint skipped", name=name, expected=expected, reason="no reading in snapshot"
-            )
+            log.info("readiness constraint skipped", name=name, expected=expected, reason="no reading in snapshot")
             continue
         if result == "readiness-fail":
-            raise AicrError(
-                "INVALID_REQUEST", f"readiness check failed: {name} expected {expected}, got v1.20.0"
-            )
+            raise AicrError("INVALID_REQUEST", f"readiness check failed: {name} expected {expected}, got v1.20.0")
         log.info("readiness constraint passed", name=name, expected=expected, actual=CLUSTER_K8S_VERSION)
 
 
-def _run_checks(
-    recipe: dict[str, Any], phases: list[str], result: str, no_cluster: bool
-) -> list[dict[str, Any]]:
+def _run_checks(recipe: dict[str, Any], phases: list[str], result: str, no_cluster: bool) -> list[dict[str, Any]]:
     validation = recipe.get("validation") or {}
     tests: list[dict[str, Any]] = []
     # The injected failure hits the first check that runs; the rest pass.
@@ -115,9 +107,7 @@ def _run_checks(
             elif pending_failure:
                 pending_failure = False
                 status = "failed" if result == "fail" else "other"
-                message = (
-                    "check failed (FAKE_AICR_VALIDATE_RESULT)" if result == "fail" else "validator crashed"
-                )
+                message = "check failed (FAKE_AICR_VALIDATE_RESULT)" if result == "fail" else "validator crashed"
             tests.append(
                 {
                     "name": check,
@@ -164,9 +154,7 @@ def _check_options(parsed: Any) -> str:
     if parsed.get("no-cluster") and not parsed.get("snapshot"):
         raise AicrError("INVALID_REQUEST", "--no-cluster requires --snapshot")
     if parsed.get("no-cluster") and (parsed.get("emit-attestation") or parsed.get("push")):
-        raise AicrError(
-            "INVALID_REQUEST", "--no-cluster cannot be combined with --emit-attestation or --push"
-        )
+        raise AicrError("INVALID_REQUEST", "--no-cluster cannot be combined with --emit-attestation or --push")
     result = os.environ.get("FAKE_AICR_VALIDATE_RESULT", "pass").strip() or "pass"
     if result not in RESULTS:
         raise AicrError("INTERNAL", f"FAKE_AICR_VALIDATE_RESULT must be one of {', '.join(RESULTS)}")
@@ -240,9 +228,7 @@ def _recipe_name(recipe: dict[str, Any]) -> str:
     if overlays and overlays[-1] != "base":
         return str(overlays[-1])
     criteria = recipe.get("criteria") or {}
-    parts = [
-        str(criteria.get(key)) for key in ("accelerator", "service", "os", "intent") if criteria.get(key)
-    ]
+    parts = [str(criteria.get(key)) for key in ("accelerator", "service", "os", "intent") if criteria.get(key)]
     return "-".join(part for part in parts if part != "any") or "recipe"
 
 
@@ -277,8 +263,7 @@ def _emit_evidence(
     manifest = {
         "schemaVersion": "1.0.0",
         "files": [
-            {"path": rel, "sha256": sha256_file(summary / rel), "size": (summary / rel).stat().st_size}
-            for rel in files
+            {"path": rel, "sha256": sha256_file(summary / rel), "size": (summary / rel).stat().st_size} for rel in files
         ],
     }
     (summary / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -373,9 +358,7 @@ def _jwt_identity(token: str) -> tuple[str, str]:
 def _split_ref(ref: str) -> tuple[str, str | None]:
     """(repository, tag or None); a host:port colon is not a tag."""
     if "@" in ref:
-        raise AicrError(
-            "INVALID_REQUEST", f"--push {ref}: a digest reference cannot be pushed to; give a tag"
-        )
+        raise AicrError("INVALID_REQUEST", f"--push {ref}: a digest reference cannot be pushed to; give a tag")
     head, _, last = ref.rpartition("/")
     if ":" in last:
         name, tag = last.split(":", 1)
@@ -452,10 +435,7 @@ def _push(summary: Path, reference: str, parsed: Any, log: Logger) -> str:
         raise _push_failure(reference, "dial tcp: connect: connection refused")
     oras = os.environ.get("FAKE_AICR_ORAS")
     if not oras:
-        return (
-            "sha256:"
-            + hashlib.sha256((summary / "manifest.json").read_bytes() + reference.encode()).hexdigest()
-        )
+        return "sha256:" + hashlib.sha256((summary / "manifest.json").read_bytes() + reference.encode()).hexdigest()
     files = sorted(p.relative_to(summary).as_posix() for p in summary.rglob("*") if p.is_file())
     command = [oras, "push", reference, "--artifact-type", EVIDENCE_ARTIFACT_TYPE, "--format", "json"]
     command += _oras_transport(parsed) + files
@@ -476,13 +456,9 @@ def _attach_signature(reference: str, digest: str, signer: dict[str, Any], parse
     repository, _ = _split_ref(reference)
     with tempfile.TemporaryDirectory() as scratch:
         bundle = Path(scratch) / "sigstore-bundle.json"
-        bundle.write_text(
-            json.dumps({"mediaType": SIGSTORE_ARTIFACT_TYPE, "signer": signer}), encoding="utf-8"
-        )
+        bundle.write_text(json.dumps({"mediaType": SIGSTORE_ARTIFACT_TYPE, "signer": signer}), encoding="utf-8")
         command = [oras, "attach", f"{repository}@{digest}", "--artifact-type", SIGSTORE_ARTIFACT_TYPE]
         command += [*_oras_transport(parsed), bundle.name]
-        completed = subprocess.run(
-            command, cwd=scratch, capture_output=True, text=True, check=False, timeout=300
-        )
+        completed = subprocess.run(command, cwd=scratch, capture_output=True, text=True, check=False, timeout=300)
     if completed.returncode != 0:
         raise AicrError("SERVICE_UNAVAILABLE", "failed to attach the signature", completed.stderr.strip())

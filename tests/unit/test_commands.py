@@ -94,9 +94,7 @@ def test_recipe_states_only_nonempty_criteria_in_the_anchor_order(
 
 
 def test_recipe_adds_the_pack_then_flags_then_args() -> None:
-    s = load(
-        recipe__flags="--nodes 4  --criteria-strict", recipe__args=json.dumps(["--profile", "gpuStack=a b"])
-    )
+    s = load(recipe__flags="--nodes 4  --criteria-strict", recipe__args=json.dumps(["--profile", "gpuStack=a b"]))
     assert commands.recipe_argv(s, AICR, PACK, RECIPE) == [
         str(AICR),
         "--log-json",
@@ -185,12 +183,8 @@ def test_verify() -> None:
         ("  --no-wait\t--retries  2 ", "[]", ["--no-wait", "--retries", "2"]),
     ],
 )
-def test_deploy_runs_deploy_sh_with_flags_then_args(
-    flags: str | None, args: str | None, expected: list[str]
-) -> None:
-    env = {
-        key: value for key, value in (("deploy__flags", flags), ("deploy__args", args)) if value is not None
-    }
+def test_deploy_runs_deploy_sh_with_flags_then_args(flags: str | None, args: str | None, expected: list[str]) -> None:
+    env = {key: value for key, value in (("deploy__flags", flags), ("deploy__args", args)) if value is not None}
     assert commands.deploy_argv(load(**env), BUNDLE) == ["bash", str(BUNDLE / "deploy.sh"), *expected]
 
 
@@ -284,9 +278,7 @@ def test_publish(extra: dict[str, str], tail: list[str]) -> None:
 
 
 def test_publish_never_puts_credentials_on_the_command_line() -> None:
-    s = load(
-        **PUBLISH, validate__publish__identity_token_file="/t", validate__publish__registry_config_dir="/auth"
-    )
+    s = load(**PUBLISH, validate__publish__identity_token_file="/t", validate__publish__registry_config_dir="/auth")
     argv = commands.publish_argv(s, AICR, EVIDENCE)
     assert not any(word in argv for word in ("/t", "/auth", "--identity-token"))
 
@@ -295,9 +287,7 @@ def test_publish_never_puts_credentials_on_the_command_line() -> None:
 # properties
 # ---------------------------------------------------------------------------
 
-WORDS = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12
-)
+WORDS = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
 
 
 @given(st.text(alphabet=st.sampled_from(list("ab*?[]{}~$' \"\t\n-=")), max_size=40))
@@ -317,9 +307,7 @@ def test_split_flags_never_expands_globs(tmp_path: Path) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(WORDS, max_size=5), st.lists(WORDS, max_size=5), st.lists(WORDS, max_size=5))
-def test_args_lists_are_appended_verbatim_and_last(
-    recipe: list[str], bundle: list[str], deploy: list[str]
-) -> None:
+def test_args_lists_are_appended_verbatim_and_last(recipe: list[str], bundle: list[str], deploy: list[str]) -> None:
     s = load(
         recipe__args=json.dumps(recipe),
         bundle__args=json.dumps(bundle),

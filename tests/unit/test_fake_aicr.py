@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tests.fake_aicr import install_fake_aicr
 from tests.fake_aicr.packs import write_acme_pack, write_pack
 
@@ -196,9 +197,7 @@ def test_services_that_declare_an_intent_on_their_own(aicr: Run, service: str) -
     assert aicr("recipe", "--service", service, "--intent", "training").returncode == 0
 
 
-@pytest.mark.parametrize(
-    ("service", "os_name"), [("cks", "ubuntu"), ("gke", "cos"), ("oke", "ol"), ("k0s", "ubuntu")]
-)
+@pytest.mark.parametrize(("service", "os_name"), [("cks", "ubuntu"), ("gke", "cos"), ("oke", "ol"), ("k0s", "ubuntu")])
 def test_services_that_declare_an_intent_only_with_their_os(aicr: Run, service: str, os_name: str) -> None:
     without = aicr("--log-json", "recipe", "--service", service, "--intent", "training")
     assert without.returncode == 2
@@ -535,9 +534,7 @@ def test_bundle_needs_the_same_data_as_the_recipe(aicr: Run, tmp_path: Path) -> 
     assert "components/acme-agent/values.yaml" in last_record(result.stderr)["error"]
 
 
-def test_set_overrides_values_and_enabled_false_drops_a_release(
-    aicr: Run, recipe_file: Path, tmp_path: Path
-) -> None:
+def test_set_overrides_values_and_enabled_false_drops_a_release(aicr: Run, recipe_file: Path, tmp_path: Path) -> None:
     result = aicr(
         "bundle", "-r", str(recipe_file), "-o", "bundle", "--storage-class", "gp3",
         "--set", "gpuoperator:toolkit.version=v1.2.3", "--set", "awsefa:enabled=false",
@@ -566,9 +563,7 @@ def test_preinstalled_driver_needs_all_three_overrides(aicr: Run, recipe_file: P
 def test_bad_set_format_is_invalid_input(aicr: Run, recipe_file: Path, bad: str) -> None:
     result = aicr("--log-json", "bundle", "-r", str(recipe_file), "-o", "b", "--set", bad)
     assert result.returncode == 2
-    assert last_record(result.stderr)["error"].startswith(
-        "[INVALID_REQUEST] invalid bundle command options: "
-    )
+    assert last_record(result.stderr)["error"].startswith("[INVALID_REQUEST] invalid bundle command options: ")
 
 
 def test_bundle_without_recipe_flag_is_a_usage_error(aicr: Run) -> None:
@@ -656,9 +651,7 @@ def test_verify_json_report_names_external_data(aicr: Run, tmp_path: Path) -> No
 # ---------------------------------------------------------------------------
 
 
-def deploy(
-    bundle: Path, *args: str, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def deploy(bundle: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_AICR_")}
     full_env.update(env or {})
     return subprocess.run(
@@ -783,14 +776,10 @@ def test_validate_check_failures_exit_8_after_writing_ctrf(
     env = {"FAKE_AICR_VALIDATE_RESULT": outcome}
     result = aicr("--log-json", "validate", "--recipe", str(recipe_file), "-o", "ctrf.json", env=env)
     assert result.returncode == 8
-    assert (
-        last_record(result.stderr)["error"] == "[INTERNAL] validation failed: one or more phases did not pass"
-    )
+    assert last_record(result.stderr)["error"] == "[INTERNAL] validation failed: one or more phases did not pass"
     tests = json.loads((tmp_path / "ctrf.json").read_text())["results"]["tests"]
     assert [t["status"] for t in tests].count(status) == 1
-    relaxed = aicr(
-        "validate", "--recipe", str(recipe_file), "-o", "c2.json", "--fail-on-error=false", env=env
-    )
+    relaxed = aicr("validate", "--recipe", str(recipe_file), "-o", "c2.json", "--fail-on-error=false", env=env)
     assert relaxed.returncode == 0
 
 
@@ -886,9 +875,7 @@ def base64url(text: str) -> str:
 
 
 @pytest.mark.parametrize(("failure", "code"), [("unauthorized", 4), ("unavailable", 6)])
-def test_publish_push_failures_map_to_exit_codes(
-    aicr: Run, evidence_dir: Path, failure: str, code: int
-) -> None:
+def test_publish_push_failures_map_to_exit_codes(aicr: Run, evidence_dir: Path, failure: str, code: int) -> None:
     result = aicr(
         "--log-json", "evidence", "publish", str(evidence_dir), "--push", "r.example/e", "--no-sign",
         env={"FAKE_AICR_PUBLISH_FAIL": failure},
@@ -900,10 +887,7 @@ def test_publish_push_failures_map_to_exit_codes(
 def test_publish_rejects_missing_arguments(aicr: Run, evidence_dir: Path, tmp_path: Path) -> None:
     assert aicr("evidence", "publish", str(evidence_dir), "--no-sign").returncode == 2
     assert aicr("evidence", "publish", "--push", "r.example/e", "--no-sign").returncode == 2
-    assert (
-        aicr("evidence", "publish", str(tmp_path / "nope"), "--push", "r.example/e", "--no-sign").returncode
-        == 3
-    )
+    assert aicr("evidence", "publish", str(tmp_path / "nope"), "--push", "r.example/e", "--no-sign").returncode == 3
 
 
 @pytest.fixture(scope="session")
@@ -917,13 +901,12 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     import urllib.request
 
     import bcrypt
+
     from e2e.tools import tool
 
     base = tmp_path_factory.mktemp("registry")
     password = secrets.token_urlsafe(12)
-    (base / "htpasswd").write_text(
-        f"pusher:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
-    )
+    (base / "htpasswd").write_text(f"pusher:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         host = f"127.0.0.1:{probe.getsockname()[1]}"
@@ -978,9 +961,7 @@ def test_publish_pushes_for_real_with_the_docker_config_credential(
     assert last_record(anonymous.stderr)["error"].startswith("[UNAUTHORIZED] failed to push evidence bundle")
     pushed = aicr(*args, env={**base_env, "DOCKER_CONFIG": str(auth_dir)})
     assert pushed.returncode == 0, pushed.stderr
-    digest = yaml.safe_load((evidence_dir / "pointer.yaml").read_text())["attestations"][0]["bundle"][
-        "digest"
-    ]
+    digest = yaml.safe_load((evidence_dir / "pointer.yaml").read_text())["attestations"][0]["bundle"]["digest"]
     fetched = subprocess.run(
         [str(tool("oras")), "manifest", "fetch", "--plain-http", "--descriptor",
          "--registry-config", str(auth_dir / "config.json"), f"{host}/evidence:run1"],
@@ -999,3 +980,67 @@ def test_generated_scripts_pass_shellcheck(bundle_dir: Path) -> None:
     scripts = [bundle_dir / "deploy.sh", *sorted(bundle_dir.glob("*/install.sh"))[:1]]
     result = subprocess.run([found, *map(str, scripts)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
+
+
+def test_install_sh_runs_the_real_helm_command_in_real_mode(aicr: Run, tmp_path: Path) -> None:
+    """A stub helm on PATH records its argv: the command the e2e cluster would get."""
+    pack = write_pack(
+        tmp_path / "pack",
+        components=[
+            {"name": "hello", "helm": {"defaultRepository": "oci://127.0.0.1:5000/charts", "defaultChart": "hello",
+                                       "defaultVersion": "0.1.0", "defaultNamespace": "demo"}},
+            {"name": "web", "helm": {"defaultRepository": "https://charts.example", "defaultChart": "web",
+                                     "defaultVersion": "1.2.3", "defaultNamespace": "demo"}},
+        ],
+        overlays={"acme": {"criteria": {"service": "acme"}, "componentRefs": [{"name": "hello"}, {"name": "web"}]}},
+    )  # fmt: skip
+    assert aicr("recipe", "--service", "acme", "--data", str(pack), "-o", "recipe.yaml").returncode == 0
+    disable = [arg for comp in ("certmanager", "nfd", "gpuoperator", "networkoperator", "nv-sentinel", "nodewright",
+                                "prometheusoperatorcrds", "prometheus", "prometheusadapter", "ephemeralstoragemetrics",
+                                "dradriver", "kaischeduler") for arg in ("--set", f"{comp}:enabled=false")]  # fmt: skip
+    result = aicr("bundle", "-r", "recipe.yaml", "-o", "bundle", "--data", str(pack), *disable)
+    assert result.returncode == 0, result.stderr
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    calls = tmp_path / "helm-calls"
+    (stub / "helm").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    (stub / "helm").chmod(0o755)
+    env = {
+        "PATH": f"{stub}:/usr/bin:/bin",
+        "FAKE_AICR_DEPLOY_REAL": "1",
+        "FAKE_AICR_HELM_FLAGS": "--plain-http",
+        "KUBE_CONTEXT": "e2e",
+    }
+    out = deploy(tmp_path / "bundle", "--no-wait", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    bundle = tmp_path / "bundle"
+    assert calls.read_text().splitlines() == [
+        f"upgrade --install hello oci://127.0.0.1:5000/charts/hello --version 0.1.0 -n demo --create-namespace "
+        f"-f {bundle}/001-hello/values.yaml -f {bundle}/001-hello/cluster-values.yaml --timeout 10m --plain-http "
+        "--kube-context e2e",
+        f"upgrade --install web web --repo https://charts.example --version 1.2.3 -n demo --create-namespace "
+        f"-f {bundle}/002-web/values.yaml -f {bundle}/002-web/cluster-values.yaml --timeout 10m --plain-http "
+        "--kube-context e2e",
+    ]
+
+
+def test_a_signal_during_validate_exits_9(aicr_path: Path, recipe_file: Path) -> None:
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_AICR_", "AICR_"))}
+    env["FAKE_AICR_VALIDATE_SLEEP"] = "30"
+    with subprocess.Popen(
+        [str(aicr_path), "--log-json", "validate", "--recipe", str(recipe_file), "-o", os.devnull],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as process:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "readiness pre-flight" in line:
+                break
+        time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 9
+        assert json.loads(process.stderr.read().splitlines()[-1])["exitCode"] == 9

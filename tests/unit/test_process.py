@@ -72,9 +72,7 @@ def pid_alive(pid: int) -> bool:
 def test_stdout_and_stderr_are_merged_line_by_line_in_order(tmp_path: Path) -> None:
     lines: list[str] = []
     script = (
-        "import sys\n"
-        "for i in range(5):\n"
-        "    print(f'line {i}', file=sys.stdout if i % 2 else sys.stderr, flush=True)"
+        "import sys\nfor i in range(5):\n    print(f'line {i}', file=sys.stdout if i % 2 else sys.stderr, flush=True)"
     )
     result = run(tmp_path, [PY, "-c", script], on_line=lines.append)
     assert result.exit_code == 0
@@ -109,10 +107,7 @@ def test_lines_reach_the_callback_while_the_child_still_runs(tmp_path: Path) -> 
 def test_huge_output_is_streamed_not_accumulated(tmp_path: Path) -> None:
     total = 24 * 1024 * 1024
     script = (
-        "import sys\n"
-        "line = b'y' * 99 + b'\\n'\n"
-        f"for _ in range({total // 100}):\n"
-        "    sys.stdout.buffer.write(line)"
+        f"import sys\nline = b'y' * 99 + b'\\n'\nfor _ in range({total // 100}):\n    sys.stdout.buffer.write(line)"
     )
     count = 0
 
@@ -135,9 +130,7 @@ def test_huge_output_is_streamed_not_accumulated(tmp_path: Path) -> None:
 def test_a_line_without_newline_is_passed_on_in_bounded_pieces(tmp_path: Path) -> None:
     pieces: list[str] = []
     runner = SubprocessRunner(max_line_bytes=1000)
-    result = run(
-        tmp_path, [PY, "-c", "import sys; sys.stdout.write('z' * 2500)"], runner=runner, on_line=pieces.append
-    )
+    result = run(tmp_path, [PY, "-c", "import sys; sys.stdout.write('z' * 2500)"], runner=runner, on_line=pieces.append)
     assert result.exit_code == 0
     assert [len(piece) for piece in pieces] == [1000, 1000, 500]
 
