@@ -33,6 +33,9 @@ FAKE_AICR_VALIDATE_RESULT=...     pass | fail | other | readiness-fail | timeout
 FAKE_AICR_VALIDATE_SLEEP=<s>      validate sleeps before the checks (SIGTERM -> 9)
 FAKE_AICR_EVIDENCE_BYTES=<n>      pad the evidence summary bundle by n random bytes
 FAKE_AICR_ORAS=<path>             evidence publish pushes for real with this oras
+                                  (credentials: $DOCKER_CONFIG/config.json, passed
+                                  as --registry-config; signed mode also attaches
+                                  a stand-in Sigstore bundle with `oras attach`)
 FAKE_AICR_PUBLISH_FAIL=...        unauthorized | unavailable: simulated push failure
 """
 
