@@ -10,6 +10,8 @@ call. Values travel as a YAML file, never as --set strings, so types are exact.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import json
 import os
@@ -46,9 +48,7 @@ def helm_binary() -> Path:
 def helm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
     with tempfile.TemporaryDirectory(prefix="helm-home-") as home:
-        env.update(
-            HELM_CACHE_HOME=f"{home}/cache", HELM_CONFIG_HOME=f"{home}/config", HELM_DATA_HOME=f"{home}/data"
-        )
+        env.update(HELM_CACHE_HOME=f"{home}/cache", HELM_CONFIG_HOME=f"{home}/config", HELM_DATA_HOME=f"{home}/data")
         return subprocess.run(
             [str(helm_binary()), *args],
             check=False,
@@ -126,9 +126,7 @@ class Rendered:
         out: dict[str, str] = {}
         for entry in self.env_list:
             if "value" in entry:
-                assert isinstance(entry["value"], str), (
-                    f"env {entry['name']} is not a string: {entry['value']!r}"
-                )
+                assert isinstance(entry["value"], str), f"env {entry['name']} is not a string: {entry['value']!r}"
                 out[entry["name"]] = entry["value"]
         return out
 
@@ -164,7 +162,9 @@ def render(
 ) -> Rendered:
     """helm template with BASE criteria (unless raw) merged under ``values``."""
     merged = merge({} if raw else BASE, values or {})
-    return _render_cached(json.dumps(merged, sort_keys=True), tuple(args), release, namespace)
+    cached = _render_cached(json.dumps(merged, sort_keys=True), tuple(args), release, namespace)
+    # A private copy: a test that edits a rendered object must not change another test's render.
+    return dataclasses.replace(cached, docs=copy.deepcopy(cached.docs))
 
 
 def renders(values: Mapping[str, Any] | None = None, **kw: Any) -> Rendered:
@@ -190,6 +190,23 @@ def rejects_by_schema(values: Mapping[str, Any] | None, pointer: str, reason: st
     assert f"at '{pointer}'" in result.stderr, result.stderr
     assert reason in result.stderr, result.stderr
     return result
+
+
+def load_script(name: str) -> Any:
+    """Import scripts/<name>.py (a dash-named file) as a module."""
+    import importlib.util
+    import sys
+
+    module_name = name.replace("-", "_")
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "scripts" / f"{name}.py")
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def iter_env_names(result: Rendered) -> Iterator[str]:

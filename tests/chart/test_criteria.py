@@ -8,7 +8,6 @@ must accept exactly what `aicr recipe` accepts, and name the same problem.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.helm import CHART, ROOT, rejects_with, render, renders
+from tests.chart.helm import CHART, ROOT, load_script, rejects_with, render, renders
 from tests.fake_aicr import install_fake_aicr
 
 DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
@@ -33,16 +32,7 @@ TRAINING_CARRIERS = (
 )
 
 
-def _load_gen_catalog() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_catalog", ROOT / "scripts" / "gen-catalog.py")
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_catalog = _load_gen_catalog()
+gen_catalog = load_script("gen-catalog")
 
 
 @pytest.fixture(scope="module")
@@ -224,9 +214,7 @@ def _aicr_recipe(aicr: Path, criteria: dict[str, str], tmp_path: Path) -> tuple[
 
 
 @pytest.mark.parametrize("criteria", COMBINATIONS, ids=lambda c: "+".join(c.values()))
-def test_the_chart_accepts_exactly_what_aicr_accepts(
-    aicr: Path, tmp_path: Path, criteria: dict[str, str]
-) -> None:
+def test_the_chart_accepts_exactly_what_aicr_accepts(aicr: Path, tmp_path: Path, criteria: dict[str, str]) -> None:
     code, message = _aicr_recipe(aicr, criteria, tmp_path)
     result = render(criteria, raw=True)
     if code == 0:
@@ -331,12 +319,8 @@ def test_another_aicr_version_skips_the_catalog_check() -> None:
 
 def test_the_check_is_one_named_helper_reading_the_catalog() -> None:
     templates = {path.name: path.read_text() for path in (CHART / "templates").iterdir()}
-    definers = [
-        name for name, text in templates.items() if '{{- define "nvidia-aicr.criteriaSupported"' in text
-    ]
+    definers = [name for name, text in templates.items() if '{{- define "nvidia-aicr.criteriaSupported"' in text]
     readers = [
-        name
-        for name, text in templates.items()
-        if "files/criteria-catalog.json" in text and "Files.Get" in text
+        name for name, text in templates.items() if "files/criteria-catalog.json" in text and "Files.Get" in text
     ]
     assert definers == readers == ["_criteria.tpl"]

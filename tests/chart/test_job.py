@@ -65,9 +65,7 @@ def test_rbac_binds_the_installer_account_to_cluster_admin() -> None:
         "kind": "ClusterRole",
         "name": "cluster-admin",
     }
-    assert crb["subjects"] == [
-        {"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}
-    ]
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}]
     assert result.pod["serviceAccountName"] == f"{RELEASE}-installer"
 
 
@@ -97,9 +95,7 @@ def job_name(values: dict[str, Any] | None = None, args: tuple[str, ...] = ()) -
 def test_same_values_give_the_same_job_name() -> None:
     assert job_name({"service": "eks"}) == job_name({"service": "eks"})
     # Another helm process, the same inputs: still the same name (no randomness, no revision).
-    proc = helm(
-        "template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "accelerator=h100", "--set", "service=eks"
-    )
+    proc = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "accelerator=h100", "--set", "service=eks")
     assert f"name: {job_name({'service': 'eks'})}\n" in proc.stdout
 
 
@@ -187,7 +183,7 @@ def test_pod_failure_policy_fails_fast_on_the_runtimes_deterministic_codes() -> 
                 "values": list(DETERMINISTIC_EXIT_CODES),
             },
         },
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
 
 
@@ -235,9 +231,7 @@ def test_image_defaults_to_app_version_and_uses_a_digest_when_given() -> None:
 
 def test_image_pull_secrets_only_when_set() -> None:
     assert "imagePullSecrets" not in renders().pod
-    assert renders({"imagePullSecrets": [{"name": "regcred"}]}).pod["imagePullSecrets"] == [
-        {"name": "regcred"}
-    ]
+    assert renders({"imagePullSecrets": [{"name": "regcred"}]}).pod["imagePullSecrets"] == [{"name": "regcred"}]
 
 
 def test_scheduling_is_rendered_only_when_set() -> None:
@@ -272,9 +266,7 @@ def test_scheduling_is_rendered_only_when_set() -> None:
 
 def test_pod_annotations_only_when_set() -> None:
     assert "annotations" not in renders().job["spec"]["template"]["metadata"]
-    meta = renders({"job": {"podAnnotations": {"example.com/team": "gpu"}}}).job["spec"]["template"][
-        "metadata"
-    ]
+    meta = renders({"job": {"podAnnotations": {"example.com/team": "gpu"}}}).job["spec"]["template"]["metadata"]
     assert meta["annotations"] == {"example.com/team": "gpu"}
 
 
@@ -287,10 +279,7 @@ def test_termination_grace_leaves_the_runtime_15_seconds() -> None:
         result.pod["terminationGracePeriodSeconds"],
         result.env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"],
     ) == (600, "585")
-    assert (
-        renders({"job": {"terminationGracePeriodSeconds": 10}}).env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"]
-        == "0"
-    )
+    assert renders({"job": {"terminationGracePeriodSeconds": 10}}).env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"] == "0"
 
 
 # -- volumes and writable paths ----------------------------------------------------------------------
@@ -381,10 +370,7 @@ def test_signed_publish_mounts_the_token_as_a_file_and_never_as_env() -> None:
     }
     assert result.mounts["identity-token"]["mountPath"] == "/etc/aicr-runner/identity-token"
     assert result.mounts["identity-token"]["readOnly"] is True
-    assert (
-        result.env["AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE"]
-        == "/etc/aicr-runner/identity-token/token"
-    )
+    assert result.env["AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE"] == "/etc/aicr-runner/identity-token/token"
     assert result.env["AICR_RUNNER_VALIDATE__PUBLISH__MODE"] == "signed"
     names = [entry["name"] for entry in result.env_list]
     assert "COSIGN_IDENTITY_TOKEN" not in names
@@ -449,9 +435,7 @@ def test_lists_reach_the_runtime_as_json_with_every_character_kept() -> None:
             "bundleArgs": ["--storage-class", "fast ssd"],
             "validateArgs": ["--namespace", "aicr"],
             "deployArgs": ["--retries", "1"],
-            "recipe": {
-                "expect": {"minComponents": 11, "components": ["gpu-operator"], "overlays": ["h100-any"]}
-            },
+            "recipe": {"expect": {"minComponents": 11, "components": ["gpu-operator"], "overlays": ["h100-any"]}},
         }
     ).env
     assert json.loads(env["AICR_RUNNER_RECIPE__ARGS"]) == args
@@ -486,9 +470,7 @@ def test_booleans_are_exactly_true_or_false() -> None:
     assert off["AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER"] == "false"
     assert off["AICR_RUNNER_DEPLOY__ENABLED"] == "true"
     assert off["AICR_RUNNER_VALIDATE__ENABLED"] == "false"
-    bool_values = {
-        v for k, v in off.items() if k.endswith(("ENABLED", "ERROR", "EVIDENCE", "HTTP", "TLS", "DRIVER"))
-    }
+    bool_values = {v for k, v in off.items() if k.endswith(("ENABLED", "ERROR", "EVIDENCE", "HTTP", "TLS", "DRIVER"))}
     assert bool_values <= {"true", "false"}
 
 
@@ -518,9 +500,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
         },
         namespace="gpu-system",
     ).env
-    assert {
-        k: env[k] for k in env if k.startswith("AICR_RUNNER_") and not k.endswith(("ARGS", "PHASES"))
-    } == {
+    assert {k: env[k] for k in env if k.startswith("AICR_RUNNER_") and not k.endswith(("ARGS", "PHASES"))} == {
         "AICR_RUNNER_CRITERIA__SERVICE": "eks",
         "AICR_RUNNER_CRITERIA__ACCELERATOR": "h100",
         "AICR_RUNNER_CRITERIA__INTENT": "training",
@@ -623,10 +603,7 @@ def test_notes_give_the_commands_to_follow_the_run() -> None:
     assert f"kubectl get cm -n {NAMESPACE} aicr-recipe -o jsonpath='{{.data.summary\\.txt}}'" in text
     assert "{.binaryData.recipe\\.yaml\\.gz}" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-validate-result -o jsonpath='{{.data.ctrf\\.json}}'" in text
-    assert (
-        f"kubectl get cm -n {NAMESPACE} aicr-evidence-bundle -o jsonpath='{{.binaryData.evidence\\.tgz}}'"
-        in text
-    )
+    assert f"kubectl get cm -n {NAMESPACE} aicr-evidence-bundle -o jsonpath='{{.binaryData.evidence\\.tgz}}'" in text
     assert "{.data.pointer\\.yaml}" in text
     assert "Do not upgrade or uninstall this release while the Job runs" in text
     assert "pack" not in text.lower()
