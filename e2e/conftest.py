@@ -19,7 +19,7 @@ import pytest
 
 from e2e.harness.apiserver import ControlPlane, start_control_plane
 from e2e.harness.helm import Helm
-from e2e.harness.kubelet import JobRun, Kubelet
+from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry, start_registry
 
 #: Seconds each session component took to start (reported in the terminal summary).
@@ -88,6 +88,20 @@ def make_kubelet(control_plane: ControlPlane, tmp_path: Path) -> Callable[..., K
         return Kubelet(control_plane, tmp_path / f"kubelet-{count}", **options)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def fake_aicr(e2e_workdir: Path) -> Path:
+    """A launcher for the contract-faithful fake aicr (tests/fake_aicr)."""
+    from tests.fake_aicr import install_fake_aicr
+
+    return install_fake_aicr(e2e_workdir / "fake-aicr")
+
+
+@pytest.fixture(scope="session")
+def aicr_kubelet(control_plane: ControlPlane, e2e_workdir: Path, fake_aicr: Path) -> Kubelet:
+    """A kubelet whose image also carries the fake aicr at FAKE_AICR_PATH."""
+    return Kubelet(control_plane, e2e_workdir / "aicr-kubelet", image_files={FAKE_AICR_PATH: fake_aicr})
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ component that a scenario relies on (and that a broken harness would lose)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.kubelet import JobRun, Kubelet, expand
+from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet, expand
 from e2e.harness.registry import Registry
 from e2e.harness.sandbox import rewrite_paths
 from e2e.tools import REPO_ROOT, pinned_versions, tool
@@ -396,6 +397,24 @@ def test_kubelet_runs_the_image_entrypoint_with_cmd_or_args(
     assert run.exit_code == 0, run.describe()
     assert f"argv: {' '.join(expected).format(ns=namespace)}" in run.output
     assert "cwd: /work home: /home/aicr" in run.output  # the image's WORKDIR and ENV
+
+
+def test_aicr_kubelet_image_carries_the_fake_aicr(helm: Helm, aicr_kubelet: Kubelet, namespace: str) -> None:
+    helm.install("probe", CHARTS / "probe-job", namespace, values={"command": [FAKE_AICR_PATH, "--version"]})
+    run = aicr_kubelet.run_job("probe", namespace)
+    assert run.exit_code == 0, run.describe()
+    assert run.output.startswith("aicr version 1.2.0 ")
+
+
+def test_dockerconfig_secret_round_trips(control_plane: ControlPlane, registry: Registry, namespace: str) -> None:
+    control_plane.create_dockerconfig_secret(namespace, "pack-cred", registry.dockerconfigjson())
+    secret = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/secrets/pack-cred")
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    stored = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    auth = base64.b64decode(stored["auths"][registry.host]["auth"]).decode()
+    assert auth == f"{registry.username}:{registry.password}"
+    assert control_plane.configmap(namespace, "absent") is None
+    assert control_plane.configmap(namespace, "kube-root-ca.crt") is not None
 
 
 def test_rewrite_fallback_runs_the_pod_without_a_sandbox(

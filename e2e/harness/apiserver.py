@@ -89,6 +89,36 @@ class ControlPlane:
         path.chmod(0o600)
         return path
 
+    # -- objects scenarios need ---------------------------------------------
+    def create_secret(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        string_data: dict[str, str],
+        type: str = "Opaque",
+    ) -> dict[str, Any]:
+        return self.admin.create(
+            f"/api/v1/namespaces/{namespace}/secrets",
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": type, "stringData": string_data},
+        )
+
+    def create_dockerconfig_secret(self, namespace: str, name: str, dockerconfigjson: str) -> dict[str, Any]:
+        """A ``kubernetes.io/dockerconfigjson`` Secret (what ``kubectl create secret
+        docker-registry`` makes), e.g. from ``Registry.dockerconfigjson()``."""
+        return self.create_secret(
+            namespace, name, string_data={".dockerconfigjson": dockerconfigjson}, type="kubernetes.io/dockerconfigjson"
+        )
+
+    def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, or None when it does not exist."""
+        try:
+            return self.admin.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     # -- what controllers would do ------------------------------------------
     def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         """Create the namespace (if needed) plus what kube-controller-manager adds to

@@ -42,6 +42,7 @@ from e2e.harness.sandbox import Identity, Mount, bwrap_argv, rewrite_paths, sand
 from e2e.tools import REPO_ROOT, TOOLS_BIN
 
 __all__ = [
+    "FAKE_AICR_PATH",
     "ContainerRun",
     "JobOutcome",
     "JobRun",
@@ -52,6 +53,8 @@ __all__ = [
 
 NODE_NAME = "e2e-node"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: Where scenarios put the fake aicr in the image (chart value aicrBinary.path).
+FAKE_AICR_PATH = "/usr/local/bin/aicr"
 #: The kubelet keeps at most this much of a termination message file...
 MAX_TERMINATION_MESSAGE = 4096
 #: ...and, under FallbackToLogsOnError, the last 80 lines / 2 KiB of the log.
