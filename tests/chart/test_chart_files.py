@@ -353,3 +353,24 @@ def test_the_example_pack_resolves_with_aicr(tmp_path: Path) -> None:
         assert {"name": "CONTAINERD_SOCKET", "value": "/run/k0s/containerd.sock"} in gpu["overrides"]["toolkit"]["env"]
     readme = (pack / "README.md").read_text()
     assert "oras push" in readme
+
+
+def test_the_packaged_chart_carries_its_schema_and_catalog_and_renders(tmp_path: Path) -> None:
+    import tarfile
+
+    proc = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    package = tmp_path / f"nvidia-aicr-{version_pins()['version']}.tgz"
+    with tarfile.open(package) as tar:
+        names = set(tar.getnames())
+    for member in (
+        "values.schema.json",
+        "files/criteria-catalog.json",
+        "templates/_criteria.tpl",
+        "templates/NOTES.txt",
+    ):
+        assert f"nvidia-aicr/{member}" in names, member
+    bad = helm("template", "t", str(package), "--set", "service=gke", "--set", "intent=training")
+    assert "no recipe provides" in bad.stderr or "requires additional criteria" in bad.stderr, bad.stderr
+    good = helm("template", "t", str(package), "--set", "accelerator=h100")
+    assert good.returncode == 0, good.stderr
