@@ -50,7 +50,8 @@ def catalog() -> dict[str, Any]:
 def test_catalog_shape() -> None:
     doc = catalog()
     assert doc["aicrVersion"] == "v1.2.0"
-    assert doc["source"].startswith("hand-made from the aicr v1.2.0 contract")
+    # Provenance: hand-made from the v1.2.0 contract today, generated from the real binary later.
+    assert "v1.2.0" in doc["source"]
     entries = doc["entries"]
     assert len(entries) > 50
     names = [entry["name"] for entry in entries]
