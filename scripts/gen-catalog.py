@@ -35,11 +35,7 @@ DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
 def _entries(payload: Any) -> list[Mapping[str, Any]]:
     if isinstance(payload, dict):
         payload = next(
-            (
-                payload[key]
-                for key in ("recipes", "overlays", "items", "entries")
-                if isinstance(payload.get(key), list)
-            ),
+            (payload[key] for key in ("recipes", "overlays", "items", "entries") if isinstance(payload.get(key), list)),
             payload,
         )
     if isinstance(payload, list) and all(isinstance(entry, dict) for entry in payload):
@@ -86,9 +82,7 @@ def dump_catalog(doc: Mapping[str, Any]) -> str:
     ]
     entries = list(doc["entries"])
     for index, entry in enumerate(entries):
-        fields = ", ".join(
-            f"{json.dumps(key)}: {json.dumps(entry[key])}" for key in ("name", *DIMENSIONS, "leaf")
-        )
+        fields = ", ".join(f"{json.dumps(key)}: {json.dumps(entry[key])}" for key in ("name", *DIMENSIONS, "leaf"))
         lines.append("    {" + fields + "}" + ("," if index < len(entries) - 1 else ""))
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
