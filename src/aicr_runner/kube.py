@@ -1,10 +1,12 @@
 """The Kubernetes API, behind a small interface.
 
-Only ConfigMaps are written, with server-side apply: the request content type is
-``application/apply-patch+yaml`` (without it the client silently degrades to a
-strategic-merge patch), with a field manager and ``force`` so a re-run takes over
-fields a previous run owned. Bodies are plain dicts so the client's major version
-can move without touching this code.
+Only ConfigMaps are written, with server-side apply: ``PATCH`` with content type
+``application/apply-patch+yaml``, a field manager, and ``force`` so a re-run takes
+over fields a previous run owned. The request goes through the client's generic
+``call_api``: the generated ``patch_namespaced_config_map`` of the pinned major
+refuses a ``_content_type`` override and would otherwise pick a merge-patch type.
+Bodies are plain dicts so the client's major version can move without touching
+this code.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class ClientKubeApi:
                         f"({exc}); use 'aicr-runner plan' for a local dry run"
                     ) from exc
             api_client = client.ApiClient()
-        self._core = client.CoreV1Api(api_client)
+        self._api_client = api_client
 
     def apply_configmap(
         self,
@@ -85,13 +87,16 @@ class ClientKubeApi:
 
         body = configmap_body(namespace, name, data=data, binary_data=binary_data, labels=labels)
         try:
-            self._core.patch_namespaced_config_map(
-                name,
-                namespace,
-                body,
-                field_manager=FIELD_MANAGER,
-                force=True,
-                _content_type="application/apply-patch+yaml",
+            self._api_client.call_api(
+                "/api/v1/namespaces/{namespace}/configmaps/{name}",
+                "PATCH",
+                path_params={"namespace": namespace, "name": name},
+                query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                response_type=None,  # read (keeps the pooled connection usable), no model decode
+                _return_http_data_only=True,
             )
         except ApiException as exc:
             hint = {
