@@ -155,7 +155,9 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         settings=settings,
         mode=mode,
         sink=sink,
-        processes=SubprocessRunner(grace_seconds=settings.shutdown_grace_seconds, shutdown=shutdown),
+        processes=SubprocessRunner(
+            grace_seconds=settings.shutdown_grace_seconds, shutdown=shutdown, redact=logs.redact
+        ),
         environ=env,
         report=report,
         aicr_binary=args.aicr_binary,
@@ -209,8 +211,8 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
     if report.components:
         from aicr_runner.recipe import RecipeSummary
 
-        summary = RecipeSummary.from_rows(report.components)
-        print(component_table(summary))
-        print(f"\nresults in {args.output.resolve()}")
+        print(component_table(RecipeSummary.from_rows(report.components)))
+    results = args.output if mode is Mode.PLAN else args.results_dir
+    print(f"\nresults in {results.resolve()}")
     if report.supported_combinations:
         print("criteria rejected; supported combinations:\n  " + "\n  ".join(report.supported_combinations))

@@ -173,6 +173,7 @@ class SubprocessRunner:
         poll_seconds: float = 0.1,
         drain_seconds: float = 5.0,
         max_line_bytes: int = 64 * 1024,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         """``drain_seconds``: after the child exits, how long its output pipe may
         stay open (held by a leftover grandchild) before the group is killed."""
@@ -182,6 +183,9 @@ class SubprocessRunner:
         self.poll_seconds = poll_seconds
         self.drain_seconds = drain_seconds
         self.max_line_bytes = max_line_bytes
+        #: Applied to every line before it reaches the log file or ``on_line``, so a
+        #: credential a child echoes never lands anywhere.
+        self.redact = redact
 
     def run(
         self,
@@ -204,6 +208,8 @@ class SubprocessRunner:
         def deliver(raw: bytes, log: IO[str]) -> None:
             nonlocal callback_error
             line = raw.decode("utf-8", errors="replace").removesuffix("\r")
+            if self.redact is not None:
+                line = self.redact(line)
             log.write(line + "\n")
             if on_line is not None and callback_error is None:
                 try:

@@ -287,8 +287,17 @@ def test_credentials_reach_only_the_publish_call_and_never_any_output(
     token_file = tmp_path / "token"
     token_file.write_text(token)
     env_log = tmp_path / "env.jsonl"
+    # A careless tool echoing what it was given: redaction must still hold.
+    leaky = tmp_path / "leaky-aicr"
+    leaky.write_text(
+        "#!/usr/bin/env bash\n"
+        'echo "debug: token=${COSIGN_IDENTITY_TOKEN:-none}" >&2\n'
+        'if [[ -n "${DOCKER_CONFIG:-}" ]]; then cat "$DOCKER_CONFIG/config.json" >&2; fi\n'
+        f'exec "{fake}" "$@"\n'
+    )
+    leaky.chmod(0o755)
     r = run(
-        fake,
+        leaky,
         tmp_path,
         capsys,
         **VALIDATE,

@@ -362,3 +362,18 @@ def test_child_env_keeps_everything_else_verbatim(base: dict[str, str]) -> None:
         if not dropped:
             assert result[key] == value
     assert set(result) <= set(base)
+
+
+def test_redact_hook_scrubs_the_log_file_and_the_relay(tmp_path: Path) -> None:
+    seen: list[str] = []
+    runner = SubprocessRunner(redact=lambda line: line.replace("hunter2", "***"))
+    result = runner.run(
+        [sys.executable, "-c", "print('token=hunter2'); print('plain')"],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "step.log",
+        on_line=seen.append,
+    )
+    assert result.exit_code == 0
+    assert seen == ["token=***", "plain"]
+    assert (tmp_path / "step.log").read_text() == "token=***\nplain\n"
