@@ -37,3 +37,15 @@ def test_readme_shows_the_command_ci_runs() -> None:
     assert "bash scripts/test.sh" in ci
     assert "bash scripts/test.sh" in README
     assert "bash scripts/dry-run.sh" in README
+
+
+def test_readme_carries_the_chart_doc_sections() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sync-readme.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "## Which criteria?" in README
+    assert "### Recommended settings per delivery path" in README
