@@ -1,0 +1,187 @@
+"""Steps in isolation, with a stub process runner: the branches whole runs rarely hit."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from aicr_runner.config import load
+from aicr_runner.errors import ExitCode
+from aicr_runner.machine import Machine, State
+from aicr_runner.process import ProcessResult
+from aicr_runner.report import StepStatus
+from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, ConfigMapSink, DirectorySink
+from aicr_runner.steps import Mode, RunContext, Steps
+from tests.fakes import FakeKubeApi
+
+
+@dataclass
+class StubProcesses:
+    """Answers every call with ``exit_code``; ``effect`` may write files first."""
+
+    exit_code: int = 0
+    effect: Callable[[Sequence[str]], None] | None = None
+    lines: list[str] = field(default_factory=list)
+    calls: list[list[str]] = field(default_factory=list)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        log_path: Path,
+        on_line: Callable[[str], None] | None = None,
+    ) -> ProcessResult:
+        self.calls.append(list(argv))
+        if self.effect is not None:
+            self.effect(argv)
+        for line in self.lines:
+            if on_line is not None:
+                on_line(line)
+        log_path.write_text("\n".join(self.lines))
+        return ProcessResult(exit_code=self.exit_code, log_path=log_path, interrupted=False)
+
+
+def context(tmp_path: Path, processes: StubProcesses, sink: object | None = None, **env: str) -> RunContext:
+    settings = load({"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100", "AICR_RUNNER_WORK_DIR": str(tmp_path), **env})
+    report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={})
+    ctx = RunContext(
+        settings=settings,
+        mode=Mode.RUN,
+        sink=sink or DirectorySink(tmp_path / "results"),  # type: ignore[arg-type]
+        processes=processes,
+        environ={},
+        report=report,
+    )
+    ctx.aicr = tmp_path / "aicr"
+    return ctx
+
+
+def step(ctx: RunContext, state: State) -> tuple[StepStatus, int, str]:
+    result = Steps(ctx).functions()[state]()
+    return result.status, result.exit_code, result.reason
+
+
+def test_an_over_budget_recipe_is_stored_compressed_not_dropped(tmp_path: Path) -> None:
+    ctx = context(tmp_path, StubProcesses())
+    recipe = "\n".join(f"- name: component-{i}\n  version: v{i}.0.0" for i in range(60_000)).encode()
+    assert len(recipe) > CONFIGMAP_BUDGET_BYTES
+    ctx.recipe_path.write_bytes(recipe)
+    status, _, reason = step(ctx, State.CAPTURE_RECIPE)
+    assert status is StepStatus.SUCCEEDED
+    assert "stored gzip-compressed as recipe.yaml.gz" in reason
+    stored = tmp_path / "results" / "aicr-recipe"
+    assert not (stored / "recipe.yaml").exists()
+    assert gzip.decompress((stored / "recipe.yaml.gz").read_bytes()) == recipe
+    assert (stored / "summary.txt").read_text().startswith("criteria: ")
+
+
+def test_recipe_capture_failure_only_warns(tmp_path: Path) -> None:
+    api = FakeKubeApi(fail_names={"aicr-recipe"})
+    ctx = context(tmp_path, StubProcesses(), sink=ConfigMapSink(api, "ns"))
+    ctx.recipe_path.write_text("kind: RecipeResult\n")
+    status, code, reason = step(ctx, State.CAPTURE_RECIPE)
+    assert (status, code) == (StepStatus.WARNED, 0)
+    assert "HTTP 403" in reason
+
+
+def test_recipe_capture_can_be_turned_off(tmp_path: Path) -> None:
+    ctx = context(tmp_path, StubProcesses(), AICR_RUNNER_RECIPE__CONFIGMAP="")
+    assert step(ctx, State.CAPTURE_RECIPE)[0] is StepStatus.SKIPPED
+    assert not (tmp_path / "results").exists()
+
+
+def test_verdict_capture_failure_is_exit_26(tmp_path: Path) -> None:
+    api = FakeKubeApi(fail_names={"aicr-validate-result"})
+    ctx = context(tmp_path, StubProcesses(), sink=ConfigMapSink(api, "ns"))
+    ctx.validate_exit = 8
+    ctx.ctrf_path.write_text("{}")
+    status, code, _ = step(ctx, State.CAPTURE_VERDICT)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.CAPTURE_FAILED)
+
+
+def test_missing_ctrf_is_a_warning_naming_the_validate_exit(tmp_path: Path) -> None:
+    ctx = context(tmp_path, StubProcesses())
+    ctx.validate_exit = 5
+    status, _, reason = step(ctx, State.CAPTURE_VERDICT)
+    assert status is StepStatus.WARNED
+    assert reason == "no ctrf.json (exit=5)"
+
+
+def test_an_unexpected_error_is_exit_70_with_the_traceback_in_the_work_dir(tmp_path: Path) -> None:
+    def explode(argv: Sequence[str]) -> None:
+        raise KeyError("surprise")
+
+    ctx = context(tmp_path, StubProcesses(effect=explode))
+    status, code, reason = step(ctx, State.VERIFY)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.INTERNAL)
+    assert "internal error in verify: KeyError" in reason
+    assert "KeyError: 'surprise'" in (tmp_path / "logs" / "traceback.txt").read_text()
+
+
+def test_a_local_pack_without_registry_yaml_is_refused(tmp_path: Path) -> None:
+    ctx = context(tmp_path, StubProcesses())
+    ctx.pack_dir = tmp_path / "pack"
+    ctx.pack_dir.mkdir()
+    status, code, reason = step(ctx, State.PACK)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.PACK_VERIFICATION_FAILED)
+    assert "no registry.yaml" in reason
+
+
+def test_signed_publish_with_an_unreadable_token_fails_with_its_path(tmp_path: Path) -> None:
+    ctx = context(
+        tmp_path,
+        StubProcesses(),
+        AICR_RUNNER_VALIDATE__ENABLED="true",
+        AICR_RUNNER_VALIDATE__EMIT_EVIDENCE="true",
+        AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+        AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/e",
+        AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE=str(tmp_path / "gone"),
+    )
+    ctx.validate_exit = 0
+    ctx.evidence_dir.mkdir()
+    status, code, reason = step(ctx, State.PUBLISH)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.BAD_INPUT)
+    assert str(tmp_path / "gone") in reason
+    assert ctx.processes.calls == []  # type: ignore[attr-defined]
+
+
+def test_publish_without_evidence_fails_like_the_anchor(tmp_path: Path) -> None:
+    ctx = context(
+        tmp_path,
+        StubProcesses(),
+        AICR_RUNNER_VALIDATE__ENABLED="true",
+        AICR_RUNNER_VALIDATE__EMIT_EVIDENCE="true",
+        AICR_RUNNER_VALIDATE__PUBLISH__ENABLED="true",
+        AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned",
+        AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/e",
+    )
+    ctx.validate_exit = 0
+    assert step(ctx, State.PUBLISH)[:2] == (StepStatus.FAILED, 1)
+
+
+def test_aicr_that_cannot_report_its_version_is_exit_27(tmp_path: Path) -> None:
+    binary = tmp_path / "aicr-bin"
+    binary.write_text("#!/bin/sh\nexit 3\n")
+    binary.chmod(0o755)
+    ctx = context(tmp_path, StubProcesses(exit_code=3))
+    ctx.aicr_binary = binary
+    status, code, _ = step(ctx, State.FETCH)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.TOOL_MISSING)
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [(State.BUNDLE, "Skipping deploy"), (State.VERIFY, "assert-only"), (State.DEPLOY, "Skipping deploy")],
+)
+def test_assert_only_skips(tmp_path: Path, state: State, expected: str) -> None:
+    ctx = context(tmp_path, StubProcesses(), AICR_RUNNER_DEPLOY__ENABLED="false", AICR_RUNNER_VALIDATE__ENABLED="true")
+    status, _, reason = step(ctx, state)
+    assert status is StepStatus.SKIPPED
+    assert expected in reason
+    assert ctx.processes.calls == []  # type: ignore[attr-defined]
