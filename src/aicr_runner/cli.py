@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         return _execute(settings, mode, args, env)
     except RunnerError as exc:
-        logs.get_logger().error(exc.message, exit_code=exc.exit_code)
+        logs.get_logger().error(exc.message, exit_code=int(exc.exit_code))
         return exc.exit_code
 
 

@@ -64,6 +64,10 @@ class StepResult:
     reason: str = ""
     classification: str = ""
 
+    def __post_init__(self) -> None:
+        # Plain ints in reports and logs, never "<ExitCode.X: n>".
+        object.__setattr__(self, "exit_code", int(self.exit_code))
+
     @classmethod
     def ok(cls, reason: str = "", classification: str = "") -> StepResult:
         return cls(StepStatus.SUCCEEDED, 0, reason, classification)

@@ -22,7 +22,7 @@ from typing import Any
 from aicr_runner import classify, commands, logs, recipe
 from aicr_runner.classify import Outcome
 from aicr_runner.config import RunnerSettings
-from aicr_runner.errors import CaptureError, ExitCode, RunnerError
+from aicr_runner.errors import CaptureError, ExitCode, InterruptedRun, RunnerError
 from aicr_runner.machine import State, StepResult
 from aicr_runner.pack import PulledPack, pull_pack
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
@@ -108,8 +108,10 @@ class Steps:
             log.info("step started")
             try:
                 result = method()
+            except InterruptedRun as exc:
+                result = StepResult(StepStatus.INTERRUPTED, int(exc.exit_code), exc.message)
             except RunnerError as exc:
-                result = StepResult.failed(exc.exit_code, exc.message)
+                result = StepResult.failed(int(exc.exit_code), exc.message)
             except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
                 details = self.ctx.work / "logs" / "traceback.txt"
                 details.parent.mkdir(parents=True, exist_ok=True)
@@ -188,7 +190,8 @@ class Steps:
         aicr = self.s.aicr
         override = self.ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
         if override is not None:
-            binary = use_preinstalled(override, aicr.binary_sha256)
+            # Children run in the work directory: a relative path would point elsewhere there.
+            binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
             how = f"preinstalled {binary.path}"
         else:
             binary = self.ctx.fetch(aicr, self.ctx.work / "aicr-release")
