@@ -410,3 +410,12 @@ def test_sigterm_during_deploy_gives_helm_its_grace_then_exits_143(fake: Path, t
     assert deploy["status"] == "interrupted"
     assert report["phase"] == "Interrupted"
     assert next(s for s in report["steps"] if s["state"] == "validate")["status"] == "skipped"
+
+
+def test_a_relative_aicr_binary_still_runs_from_the_work_dir(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(fake.parent)
+    env = clean_env(tmp_path)
+    code = main(["plan", "--aicr-binary", fake.name, "--output", str(tmp_path / "plan")], environ=env)
+    assert code == 0, capsys.readouterr().err[-2000:]
