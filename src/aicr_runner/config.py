@@ -83,6 +83,13 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
+def _sha256_or_empty(value: str) -> str:
+    value = value.strip().lower()
+    if value and not _SHA256.match(value):
+        raise ValueError("must be empty or 64 lowercase hex characters (a sha256 digest)")
+    return value
+
+
 def _host_arch() -> Arch:
     machine = platform.machine().lower()
     return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64
@@ -129,10 +136,7 @@ class Sha256Pins(_Group):
     @field_validator("amd64", "arm64")
     @classmethod
     def _hex(cls, value: str) -> str:
-        value = value.strip().lower()
-        if value and not _SHA256.match(value):
-            raise ValueError("must be empty or 64 lowercase hex characters (a sha256 digest)")
-        return value
+        return _sha256_or_empty(value)
 
 
 class AicrSettings(_Group):
@@ -166,10 +170,7 @@ class AicrSettings(_Group):
     @field_validator("binary_sha256")
     @classmethod
     def _binary_hex(cls, value: str) -> str:
-        value = value.strip().lower()
-        if value and not _SHA256.match(value):
-            raise ValueError("must be empty or 64 lowercase hex characters (a sha256 digest)")
-        return value
+        return _sha256_or_empty(value)
 
     @property
     def pin(self) -> str:
