@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.tools import tool
+from e2e.tools import REPO_ROOT, tool
 
 __all__ = ["Identity", "Mount", "bwrap_argv", "rewrite_paths", "sandbox_mode"]
 
@@ -129,6 +129,12 @@ def bwrap_argv(
         if hidden not in mount_targets:
             args += ["--perms", "1777", "--dir" if read_only_root else "--tmpfs", hidden]
     args += _mount_args(mounts, resolved, shadows)
+    # The "image" is this checkout and its Python. A checkout that itself lives under
+    # a hidden path (a CI clone in /tmp) is shown again, read-only, as an image's
+    # files would be. Volumes over it are the kubelet's business (it binds it back).
+    for path in (os.path.realpath(REPO_ROOT), *(os.path.realpath(p) for p in expose)):
+        if _under(path, HIDDEN) and not _under(path, sorted(mount_targets)):
+            args += ["--ro-bind", path, path]
     if read_only_root:
         args += ["--remount-ro", "/"]
     args += [
