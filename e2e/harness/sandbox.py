@@ -117,6 +117,9 @@ def bwrap_argv(
     replaced by a directory holding only the exposed child.
     """
     as_root = os.geteuid() == 0 if as_root is None else as_root
+    # The checkout is part of the "image" wherever it was cloned (a 0700 home, /tmp).
+    repo = os.path.realpath(REPO_ROOT)
+    expose = [*expose, *([] if repo in expose else [repo])]
     targets_raw = [m.target for m in mounts]
     resolved = {m.target: _resolve_on_host(m.target, targets_raw) for m in mounts}
     mount_targets = set(resolved.values())
@@ -132,7 +135,7 @@ def bwrap_argv(
     # The "image" is this checkout and its Python. A checkout that itself lives under
     # a hidden path (a CI clone in /tmp) is shown again, read-only, as an image's
     # files would be. Volumes over it are the kubelet's business (it binds it back).
-    for path in (os.path.realpath(REPO_ROOT), *(os.path.realpath(p) for p in expose)):
+    for path in dict.fromkeys(os.path.realpath(p) for p in expose):
         if _under(path, HIDDEN) and not _under(path, sorted(mount_targets)):
             args += ["--ro-bind", path, path]
     if read_only_root:
