@@ -622,3 +622,31 @@ def test_unsupported_criteria_are_refused_at_helm_install_and_nothing_is_created
     assert not [b for b in bindings if any(s.get("namespace") in (ns, fresh) for s in b.get("subjects") or [])]
     assert [r for r in scenario.helm.list_releases() if r["namespace"] in (ns, fresh)] == []
     assert not admin.exists(f"/api/v1/namespaces/{fresh}")
+
+
+# -- beyond the list: SIGTERM while the real helm installs ------------------------------------
+
+
+def test_sigterm_during_a_real_install_lets_helm_finish_and_leaves_no_pending_release(
+    scenario: Scenario, aicr_kubelet: Kubelet, org_pack: OrgPack
+) -> None:
+    scenario.pack_secret()
+    # The runner keeps 15 s of the grace period for itself: helm gets 15 s here.
+    scenario.install(pack_run_values(org_pack, job={"terminationGracePeriodSeconds": 30}))
+
+    run = aicr_kubelet.run_job(
+        RELEASE, scenario.namespace, terminate_when=lambda line: 'Release "acme-agent" does not exist' in line
+    )
+
+    assert run.exit_code == 143, run.describe()
+    assert run.termination_message.startswith("Interrupted (exit 143): interrupted during deploy"), (
+        run.termination_message
+    )
+    results = scenario.results
+    assert results.report()["phase"] == "Interrupted"
+    statuses = results.statuses()
+    assert statuses["deploy"] == "interrupted"
+    assert results.step("validate")["message"] == "not started: the run was interrupted"
+    releases = releases_in(scenario.helm, org_pack.components_namespace)
+    assert "acme-agent" in releases, "the install under way when SIGTERM came was allowed to finish"
+    assert {r["status"] for r in releases.values()} == {"deployed"}, releases
