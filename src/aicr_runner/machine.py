@@ -92,12 +92,15 @@ class StepResult:
 StepFunction = Callable[[], StepResult]
 
 
-def final_exit(report: RunReport, *, validate_gate: bool, publish_gate: bool) -> tuple[int, str]:
+def final_exit(  # noqa: PLR0911 - one return per gate, in order
+    report: RunReport, *, validate_gate: bool, publish_gate: bool, interrupted_before: State | None = None
+) -> tuple[int, str]:
     """The Job's exit code and message, applying the gates in the anchor's order.
 
     1. a step that ended the run; 2. a failed verdict or evidence capture;
     3. validation failed and validate.failOnError; 4. publish failed and
-    publish.failOnError; otherwise success.
+    publish.failOnError; otherwise success. A run stopped between two steps
+    (``interrupted_before``) did not finish, whatever its steps say: 143.
     """
     records = {State(r.state): r for r in report.steps}
     for record in report.steps:
@@ -106,6 +109,8 @@ def final_exit(report: RunReport, *, validate_gate: bool, publish_gate: bool) ->
             return record.exit_code or 143, f"interrupted during {state}: {record.message}"
         if record.status is StepStatus.FAILED and state not in GATED_STATES:
             return record.exit_code or 1, f"{state} failed: {record.message}"
+    if interrupted_before is not None:
+        return 143, f"interrupted before {interrupted_before}: a shutdown was requested; the steps before it finished"
     for state in (S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE):
         if records[state].status is StepStatus.FAILED:
             return records[state].exit_code or 1, f"{state} failed: {records[state].message}"
@@ -140,6 +145,8 @@ class Machine:
         self.report = report
         self._on_change = on_change
         self._interrupted = interrupted
+        #: Set when a shutdown request stopped the run between two steps.
+        self.interrupted_before: State | None = None
 
     @staticmethod
     def new_report(**kwargs: object) -> RunReport:
@@ -148,9 +155,10 @@ class Machine:
     def run(self, start: State = State.FETCH) -> RunReport:
         state = start
         interrupted_at: State | None = None
+        self.interrupted_before = None
         while state is not State.DONE:
             if self._interrupted():
-                interrupted_at = state
+                interrupted_at = self.interrupted_before = state
                 break
             result = self._run_step(state)
             if result.status is StepStatus.INTERRUPTED:
@@ -188,11 +196,18 @@ class Machine:
         return result
 
     def finish(self, *, validate_gate: bool, publish_gate: bool) -> int:
-        code, message = final_exit(self.report, validate_gate=validate_gate, publish_gate=publish_gate)
+        code, message = final_exit(
+            self.report,
+            validate_gate=validate_gate,
+            publish_gate=publish_gate,
+            interrupted_before=self.interrupted_before,
+        )
         self.report.exit_code = code
         self.report.message = message
         self.report.ended_at = utcnow()
-        interrupted = any(r.status is StepStatus.INTERRUPTED for r in self.report.steps)
+        interrupted = self.interrupted_before is not None or any(
+            r.status is StepStatus.INTERRUPTED for r in self.report.steps
+        )
         self.report.phase = (
             RunPhase.INTERRUPTED if interrupted else RunPhase.SUCCEEDED if code == 0 else RunPhase.FAILED
         )

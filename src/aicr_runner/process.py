@@ -55,6 +55,9 @@ class ProcessResult:
     exit_code: int  # the child's code; 128+N for a signal, like a shell
     log_path: Path  # every line the child printed (stdout and stderr merged)
     interrupted: bool  # the runner received SIGTERM/SIGINT while it ran
+    #: The runner stopped the child (grace ran out: TERM, then KILL). False when the
+    #: child finished on its own, even if a shutdown was requested meanwhile.
+    stopped: bool = False
 
 
 class ProcessRunner(Protocol):
@@ -217,9 +220,10 @@ class SubprocessRunner:
                 except Exception as exc:  # noqa: BLE001 - re-raised once the child is done
                     callback_error = exc
 
+        escalation = _Escalation()
         try:
             with log_path.open("w", encoding="utf-8") as log:
-                self._pump(process, lambda raw: deliver(raw, log))
+                self._pump(process, lambda raw: deliver(raw, log), escalation)
         finally:
             if process.poll() is None:
                 _signal_group(process, signal.SIGKILL)
@@ -232,16 +236,18 @@ class SubprocessRunner:
             exit_code=128 - code if code < 0 else code,
             log_path=log_path,
             interrupted=self.shutdown.requested(),
+            stopped=escalation.kill_deadline is not None,
         )
 
-    def _pump(self, process: subprocess.Popen[bytes], deliver: Callable[[bytes], None]) -> None:
+    def _pump(
+        self, process: subprocess.Popen[bytes], deliver: Callable[[bytes], None], escalation: _Escalation
+    ) -> None:
         """Relay output until EOF and the child's exit, stepping the shutdown
         escalation between reads."""
         assert process.stdout is not None  # noqa: S101
         fd = process.stdout.fileno()
         os.set_blocking(fd, False)
         splitter = _LineSplitter(self.max_line_bytes)
-        escalation = _Escalation()
         eof = False
         exited_at: float | None = None
         with selectors.DefaultSelector() as selector:

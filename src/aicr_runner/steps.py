@@ -229,7 +229,7 @@ class Steps:
 
         argv = commands.recipe_argv(self.s, self._binary, self.ctx.pack, self.ctx.recipe_path)
         result = self._aicr(State.RECIPE, argv, tail=tail, on_line=watch)
-        if result.interrupted:
+        if result.stopped:
             return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while resolving the recipe")
         if result.exit_code != 0:
             message, supported = recipe.parse_rejection(list(tail))
@@ -304,7 +304,7 @@ class Steps:
         shutil.rmtree(self.ctx.bundle_dir, ignore_errors=True)
         argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.ctx.pack)
         result = self._aicr(State.BUNDLE, argv)
-        if result.interrupted:
+        if result.stopped:
             return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while bundling")
         if result.exit_code != 0:
             return StepResult.failed(result.exit_code, f"aicr bundle failed (exit {result.exit_code})")
@@ -332,12 +332,12 @@ class Steps:
         markers = classify.DeployMarkers()
         argv = commands.deploy_argv(self.s, self.ctx.bundle_dir)
         result = self._aicr(State.DEPLOY, argv, on_line=markers.feed, cwd=self.ctx.bundle_dir)
-        if result.interrupted:
+        if result.stopped:
             return StepResult(
                 StepStatus.INTERRUPTED,
                 ExitCode.INTERRUPTED,
-                f"interrupted: deploy.sh was given {self.s.shutdown_grace_seconds:.0f}s to finish its helm "
-                f"operation, then stopped (exit {result.exit_code}); re-run to converge",
+                f"interrupted: deploy.sh did not finish within the {self.s.shutdown_grace_seconds:.0f}s grace "
+                f"period and was stopped (exit {result.exit_code}); check `helm list -A --pending`, then re-run",
             )
         verdict = classify.classify_deploy(
             result.exit_code,
@@ -368,7 +368,7 @@ class Steps:
         result = self._aicr(State.VALIDATE, argv)
         self.ctx.validate_exit = result.exit_code
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
-        if result.interrupted:
+        if result.stopped:
             return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while validating")
         verdict = classify.classify_validate(result.exit_code)
         if verdict.outcome is Outcome.FAILED:
@@ -406,7 +406,7 @@ class Steps:
         env = child_env(self.ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
         result = self._aicr(State.PUBLISH, commands.publish_argv(self.s, self._binary, self.ctx.evidence_dir), env=env)
         self.log.info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
-        if result.interrupted:
+        if result.stopped:
             return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while publishing")
         if result.exit_code != 0:
             return StepResult.failed(result.exit_code, f"aicr evidence publish exited {result.exit_code}")

@@ -419,3 +419,30 @@ def test_a_relative_aicr_binary_still_runs_from_the_work_dir(
     env = clean_env(tmp_path)
     code = main(["plan", "--aicr-binary", fake.name, "--output", str(tmp_path / "plan")], environ=env)
     assert code == 0, capsys.readouterr().err[-2000:]
+
+
+def test_sigterm_while_deploy_finishes_within_grace_records_success_and_stops(fake: Path, tmp_path: Path) -> None:
+    env = clean_env(tmp_path, **VALIDATE, FAKE_AICR_DEPLOY_SLEEP="2", AICR_RUNNER_SHUTDOWN_GRACE_SECONDS="30")
+    results = tmp_path / "results"
+    runner = Path(sys.executable).parent / "aicr-runner"
+    pod_log = tmp_path / "pod.log"
+    with pod_log.open("wb") as out_file:
+        proc = subprocess.Popen(
+            [str(runner), "run", "--aicr-binary", str(fake), "--results-dir", str(results)],
+            env=env,
+            stdout=out_file,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while "simulating a slow install" not in pod_log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "deploy never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    report = json.loads((results / "aicr-run-status" / "report.json").read_text())
+    steps = {s["state"]: s for s in report["steps"]}
+    assert steps["deploy"]["status"] == "succeeded", "helm finished inside the grace period"
+    assert steps["validate"]["status"] == "skipped", "no new work after SIGTERM"
+    assert proc.returncode == 143, "the run did not finish, so it is not green"
+    assert report["phase"] == "Interrupted"
+    assert report["message"].startswith("interrupted before validate")

@@ -109,6 +109,10 @@ def test_interruption_stops_work_but_still_captures() -> None:
     assert calls[-2:] == ["capture-verdict", "capture-evidence"], "results that exist are still stored"
     assert machine.report.step("publish").status is StepStatus.SKIPPED
     assert "interrupted" in machine.report.step("publish").message
+    code = machine.finish(validate_gate=False, publish_gate=False)
+    assert code == 143, "a run stopped between steps did not finish: never green"
+    assert machine.report.phase is RunPhase.INTERRUPTED
+    assert machine.report.message.startswith("interrupted before capture-verdict")
 
 
 def test_an_interrupted_step_gives_143_and_phase_interrupted() -> None:

@@ -223,6 +223,7 @@ def test_a_child_that_finishes_within_the_grace_period_exits_normally(tmp_path: 
     assert result.exit_code == 0
     assert lines == ["finished"]
     assert result.interrupted is True
+    assert result.stopped is False, "it finished on its own: nothing was stopped"
     assert time.monotonic() - started < 5
 
 
@@ -239,6 +240,7 @@ def test_after_the_grace_period_the_group_gets_term(tmp_path: Path) -> None:
     assert result.exit_code == 7
     assert lines == ["ready", "got TERM"]
     assert result.interrupted is True
+    assert result.stopped is True
     assert 0.3 <= elapsed < 4
 
 
@@ -252,6 +254,7 @@ def test_a_child_that_ignores_term_is_killed(tmp_path: Path) -> None:
     timer.join()
     assert result.exit_code == 128 + signal.SIGKILL
     assert result.interrupted is True
+    assert result.stopped is True
     assert time.monotonic() - started < 5
 
 
