@@ -18,6 +18,7 @@ from aicr_runner.process import ShutdownController, SubprocessRunner
 from aicr_runner.report import RunReport
 from aicr_runner.sink import ConfigMapSink, DirectorySink, Sink
 from aicr_runner.steps import Mode, RunContext, Steps, component_table
+from aicr_runner.values import env_from_values, load_values_file
 
 __all__ = ["main"]
 
@@ -59,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
         help="where the recipe, bundle and run report land (default: ./aicr-plan)",
     )
     plan.add_argument(
+        "--values",
+        type=Path,
+        metavar="FILE",
+        help="a values file for the nvidia-aicr chart: plan what `helm install -f FILE` would run "
+        "(environment variables and criteria flags override it)",
+    )
+    plan.add_argument(
         "--pack-dir",
         type=Path,
         metavar="DIR",
@@ -79,6 +87,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 0
     mode = Mode(args.command)
     if mode is Mode.PLAN:
+        if args.values is not None:
+            try:
+                from_values = env_from_values(load_values_file(args.values))
+            except ConfigError as exc:
+                return _bad_input(exc)
+            env = {**from_values, **env}
         for name in Criteria.FLAG_ORDER:
             if getattr(args, name) is not None:
                 env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
@@ -86,16 +100,19 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         settings = load(env, local_pack=mode is Mode.PLAN and args.pack_dir is not None)
     except ConfigError as exc:
-        logs.configure()
-        for problem in exc.problems:
-            print(f"aicr-runner: invalid setting: {problem}", file=sys.stderr)
-        return int(ExitCode.BAD_INPUT)
+        return _bad_input(exc)
     logs.configure(settings.log_format)
     try:
         return _execute(settings, mode, args, env)
     except RunnerError as exc:
         logs.get_logger().error(exc.message, exit_code=int(exc.exit_code))
         return exc.exit_code
+
+
+def _bad_input(exc: ConfigError) -> int:
+    for problem in exc.problems:
+        print(f"aicr-runner: invalid setting: {problem}", file=sys.stderr)
+    return int(ExitCode.BAD_INPUT)
 
 
 def _register_credentials(settings: RunnerSettings) -> None:

@@ -446,3 +446,27 @@ def test_sigterm_while_deploy_finishes_within_grace_records_success_and_stops(fa
     assert proc.returncode == 143, "the run did not finish, so it is not green"
     assert report["phase"] == "Interrupted"
     assert report["message"].startswith("interrupted before validate")
+
+
+def test_plan_reads_a_chart_values_file(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("service: k0s\naccelerator: h200\nintent: training\n")
+    env = {k: v for k, v in clean_env(tmp_path).items() if not k.startswith("AICR_RUNNER_CRITERIA__")}
+    args = ["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan"), "--values", str(values)]
+    assert main(args, environ=env) == 2, "the values' criteria are used: k0s training needs os ubuntu"
+    assert "os=ubuntu" in capsys.readouterr().out
+    values.write_text("service: k0s\naccelerator: h200\nintent: training\nos: ubuntu\n")
+    assert main(args, environ=env) == 0
+    assert "gpu-operator" in capsys.readouterr().out
+
+
+def test_plan_refuses_a_values_file_that_is_not_a_mapping(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("- just\n- a list\n")
+    code = main(["plan", "--aicr-binary", str(fake), "--values", str(values)], environ=clean_env(tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"--values {values}: must be a mapping of chart values, found list" in err
+    assert "Traceback" not in err

@@ -1,0 +1,58 @@
+"""`aicr-runner plan --values` reads a values file the way the chart renders it.
+
+For the chart's defaults and every example, the Python mapping of the values
+(chart defaults merged with the example) must produce exactly the AICR_RUNNER_*
+values the real chart renders; and every runtime setting is either mapped or
+one the chart derives from cluster objects.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from aicr_runner.config import ENV_PREFIX, env_var_names
+from aicr_runner.values import VALUE_TO_ENV, env_from_values
+from tests.chart.helm import ROOT, merge, renders
+from tests.chart.test_contract import CASES
+
+#: Settings the chart derives from cluster objects or fixed pod paths, not values.
+CLUSTER_ONLY = {
+    "PACK__CREDENTIALS_FILE",
+    "VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR",
+    "VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE",
+    "NAMESPACE",
+    "WORK_DIR",
+    "TERMINATION_MESSAGE_PATH",
+    "SHUTDOWN_GRACE_SECONDS",
+}
+DEFAULTS = yaml.safe_load((ROOT / "chart" / "values.yaml").read_text())
+
+
+def normalised(value: str) -> Any:
+    if value.startswith("["):
+        return json.loads(value)
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def test_every_setting_is_mapped_or_cluster_only() -> None:
+    names = {n.removeprefix(ENV_PREFIX) for n in env_var_names()}
+    mapped = set(VALUE_TO_ENV.values())
+    assert mapped.isdisjoint(CLUSTER_ONLY)
+    assert mapped | CLUSTER_ONLY == names
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_plan_values_match_the_rendered_job(name: str) -> None:
+    values = CASES[name]
+    rendered = renders(values, raw=True).env
+    ours = env_from_values(merge(DEFAULTS, values))
+    assert set(ours) == {ENV_PREFIX + n for n in VALUE_TO_ENV.values()}
+    mismatches = {k: (v, rendered[k]) for k, v in ours.items() if normalised(v) != normalised(rendered[k])}
+    assert not mismatches, mismatches
