@@ -33,6 +33,7 @@ from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from aicr_runner.errors import ConfigError
+from aicr_runner.reference import PackReference
 
 __all__ = [
     "ENV_PREFIX",
@@ -189,8 +190,8 @@ class PackSettings(_Group):
     @field_validator("ref")
     @classmethod
     def _ref(cls, value: str) -> str:
-        if value and ("://" in value or " " in value or "/" not in value):
-            raise ValueError("must be an OCI reference without a scheme, like registry.example.com/org/pack:1.0")
+        if value:
+            PackReference.parse(value)  # InvalidReference is a ValueError: one readable line
         return value
 
 

@@ -61,6 +61,7 @@ from aicr_runner.errors import (
     RunnerError,
 )
 from aicr_runner.logs import register_dockerconfig_secrets, register_secret
+from aicr_runner.reference import DIGEST, InvalidReference, PackReference
 
 __all__ = [
     "OrasRegistry",
@@ -93,12 +94,7 @@ MAX_PACK_BLOB_BYTES = 256 * 1024 * 1024
 MAX_PACK_UNPACKED_BYTES = 1024 * 1024 * 1024
 MAX_PACK_MEMBERS = 50_000
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_REPOSITORY = re.compile(
-    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
-)
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?$|^\[[0-9A-Fa-f:]+\](?::[0-9]+)?$")
+
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 #: Docker Hub's names for itself; its registry API answers on another host.
 _DOCKER_HUB_API = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
@@ -107,40 +103,14 @@ _CHUNK_BYTES = 1 << 20
 log = structlog.get_logger()
 
 
+def _parse_ref(ref: str) -> PackReference:
+    try:
+        return PackReference.parse(ref)
+    except InvalidReference as exc:
+        raise ConfigError([f"AICR_RUNNER_PACK__REF={ref!r}: {exc}"]) from exc
+
+
 # --- references ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PackReference:
-    """``host[:port]/repo[:tag][@sha256:...]``; the host is always explicit."""
-
-    registry: str
-    repository: str
-    tag: str | None
-    digest: str | None
-
-    @classmethod
-    def parse(cls, ref: str) -> PackReference:
-        def bad(why: str) -> ConfigError:
-            return ConfigError([f"AICR_RUNNER_PACK__REF={ref!r}: {why}"])
-
-        host, slash, rest = ref.partition("/")
-        if not slash or not _HOST.match(host):
-            raise bad("must start with a registry host such as ghcr.io or 127.0.0.1:5000")
-        rest, at, digest = rest.partition("@")
-        if at and not _DIGEST.match(digest):
-            raise bad("a digest must be sha256:<64 lowercase hex characters>")
-        repository, colon, tag = rest.rpartition(":") if ":" in rest else (rest, "", "")
-        if colon and not _TAG.match(tag):
-            raise bad(f"{tag!r} is not a valid tag")
-        if not _REPOSITORY.match(repository):
-            raise bad(f"{repository!r} is not a valid repository name (lowercase path components)")
-        return cls(host, repository, tag or None, digest or None)
-
-    @property
-    def reference(self) -> str:
-        """What the manifest URL names: the digest when pinned, else the tag."""
-        return self.digest or self.tag or "latest"
 
 
 # --- the registry interface ------------------------------------------------------------
@@ -187,16 +157,14 @@ def pull_pack(settings: PackSettings, dest: Path, registry: Registry | None = No
     """Pull ``settings.ref`` into ``dest`` (absent or empty), verifying everything."""
     if not settings.ref:
         raise ValueError("pull_pack needs a pack reference")
-    ref = PackReference.parse(settings.ref)
+    ref = _parse_ref(settings.ref)
     where = f"pack {settings.ref} (registry {ref.registry})"
     if registry is None:
         registry = OrasRegistry(settings)
 
     manifest, manifest_digest = registry.get_manifest(settings.ref)
     if ref.digest and manifest_digest != ref.digest:
-        raise PackIntegrityError(
-            f"{where}: manifest digest {manifest_digest} does not match the pinned {ref.digest}"
-        )
+        raise PackIntegrityError(f"{where}: manifest digest {manifest_digest} does not match the pinned {ref.digest}")
     layers = _layers(manifest, where)
 
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -249,7 +217,7 @@ def _layers(manifest: Mapping[str, Any], where: str) -> list[_Descriptor]:
             raise PackIntegrityError(f"{where}: layer {index} is not a descriptor")
         digest, size, layer_type = raw.get("digest"), raw.get("size"), raw.get("mediaType")
         annotations = raw.get("annotations") or {}
-        if not isinstance(digest, str) or not _DIGEST.match(digest):
+        if not isinstance(digest, str) or not DIGEST.match(digest):
             raise PackIntegrityError(f"{where}: layer {index} digest {digest!r} is not sha256:<64 hex>")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise PackIntegrityError(f"{where}: layer {index} size {size!r} is not a byte count")
@@ -258,9 +226,7 @@ def _layers(manifest: Mapping[str, Any], where: str) -> list[_Descriptor]:
         layers.append(_Descriptor(digest, size, layer_type, {str(k): str(v) for k, v in annotations.items()}))
     total = sum(layer.size for layer in layers)
     if total > MAX_PACK_BLOB_BYTES:
-        raise PackIntegrityError(
-            f"{where}: layers total {total} bytes, over the limit of {MAX_PACK_BLOB_BYTES}"
-        )
+        raise PackIntegrityError(f"{where}: layers total {total} bytes, over the limit of {MAX_PACK_BLOB_BYTES}")
     return layers
 
 
@@ -311,14 +277,11 @@ class _Assembler:
         actual_size = partial.stat().st_size
         if actual_size != layer.size:
             raise PackIntegrityError(
-                f"{self._where}: {name} is {actual_size} bytes, the manifest says {layer.size} "
-                f"({layer.digest})"
+                f"{self._where}: {name} is {actual_size} bytes, the manifest says {layer.size} ({layer.digest})"
             )
         actual = "sha256:" + _sha256_file(partial)
         if actual != layer.digest:
-            raise PackIntegrityError(
-                f"{self._where}: {name} digest mismatch: expected {layer.digest}, got {actual}"
-            )
+            raise PackIntegrityError(f"{self._where}: {name} digest mismatch: expected {layer.digest}, got {actual}")
         partial.replace(blob)
         return blob
 
@@ -417,9 +380,7 @@ def load_registry_credential(path: Path, host: str) -> str:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise PackAuthError(
-            f"registry {host}: cannot read the credentials file {path}: {exc.strerror or exc}"
-        ) from exc
+        raise PackAuthError(f"registry {host}: cannot read the credentials file {path}: {exc.strerror or exc}") from exc
     register_dockerconfig_secrets(raw)
     try:
         document = json.loads(raw)
@@ -613,12 +574,10 @@ class OrasRegistry:
         timeout_seconds: float = 60.0,
         max_blob_bytes: int = MAX_PACK_BLOB_BYTES,
     ) -> None:
-        self._ref = PackReference.parse(settings.ref)
+        self._ref = _parse_ref(settings.ref)
         self._credentials_file = Path(settings.credentials_file) if settings.credentials_file else None
         credential = (
-            load_registry_credential(self._credentials_file, self._ref.registry)
-            if self._credentials_file
-            else None
+            load_registry_credential(self._credentials_file, self._ref.registry) if self._credentials_file else None
         )
         route_oras_logging()
         self._attempts = attempts
@@ -670,7 +629,7 @@ class OrasRegistry:
         return f"pack {ref} (registry {self._ref.registry})"
 
     def _same_registry(self, ref: str) -> PackReference:
-        parsed = PackReference.parse(ref)
+        parsed = _parse_ref(ref)
         if parsed.registry != self._ref.registry:
             raise ValueError(f"this OrasRegistry serves {self._ref.registry}, not {parsed.registry}")
         return parsed
@@ -708,9 +667,7 @@ class OrasRegistry:
         response.close()
         detail = f"HTTP {status}{f' {code}' if code else ''}"
         if status in (401, 403):
-            raise PackAuthError(
-                f"{where}: registry {host} refused the {what} ({detail}); {self._credential_note()}"
-            )
+            raise PackAuthError(f"{where}: registry {host} refused the {what} ({detail}); {self._credential_note()}")
         if status == 404:
             raise PackNotFoundError(f"{where}: {what} not found on registry {host} ({detail})")
         raise PackError(f"{where}: registry {host} answered {detail} for the {what}")
@@ -720,8 +677,7 @@ class OrasRegistry:
             yield from response.iter_content(_CHUNK_BYTES)
         except requests.RequestException as exc:
             raise PackNotFoundError(
-                f"{self._where(ref)}: the {what} download from registry {self._ref.registry} broke off "
-                f"({_short(exc)})"
+                f"{self._where(ref)}: the {what} download from registry {self._ref.registry} broke off ({_short(exc)})"
             ) from exc
 
     def _read_capped(self, response: requests.Response, ref: str, what: str, limit: int) -> bytes:

@@ -23,7 +23,7 @@ import oras.provider
 import pytest
 
 from aicr_runner import pack
-from aicr_runner.config import PackSettings
+from aicr_runner.config import PackSettings, load
 from aicr_runner.errors import (
     ConfigError,
     ExitCode,
@@ -43,6 +43,7 @@ from aicr_runner.pack import (
     load_registry_credential,
     pull_pack,
 )
+from aicr_runner.reference import InvalidReference
 
 REF = "registry.example.test/acme/pack:1.0"
 HOST = "registry.example.test"
@@ -490,9 +491,14 @@ def test_reference_parsing(ref: str, expected: PackReference) -> None:
         "user@host/pack",
     ],
 )
-def test_bad_references_are_config_errors(ref: str) -> None:
-    with pytest.raises(ConfigError, match="AICR_RUNNER_PACK__REF"):
+def test_bad_references_are_refused_when_settings_load(ref: str) -> None:
+    with pytest.raises(InvalidReference):
         PackReference.parse(ref)
+    # Refused before anything is downloaded, as one line naming the variable.
+    with pytest.raises(ConfigError) as caught:
+        load({"AICR_RUNNER_PACK__REF": ref})
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith(f"AICR_RUNNER_PACK__REF={ref!r}")
 
 
 # --- credentials file -----------------------------------------------------------------------
