@@ -93,9 +93,7 @@ def tar_dir(name: str) -> tarfile.TarInfo:
     return info
 
 
-def dir_layer(
-    title: str, entries: list[tarfile.TarInfo | tuple[str, bytes]], *, unpack: bool = True
-) -> Layer:
+def dir_layer(title: str, entries: list[tarfile.TarInfo | tuple[str, bytes]], *, unpack: bool = True) -> Layer:
     """A directory layer shaped like the Go oras CLI's: tar+gzip, named after the directory."""
     data = tar_gz(entries)
     annotations = {"org.opencontainers.image.title": title}
@@ -177,12 +175,8 @@ def test_go_oras_layout_pulls_into_place(tmp_path: Path) -> None:
     assert pulled.ref == REF
     assert pulled.manifest_digest == digest_of(registry.raw_manifest)
     assert pulled.layers == (
-        PackLayer(
-            registry_yaml.descriptor["digest"], len(REGISTRY_YAML), FILE_TYPE, "registry.yaml", Placement.FILE
-        ),
-        PackLayer(
-            overlays.descriptor["digest"], len(overlays.data), DIR_TYPE, "overlays", Placement.DIRECTORY
-        ),
+        PackLayer(registry_yaml.descriptor["digest"], len(REGISTRY_YAML), FILE_TYPE, "registry.yaml", Placement.FILE),
+        PackLayer(overlays.descriptor["digest"], len(overlays.data), DIR_TYPE, "overlays", Placement.DIRECTORY),
     )
     assert tree(dest) == {
         "overlays/acme.yaml": OVERLAY,
@@ -209,17 +203,13 @@ def test_a_pack_tarball_layer_unpacks_at_the_pack_root(tmp_path: Path) -> None:
 def test_titles_with_subdirectories_become_nested_files(tmp_path: Path) -> None:
     pulled = pull(
         tmp_path,
-        FakeRegistry(
-            [file_layer("registry.yaml", REGISTRY_YAML), file_layer("./overlays/acme.yaml", OVERLAY)]
-        ),
+        FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML), file_layer("./overlays/acme.yaml", OVERLAY)]),
     )
     assert tree(pulled.path) == {"overlays/acme.yaml": OVERLAY, "registry.yaml": REGISTRY_YAML}
 
 
 def test_same_content_under_two_titles_is_fetched_once(tmp_path: Path) -> None:
-    registry = FakeRegistry(
-        [file_layer("registry.yaml", REGISTRY_YAML), file_layer("copy.yaml", REGISTRY_YAML)]
-    )
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML), file_layer("copy.yaml", REGISTRY_YAML)])
 
     pulled = pull(tmp_path, registry)
 
@@ -240,9 +230,7 @@ def test_untitled_plain_layers_are_skipped_like_the_go_cli_does(tmp_path: Path) 
 def test_an_existing_empty_destination_is_filled(tmp_path: Path) -> None:
     dest = tmp_path / "work" / "pack"
     dest.mkdir(parents=True)
-    pulled = pull_pack(
-        PackSettings(ref=REF), dest, FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)])
-    )
+    pulled = pull_pack(PackSettings(ref=REF), dest, FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)]))
     assert tree(pulled.path) == {"registry.yaml": REGISTRY_YAML}
 
 
@@ -285,9 +273,7 @@ def test_blob_of_the_wrong_size_is_refused(tmp_path: Path, served: bytes) -> Non
     layer = file_layer("registry.yaml", REGISTRY_YAML)
     registry = FakeRegistry([layer], served={layer.descriptor["digest"]: served})
 
-    with pytest.raises(
-        PackIntegrityError, match=rf"is {len(served)} bytes, the manifest says {len(REGISTRY_YAML)}"
-    ):
+    with pytest.raises(PackIntegrityError, match=rf"is {len(served)} bytes, the manifest says {len(REGISTRY_YAML)}"):
         pull(tmp_path, registry)
     assert_nothing_published(tmp_path)
 
@@ -357,9 +343,7 @@ def test_hostile_titles_fail_before_download(tmp_path: Path, title: str) -> None
 
 
 def test_two_layers_for_one_path_are_refused(tmp_path: Path) -> None:
-    registry = FakeRegistry(
-        [file_layer("registry.yaml", REGISTRY_YAML), file_layer("registry.yaml", b"other\n")]
-    )
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML), file_layer("registry.yaml", b"other\n")])
     with pytest.raises(PackIntegrityError, match=r"two layers both provide registry\.yaml"):
         pull(tmp_path, registry)
 
@@ -447,9 +431,7 @@ def test_malformed_manifests_are_refused(tmp_path: Path, manifest: dict[str, Any
     assert registry.fetched == []
 
 
-def test_declared_sizes_are_bounded_before_downloading(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_declared_sizes_are_bounded_before_downloading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pack, "MAX_PACK_BLOB_BYTES", 10)
     registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML)])
     with pytest.raises(PackIntegrityError, match="over the limit of 10"):
@@ -612,9 +594,7 @@ class _RegistryHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _error(self, status: int, code: str, headers: dict[str, str] | None = None) -> None:
-        self._send(
-            status, json.dumps({"errors": [{"code": code, "message": code.lower()}]}).encode(), headers
-        )
+        self._send(status, json.dumps({"errors": [{"code": code, "message": code.lower()}]}).encode(), headers)
 
     def _authorised(self) -> bool:
         state = self.state
@@ -717,9 +697,7 @@ def push_default(served: Served) -> str:
 
 
 @pytest.mark.parametrize("auth", ["basic", "bearer"])
-def test_valid_credential_pulls_with_basic_and_bearer_challenges(
-    tmp_path: Path, served: Served, auth: str
-) -> None:
+def test_valid_credential_pulls_with_basic_and_bearer_challenges(tmp_path: Path, served: Served, auth: str) -> None:
     served.auth = auth
     digest = push_default(served)
 
@@ -754,9 +732,7 @@ def test_wrong_credential_is_an_auth_error_at_once(
 
 
 @pytest.mark.parametrize("auth", ["basic", "bearer"])
-def test_no_credential_never_succeeds_against_a_private_registry(
-    tmp_path: Path, served: Served, auth: str
-) -> None:
+def test_no_credential_never_succeeds_against_a_private_registry(tmp_path: Path, served: Served, auth: str) -> None:
     served.auth = auth
     push_default(served)
     with pytest.raises(PackAuthError, match="no credential was given"):
