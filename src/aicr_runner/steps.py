@@ -15,6 +15,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from aicr_runner.machine import State, StepResult
 from aicr_runner.pack import PulledPack, pull_pack
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.release import AicrBinary, fetch_aicr, use_preinstalled
-from aicr_runner.report import RunReport, StepStatus
+from aicr_runner.report import RunReport, StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, Sink, payload_size
 
 __all__ = ["Mode", "RunContext", "Steps"]
@@ -481,7 +482,5 @@ def _tar_gz(directory: Path, budget: int) -> bytes | None:
     return data if len(data) <= budget else None
 
 
-def _elapsed(started: Any) -> float:
-    from aicr_runner.report import utcnow
-
-    return float((utcnow() - started).total_seconds())
+def _elapsed(started: datetime) -> float:
+    return (utcnow() - started).total_seconds()
