@@ -68,7 +68,7 @@ anchor left to runtime; C-* are new.
 
 {{- /* G-17a: a stated intent needs a service whose overlays declare it, even with an accelerator. */ -}}
 {{- if and $intent (not $concreteService) -}}
-{{- fail (printf "intent=%s with service=%s: a stated intent needs a service whose overlays declare it, so aicr rejects this combination at runtime. Name the service (aks, bcm, eks, k0s, kind, lke, ocp, rke2; cks with os ubuntu; gke with os cos; oke with os ol) or leave intent empty." $intent (default "any" $service)) -}}
+{{- fail (printf "intent=%s with service=%s: a stated intent needs a service whose overlays declare it, so aicr rejects this combination at runtime. Name the service (aks, bcm, eks, kind, lke, ocp, rke2; cks or k0s with os ubuntu; gke with os cos; oke with os ol) or leave intent empty." $intent (default "any" $service)) -}}
 {{- end -}}
 
 {{- /* G-17c: service k0s exists from aicr v0.22.0. */ -}}

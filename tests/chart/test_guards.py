@@ -34,8 +34,8 @@ ALIAS = (
 )
 INTENT_WITHOUT_SERVICE = (
     "intent={intent} with service={service}: a stated intent needs a service whose overlays declare it, so "
-    "aicr rejects this combination at runtime. Name the service (aks, bcm, eks, k0s, kind, lke, ocp, rke2; "
-    "cks with os ubuntu; gke with os cos; oke with os ol) or leave intent empty."
+    "aicr rejects this combination at runtime. Name the service (aks, bcm, eks, kind, lke, ocp, rke2; "
+    "cks or k0s with os ubuntu; gke with os cos; oke with os ol) or leave intent empty."
 )
 PUBLISH_ON = {"enabled": True, "mode": "unsigned", "ref": "ghcr.io/acme/aicr-evidence"}
 VALIDATE_EVIDENCE = {"enabled": True, "emitEvidence": True}
