@@ -33,6 +33,9 @@ RUN /opt/venv/bin/pip install --no-cache-dir . \
 # --- tools: helm and kubectl for the target architecture, checksummed -------------
 FROM ${PYTHON_IMAGE} AS tools
 ARG TARGETARCH
+# helm 3.19 is what the replaced chart's runtime image and CI used with aicr's
+# deploy.sh. The test suite installs with helm v4 (tools/versions.env); move the
+# image to v4 together with its published per-arch checksums.
 ARG HELM_VERSION=v3.19.0
 ARG HELM_SHA256_AMD64=a7f81ce08007091b86d8bd696eb4d86b8d0f2e1b9f6c714be62f82f96a594496
 ARG HELM_SHA256_ARM64=440cf7add0aee27ebc93fada965523c1dc2e0ab340d4348da2215737fc0d76ad
