@@ -13,7 +13,9 @@ import copy
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -652,3 +654,55 @@ def test_sigterm_during_a_real_install_lets_helm_finish_and_leaves_no_pending_re
     releases = releases_in(scenario.helm, org_pack.components_namespace)
     assert "acme-agent" in releases, "the install under way when SIGTERM came was allowed to finish"
     assert {r["status"] for r in releases.values()} == {"deployed"}, releases
+
+
+# -- beyond the list: a release left pending by an interrupted helm ----------------------
+
+
+def _stuck_release(helm: Helm, name: str, namespace: str, chart_root: Path) -> None:
+    """Leave ``name`` in pending-install the way an interrupted run does: helm waits
+    for a pre-install hook Job (no kubelet will ever run it) and is killed."""
+    chart = chart_root / "stuck"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: stuck\nversion: 0.1.0\n")
+    (chart / "templates" / "hook.yaml").write_text(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: stuck-hook\n"
+        "  annotations:\n    helm.sh/hook: pre-install\nspec:\n  template:\n    spec:\n"
+        "      restartPolicy: Never\n      containers:\n        - name: wait\n          image: busybox\n"
+    )
+    proc = subprocess.Popen(
+        [str(helm.binary), "install", name, str(chart), "-n", namespace, "--create-namespace", "--timeout", "10m"],
+        env=helm.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = json.loads(helm.run("list", "-n", namespace, "--pending", "-o", "json").stdout or "[]")
+            if any(r["name"] == name and r["status"] == "pending-install" for r in listed):
+                return
+            time.sleep(0.2)
+        pytest.fail(f"{name} never became pending-install")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_release_left_pending_by_an_interrupted_helm_stops_the_deploy(
+    scenario: Scenario, aicr_kubelet: Kubelet, org_pack: OrgPack, tmp_path: Path
+) -> None:
+    _stuck_release(scenario.helm, "acme-agent", org_pack.components_namespace, tmp_path)
+    scenario.pack_secret()
+    scenario.install(pack_run_values(org_pack))
+
+    run = aicr_kubelet.run_job(RELEASE, scenario.namespace)
+
+    assert run.exit_code == 28, run.describe()
+    assert f"{org_pack.components_namespace}/acme-agent (pending-install)" in run.termination_message
+    deploy = scenario.results.step("deploy")
+    assert deploy["status"] == "failed"
+    assert deploy["classification"] == "helm-release-pending"
+    releases = releases_in(scenario.helm, org_pack.components_namespace)
+    assert "acme-config" not in releases, "deploy.sh never ran"
+    assert releases["acme-agent"]["status"] == "pending-install", "the runner changes nothing it did not make"

@@ -56,6 +56,9 @@ class ExitCode(IntEnum):
     CAPTURE_FAILED = 26
     #: A required program (aicr, bash, deploy.sh) is missing or not executable.
     TOOL_MISSING = 27
+    #: A Helm release of this bundle is pending (an interrupted helm operation);
+    #: deploy.sh would fail on it ("another operation is in progress").
+    HELM_RELEASE_PENDING = 28
     #: An unexpected internal error; the message says where to find details.
     INTERNAL = 70
     #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import shutil
 import tarfile
 import traceback
@@ -325,11 +326,22 @@ class Steps:
             )
         return StepResult.ok(verdict.reason, classification="verified")
 
-    def deploy(self) -> StepResult:
+    def deploy(self) -> StepResult:  # noqa: PLR0911 - one return per outcome
         if self.ctx.mode is Mode.PLAN:
             return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
+        pending = self._pending_releases()
+        if pending:
+            listing = ", ".join(f"{ns}/{name} ({status})" for ns, name, status in pending)
+            return StepResult.failed(
+                ExitCode.HELM_RELEASE_PENDING,
+                f"Helm release(s) of this bundle are pending from an interrupted helm operation: {listing}; "
+                "deploy.sh would fail on them ('another operation is in progress'). Inspect with "
+                "`helm history <name> -n <namespace>`, then `helm rollback` (pending-upgrade) or "
+                "`helm uninstall` (pending-install), and re-run",
+                classification="helm-release-pending",
+            )
         markers = classify.DeployMarkers()
         argv = commands.deploy_argv(self.s, self.ctx.bundle_dir)
         result = self._aicr(State.DEPLOY, argv, on_line=markers.feed, cwd=self.ctx.bundle_dir)
@@ -355,6 +367,48 @@ class Steps:
         if verdict.outcome is Outcome.WARNED:
             return StepResult.warned(verdict.reason, classification="deploy-warned")
         return StepResult.ok("AICR install complete", classification="deployed")
+
+    def _pending_releases(self) -> list[tuple[str, str, str]]:
+        """Releases of this bundle's components left pending-* by an interrupted helm.
+
+        Advisory when it cannot look (no helm on PATH, cluster unreachable): it says
+        so in the log and deploy.sh runs, reporting whatever it finds itself.
+        """
+        helm = shutil.which("helm", path=self.ctx.environ.get("PATH"))
+        summary = self.ctx.recipe_summary
+        if summary is None:
+            return []
+        if helm is None:
+            self.log.warning("pending-release check skipped: helm is not on PATH", step=State.DEPLOY.value)
+            return []
+        lines: list[str] = []
+        result = self.ctx.processes.run(
+            [helm, "list", "--all-namespaces", "--pending", "--output", "json"],
+            env=child_env(self.ctx.environ),
+            cwd=self.ctx.work,
+            log_path=self.ctx.work / "logs" / "deploy-preflight.log",
+            on_line=lines.append,
+        )
+        try:
+            releases = json.loads("".join(lines)) if result.exit_code == 0 else None
+        except ValueError:
+            releases = None
+        if not isinstance(releases, list):
+            self.log.warning(
+                "pending-release check skipped: helm list failed",
+                exit_code=result.exit_code,
+                detail=logs.redact(lines[-1] if lines else ""),
+                step=State.DEPLOY.value,
+            )
+            return []
+        ours = {(c.namespace, c.name) for c in summary.components} | {("", c.name) for c in summary.components}
+        return [
+            (str(r.get("namespace", "")), str(r.get("name", "")), str(r.get("status", "")))
+            for r in releases
+            if isinstance(r, dict)
+            and ((r.get("namespace", ""), r.get("name", "")) in ours or ("", r.get("name", "")) in ours)
+            and str(r.get("status", "")).startswith("pending")
+        ]
 
     def validate(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:

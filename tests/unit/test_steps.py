@@ -6,6 +6,7 @@ import gzip
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +186,55 @@ def test_assert_only_skips(tmp_path: Path, state: State, expected: str) -> None:
     assert status is StepStatus.SKIPPED
     assert expected in reason
     assert ctx.processes.calls == []  # type: ignore[attr-defined]
+
+
+def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -> RunContext:
+    """A context whose PATH has a `helm` and whose recipe has gpu-operator in gpu-operator."""
+    from aicr_runner.recipe import Component, RecipeSummary
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "helm").write_text("#!/bin/sh\n")
+    (bin_dir / "helm").chmod(0o755)
+
+    class Processes(StubProcesses):
+        def run(self, argv: Sequence[str], **kw: Any) -> ProcessResult:
+            if argv[0].endswith("helm"):
+                self.calls.append(list(argv))
+                for line in helm_output:
+                    kw["on_line"](line)
+                return ProcessResult(exit_code=helm_exit, log_path=kw["log_path"], interrupted=False)
+            return super().run(argv, **kw)
+
+    ctx = context(tmp_path, Processes(lines=["✓ All components installed successfully."]))
+    ctx.environ = {"PATH": str(bin_dir)}
+    ctx.recipe_summary = RecipeSummary(components=(Component("gpu-operator", namespace="gpu-operator"),))
+    (tmp_path / "bundle").mkdir()
+    return ctx
+
+
+def test_a_pending_release_of_the_bundle_stops_deploy_before_deploy_sh(tmp_path: Path) -> None:
+    pending = '[{"name":"gpu-operator","namespace":"gpu-operator","status":"pending-upgrade"}]'
+    ctx = deploy_context(tmp_path, [pending])
+    status, code, reason = step(ctx, State.DEPLOY)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.HELM_RELEASE_PENDING)
+    assert "gpu-operator/gpu-operator (pending-upgrade)" in reason
+    assert "helm rollback" in reason
+    calls = ctx.processes.calls  # type: ignore[attr-defined]
+    assert calls[0][1:] == ["list", "--all-namespaces", "--pending", "--output", "json"]
+    assert not any("deploy.sh" in " ".join(c) for c in calls), "deploy.sh never ran"
+
+
+@pytest.mark.parametrize(
+    ("output", "helm_exit"),
+    [
+        (['[{"name":"someone-else","namespace":"apps","status":"pending-install"}]'], 0),
+        (["[]"], 0),
+        (["Error: Kubernetes cluster unreachable"], 1),
+    ],
+)
+def test_no_pending_release_of_ours_lets_deploy_run(tmp_path: Path, output: list[str], helm_exit: int) -> None:
+    ctx = deploy_context(tmp_path, output, helm_exit)
+    status, code, _ = step(ctx, State.DEPLOY)
+    assert (status, code) == (StepStatus.SUCCEEDED, 0)
+    assert any("deploy.sh" in " ".join(c) for c in ctx.processes.calls)  # type: ignore[attr-defined]
