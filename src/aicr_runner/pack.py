@@ -52,6 +52,7 @@ from requests.models import PreparedRequest
 
 from aicr_runner.archive import safe_extract_all
 from aicr_runner.config import PackSettings
+from aicr_runner.digests import sha256_file
 from aicr_runner.errors import (
     ConfigError,
     PackAuthError,
@@ -279,7 +280,7 @@ class _Assembler:
             raise PackIntegrityError(
                 f"{self._where}: {name} is {actual_size} bytes, the manifest says {layer.size} ({layer.digest})"
             )
-        actual = "sha256:" + _sha256_file(partial)
+        actual = "sha256:" + sha256_file(partial)
         if actual != layer.digest:
             raise PackIntegrityError(f"{self._where}: {name} digest mismatch: expected {layer.digest}, got {actual}")
         partial.replace(blob)
@@ -336,14 +337,6 @@ def _publish(content: Path, dest: Path) -> None:
 
 def _unpacked_bytes(content: Path) -> int:
     return sum(path.stat().st_size for path in content.rglob("*") if path.is_file())
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- credentials -------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import tenacity
 
 from aicr_runner.archive import extract_members
 from aicr_runner.config import AicrSettings
+from aicr_runner.digests import sha256_file
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ToolError
 
 __all__ = [
@@ -150,15 +151,13 @@ def fetch_aicr(
         version=settings.version,
         tarball_sha256=actual,
         source_url=archive_url,
-        binary_sha256=_sha256_file(binary),
+        binary_sha256=sha256_file(binary),
     )
 
 
 def _verify(settings: AicrSettings, actual: str, expected: str, archive_url: str, checksums_url: str) -> None:
     if actual != expected:
-        raise ChecksumError(
-            f"{archive_url}: sha256 mismatch: expected {expected} (from {checksums_url}), got {actual}"
-        )
+        raise ChecksumError(f"{archive_url}: sha256 mismatch: expected {expected} (from {checksums_url}), got {actual}")
     pin = settings.pin
     if pin and actual != pin:
         raise ChecksumError(
@@ -177,13 +176,9 @@ def expected_sha256(checksums: str, archive_name: str, checksums_url: str) -> st
     """
     lines = [line for line in checksums.splitlines() if _names_file(line, archive_name)]
     if not lines:
-        raise ChecksumError(
-            f"{checksums_url} has no line for {archive_name}; refusing an unverifiable download"
-        )
+        raise ChecksumError(f"{checksums_url} has no line for {archive_name}; refusing an unverifiable download")
     if len(lines) > 1:
-        raise ChecksumError(
-            f"{checksums_url} has {len(lines)} lines for {archive_name}; expected exactly one"
-        )
+        raise ChecksumError(f"{checksums_url} has {len(lines)} lines for {archive_name}; expected exactly one")
     digest, sep, name = lines[0].rstrip("\r").partition("  ")
     if sep != "  " or name != archive_name or not _SHA256_HEX.fullmatch(digest):
         raise ChecksumError(
@@ -206,7 +201,7 @@ def use_preinstalled(path: str | Path, sha256: str) -> AicrBinary:
         raise ToolError(f"preinstalled aicr {binary} does not exist or is not a file")
     if not os.access(binary, os.X_OK):
         raise ToolError(f"preinstalled aicr {binary} is not executable")
-    actual = _sha256_file(binary)
+    actual = sha256_file(binary)
     expected = sha256.strip().lower()
     if expected and actual != expected:
         raise ChecksumError(f"preinstalled aicr {binary}: sha256 mismatch: expected {expected}, got {actual}")
@@ -219,14 +214,6 @@ def use_preinstalled(path: str | Path, sha256: str) -> AicrBinary:
         source_url=str(binary),
         binary_sha256=actual,
     )
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- the retrying downloader ----------------------------------------------------------
@@ -277,9 +264,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
 
 
 class _Downloader:
-    def __init__(
-        self, settings: AicrSettings, client: httpx.Client | None, *, sleep: Sleep, clock: Clock
-    ) -> None:
+    def __init__(self, settings: AicrSettings, client: httpx.Client | None, *, sleep: Sleep, clock: Clock) -> None:
         self._settings = settings
         self._own_client = client is None
         self._client = client or httpx.Client(follow_redirects=True)
@@ -313,8 +298,7 @@ class _Downloader:
             return retrying(self._attempt, url, dest, max_bytes)
         except _Transient as exc:
             raise DownloadError(
-                f"download of {url} failed after {attempts} attempt(s) within the {budget:g}s budget: "
-                f"{exc.reason}"
+                f"download of {url} failed after {attempts} attempt(s) within the {budget:g}s budget: {exc.reason}"
             ) from exc
         except _OutOfBudget as exc:
             raise DownloadError(f"download of {url} gave up: {exc}") from exc
@@ -402,9 +386,7 @@ class _Downloader:
     @staticmethod
     def _translate(url: str, exc: httpx.HTTPError) -> Exception:
         if is_certificate_verification_failure(exc):
-            return DownloadError(
-                f"download of {url} failed: TLS certificate verification failure ({exc}); not retried"
-            )
+            return DownloadError(f"download of {url} failed: TLS certificate verification failure ({exc}); not retried")
         if isinstance(exc, _TRANSIENT_ERRORS):
             return _Transient(f"{type(exc).__name__}: {exc or 'no detail'} ({url})")
         return DownloadError(f"download of {url} failed: {type(exc).__name__}: {exc}; not retried")
