@@ -15,11 +15,10 @@ import tarfile
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from aicr_runner import classify, commands, logs, recipe
 from aicr_runner.classify import Outcome
@@ -60,8 +59,6 @@ class RunContext:
     pack: Path | None = None
     recipe_summary: recipe.RecipeSummary | None = None
     completion_line: str = ""
-    validate_exit: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def work(self) -> Path:
@@ -166,19 +163,32 @@ class Steps:
             if on_line is not None:
                 on_line(line)
 
-        return self.ctx.processes.run(
+        result = self.ctx.processes.run(
             argv,
             env=env if env is not None else child_env(self.ctx.environ),
             cwd=cwd or self.ctx.work,
             log_path=self.ctx.log_path(state),
             on_line=both,
         )
+        if result.stopped:
+            # The runner stopped the child after the grace period; a child that
+            # finished within it keeps its outcome and the machine stops the run.
+            hint = "; check `helm list -A --pending`, then re-run" if state is State.DEPLOY else ""
+            raise InterruptedRun(
+                f"interrupted: {state} did not finish within the {self.s.shutdown_grace_seconds:.0f}s grace "
+                f"period and was stopped (exit {result.exit_code}){hint}"
+            )
+        return result
 
     def _deploying(self) -> bool:
         return self.ctx.mode is Mode.PLAN or self.s.deploy.enabled
 
-    def _validating(self) -> bool:
-        return self.ctx.mode is Mode.RUN and self.s.validate.enabled
+    def _validate_exit(self) -> int | None:
+        """validate's exit code once it ran (or was stopped); None when it did not run."""
+        record = self.ctx.report.step(State.VALIDATE.value)
+        if record.status in (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED):
+            return None
+        return record.exit_code
 
     @property
     def _binary(self) -> Path:
@@ -231,8 +241,6 @@ class Steps:
 
         argv = commands.recipe_argv(self.s, self._binary, self.ctx.pack, self.ctx.recipe_path)
         result = self._aicr(State.RECIPE, argv, tail=tail, on_line=watch)
-        if result.stopped:
-            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while resolving the recipe")
         if result.exit_code != 0:
             message, supported = recipe.parse_rejection(list(tail))
             if supported:
@@ -306,8 +314,6 @@ class Steps:
         shutil.rmtree(self.ctx.bundle_dir, ignore_errors=True)
         argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.ctx.pack)
         result = self._aicr(State.BUNDLE, argv)
-        if result.stopped:
-            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while bundling")
         if result.exit_code != 0:
             return StepResult.failed(result.exit_code, f"aicr bundle failed (exit {result.exit_code})")
         files = sum(1 for p in self.ctx.bundle_dir.rglob("*") if p.is_file())
@@ -326,7 +332,7 @@ class Steps:
             )
         return StepResult.ok(verdict.reason, classification="verified")
 
-    def deploy(self) -> StepResult:  # noqa: PLR0911 - one return per outcome
+    def deploy(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:
             return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
@@ -345,13 +351,6 @@ class Steps:
         markers = classify.DeployMarkers()
         argv = commands.deploy_argv(self.s, self.ctx.bundle_dir)
         result = self._aicr(State.DEPLOY, argv, on_line=markers.feed, cwd=self.ctx.bundle_dir)
-        if result.stopped:
-            return StepResult(
-                StepStatus.INTERRUPTED,
-                ExitCode.INTERRUPTED,
-                f"interrupted: deploy.sh did not finish within the {self.s.shutdown_grace_seconds:.0f}s grace "
-                f"period and was stopped (exit {result.exit_code}); check `helm list -A --pending`, then re-run",
-            )
         verdict = classify.classify_deploy(
             result.exit_code,
             failure_report=markers.failure_report,
@@ -421,20 +420,18 @@ class Steps:
             self.s, self._binary, self.ctx.recipe_path, self.ctx.pack, self.ctx.ctrf_path, self.ctx.evidence_dir
         )
         result = self._aicr(State.VALIDATE, argv)
-        self.ctx.validate_exit = result.exit_code
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
-        if result.stopped:
-            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while validating")
         verdict = classify.classify_validate(result.exit_code)
         if verdict.outcome is Outcome.FAILED:
             return StepResult.failed(result.exit_code, verdict.reason, classification="validation-failed")
         return StepResult.ok(verdict.reason, classification="validation-passed")
 
     def capture_verdict(self) -> StepResult:
-        if self.ctx.validate_exit is None:
+        validate_exit = self._validate_exit()
+        if validate_exit is None:
             return StepResult.skipped("validation did not run")
         if not self.ctx.ctrf_path.is_file():
-            return StepResult.warned(f"no ctrf.json (exit={self.ctx.validate_exit})")
+            return StepResult.warned(f"no ctrf.json (exit={validate_exit})")
         name = self.s.validate.result_configmap
         if not name:
             return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
@@ -444,7 +441,7 @@ class Steps:
 
     def publish(self) -> StepResult:
         pub = self.s.validate.publish
-        if not pub.enabled or self.ctx.validate_exit is None:
+        if not pub.enabled or self._validate_exit() is None:
             return StepResult.skipped("publish.enabled=false" if not pub.enabled else "validation did not run")
         if not self.ctx.evidence_dir.is_dir():
             return StepResult.failed(1, "no evidence bundle to publish (validate emitted none)")
@@ -461,15 +458,13 @@ class Steps:
         env = child_env(self.ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
         result = self._aicr(State.PUBLISH, commands.publish_argv(self.s, self._binary, self.ctx.evidence_dir), env=env)
         self.log.info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
-        if result.stopped:
-            return StepResult(StepStatus.INTERRUPTED, ExitCode.INTERRUPTED, "interrupted while publishing")
         if result.exit_code != 0:
             return StepResult.failed(result.exit_code, f"aicr evidence publish exited {result.exit_code}")
         return StepResult.ok(f"evidence published to {pub.ref}")
 
     def capture_evidence(self) -> StepResult:
         v = self.s.validate
-        if not v.emit_evidence or self.ctx.validate_exit is None:
+        if not v.emit_evidence or self._validate_exit() is None:
             return StepResult.skipped(
                 "validate.emitEvidence=false" if not v.emit_evidence else "validation did not run"
             )

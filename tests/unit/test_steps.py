@@ -25,6 +25,7 @@ class StubProcesses:
     """Answers every call with ``exit_code``; ``effect`` may write files first."""
 
     exit_code: int = 0
+    stopped: bool = False
     effect: Callable[[Sequence[str]], None] | None = None
     lines: list[str] = field(default_factory=list)
     calls: list[list[str]] = field(default_factory=list)
@@ -45,7 +46,9 @@ class StubProcesses:
             if on_line is not None:
                 on_line(line)
         log_path.write_text("\n".join(self.lines))
-        return ProcessResult(exit_code=self.exit_code, log_path=log_path, interrupted=False)
+        return ProcessResult(
+            exit_code=self.exit_code, log_path=log_path, interrupted=self.stopped, stopped=self.stopped
+        )
 
 
 def context(tmp_path: Path, processes: StubProcesses, sink: object | None = None, **env: str) -> RunContext:
@@ -61,6 +64,13 @@ def context(tmp_path: Path, processes: StubProcesses, sink: object | None = None
     )
     ctx.aicr = tmp_path / "aicr"
     return ctx
+
+
+def validated(ctx: RunContext, exit_code: int) -> None:
+    """Record that validate ran with ``exit_code``, as the machine would."""
+    record = ctx.report.step(State.VALIDATE.value)
+    record.status = StepStatus.SUCCEEDED if exit_code == 0 else StepStatus.FAILED
+    record.exit_code = exit_code
 
 
 def step(ctx: RunContext, state: State) -> tuple[StepStatus, int, str]:
@@ -100,7 +110,7 @@ def test_recipe_capture_can_be_turned_off(tmp_path: Path) -> None:
 def test_verdict_capture_failure_is_exit_26(tmp_path: Path) -> None:
     api = FakeKubeApi(fail_names={"aicr-validate-result"})
     ctx = context(tmp_path, StubProcesses(), sink=ConfigMapSink(api, "ns"))
-    ctx.validate_exit = 8
+    validated(ctx, 8)
     ctx.ctrf_path.write_text("{}")
     status, code, _ = step(ctx, State.CAPTURE_VERDICT)
     assert (status, code) == (StepStatus.FAILED, ExitCode.CAPTURE_FAILED)
@@ -108,7 +118,7 @@ def test_verdict_capture_failure_is_exit_26(tmp_path: Path) -> None:
 
 def test_missing_ctrf_is_a_warning_naming_the_validate_exit(tmp_path: Path) -> None:
     ctx = context(tmp_path, StubProcesses())
-    ctx.validate_exit = 5
+    validated(ctx, 5)
     status, _, reason = step(ctx, State.CAPTURE_VERDICT)
     assert status is StepStatus.WARNED
     assert reason == "no ctrf.json (exit=5)"
@@ -144,7 +154,7 @@ def test_signed_publish_with_an_unreadable_token_fails_with_its_path(tmp_path: P
         AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/e",
         AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE=str(tmp_path / "gone"),
     )
-    ctx.validate_exit = 0
+    validated(ctx, 0)
     ctx.evidence_dir.mkdir()
     status, code, reason = step(ctx, State.PUBLISH)
     assert (status, code) == (StepStatus.FAILED, ExitCode.BAD_INPUT)
@@ -162,7 +172,7 @@ def test_publish_without_evidence_fails_like_the_anchor(tmp_path: Path) -> None:
         AICR_RUNNER_VALIDATE__PUBLISH__MODE="unsigned",
         AICR_RUNNER_VALIDATE__PUBLISH__REF="reg.example/e",
     )
-    ctx.validate_exit = 0
+    validated(ctx, 0)
     assert step(ctx, State.PUBLISH)[:2] == (StepStatus.FAILED, 1)
 
 
@@ -238,3 +248,11 @@ def test_no_pending_release_of_ours_lets_deploy_run(tmp_path: Path, output: list
     status, code, _ = step(ctx, State.DEPLOY)
     assert (status, code) == (StepStatus.SUCCEEDED, 0)
     assert any("deploy.sh" in " ".join(c) for c in ctx.processes.calls)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("state", [State.RECIPE, State.BUNDLE, State.VERIFY, State.VALIDATE])
+def test_a_child_stopped_after_the_grace_period_is_an_interrupted_step(tmp_path: Path, state: State) -> None:
+    ctx = context(tmp_path, StubProcesses(exit_code=143, stopped=True), AICR_RUNNER_VALIDATE__ENABLED="true")
+    status, code, reason = step(ctx, state)
+    assert (status, code) == (StepStatus.INTERRUPTED, ExitCode.INTERRUPTED)
+    assert f"{state} did not finish within the 60s grace period and was stopped (exit 143)" in reason
