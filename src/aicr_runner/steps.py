@@ -265,28 +265,23 @@ class Steps:
         name = self.s.recipe.configmap
         if not name:
             return StepResult.skipped("recipe capture is off (the recipe ConfigMap name is empty)")
-        summary_text = self._recipe_summary_text()
-        data = {"summary.txt": summary_text}
-        binary: dict[str, bytes] = {}
+        summary = {"summary.txt": self._recipe_summary_text()}
         raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
-        note = ""
-        if payload_size(data) + len(raw) <= CONFIGMAP_BUDGET_BYTES:
-            data["recipe.yaml"] = raw.decode(errors="replace")
-        else:
-            packed = gzip.compress(raw, mtime=0)
-            if payload_size(data) + len(packed) <= CONFIGMAP_BUDGET_BYTES:
-                binary["recipe.yaml.gz"] = packed
-                note = f" (recipe.yaml is {len(raw)} bytes: stored gzip-compressed as recipe.yaml.gz)"
-            else:
-                note = f" (recipe.yaml is {len(raw)} bytes, over budget even compressed: summary only)"
+        fitted = _fit("recipe.yaml", raw, CONFIGMAP_BUDGET_BYTES - payload_size(summary))
+        data, binary = fitted or ({}, {})
         try:
-            self.ctx.sink.put(name, data=data, binary_data=binary or None)
+            self.ctx.sink.put(name, data={**summary, **data}, binary_data=binary or None)
         except CaptureError as exc:
             # Advisory, as in the anchor (R-08): this runs before anything is deployed.
             return StepResult.warned(f"recipe capture failed: {exc}")
-        if note and "summary only" in note:
-            return StepResult.warned(f"recipe written to {self.ctx.sink.describe(name)}{note}")
-        return StepResult.ok(f"recipe written to {self.ctx.sink.describe(name)}{note}")
+        where = self.ctx.sink.describe(name)
+        if fitted is None:
+            return StepResult.warned(
+                f"recipe written to {where} (recipe.yaml is {len(raw)} bytes, over budget even compressed: "
+                "summary only)"
+            )
+        note = f" (recipe.yaml is {len(raw)} bytes: stored gzip-compressed as recipe.yaml.gz)" if binary else ""
+        return StepResult.ok(f"recipe written to {where}{note}")
 
     def check_recipe(self) -> StepResult:
         summary = self.ctx.recipe_summary
@@ -435,7 +430,11 @@ class Steps:
         name = self.s.validate.result_configmap
         if not name:
             return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
-        data, binary = _fit_text("ctrf.json", self.ctx.ctrf_path.read_bytes())
+        raw = self.ctx.ctrf_path.read_bytes()
+        fitted = _fit("ctrf.json", raw, CONFIGMAP_BUDGET_BYTES)
+        if fitted is None:
+            raise CaptureError(f"ctrf.json is {len(raw)} bytes, over the ConfigMap budget even compressed")
+        data, binary = fitted
         self.ctx.sink.put(name, data=data, binary_data=binary or None)
         return StepResult.ok(f"CTRF verdict written to {self.ctx.sink.describe(name)}")
 
@@ -510,13 +509,15 @@ def component_table(summary: recipe.RecipeSummary) -> str:
     return "\n".join("  ".join(col.ljust(widths[i]) for i, col in enumerate(r)).rstrip() for r in rows)
 
 
-def _fit_text(key: str, raw: bytes) -> tuple[dict[str, str], dict[str, bytes]]:
-    if len(raw) <= CONFIGMAP_BUDGET_BYTES:
+def _fit(key: str, raw: bytes, budget: int) -> tuple[dict[str, str], dict[str, bytes]] | None:
+    """``raw`` as text under ``key``; over ``budget``, gzip-compressed in binaryData
+    under ``key.gz`` rather than dropped; None when even that does not fit."""
+    if len(raw) <= budget:
         return {key: raw.decode(errors="replace")}, {}
     packed = gzip.compress(raw, mtime=0)
-    if len(packed) <= CONFIGMAP_BUDGET_BYTES:
+    if len(packed) <= budget:
         return {}, {f"{key}.gz": packed}
-    raise CaptureError(f"{key} is {len(raw)} bytes, over the ConfigMap budget even compressed")
+    return None
 
 
 def _tar_gz(directory: Path, budget: int) -> bytes | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,3 +257,22 @@ def test_a_child_stopped_after_the_grace_period_is_an_interrupted_step(tmp_path:
     status, code, reason = step(ctx, state)
     assert (status, code) == (StepStatus.INTERRUPTED, ExitCode.INTERRUPTED)
     assert f"{state} did not finish within the 60s grace period and was stopped (exit 143)" in reason
+
+
+def test_a_recipe_over_budget_even_compressed_keeps_the_summary(tmp_path: Path) -> None:
+    ctx = context(tmp_path, StubProcesses())
+    ctx.recipe_path.write_bytes(os.urandom(CONFIGMAP_BUDGET_BYTES + 1))  # incompressible
+    status, _, reason = step(ctx, State.CAPTURE_RECIPE)
+    assert status is StepStatus.WARNED
+    assert "over budget even compressed: summary only" in reason
+    stored = sorted(p.name for p in (tmp_path / "results" / "aicr-recipe").iterdir())
+    assert stored == ["summary.txt"]
+
+
+def test_an_oversized_verdict_is_exit_26_not_silently_dropped(tmp_path: Path) -> None:
+    ctx = context(tmp_path, StubProcesses())
+    validated(ctx, 8)
+    ctx.ctrf_path.write_bytes(os.urandom(CONFIGMAP_BUDGET_BYTES + 1))
+    status, code, reason = step(ctx, State.CAPTURE_VERDICT)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.CAPTURE_FAILED)
+    assert "over the ConfigMap budget even compressed" in reason
