@@ -395,14 +395,17 @@ class Steps:
                 step=State.DEPLOY.value,
             )
             return []
-        ours = {(c.namespace, c.name) for c in summary.components} | {("", c.name) for c in summary.components}
-        return [
-            (str(r.get("namespace", "")), str(r.get("name", "")), str(r.get("status", "")))
-            for r in releases
-            if isinstance(r, dict)
-            and ((r.get("namespace", ""), r.get("name", "")) in ours or ("", r.get("name", "")) in ours)
-            and str(r.get("status", "")).startswith("pending")
-        ]
+        # A release is ours when it has a component's name, in that component's
+        # namespace (any namespace when the recipe names none).
+        namespace_of = {c.name: c.namespace for c in summary.components}
+        pending: list[tuple[str, str, str]] = []
+        for release in releases:
+            if not isinstance(release, dict):
+                continue
+            ns, name, status = (str(release.get(key, "")) for key in ("namespace", "name", "status"))
+            if name in namespace_of and namespace_of[name] in ("", ns) and status.startswith("pending"):
+                pending.append((ns, name, status))
+        return pending
 
     def validate(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:

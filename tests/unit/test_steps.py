@@ -240,6 +240,8 @@ def test_a_pending_release_of_the_bundle_stops_deploy_before_deploy_sh(tmp_path:
     ("output", "helm_exit"),
     [
         (['[{"name":"someone-else","namespace":"apps","status":"pending-install"}]'], 0),
+        # Same name, another namespace: another team's release, not this bundle's.
+        (['[{"name":"gpu-operator","namespace":"team-b","status":"pending-upgrade"}]'], 0),
         (["[]"], 0),
         (["Error: Kubernetes cluster unreachable"], 1),
     ],
