@@ -352,15 +352,17 @@ class Steps:
             dra_deferred=markers.dra_deferred,
             best_effort=self.s.deploy.best_effort,
         )
+        # What deploy.sh reported, for the operator: "13/15 installed, 2 failed (nfd, aws-efa)".
+        tally = "pre-flight checks failed" if markers.preflight_failed else markers.counts()
         if verdict.outcome is Outcome.FAILED:
             return StepResult.failed(
                 verdict.exit_code,
-                f"AICR install FAILED (deploy.sh exit {result.exit_code}): {verdict.reason}",
+                f"AICR install FAILED (deploy.sh exit {result.exit_code}): {verdict.reason}; {tally}",
                 classification="deploy-failed",
             )
         if verdict.outcome is Outcome.WARNED:
-            return StepResult.warned(verdict.reason, classification="deploy-warned")
-        return StepResult.ok("AICR install complete", classification="deployed")
+            return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
+        return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
 
     def _pending_releases(self) -> list[tuple[str, str, str]]:
         """Releases of this bundle's components left pending-* by an interrupted helm.

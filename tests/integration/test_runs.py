@@ -110,6 +110,7 @@ def test_full_run_captures_everything_and_exits_zero(
         assert any(n.endswith("summary-bundle/recipe.yaml") for n in tar.getnames())
     pointer = r.result("aicr-evidence-bundle", "pointer.yaml").decode()
     assert "reg.example/acme/evidence" in pointer, "pointer.yaml is captured after publish filled it in"
+    assert r.step("deploy")["message"] == "AICR install complete: 15/15 installed"
     assert "AICR Job complete" in r.output
     assert "aicr validate exit=0" in r.output
     assert "evidence publish exit=0" in r.output
@@ -143,6 +144,7 @@ def test_component_failure_without_best_effort_fails_with_deploy_code(
     assert r.code == 1
     assert r.step("deploy")["status"] == "failed"
     assert "AICR install FAILED (deploy.sh exit 1)" in str(r.step("deploy")["message"])
+    assert "failed (gpu-operator)" in str(r.step("deploy")["message"]), "the reason names the failed component"
     assert r.step("validate")["status"] == "skipped", "anchor R-24: no validation after a failed deploy"
     assert r.termination.startswith("Failed (exit 1): deploy failed")
 
