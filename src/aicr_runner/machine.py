@@ -153,29 +153,30 @@ class Machine:
         return RunReport(steps=[StepRecord(state.value) for state in TRANSITIONS], **kwargs)  # type: ignore[arg-type]
 
     def run(self, start: State = State.FETCH) -> RunReport:
+        order = list(TRANSITIONS)
         state = start
-        interrupted_at: State | None = None
         self.interrupted_before = None
+        #: After a shutdown request: the states that have not run yet.
+        not_run: list[State] | None = None
         while state is not State.DONE:
             if self._interrupted():
-                interrupted_at = self.interrupted_before = state
+                self.interrupted_before = state
+                not_run = order[order.index(state) :]
                 break
             result = self._run_step(state)
             if result.status is StepStatus.INTERRUPTED:
-                interrupted_at = TRANSITIONS[state][1]
+                not_run = order[order.index(state) + 1 :]
                 break
             state = TRANSITIONS[state][0 if result.went_well else 1]
-        if interrupted_at is not None:
-            # A stopping pod still gets a few seconds: store what exists (cheap, local).
-            order = list(TRANSITIONS)
-            for later in order[order.index(interrupted_at) :] if interrupted_at in order else []:
-                if later in CAPTURE_STATES:
-                    self._run_step(later)
+        # A stopping pod still gets a few seconds: store what exists (cheap, local).
+        for later in not_run or []:
+            if later in CAPTURE_STATES:
+                self._run_step(later)
         for record in self.report.steps:
             if record.status is StepStatus.PENDING:
                 record.status = StepStatus.SKIPPED
                 record.message = record.message or (
-                    "not started: the run was interrupted" if interrupted_at else "not reached"
+                    "not started: the run was interrupted" if not_run is not None else "not reached"
                 )
         return self.report
 

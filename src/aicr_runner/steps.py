@@ -265,6 +265,8 @@ class Steps:
         name = self.s.recipe.configmap
         if not name:
             return StepResult.skipped("recipe capture is off (the recipe ConfigMap name is empty)")
+        if self.ctx.recipe_summary is None:
+            return StepResult.skipped("no recipe was resolved")
         summary = {"summary.txt": self._recipe_summary_text()}
         raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
         fitted = _fit("recipe.yaml", raw, CONFIGMAP_BUDGET_BYTES - payload_size(summary))

@@ -120,6 +120,7 @@ def test_an_interrupted_step_gives_143_and_phase_interrupted() -> None:
     machine, calls = build({State.DEPLOY: result})
     machine.run()
     assert "validate" not in calls
+    assert calls[-2:] == ["capture-verdict", "capture-evidence"], "the captures after it still run"
     assert machine.finish(validate_gate=True, publish_gate=True) == 143
     assert machine.report.phase is RunPhase.INTERRUPTED
     assert machine.report.step("deploy").status is StepStatus.INTERRUPTED

@@ -74,6 +74,14 @@ def validated(ctx: RunContext, exit_code: int) -> None:
     record.exit_code = exit_code
 
 
+def resolved(ctx: RunContext, recipe_bytes: bytes) -> None:
+    """Record that the recipe step resolved ``recipe_bytes``, as a run would."""
+    from aicr_runner.recipe import Component, RecipeSummary
+
+    ctx.recipe_path.write_bytes(recipe_bytes)
+    ctx.recipe_summary = RecipeSummary(components=(Component("gpu-operator"),))
+
+
 def step(ctx: RunContext, state: State) -> tuple[StepStatus, int, str]:
     result = Steps(ctx).functions()[state]()
     return result.status, result.exit_code, result.reason
@@ -83,7 +91,7 @@ def test_an_over_budget_recipe_is_stored_compressed_not_dropped(tmp_path: Path) 
     ctx = context(tmp_path, StubProcesses())
     recipe = "\n".join(f"- name: component-{i}\n  version: v{i}.0.0" for i in range(60_000)).encode()
     assert len(recipe) > CONFIGMAP_BUDGET_BYTES
-    ctx.recipe_path.write_bytes(recipe)
+    resolved(ctx, recipe)
     status, _, reason = step(ctx, State.CAPTURE_RECIPE)
     assert status is StepStatus.SUCCEEDED
     assert "stored gzip-compressed as recipe.yaml.gz" in reason
@@ -96,7 +104,7 @@ def test_an_over_budget_recipe_is_stored_compressed_not_dropped(tmp_path: Path) 
 def test_recipe_capture_failure_only_warns(tmp_path: Path) -> None:
     api = FakeKubeApi(fail_names={"aicr-recipe"})
     ctx = context(tmp_path, StubProcesses(), sink=ConfigMapSink(api, "ns"))
-    ctx.recipe_path.write_text("kind: RecipeResult\n")
+    resolved(ctx, b"kind: RecipeResult\n")
     status, code, reason = step(ctx, State.CAPTURE_RECIPE)
     assert (status, code) == (StepStatus.WARNED, 0)
     assert "HTTP 403" in reason
@@ -263,7 +271,7 @@ def test_a_child_stopped_after_the_grace_period_is_an_interrupted_step(tmp_path:
 
 def test_a_recipe_over_budget_even_compressed_keeps_the_summary(tmp_path: Path) -> None:
     ctx = context(tmp_path, StubProcesses())
-    ctx.recipe_path.write_bytes(os.urandom(CONFIGMAP_BUDGET_BYTES + 1))  # incompressible
+    resolved(ctx, os.urandom(CONFIGMAP_BUDGET_BYTES + 1))  # incompressible
     status, _, reason = step(ctx, State.CAPTURE_RECIPE)
     assert status is StepStatus.WARNED
     assert "over budget even compressed: summary only" in reason
@@ -278,3 +286,10 @@ def test_an_oversized_verdict_is_exit_26_not_silently_dropped(tmp_path: Path) ->
     status, code, reason = step(ctx, State.CAPTURE_VERDICT)
     assert (status, code) == (StepStatus.FAILED, ExitCode.CAPTURE_FAILED)
     assert "over the ConfigMap budget even compressed" in reason
+
+
+def test_no_resolved_recipe_means_nothing_to_capture(tmp_path: Path) -> None:
+    ctx = context(tmp_path, StubProcesses())
+    status, _, reason = step(ctx, State.CAPTURE_RECIPE)
+    assert (status, reason) == (StepStatus.SKIPPED, "no recipe was resolved")
+    assert not (tmp_path / "results").exists()
