@@ -11,6 +11,7 @@ export PATH="$root/.tools/bin:$PATH"
 
 echo "== ruff"
 .venv/bin/ruff check src tests e2e scripts
+.venv/bin/ruff format --check src tests e2e scripts
 echo "== mypy --strict src"
 .venv/bin/mypy --strict src
 echo "== pytest"

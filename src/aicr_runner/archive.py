@@ -75,9 +75,7 @@ class _Checker:
         if name is None:
             raise self.fail(member.name, "has an absolute path, a '..' component or an empty name")
         if not (member.isreg() or member.isdir()):
-            raise self.fail(
-                member.name, f"is {_member_kind(member)}; only regular files and directories are allowed"
-            )
+            raise self.fail(member.name, f"is {_member_kind(member)}; only regular files and directories are allowed")
         if member.isreg():
             if max_member_bytes is not None and member.size > max_member_bytes:
                 raise self.fail(member.name, f"is {member.size} bytes, over the limit of {max_member_bytes}")
@@ -173,25 +171,19 @@ def safe_extract_all(
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise error_type(f"archive {tar_path.name} is corrupt or truncated: {exc}") from exc
         if len(members) > max_members:
-            raise error_type(
-                f"archive {tar_path.name} has {len(members)} members, over the limit of {max_members}"
-            )
+            raise error_type(f"archive {tar_path.name} has {len(members)} members, over the limit of {max_members}")
         for member in members:
             name = checker.check(member, max_member_bytes=None)
             if root is not None and name.split("/", 1)[0] != root:
                 raise checker.fail(member.name, f"is outside the archive's directory {root!r}")
             existing = dest / name
             if existing.is_symlink() or (existing.exists() and not (member.isdir() and existing.is_dir())):
-                raise checker.fail(
-                    member.name, "would overwrite a path that already exists in the destination"
-                )
+                raise checker.fail(member.name, "would overwrite a path that already exists in the destination")
             if member.isreg():
                 total += member.size
                 files.append(name)
         if total > max_total_bytes:
-            raise error_type(
-                f"archive {tar_path.name} unpacks to {total} bytes, over the limit of {max_total_bytes}"
-            )
+            raise error_type(f"archive {tar_path.name} unpacks to {total} bytes, over the limit of {max_total_bytes}")
         dest.mkdir(parents=True, exist_ok=True)
         try:
             # The checks above already refused anything the data filter would

@@ -41,9 +41,7 @@ def ensure_tools() -> None:
     """Build/install oras and docker-registry when missing (never skip the tests)."""
     if _tools_present():
         return
-    subprocess.run(
-        ["bash", str(ROOT / "scripts" / "bootstrap-tools.sh"), "oras", "debian"], cwd=ROOT, check=True
-    )
+    subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap-tools.sh"), "oras", "debian"], cwd=ROOT, check=True)
     if not _tools_present():
         raise RuntimeError(f"bootstrap ran but {ORAS} or {DOCKER_REGISTRY} is still missing")
 

@@ -54,9 +54,7 @@ def test_valid_credential_pulls_a_go_oras_pack(local_registry: LocalRegistry, tm
     source = make_pack(tmp_path / "src")
     digest = local_registry.push("packs/acme:1.0", source, "registry.yaml", "overlays/")
 
-    pulled = pull_pack(
-        settings(local_registry, "packs/acme:1.0", local_registry.credentials), tmp_path / "pack"
-    )
+    pulled = pull_pack(settings(local_registry, "packs/acme:1.0", local_registry.credentials), tmp_path / "pack")
 
     assert pulled.manifest_digest == digest
     assert tree(pulled.path) == tree(source)
@@ -85,22 +83,16 @@ def test_a_pushed_pack_tarball_unpacks_at_the_root(local_registry: LocalRegistry
     with tarfile.open(upload / "acme-pack.tar.gz", "w:gz") as tar:
         for path in sorted(source.rglob("*")):
             tar.add(path, arcname=str(path.relative_to(source)), recursive=False)
-    local_registry.push(
-        "packs/tarball:1.0", upload, "acme-pack.tar.gz:application/vnd.oci.image.layer.v1.tar+gzip"
-    )
+    local_registry.push("packs/tarball:1.0", upload, "acme-pack.tar.gz:application/vnd.oci.image.layer.v1.tar+gzip")
 
-    pulled = pull_pack(
-        settings(local_registry, "packs/tarball:1.0", local_registry.credentials), tmp_path / "pack"
-    )
+    pulled = pull_pack(settings(local_registry, "packs/tarball:1.0", local_registry.credentials), tmp_path / "pack")
 
     assert tree(pulled.path) == tree(source)
 
 
 def test_wrong_credential_is_refused_quickly(local_registry: LocalRegistry, tmp_path: Path) -> None:
     local_registry.push("packs/acme:auth", make_pack(tmp_path / "src"), "registry.yaml", "overlays/")
-    wrong = docker_config(
-        tmp_path / "wrong.json", local_registry.host, local_registry.user, "not-the-password"
-    )
+    wrong = docker_config(tmp_path / "wrong.json", local_registry.host, local_registry.user, "not-the-password")
 
     started = time.monotonic()
     with pytest.raises(PackAuthError) as caught:
@@ -123,9 +115,7 @@ def test_missing_credential_never_falls_back_to_docker_config(
     # A valid credential where oras-py would look for one by default.
     home = tmp_path / "home"
     (home / ".docker").mkdir(parents=True)
-    docker_config(
-        home / ".docker" / "config.json", local_registry.host, local_registry.user, local_registry.password
-    )
+    docker_config(home / ".docker" / "config.json", local_registry.host, local_registry.user, local_registry.password)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("DOCKER_CONFIG", str(home / ".docker"))
 
@@ -135,21 +125,15 @@ def test_missing_credential_never_falls_back_to_docker_config(
     assert local_registry.host in str(caught.value)
 
 
-def test_credentials_file_without_this_registry_is_refused(
-    local_registry: LocalRegistry, tmp_path: Path
-) -> None:
+def test_credentials_file_without_this_registry_is_refused(local_registry: LocalRegistry, tmp_path: Path) -> None:
     other = docker_config(tmp_path / "other.json", "ghcr.io", local_registry.user, local_registry.password)
-    with pytest.raises(
-        PackAuthError, match=rf"registry {local_registry.host}: .*refusing to pull anonymously"
-    ):
+    with pytest.raises(PackAuthError, match=rf"registry {local_registry.host}: .*refusing to pull anonymously"):
         pull_pack(settings(local_registry, "packs/acme:1.0", other), tmp_path / "pack")
 
 
 def test_missing_tag_is_not_found(local_registry: LocalRegistry, tmp_path: Path) -> None:
     with pytest.raises(PackNotFoundError) as caught:
-        pull_pack(
-            settings(local_registry, "packs/acme:no-such-tag", local_registry.credentials), tmp_path / "pack"
-        )
+        pull_pack(settings(local_registry, "packs/acme:no-such-tag", local_registry.credentials), tmp_path / "pack")
 
     assert caught.value.exit_code == ExitCode.PACK_UNAVAILABLE
     assert "MANIFEST_UNKNOWN" in str(caught.value) or "NAME_UNKNOWN" in str(caught.value)
@@ -168,9 +152,7 @@ def test_tampered_blob_in_registry_storage_is_refused(
     local_registry.blob_file(digest).write_bytes(tampered)
 
     with pytest.raises(PackIntegrityError) as caught:
-        pull_pack(
-            settings(local_registry, "packs/tampered:1.0", local_registry.credentials), tmp_path / "pack"
-        )
+        pull_pack(settings(local_registry, "packs/tampered:1.0", local_registry.credentials), tmp_path / "pack")
 
     assert caught.value.exit_code == ExitCode.PACK_VERIFICATION_FAILED
     assert digest in str(caught.value)
@@ -201,9 +183,7 @@ def test_pack_without_registry_yaml_is_refused(local_registry: LocalRegistry, tm
     ref = f"{local_registry.host}/packs/no-registry:1.0"
 
     with pytest.raises(PackIntegrityError) as caught:
-        pull_pack(
-            settings(local_registry, "packs/no-registry:1.0", local_registry.credentials), tmp_path / "pack"
-        )
+        pull_pack(settings(local_registry, "packs/no-registry:1.0", local_registry.credentials), tmp_path / "pack")
 
     assert str(caught.value).startswith(f"pack {ref} has no registry.yaml; aicr requires it even as a stub")
     assert caught.value.exit_code == ExitCode.PACK_VERIFICATION_FAILED

@@ -96,9 +96,7 @@ def test_extract_members_reports_missing_names_by_omission(tmp_path: Path) -> No
         (regular("huge", b"y" * 101), "over the limit of 100"),
     ],
 )
-def test_extract_members_refuses_unsafe_members_anywhere_in_the_archive(
-    tmp_path: Path, entry: Entry, why: str
-) -> None:
+def test_extract_members_refuses_unsafe_members_anywhere_in_the_archive(tmp_path: Path, entry: Entry, why: str) -> None:
     tar = make_tar(tmp_path / "a.tar.gz", regular("aicr", b"ok"), entry)
 
     with pytest.raises(ArchiveError, match=why) as caught:
@@ -225,9 +223,7 @@ def test_safe_extract_all_enforces_total_size_and_member_count(tmp_path: Path) -
 
 
 def test_safe_extract_all_root_confines_members_to_one_directory(tmp_path: Path) -> None:
-    tar = make_tar(
-        tmp_path / "p.tar.gz", directory("overlays"), regular("overlays/a"), regular("registry.yaml")
-    )
+    tar = make_tar(tmp_path / "p.tar.gz", directory("overlays"), regular("overlays/a"), regular("registry.yaml"))
     with pytest.raises(ArchiveError, match="outside the archive's directory 'overlays'"):
         safe_extract_all(tar, tmp_path / "x", max_total_bytes=100, max_members=10, root="overlays")
     assert safe_extract_all(tar, tmp_path / "y", max_total_bytes=100, max_members=10) == [
@@ -241,9 +237,7 @@ def test_safe_extract_all_never_overwrites_existing_content(tmp_path: Path) -> N
     dest.mkdir()
     (dest / "registry.yaml").write_text("from another layer")
     (dest / "overlays").mkdir()
-    tar = make_tar(
-        tmp_path / "p.tar.gz", directory("overlays"), regular("overlays/a"), regular("registry.yaml")
-    )
+    tar = make_tar(tmp_path / "p.tar.gz", directory("overlays"), regular("overlays/a"), regular("registry.yaml"))
 
     with pytest.raises(ArchiveError, match=r"'registry\.yaml' would overwrite"):
         safe_extract_all(tar, dest, max_total_bytes=100, max_members=10)

@@ -124,9 +124,7 @@ def mock() -> Iterator[respx.MockRouter]:
 def fetch(
     tmp_path: Path, fake_time: FakeTime, s: AicrSettings | None = None, client: httpx.Client | None = None
 ) -> AicrBinary:
-    return fetch_aicr(
-        s or settings(), tmp_path / "aicr", client, sleep=fake_time.sleep, clock=fake_time.clock
-    )
+    return fetch_aicr(s or settings(), tmp_path / "aicr", client, sleep=fake_time.sleep, clock=fake_time.clock)
 
 
 class ResettingStream(httpx.SyncByteStream):
@@ -179,9 +177,7 @@ def test_success_extracts_a_verified_executable_binary(
     assert fake_time.sleeps == []
 
 
-def test_per_request_timeout_is_the_configured_one(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
-) -> None:
+def test_per_request_timeout_is_the_configured_one(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter) -> None:
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
     route = mock.get(AMD64_URL).respond(200, content=AMD64_TAR)
 
@@ -208,9 +204,7 @@ def test_redirect_is_followed_even_by_a_client_that_does_not_by_default(
     assert got.source_url == AMD64_URL
 
 
-def test_archive_without_attestation_is_accepted(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
-) -> None:
+def test_archive_without_attestation_is_accepted(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter) -> None:
     tar = release_tar(attestation=False)
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums(amd64=tar))
     mock.get(AMD64_URL).respond(200, content=tar)
@@ -240,9 +234,7 @@ def test_checksum_mismatch_names_url_and_both_digests(
     assert sha256(tampered) in message
     assert caught.value.exit_code == ExitCode.AICR_VERIFICATION_FAILED
     assert not (tmp_path / "aicr" / "aicr").exists()
-    assert not (
-        tmp_path / "aicr" / "aicr_1.2.0_linux_amd64.tar.gz"
-    ).exists()  # the unverified archive is gone
+    assert not (tmp_path / "aicr" / "aicr_1.2.0_linux_amd64.tar.gz").exists()  # the unverified archive is gone
     assert fake_time.sleeps == []  # a mismatch is never retried
 
 
@@ -274,9 +266,7 @@ def test_duplicate_lines_are_refused_even_when_identical(
     mock.get(SUMS_URL).respond(200, content=checksums(line, line))
     mock.get(AMD64_URL).respond(200, content=AMD64_TAR)
 
-    with pytest.raises(
-        ChecksumError, match=r"2 lines for aicr_1\.2\.0_linux_amd64\.tar\.gz; expected exactly one"
-    ):
+    with pytest.raises(ChecksumError, match=r"2 lines for aicr_1\.2\.0_linux_amd64\.tar\.gz; expected exactly one"):
         fetch(tmp_path, fake_time)
 
 
@@ -290,9 +280,7 @@ def test_duplicate_lines_are_refused_even_when_identical(
         f"sha256:{sha256(AMD64_TAR)}  aicr_1.2.0_linux_amd64.tar.gz",
     ],
 )
-def test_malformed_line_is_refused(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter, line: str
-) -> None:
+def test_malformed_line_is_refused(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter, line: str) -> None:
     mock.get(SUMS_URL).respond(200, content=checksums(line))
     archive = mock.get(AMD64_URL).respond(200, content=AMD64_TAR)
 
@@ -301,9 +289,7 @@ def test_malformed_line_is_refused(
     assert archive.call_count == 0
 
 
-def test_uppercase_hex_and_crlf_lines_are_accepted(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
-) -> None:
+def test_uppercase_hex_and_crlf_lines_are_accepted(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter) -> None:
     body = f"{sha256(AMD64_TAR).upper()}  aicr_1.2.0_linux_amd64.tar.gz\r\n".encode()
     mock.get(SUMS_URL).respond(200, content=body)
     mock.get(AMD64_URL).respond(200, content=AMD64_TAR)
@@ -311,9 +297,7 @@ def test_uppercase_hex_and_crlf_lines_are_accepted(
     assert fetch(tmp_path, fake_time).tarball_sha256 == sha256(AMD64_TAR)
 
 
-def test_strict_pin_mismatch_for_the_selected_arch(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
-) -> None:
+def test_strict_pin_mismatch_for_the_selected_arch(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter) -> None:
     stale_pin = sha256(b"the previous release")
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
     mock.get(AMD64_URL).respond(200, content=AMD64_TAR)
@@ -346,9 +330,7 @@ def test_arm64_run_uses_the_arm64_archive_and_never_the_amd64_pin(
     mock.get(ARM64_URL).respond(200, content=ARM64_TAR)
 
     # A wrong amd64 pin is irrelevant to an arm64 run.
-    got = fetch(
-        tmp_path / "a", fake_time, settings(arch=Arch.ARM64, sha256=Sha256Pins(amd64=sha256(b"not this one")))
-    )
+    got = fetch(tmp_path / "a", fake_time, settings(arch=Arch.ARM64, sha256=Sha256Pins(amd64=sha256(b"not this one"))))
     assert got.source_url == ARM64_URL
     assert got.tarball_sha256 == sha256(ARM64_TAR)
     assert amd64.call_count == 0
@@ -447,9 +429,7 @@ def test_transport_errors_are_retried(
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 410])
-def test_other_4xx_is_not_retried(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter, status: int
-) -> None:
+def test_other_4xx_is_not_retried(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter, status: int) -> None:
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
     route = mock.get(AMD64_URL).respond(status)
 
@@ -500,9 +480,7 @@ def test_certificate_failure_is_found_anywhere_in_the_chain() -> None:
     assert not release.is_certificate_verification_failure(looped)
 
 
-def test_attempt_limit_bounds_the_retries(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
-) -> None:
+def test_attempt_limit_bounds_the_retries(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter) -> None:
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
     route = mock.get(AMD64_URL)
     route.side_effect = httpx.ReadTimeout("timed out")
@@ -543,9 +521,7 @@ def test_retry_after_beyond_the_budget_gives_up_without_sleeping(
     assert fake_time.sleeps == []
 
 
-def test_the_budget_also_bounds_a_slow_download(
-    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
-) -> None:
+def test_the_budget_also_bounds_a_slow_download(tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter) -> None:
     class SlowStream(httpx.SyncByteStream):
         def __iter__(self) -> Iterator[bytes]:
             for _ in range(100):
@@ -835,9 +811,7 @@ def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     key_path = directory / "key.pem"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     os.chmod(key_path, 0o600)
     return cert_path, key_path
