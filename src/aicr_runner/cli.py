@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
         env.setdefault(f"{ENV_PREFIX}WORK_DIR", str(args.output.resolve() / "work"))
     try:
-        settings = load(env, local_pack=mode is Mode.PLAN and args.pack_dir is not None)
+        settings = load(env, local_pack=_local_pack(args) is not None)
     except ConfigError as exc:
         return _bad_input(exc)
     logs.configure(settings.log_format)
@@ -107,6 +107,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except RunnerError as exc:
         logs.get_logger().error(exc.message, exit_code=int(exc.exit_code))
         return exc.exit_code
+
+
+def _local_pack(args: argparse.Namespace) -> Path | None:
+    """``plan --pack-dir``: a local pack standing in for a pack ref."""
+    pack_dir: Path | None = getattr(args, "pack_dir", None)
+    return pack_dir.resolve() if pack_dir is not None else None
 
 
 def _bad_input(exc: ConfigError) -> int:
@@ -166,7 +172,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         aicr=settings.aicr.version,
         arch=settings.aicr.arch.value,
         criteria=settings.criteria.summary(),
-        pack=settings.pack.ref or (str(args.pack_dir) if mode is Mode.PLAN and args.pack_dir else ""),
+        pack=settings.pack.ref or str(_local_pack(args) or ""),
     )
     ctx = RunContext(
         settings=settings,
@@ -178,7 +184,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         environ=env,
         report=report,
         aicr_binary=args.aicr_binary,
-        pack_dir=args.pack_dir.resolve() if mode is Mode.PLAN and args.pack_dir else None,
+        pack_dir=_local_pack(args),
     )
     status_warned: list[str] = []
 
