@@ -101,29 +101,6 @@ class Helm:
             check=check,
         )
 
-    def upgrade(
-        self,
-        release: str,
-        chart: Path | str,
-        namespace: str,
-        *,
-        values: Mapping[str, Any] | None = None,
-        values_files: Sequence[Path] = (),
-        set_values: Mapping[str, str] | None = None,
-        extra_args: Sequence[str] = (),
-        check: bool = True,
-    ) -> subprocess.CompletedProcess[str]:
-        return self.run(
-            "upgrade",
-            release,
-            str(chart),
-            "--namespace",
-            namespace,
-            *self._values_args(values, values_files, set_values),
-            *extra_args,
-            check=check,
-        )
-
     def template(
         self, release: str, chart: Path | str, namespace: str, *, values: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
