@@ -8,7 +8,8 @@
 # after a version bump incremental. Concurrent runs (parallel test sessions) are
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
-# Usage: scripts/bootstrap-tools.sh [helm|oras|actionlint|etcd|kube-apiserver|aicr|debian ...]
+# Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
+#        kube-controller-manager|source-controller|helm-controller|flux-crds|npm|aicr|debian ...]
 #        (no argument: everything)
 set -euo pipefail
 
@@ -90,6 +91,25 @@ go_build() {
           sed -n 's#^\s*\(go.etcd.io/etcd/[a-z0-9/]*\) => \.\./.*#\1#p' "$gomod" |
             while read -r m; do echo "replace $m => $m $version"; done >>go.mod
           ;;
+        replaces)
+          # Every replace directive of the module, as its own build would apply it
+          # (a dependency's replaces are ignored by Go): ./sub becomes the published
+          # MODULE/sub at the same version; the others are copied as they are.
+          go mod edit -json "$gomod" | python3 -c '
+import json, sys
+module, version = sys.argv[1], sys.argv[2]
+for r in json.load(sys.stdin).get("Replace") or []:
+    old, new = r["Old"], r["New"]
+    lhs = old["Path"] + (" " + old["Version"] if old.get("Version") else "")
+    if new["Path"].startswith("./"):
+        rhs = module + "/" + new["Path"][2:] + " " + version
+    elif new["Path"].startswith("../"):
+        continue
+    else:
+        rhs = new["Path"] + (" " + new["Version"] if new.get("Version") else "")
+    print(f"replace {lhs} => {rhs}")
+' "$module" "$version" >>go.mod
+          ;;
         *) log "unknown replace map '$map'"; exit 2 ;;
       esac
     fi
@@ -106,9 +126,9 @@ go_build() {
 # The version stamps upstream release builds carry. Without them kube-apiserver
 # reports v0.0.0-master (which fails every chart's kubeVersion constraint and
 # .Capabilities checks) and `helm version` says v4.3 instead of the patch release.
-helm_ldflags() {
-  printf -- '-X helm.sh/helm/v4/internal/version.version=%s -X helm.sh/helm/v4/internal/version.gitTreeState=clean' \
-    "$HELM_VERSION"
+helm_ldflags() { # MAJOR VERSION
+  printf -- '-X helm.sh/helm/%s/internal/version.version=%s -X helm.sh/helm/%s/internal/version.gitTreeState=clean' \
+    "$1" "$2" "$1"
 }
 
 kube_ldflags() {
@@ -161,6 +181,36 @@ aicr() {
   log "aicr: no module path is served; tests use the contract-faithful fake (tests/fake_aicr)"
 }
 
+# Flux's CRDs, from the same module versions as the controllers.
+flux_crds() {
+  local dest="$root/.tools/flux-crds" stamp_value="$SOURCE_CONTROLLER_VERSION $HELM_CONTROLLER_VERSION"
+  [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$stamp_value" ]] && { log "flux CRDs (up to date)"; return 0; }
+  rm -rf "$dest" && mkdir -p "$dest"
+  local m dir
+  for m in "$SOURCE_CONTROLLER_MODULE@$SOURCE_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE@$HELM_CONTROLLER_VERSION"; do
+    dir=$(go mod download -json "$m" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    cp "$dir"/config/crd/bases/*.yaml "$dest/"
+  done
+  chmod u+w "$dest"/*.yaml
+  printf '%s' "$stamp_value" >"$dest/.version"
+  log "flux CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
+}
+
+# npm packages used as test material (not code): cached tarballs in .tools/npm.
+npm_material() {
+  local dest="$root/.tools/npm" spec=$SIGSTORE_NPM_PACKAGE
+  local file="$dest/${spec%@*}-${spec##*@}.tgz"
+  [[ -f "$file" ]] && { log "$spec (up to date)"; return 0; }
+  mkdir -p "$dest"
+  if [[ -f "$cache/${file##*/}" ]]; then
+    cp "$cache/${file##*/}" "$file"
+  else
+    (cd "$dest" && npm pack --silent "$spec" >/dev/null)
+    cp "$file" "$cache/"
+  fi
+  log "$spec (npm tarball)"
+}
+
 kube_apiserver() {
   if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
     log "using etcd and kube-apiserver from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
@@ -171,16 +221,44 @@ kube_apiserver() {
     "$(kube_ldflags)"
 }
 
+kube_controller_manager() {
+  if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-controller-manager" ]]; then
+    log "using kube-controller-manager from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+    return 0
+  fi
+  go_build kube-controller-manager "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBE_CONTROLLER_MANAGER_PACKAGE" \
+    k8s-staging "$(kube_ldflags)"
+}
+
 want=("$@")
-((${#want[@]})) || want=(debian helm oras actionlint aicr kube-apiserver)
+((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-controller-manager
+  source-controller helm-controller flux-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
-    helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" "" "$(helm_ldflags)" ;;
+    helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" "" "$(helm_ldflags v4 "$HELM_VERSION")" ;;
+    helm3) go_build helm3 "$HELM3_MODULE" "$HELM3_VERSION" "$HELM3_PACKAGE" "" "$(helm_ldflags v3 "$HELM3_VERSION")" ;;
+    cosign)
+      go_build cosign "$COSIGN_MODULE" "$COSIGN_VERSION" "$COSIGN_PACKAGE" "" \
+        "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
+      ;;
+    kube-controller-manager) kube_controller_manager ;;
+    source-controller)
+      go_build source-controller "$SOURCE_CONTROLLER_MODULE" "$SOURCE_CONTROLLER_VERSION" "$SOURCE_CONTROLLER_MODULE" replaces
+      ;;
+    helm-controller)
+      go_build helm-controller "$HELM_CONTROLLER_MODULE" "$HELM_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE" replaces
+      ;;
+    flux-crds) flux_crds ;;
+    npm) npm_material ;;
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
     etcd | kube-apiserver) kube_apiserver ;;
     aicr) aicr ;;
     debian) debian ;;
-    *) echo "bootstrap: unknown tool '$t' (allowed: debian helm oras actionlint aicr etcd kube-apiserver)" >&2; exit 2 ;;
+    *)
+      echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
+        "kube-controller-manager source-controller helm-controller flux-crds npm)" >&2
+      exit 2
+      ;;
   esac
 done
