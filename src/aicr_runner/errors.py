@@ -14,6 +14,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 __all__ = [
+    "ApiConflictError",
     "ArchiveError",
     "CaptureError",
     "ChecksumError",
@@ -148,6 +149,10 @@ class CriteriaRejectedError(RunnerError):
 
 class CaptureError(RunnerError):
     exit_code = ExitCode.CAPTURE_FAILED
+
+
+class ApiConflictError(CaptureError):
+    """The API server answered 409 Conflict; the caller decides what that means."""
 
 
 class ToolError(RunnerError):

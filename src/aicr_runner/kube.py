@@ -1,25 +1,52 @@
 """The Kubernetes API, behind a small interface.
 
-Only ConfigMaps are written, with server-side apply: ``PATCH`` with content type
+ConfigMaps are written with server-side apply: ``PATCH`` with content type
 ``application/apply-patch+yaml``, a field manager, and ``force`` so a re-run takes
 over fields a previous run owned. The request goes through the client's generic
 ``call_api``: the generated ``patch_namespaced_config_map`` of the pinned major
 refuses a ``_content_type`` override and would otherwise pick a merge-patch type.
 Bodies are plain dicts so the client's major version can move without touching
 this code.
+
+Every write goes through ``ClientKubeApi.request``, which retries what waiting can
+fix (429, 5xx, connection errors: an API server restarting or upgrading) with
+back-off and jitter, honouring ``Retry-After``, within a wall-time budget. Other
+4xx answers fail at once with a hint; 409 becomes ``ApiConflictError`` for the
+caller to decide (a Lease someone else holds).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from aicr_runner.errors import CaptureError
+import structlog
+import tenacity
+
+from aicr_runner.backoff import parse_retry_after
+from aicr_runner.errors import ApiConflictError, CaptureError, RunnerError
 
 __all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "configmap_body"]
 
 FIELD_MANAGER = "aicr-runner"
+
+#: What the API server's answer means for the operator, by HTTP status.
+_STATUS_HINTS = {
+    403: "the Job's ServiceAccount may not write ConfigMaps in this namespace",
+    404: "the namespace does not exist",
+    413: "the payload is too large",
+    422: "the API server rejected the object",
+}
+_BACKOFF_INITIAL_SECONDS = 0.5
+_BACKOFF_MAX_SECONDS = 10.0
+_BACKOFF_JITTER_SECONDS = 0.5
+#: One request may take at most this long (connect + read); a hung API server
+#: must not hold a write past its budget.
+_REQUEST_TIMEOUT_SECONDS = 15.0
+
+log = structlog.get_logger()
 
 
 class KubeApi(Protocol):
@@ -53,10 +80,30 @@ def configmap_body(
     return body
 
 
+class _Retryable(Exception):
+    """One attempt failed in a way that waiting may fix."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
 class ClientKubeApi:
     """The official client. In a pod it uses the ServiceAccount; elsewhere kubeconfig."""
 
-    def __init__(self, api_client: Any | None = None) -> None:
+    def __init__(
+        self,
+        api_client: Any | None = None,
+        *,
+        write_budget_seconds: float = 120.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         from kubernetes import client, config  # imported lazily: plan never needs it
 
         if api_client is None:
@@ -72,6 +119,12 @@ class ClientKubeApi:
                     ) from exc
             api_client = client.ApiClient()
         self._api_client = api_client
+        self.write_budget_seconds = write_budget_seconds
+        self._sleep = sleep
+        self._clock = clock
+        self._backoff = tenacity.wait_exponential(
+            multiplier=_BACKOFF_INITIAL_SECONDS, max=_BACKOFF_MAX_SECONDS
+        ) + tenacity.wait_random(0, _BACKOFF_JITTER_SECONDS)
 
     def apply_configmap(
         self,
@@ -82,32 +135,103 @@ class ClientKubeApi:
         binary_data: Mapping[str, bytes] | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> None:
+        body = configmap_body(namespace, name, data=data, binary_data=binary_data, labels=labels)
+        self.request(
+            f"writing ConfigMap {namespace}/{name}",
+            "PATCH",
+            "/api/v1/namespaces/{namespace}/configmaps/{name}",
+            path_params={"namespace": namespace, "name": name},
+            query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+            body=body,
+        )
+
+    def request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        path_params: Mapping[str, str],
+        query_params: Sequence[tuple[str, str]] = (),
+        content_type: str = "application/json",
+        body: Any = None,
+        response_type: str | None = None,
+        error: type[RunnerError] = CaptureError,
+    ) -> Any:
+        """One API call, retried within ``write_budget_seconds``; every write goes through here.
+
+        ``what`` starts every error message ("writing ConfigMap ns/name");
+        ``error`` is the exception raised when it finally fails (its exit code
+        is the run's). ``response_type="object"`` returns the decoded body.
+        """
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        body = configmap_body(namespace, name, data=data, binary_data=binary_data, labels=labels)
-        try:
-            self._api_client.call_api(
-                "/api/v1/namespaces/{namespace}/configmaps/{name}",
-                "PATCH",
-                path_params={"namespace": namespace, "name": name},
-                query_params=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-                header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-                response_type=None,  # read (keeps the pooled connection usable), no model decode
-                _return_http_data_only=True,
+        deadline = self._clock() + self.write_budget_seconds
+
+        def attempt() -> Any:
+            timeout = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
+            try:
+                return self._api_client.call_api(
+                    path,
+                    method,
+                    path_params=dict(path_params),
+                    query_params=list(query_params),
+                    header_params={"Content-Type": content_type, "Accept": "application/json"},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    # None: read (keeps the pooled connection usable), no model decode.
+                    response_type=response_type,
+                    _return_http_data_only=True,
+                    _request_timeout=timeout,
+                )
+            except ApiException as exc:
+                status = exc.status or 0
+                if status == 429 or status >= 500:
+                    headers = exc.headers or {}
+                    raise _Retryable(
+                        f"HTTP {status} {exc.reason}", retry_after=parse_retry_after(headers.get("Retry-After"))
+                    ) from exc
+                if status == 409:
+                    raise ApiConflictError(f"{what} failed: HTTP 409 Conflict ({exc.body or exc.reason})") from exc
+                hint = _STATUS_HINTS.get(status, "")
+                raise error(f"{what} failed: HTTP {status} {exc.reason}" + (f" ({hint})" if hint else "")) from exc
+            except (HTTPError, OSError) as exc:
+                raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            retry_after = exc.retry_after if isinstance(exc, _Retryable) else None
+            pause = retry_after if retry_after is not None else self._backoff(state)
+            if pause >= deadline - self._clock():
+                raise _OutOfBudget(state.attempt_number) from exc
+            return pause
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "Kubernetes API write retry",
+                what=what,
+                attempt=state.attempt_number,
+                reason=exc.reason if isinstance(exc, _Retryable) else repr(exc),
+                wait=round(state.upcoming_sleep, 3),
             )
-        except ApiException as exc:
-            hint = {
-                403: "the Job's ServiceAccount may not write ConfigMaps in this namespace",
-                404: "the namespace does not exist",
-                413: "the payload is too large",
-                422: "the API server rejected the object",
-            }.get(exc.status or 0, "")
-            raise CaptureError(
-                f"writing ConfigMap {namespace}/{name} failed: HTTP {exc.status} {exc.reason}"
-                + (f" ({hint})" if hint else "")
-            ) from exc
-        except (HTTPError, OSError) as exc:
-            raise CaptureError(f"writing ConfigMap {namespace}/{name} failed: {exc}") from exc
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_never,
+            wait=wait,
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            before_sleep=before_sleep,
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(attempt)
+        except _OutOfBudget as exc:
+            last = exc.__cause__
+            reason = last.reason if isinstance(last, _Retryable) else repr(last)
+            raise error(
+                f"{what} failed: gave up after {exc.args[0]} attempt(s) within the "
+                f"{self.write_budget_seconds:g}s API write budget; last error: {reason}"
+            ) from last

@@ -16,7 +16,6 @@ into ``DownloadError`` or ``ChecksumError`` here.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import os
 import re
@@ -24,7 +23,6 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -33,6 +31,7 @@ import structlog
 import tenacity
 
 from aicr_runner.archive import extract_members
+from aicr_runner.backoff import parse_retry_after
 from aicr_runner.config import AicrSettings
 from aicr_runner.digests import sha256_file
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ToolError
@@ -43,6 +42,7 @@ __all__ = [
     "CHECKSUMS_NAME",
     "AicrBinary",
     "fetch_aicr",
+    "parse_retry_after",
     "release_urls",
     "use_preinstalled",
 ]
@@ -245,22 +245,6 @@ def is_certificate_verification_failure(exc: BaseException) -> bool:
             return True
         pending.extend(link for link in (current.__cause__, current.__context__) if link is not None)
     return False
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date)."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 class _Downloader:

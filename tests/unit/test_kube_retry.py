@@ -1,0 +1,162 @@
+"""ClientKubeApi's retries against a loopback HTTP server that answers like a
+struggling API server: 429 with Retry-After, 5xx, closed connections, 4xx."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from kubernetes import client
+
+from aicr_runner.errors import ApiConflictError, CaptureError
+from aicr_runner.kube import ClientKubeApi
+
+
+@dataclass
+class Script:
+    """The answers to give, in order; the last one repeats."""
+
+    answers: list[tuple[int, dict[str, str]]]
+    seen: list[tuple[str, str, float]] = field(default_factory=list)
+
+    def next(self) -> tuple[int, dict[str, str]]:
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    script: Script
+
+    def do_PATCH(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        self.rfile.read(length)
+        self.script.seen.append((self.command, self.path, time.monotonic()))
+        status, headers = self.script.next()
+        if status == 0:  # drop the connection without an answer
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        payload = json.dumps({"kind": "Status", "code": status}).encode()
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, Script]]:
+    script = Script([(200, {})])
+    handler = type("Handler", (_Handler,), {"script": script})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", script
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def api_for(url: str, budget: float = 30.0) -> ClientKubeApi:
+    configuration = client.Configuration()
+    configuration.host = url
+    configuration.retries = False  # the runner's retries are under test, not urllib3's
+    return ClientKubeApi(client.ApiClient(configuration), write_budget_seconds=budget)
+
+
+def test_429_and_5xx_are_retried_honouring_retry_after(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.answers[:] = [(429, {"Retry-After": "1"}), (503, {}), (500, {}), (200, {})]
+    api = api_for(url)
+    api.apply_configmap("ns", "aicr-run-status", data={"k": "v"})
+    assert len(script.seen) == 4
+    assert all(path.startswith("/api/v1/namespaces/ns/configmaps/aicr-run-status?") for _, path, _ in script.seen)
+    assert script.seen[1][2] - script.seen[0][2] >= 0.95, "Retry-After: 1 was honoured"
+
+
+def test_dropped_connections_are_retried(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.answers[:] = [(0, {}), (0, {}), (200, {})]
+    api_for(url).apply_configmap("ns", "x", data={"k": "v"})
+    assert len(script.seen) == 3
+
+
+def test_connection_refused_until_the_server_is_back() -> None:
+    """An API server that is down, then starts on the same port: the write lands."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = Script([(200, {})])
+    handler = type("Handler", (_Handler,), {"script": script})
+    started: list[http.server.ThreadingHTTPServer] = []
+
+    def start_later() -> None:
+        time.sleep(2.0)
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        started.append(httpd)
+        httpd.serve_forever()
+
+    threading.Thread(target=start_later, daemon=True).start()
+    try:
+        api_for(f"http://127.0.0.1:{port}").apply_configmap("ns", "x", data={"k": "v"})
+    finally:
+        for httpd in started:
+            httpd.shutdown()
+            httpd.server_close()
+    assert len(script.seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "hint"),
+    [(403, "may not write ConfigMaps"), (404, "namespace does not exist"), (422, "rejected the object"), (400, "")],
+)
+def test_other_4xx_fail_at_once_with_the_hint(server: tuple[str, Script], status: int, hint: str) -> None:
+    url, script = server
+    script.answers[:] = [(status, {}), (200, {})]
+    with pytest.raises(CaptureError) as caught:
+        api_for(url).apply_configmap("ns", "x", data={"k": "v"})
+    assert len(script.seen) == 1, "not retried"
+    assert caught.value.exit_code == 26
+    assert f"writing ConfigMap ns/x failed: HTTP {status}" in caught.value.message
+    assert hint in caught.value.message
+
+
+def test_409_is_a_conflict_for_the_caller(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.answers[:] = [(409, {})]
+    with pytest.raises(ApiConflictError, match="HTTP 409"):
+        api_for(url).apply_configmap("ns", "x", data={"k": "v"})
+    assert len(script.seen) == 1
+
+
+def test_gives_up_within_the_budget_naming_it(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.answers[:] = [(503, {})]
+    started = time.monotonic()
+    with pytest.raises(CaptureError) as caught:
+        api_for(url, budget=3.0).apply_configmap("ns", "x", data={"k": "v"})
+    assert time.monotonic() - started < 3.5
+    assert len(script.seen) >= 2
+    assert "within the 3s API write budget" in caught.value.message
+    assert "last error: HTTP 503" in caught.value.message
+
+
+def test_retry_after_beyond_the_budget_stops_at_once(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.answers[:] = [(429, {"Retry-After": "60"})]
+    started = time.monotonic()
+    with pytest.raises(CaptureError, match="HTTP 429"):
+        api_for(url, budget=5.0).apply_configmap("ns", "x", data={"k": "v"})
+    assert time.monotonic() - started < 1.0
+    assert len(script.seen) == 1
