@@ -26,8 +26,9 @@ DESCRIPTIONS = {
     "PACK__CREDENTIALS_FILE": "path of a dockerconfigjson file for the pack pull; the only credential the pull uses",
     "PACK__PLAIN_HTTP": "pull the pack over plain HTTP (lab registries)",
     "PACK__INSECURE_TLS": "skip TLS verification for the pack registry (lab registries)",
+    "PACK__PULL_BUDGET_SECONDS": "wall-clock bound on the whole pack pull, however slowly the registry answers (exit 22 past it)",
     "AICR__VERSION": "pinned aicr release tag; the leading `v` is optional",
-    "AICR__ARCH": "release architecture, `amd64` or `arm64` (default: this machine's)",
+    "AICR__ARCH": "release architecture, `amd64` or `arm64`; empty or unset: this machine's",
     "AICR__SHA256__AMD64": "strict sha256 pin of the amd64 release tarball (the checksums file is verified regardless)",
     "AICR__SHA256__ARM64": "strict sha256 pin of the arm64 release tarball; never inherits the amd64 pin",
     "AICR__RELEASE_BASE_URL": "where releases are served: `<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz` (a mirror for air-gapped clusters)",
@@ -35,7 +36,7 @@ DESCRIPTIONS = {
     "AICR__BINARY_SHA256": "sha256 the preinstalled binary must match",
     "AICR__DOWNLOAD_ATTEMPTS": "download attempts for transient failures (timeouts, resets, 408/429/5xx)",
     "AICR__DOWNLOAD_TIMEOUT_SECONDS": "per-request timeout",
-    "AICR__DOWNLOAD_BUDGET_SECONDS": "upper bound on the whole download, retries and back-off included",
+    "AICR__DOWNLOAD_BUDGET_SECONDS": "wall-clock bound on the whole download (retries, back-off, slow bodies, stalled TLS and redirects included; exit 20 past it)",
     "RECIPE__FLAGS": "legacy extra `aicr recipe` flags, split on whitespace only (no quotes, no globs)",
     "RECIPE__ARGS": "extra `aicr recipe` arguments as a JSON array, one argv entry each, after the flags",
     "RECIPE__CONFIGMAP": "ConfigMap for `summary.txt` and `recipe.yaml`; empty turns the capture off",
@@ -71,6 +72,7 @@ DESCRIPTIONS = {
     "LOG_FORMAT": "`console` (readable) or `json`",
     "TERMINATION_MESSAGE_PATH": "where the one-line outcome is written for the pod status",
     "SHUTDOWN_GRACE_SECONDS": "after SIGTERM, how long a running child (helm in deploy.sh) may finish before it is stopped",
+    "KUBE_WRITE_BUDGET_SECONDS": "how long one Kubernetes API write (a result ConfigMap) keeps retrying 429, 5xx and connection errors, honouring Retry-After",
 }
 
 

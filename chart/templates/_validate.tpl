@@ -42,7 +42,7 @@ anchor left to runtime; C-* are new.
 
 {{- /* G-01: aicrSha256 is a per-arch map since 0.3.0. */ -}}
 {{- if not (kindIs "map" $v.aicrSha256) -}}
-{{- fail (printf "aicrSha256 must be a map of per-architecture pins, not %q. Move the value under the key for aicrArch (%s), e.g. aicrSha256: {%s: <64 hex>}; an empty entry skips the strict pin for that architecture." (toString $v.aicrSha256) (toString $v.aicrArch) (toString $v.aicrArch)) -}}
+{{- fail (printf "aicrSha256 must be a map of per-architecture pins, not %q. Move the value under the key for aicrArch (%s), e.g. aicrSha256: {%s: <64 hex>}; an empty entry skips the strict pin for that architecture." (toString $v.aicrSha256) (toString (default "the node's architecture" $v.aicrArch)) (toString (default "arm64" $v.aicrArch))) -}}
 {{- end -}}
 
 {{- /* C-02: aicrBinary.sha256 pins a preinstalled binary. */ -}}

@@ -143,7 +143,7 @@ def _make_sink(settings: RunnerSettings, mode: Mode, args: Any) -> Sink:
     from aicr_runner.kube import ClientKubeApi
 
     namespace = settings.namespace or _pod_namespace()
-    return ConfigMapSink(ClientKubeApi(), namespace)
+    return ConfigMapSink(ClientKubeApi(write_budget_seconds=settings.kube_write_budget_seconds), namespace)
 
 
 def _pod_namespace() -> str:
@@ -185,6 +185,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         report=report,
         aicr_binary=args.aicr_binary,
         pack_dir=_local_pack(args),
+        interrupted=shutdown.requested,
     )
     status_warned: list[str] = []
 

@@ -154,6 +154,12 @@ class AicrSettings(_Group):
     #: Upper bound on the whole download step, retries and back-off included.
     download_budget_seconds: float = Field(default=600.0, gt=0, le=7200)
 
+    @field_validator("arch", mode="before")
+    @classmethod
+    def _arch(cls, value: object) -> object:
+        # The chart renders "" by default: the node's architecture, detected here.
+        return _host_arch() if value == "" else value
+
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
@@ -186,6 +192,8 @@ class PackSettings(_Group):
     credentials_file: str = ""
     plain_http: bool = False
     insecure_tls: bool = False
+    #: Wall-clock bound on the whole pack pull, however slowly the registry answers.
+    pull_budget_seconds: float = Field(default=600.0, gt=0, le=7200)
 
     @field_validator("ref")
     @classmethod
@@ -303,6 +311,8 @@ class RunnerSettings(BaseSettings):
     termination_message_path: str = "/dev/termination-log"
     #: How long a running child (helm inside deploy.sh) may finish after SIGTERM.
     shutdown_grace_seconds: float = Field(default=60.0, ge=0, le=3600)
+    #: How long one Kubernetes API write may keep retrying (429, 5xx, connection errors).
+    kube_write_budget_seconds: float = Field(default=120.0, gt=0, le=3600)
 
     _names = field_validator("status_configmap")(classmethod(lambda cls, v: _check_k8s_name(v)))
 

@@ -67,7 +67,6 @@ _TRANSIENT_ERRORS: tuple[type[httpx.HTTPError], ...] = (
 _BACKOFF_INITIAL_SECONDS = 1.0
 _BACKOFF_MAX_SECONDS = 30.0
 _BACKOFF_JITTER_SECONDS = 1.0
-_CHUNK_BYTES = 1 << 16
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 log = structlog.get_logger()
@@ -106,12 +105,17 @@ def fetch_aicr(
     *,
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> AicrBinary:
-    """Download, verify and unpack the aicr release into ``dest_dir``."""
+    """Download, verify and unpack the aicr release into ``dest_dir``.
+
+    ``cancelled`` is polled at every network read: the caller's wall-clock
+    budget or a shutdown (see ``deadline.bounded``) stops the download there.
+    """
     archive_url, checksums_url = release_urls(settings)
     archive_name = archive_url.rsplit("/", 1)[1]
     dest_dir.mkdir(parents=True, exist_ok=True)
-    downloader = _Downloader(settings, client, sleep=sleep, clock=clock)
+    downloader = _Downloader(settings, client, sleep=sleep, clock=clock, cancelled=cancelled)
     try:
         checksums_path = dest_dir / CHECKSUMS_NAME
         downloader.download(checksums_url, checksums_path, max_bytes=MAX_CHECKSUMS_BYTES)
@@ -248,8 +252,17 @@ def is_certificate_verification_failure(exc: BaseException) -> bool:
 
 
 class _Downloader:
-    def __init__(self, settings: AicrSettings, client: httpx.Client | None, *, sleep: Sleep, clock: Clock) -> None:
+    def __init__(
+        self,
+        settings: AicrSettings,
+        client: httpx.Client | None,
+        *,
+        sleep: Sleep,
+        clock: Clock,
+        cancelled: Callable[[], bool],
+    ) -> None:
         self._settings = settings
+        self._cancelled = cancelled
         self._own_client = client is None
         self._client = client or httpx.Client(follow_redirects=True)
         self._sleep = sleep
@@ -317,6 +330,8 @@ class _Downloader:
         )
 
     def _attempt(self, url: str, dest: Path, max_bytes: int) -> str:
+        if self._cancelled():
+            raise DownloadError(f"download of {url} was stopped before it started")
         remaining = self._remaining()
         if remaining <= 0:
             raise _OutOfBudget(f"the {self._settings.download_budget_seconds:g}s budget is used up")
@@ -354,7 +369,11 @@ class _Downloader:
     def _stream(self, url: str, response: httpx.Response, out: IO[bytes], max_bytes: int) -> str:
         digest = hashlib.sha256()
         received = 0
-        for chunk in response.iter_bytes(_CHUNK_BYTES):
+        # No chunk size: each chunk is what one read returned, so a server that
+        # drips bytes cannot keep this loop from seeing the budget or a cancel.
+        for chunk in response.iter_bytes():
+            if self._cancelled():
+                raise DownloadError(f"download of {url} was stopped ({received} bytes received)")
             received += len(chunk)
             if received > max_bytes:
                 raise DownloadError(f"download of {url} exceeds {max_bytes} bytes; refusing it")

@@ -20,10 +20,10 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
-from aicr_runner import classify, commands, logs, recipe
+from aicr_runner import classify, commands, deadline, logs, recipe
 from aicr_runner.classify import Outcome
-from aicr_runner.config import RunnerSettings
-from aicr_runner.errors import CaptureError, ExitCode, InterruptedRun, RunnerError
+from aicr_runner.config import ENV_PREFIX, RunnerSettings
+from aicr_runner.errors import CaptureError, DownloadError, ExitCode, InterruptedRun, PackError, RunnerError
 from aicr_runner.machine import State, StepResult
 from aicr_runner.pack import PulledPack, pull_pack
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
@@ -54,6 +54,8 @@ class RunContext:
     pack_dir: Path | None = None
     pull: Callable[..., PulledPack] = pull_pack
     fetch: Callable[..., AicrBinary] = fetch_aicr
+    #: True once SIGTERM/SIGINT arrived: network steps stop at once.
+    interrupted: Callable[[], bool] = lambda: False
     # Filled in as the run goes.
     aicr: Path | None = None
     pack: Path | None = None
@@ -206,7 +208,20 @@ class Steps:
             binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
             how = f"preinstalled {binary.path}"
         else:
-            binary = self.ctx.fetch(aicr, self.ctx.work / "aicr-release")
+            dest = self.ctx.work / "aicr-release"
+            budget = aicr.download_budget_seconds
+            binary = deadline.bounded(
+                lambda cancelled: self.ctx.fetch(aicr, dest, cancelled=cancelled),
+                budget_seconds=budget,
+                interrupted=self.ctx.interrupted,
+                what="the aicr download",
+                over_budget=lambda: DownloadError(
+                    f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
+                    f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
+                    f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
+                    "(--aicr-binary / aicrBinary.path)"
+                ),
+            )
             how = f"{binary.source_url} (sha256 {binary.tarball_sha256})"
         self.ctx.aicr = binary.path
         result = self._aicr(State.FETCH, [str(binary.path), "--version"])
@@ -227,7 +242,17 @@ class Steps:
             return StepResult.skipped("no data pack")
         target = self.ctx.work / "pack"
         shutil.rmtree(target, ignore_errors=True)
-        pulled = self.ctx.pull(self.s.pack, target)
+        budget = self.s.pack.pull_budget_seconds
+        pulled = deadline.bounded(
+            lambda cancelled: self.ctx.pull(self.s.pack, target),
+            budget_seconds=budget,
+            interrupted=self.ctx.interrupted,
+            what="the data pack pull",
+            over_budget=lambda: PackError(
+                f"the data pack pull of {self.s.pack.ref} did not finish within the {budget:g}s pull budget "
+                f"({ENV_PREFIX}PACK__PULL_BUDGET_SECONDS); the registry is slow or stalled"
+            ),
+        )
         self.ctx.pack = pulled.path
         return StepResult.ok(f"pulled {pulled.ref} ({pulled.manifest_digest}, {len(pulled.layers)} layers)")
 

@@ -31,6 +31,7 @@ VALUE_TO_ENV: dict[str, str] = {
     "dataPack": "PACK__REF",
     "dataPackPlainHTTP": "PACK__PLAIN_HTTP",
     "dataPackInsecureTLS": "PACK__INSECURE_TLS",
+    "dataPackPullBudgetSeconds": "PACK__PULL_BUDGET_SECONDS",
     "aicrVersion": "AICR__VERSION",
     "aicrArch": "AICR__ARCH",
     "aicrSha256.amd64": "AICR__SHA256__AMD64",
@@ -70,6 +71,7 @@ VALUE_TO_ENV: dict[str, str] = {
     "validate.publish.plainHTTP": "VALIDATE__PUBLISH__PLAIN_HTTP",
     "statusConfigMap": "STATUS_CONFIGMAP",
     "logFormat": "LOG_FORMAT",
+    "kubeWriteBudgetSeconds": "KUBE_WRITE_BUDGET_SECONDS",
 }
 
 

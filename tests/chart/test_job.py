@@ -510,6 +510,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_PACK__CREDENTIALS_FILE": "",
         "AICR_RUNNER_PACK__PLAIN_HTTP": "false",
         "AICR_RUNNER_PACK__INSECURE_TLS": "false",
+        "AICR_RUNNER_PACK__PULL_BUDGET_SECONDS": "600",
         "AICR_RUNNER_AICR__VERSION": "1.2.0",
         "AICR_RUNNER_AICR__ARCH": "arm64",
         "AICR_RUNNER_AICR__SHA256__AMD64": "a" * 64,
@@ -550,6 +551,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_LOG_FORMAT": "json",
         "AICR_RUNNER_TERMINATION_MESSAGE_PATH": "/dev/termination-log",
         "AICR_RUNNER_SHUTDOWN_GRACE_SECONDS": "105",
+        "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS": "120",
     }
 
 
@@ -560,7 +562,7 @@ def test_default_config_map_names_and_versions() -> None:
     assert env["AICR_RUNNER_VALIDATE__EVIDENCE_CONFIGMAP"] == "aicr-evidence-bundle"
     assert env["AICR_RUNNER_STATUS_CONFIGMAP"] == "aicr-run-status"
     assert env["AICR_RUNNER_AICR__VERSION"] == "v1.2.0"
-    assert env["AICR_RUNNER_AICR__ARCH"] == "amd64"
+    assert env["AICR_RUNNER_AICR__ARCH"] == "", "empty: the runtime fetches the node's architecture"
     assert env["AICR_RUNNER_AICR__RELEASE_BASE_URL"] == "https://github.com/NVIDIA/aicr/releases/download"
     assert env["AICR_RUNNER_DEPLOY__FLAGS"] == "--best-effort --no-wait"
     assert env["AICR_RUNNER_CRITERIA__SERVICE"] == "any"
