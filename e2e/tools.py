@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "TOOLS_BIN", "BootstrapError", "pinned_versions", "tool"]
+__all__ = ["REPO_ROOT", "TOOLS_BIN", "BootstrapError", "npm_tarball", "pinned_versions", "tool"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
@@ -31,6 +31,7 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "helm": ("helm", "HELM_VERSION"),
     "oras": ("oras", "ORAS_VERSION"),
     "actionlint": ("actionlint", "ACTIONLINT_VERSION"),
+    "cosign": ("cosign", "COSIGN_VERSION"),
     "etcd": ("kube-apiserver", "ETCD_VERSION"),
     "kube-apiserver": ("kube-apiserver", "KUBERNETES_VERSION"),
     "aicr": ("aicr", "AICR_VERSION"),
@@ -118,3 +119,16 @@ def _tool(name: str) -> Path:
 def tool(name: str) -> Path:
     """Absolute path of the pinned tool ``name``, bootstrapping it when needed."""
     return _tool(name)
+
+
+@functools.cache
+def npm_tarball() -> Path:
+    """The cached npm tarball of SIGSTORE_NPM_PACKAGE (real Sigstore test material)."""
+    spec = pinned_versions()["SIGSTORE_NPM_PACKAGE"]
+    name, _, version = spec.rpartition("@")
+    path = REPO_ROOT / ".tools" / "npm" / f"{name}-{version}.tgz"
+    if not path.is_file():
+        output = _bootstrap("npm")
+        if not path.is_file():
+            raise BootstrapError(f"{spec}: scripts/bootstrap-tools.sh npm did not provide {path}:\n{output}")
+    return path

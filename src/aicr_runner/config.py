@@ -42,6 +42,8 @@ __all__ = [
     "Criteria",
     "LogFormat",
     "Phase",
+    "ProvenanceMode",
+    "ProvenanceSettings",
     "PublishMode",
     "PublishSettings",
     "RunnerSettings",
@@ -77,6 +79,15 @@ class Phase(StrEnum):
 class PublishMode(StrEnum):
     SIGNED = "signed"
     UNSIGNED = "unsigned"
+
+
+class ProvenanceMode(StrEnum):
+    #: Fail closed (exit 29) unless aicr's provenance verifies.
+    REQUIRE = "require"
+    #: Verify and report, but run aicr even when verification fails.
+    WARN = "warn"
+    #: Do not verify.
+    OFF = "off"
 
 
 class LogFormat(StrEnum):
@@ -140,6 +151,32 @@ class Sha256Pins(_Group):
         return _sha256_or_empty(value)
 
 
+#: Defaults from aicr's own install script (``cosign verify-blob-attestation`` of
+#: ``aicr-attestation.sigstore.json``): the release workflow's OIDC issuer, and the
+#: workflow identity, pinned here to the exact tag the runner downloads.
+GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
+AICR_RELEASE_IDENTITY = "https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/{version}"
+
+
+class ProvenanceSettings(_Group):
+    """How aicr's Sigstore provenance is verified before the binary runs."""
+
+    mode: ProvenanceMode = ProvenanceMode.REQUIRE
+    #: Exact certificate identity (SAN URI); empty: NVIDIA's release workflow at
+    #: the pinned tag. ``{version}`` is replaced by the pinned tag.
+    identity: str = ""
+    issuer: str = GITHUB_ACTIONS_ISSUER
+    #: A Sigstore trusted_root.json; empty: the public-good root shipped with the runner.
+    trusted_root: str = ""
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, value: str) -> str:
+        if not re.match(r"^https://[^/\s]+", value):
+            raise ValueError("must be an https:// OIDC issuer URL, e.g. https://token.actions.githubusercontent.com")
+        return value
+
+
 class AicrSettings(_Group):
     version: str = "v1.2.0"
     arch: Arch = Field(default_factory=_host_arch)
@@ -153,6 +190,7 @@ class AicrSettings(_Group):
     download_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     #: Upper bound on the whole download step, retries and back-off included.
     download_budget_seconds: float = Field(default=600.0, gt=0, le=7200)
+    provenance: ProvenanceSettings = ProvenanceSettings()
 
     @field_validator("arch", mode="before")
     @classmethod
@@ -183,6 +221,12 @@ class AicrSettings(_Group):
     def pin(self) -> str:
         """The strict pin for the selected arch; never another arch's."""
         return str(getattr(self.sha256, self.arch.value))
+
+    @property
+    def expected_identity(self) -> str:
+        """The signer identity aicr's provenance must carry."""
+        template = self.provenance.identity or AICR_RELEASE_IDENTITY
+        return template.replace("{version}", self.version)
 
 
 class PackSettings(_Group):

@@ -28,6 +28,7 @@ __all__ = [
     "PackError",
     "PackIntegrityError",
     "PackNotFoundError",
+    "ProvenanceError",
     "RunnerError",
     "ToolError",
 ]
@@ -60,6 +61,10 @@ class ExitCode(IntEnum):
     #: A Helm release of this bundle is pending (an interrupted helm operation);
     #: deploy.sh would fail on it ("another operation is in progress").
     HELM_RELEASE_PENDING = 28
+    #: aicr's Sigstore provenance did not verify (signature, certificate chain,
+    #: transparency log, signer identity, subject digest or predicate type), or
+    #: the release carries none while provenance.mode is require.
+    PROVENANCE_FAILED = 29
     #: An unexpected internal error; the message says where to find details.
     INTERNAL = 70
     #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.
@@ -75,6 +80,7 @@ DETERMINISTIC_EXIT_CODES: tuple[int, ...] = (
     ExitCode.AICR_VERIFICATION_FAILED,
     ExitCode.PACK_VERIFICATION_FAILED,
     ExitCode.EXPECTATIONS_NOT_MET,
+    ExitCode.PROVENANCE_FAILED,
 )
 
 
@@ -115,6 +121,12 @@ class ArchiveError(RunnerError):
     """An archive member is unsafe or unexpected (links, '..', oversized...)."""
 
     exit_code = ExitCode.AICR_VERIFICATION_FAILED
+
+
+class ProvenanceError(RunnerError):
+    """aicr's Sigstore provenance is missing or does not verify (fail closed)."""
+
+    exit_code = ExitCode.PROVENANCE_FAILED
 
 
 class PackError(RunnerError):

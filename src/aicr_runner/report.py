@@ -84,6 +84,8 @@ class RunReport:
     #: aicr's list of supported criteria combinations when it rejected the criteria.
     supported_combinations: list[str] = field(default_factory=list)
     components: list[dict[str, str]] = field(default_factory=list)
+    #: The fetch step's provenance check (mode, verified identity, log index, time).
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def step(self, state: str) -> StepRecord:
         for record in self.steps:
@@ -128,6 +130,9 @@ class RunReport:
             exit_code = "" if record.exit_code is None else str(record.exit_code)
             seconds = "" if record.duration_seconds is None else f"{record.duration_seconds:.1f}"
             lines.append(f"{record.state:<18} {record.status.value:<12} {exit_code:>4} {seconds:>8}  {record.message}")
+        if self.provenance:
+            facts = ", ".join(f"{k}={v}" for k, v in self.provenance.items() if v not in ("", None))
+            lines += ["", f"aicr provenance: {facts}"]
         if self.warnings:
             lines += ["", "warnings:", *(f"- {w}" for w in self.warnings)]
         if self.supported_combinations:

@@ -27,6 +27,7 @@ from aicr_runner.errors import CaptureError, DownloadError, ExitCode, Interrupte
 from aicr_runner.machine import State, StepResult
 from aicr_runner.pack import PulledPack, pull_pack
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
+from aicr_runner.provenance import CosignVerifier, SignatureVerifier, check_provenance
 from aicr_runner.release import AicrBinary, fetch_aicr, use_preinstalled
 from aicr_runner.report import RunReport, StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, Sink, payload_size
@@ -56,6 +57,8 @@ class RunContext:
     fetch: Callable[..., AicrBinary] = fetch_aicr
     #: True once SIGTERM/SIGINT arrived: network steps stop at once.
     interrupted: Callable[[], bool] = lambda: False
+    #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
+    verifier: SignatureVerifier | None = None
     # Filled in as the run goes.
     aicr: Path | None = None
     pack: Path | None = None
@@ -223,11 +226,23 @@ class Steps:
                 ),
             )
             how = f"{binary.source_url} (sha256 {binary.tarball_sha256})"
+        # Provenance is verified before aicr runs at all, --version included.
+        verifier = self.ctx.verifier or CosignVerifier(self.ctx.processes, self.ctx.environ)
+        try:
+            provenance = check_provenance(binary.path, binary.attestation_path, aicr, verifier, self.ctx.work)
+        except RunnerError as exc:
+            self.ctx.report.provenance = {"mode": aicr.provenance.mode.value, "status": "failed", "reason": exc.message}
+            raise
+        self.ctx.report.provenance = provenance.to_dict()
         self.ctx.aicr = binary.path
         result = self._aicr(State.FETCH, [str(binary.path), "--version"])
         if result.exit_code != 0:
             return StepResult.failed(ExitCode.TOOL_MISSING, f"{binary.path} --version exited {result.exit_code}")
-        return StepResult.ok(f"aicr from {how}")
+        if provenance.warning:
+            return StepResult.warned(f"aicr from {how}; {provenance.warning}", classification="provenance-unverified")
+        if provenance.verified is None:
+            return StepResult.ok(f"aicr from {how}; provenance not checked (mode off)")
+        return StepResult.ok(f"aicr from {how}; {provenance.verified.summary()}")
 
     def pack(self) -> StepResult:
         if self.ctx.pack_dir is not None:

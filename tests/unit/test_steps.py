@@ -189,10 +189,65 @@ def test_aicr_that_cannot_report_its_version_is_exit_27(tmp_path: Path) -> None:
     binary = tmp_path / "aicr-bin"
     binary.write_text("#!/bin/sh\nexit 3\n")
     binary.chmod(0o755)
-    ctx = context(tmp_path, StubProcesses(exit_code=3))
+    ctx = context(tmp_path, StubProcesses(exit_code=3), AICR_RUNNER_AICR__PROVENANCE__MODE="off")
     ctx.aicr_binary = binary
     status, code, _ = step(ctx, State.FETCH)
     assert (status, code) == (StepStatus.FAILED, ExitCode.TOOL_MISSING)
+
+
+def provenance_context(tmp_path: Path, processes: StubProcesses, **env: str) -> RunContext:
+    """A preinstalled "aicr" that is really the sigstore@3.1.0 npm tarball, with that
+    tarball's real provenance bundle as its attestation sidecar; real cosign, offline."""
+    from aicr_runner.process import SubprocessRunner
+    from aicr_runner.provenance import CosignVerifier
+    from tests.unit.test_provenance import BUNDLE, npm_tarball, offline_environ
+
+    binary = tmp_path / "bin" / "aicr"
+    binary.parent.mkdir()
+    binary.write_bytes(npm_tarball().read_bytes())
+    binary.chmod(0o755)
+    (binary.parent / "aicr-attestation.sigstore.json").write_bytes(BUNDLE.read_bytes())
+    ctx = context(tmp_path, processes, **env)
+    ctx.aicr_binary = binary
+    home = tmp_path / "home"
+    home.mkdir()
+    ctx.verifier = CosignVerifier(SubprocessRunner(), offline_environ(home))
+    return ctx
+
+
+def test_fetch_refuses_a_binary_whose_provenance_does_not_verify_before_it_runs(tmp_path: Path) -> None:
+    processes = StubProcesses()
+    ctx = provenance_context(tmp_path, processes)  # the default identity: NVIDIA's release workflow
+    status, code, reason = step(ctx, State.FETCH)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.PROVENANCE_FAILED)
+    assert "signer identity mismatch" in reason
+    assert "expected https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/v1.2.0" in reason
+    assert processes.calls == [], "aicr must not run, not even --version"
+    assert ctx.report.provenance["status"] == "failed"
+
+
+def test_fetch_records_the_verified_identity_log_index_and_time(tmp_path: Path) -> None:
+    processes = StubProcesses()
+    identity = "https://github.com/sigstore/sigstore-js/.github/workflows/release.yml@refs/heads/main"
+    ctx = provenance_context(tmp_path, processes, AICR_RUNNER_AICR__PROVENANCE__IDENTITY=identity)
+    status, code, reason = step(ctx, State.FETCH)
+    assert (status, code) == (StepStatus.SUCCEEDED, 0), reason
+    assert f"provenance verified: signed by {identity}" in reason
+    assert "Rekor log index 168704762, integrated 2025-02-04T20:35:47Z" in reason
+    assert processes.calls == [[str(ctx.aicr_binary), "--version"]]
+    assert ctx.report.provenance["logIndex"] == 168704762
+    assert ctx.report.provenance["identity"] == identity
+    assert "aicr provenance: mode=require, status=verified" in ctx.report.summary_text()
+    assert '"logIndex": 168704762' in ctx.report.to_json()
+
+
+def test_fetch_in_warn_mode_runs_aicr_and_warns(tmp_path: Path) -> None:
+    processes = StubProcesses()
+    ctx = provenance_context(tmp_path, processes, AICR_RUNNER_AICR__PROVENANCE__MODE="warn")
+    status, code, reason = step(ctx, State.FETCH)
+    assert (status, code) == (StepStatus.WARNED, 0)
+    assert "signer identity mismatch" in reason
+    assert processes.calls == [[str(ctx.aicr_binary), "--version"]]
 
 
 @pytest.mark.parametrize(
