@@ -294,13 +294,18 @@ class ReleaseMirror:
         self._thread.join(timeout=10)
 
 
-def release_archive(launcher: Path) -> bytes:
+#: What the fake release carries as its attestation unless told otherwise: the
+#: fake aicr has no real provenance (scenarios run with aicrProvenance.mode=off).
+PLACEHOLDER_ATTESTATION = b'{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}\n'
+
+
+def release_archive(launcher: Path, *, attestation: bytes = PLACEHOLDER_ATTESTATION) -> bytes:
     """``aicr_<ver>_linux_<arch>.tar.gz`` as goreleaser lays it out: the binary
-    (here the fake aicr's launcher), its Sigstore attestation, README and LICENSE."""
+    (here ``launcher``), its Sigstore attestation, README and LICENSE."""
     buffer = io.BytesIO()
     members = {
         "aicr": (launcher.read_bytes(), 0o755),
-        "aicr-attestation.sigstore.json": (b'{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}\n', 0o644),
+        "aicr-attestation.sigstore.json": (attestation, 0o644),
         "README.md": (b"# aicr (fake, end-to-end scenarios)\n", 0o644),
         "LICENSE": (b"Apache-2.0\n", 0o644),
     }

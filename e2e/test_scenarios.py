@@ -46,7 +46,7 @@ from e2e.scenarios import (
     releases_in,
     write_org_pack,
 )
-from e2e.tools import tool
+from e2e.tools import REPO_ROOT, npm_tarball, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -131,6 +131,10 @@ class Scenario:
     namespace: str
 
     def install(self, values: Mapping[str, Any]) -> None:
+        """Install the chart. Provenance is off unless the values say otherwise: the
+        fake aicr has no NVIDIA attestation (the provenance scenario states its mode)."""
+        if "aicrProvenance" not in values:
+            values = merged(values, {"aicrProvenance": {"mode": "off"}})
         self.helm.install(RELEASE, CHART, self.namespace, values=values)
 
     def pack_secret(self, dockerconfigjson: str | None = None) -> None:
@@ -400,8 +404,77 @@ def test_a_flaky_mirror_succeeds_after_retries(
     fetch = scenario.results.step("fetch")
     assert fetch["status"] == "succeeded"
     digest = hashlib.sha256(release_archive_bytes).hexdigest()
-    assert fetch["message"] == f"aicr from {mirror.base_url}{ARCHIVE_PATH} (sha256 {digest})"
+    assert fetch["message"] == (
+        f"aicr from {mirror.base_url}{ARCHIVE_PATH} (sha256 {digest}); provenance not checked (mode off)"
+    )
     assert run.termination_message.startswith("Succeeded (exit 0)")
+
+
+SIGSTORE_BUNDLE = REPO_ROOT / "tests" / "data" / "sigstore" / "sigstore-3.1.0.sigstore.json"
+SIGSTORE_JS = "https://github.com/sigstore/sigstore-js/.github/workflows/release.yml@refs/heads/main"
+
+
+@pytest.fixture(scope="module")
+def attested_release() -> bytes:
+    """A release archive whose "aicr" carries real public-good provenance, but not
+    NVIDIA's: the sigstore@3.1.0 npm tarball and its npm provenance bundle."""
+    return release_archive(npm_tarball(), attestation=SIGSTORE_BUNDLE.read_bytes())
+
+
+def test_a_release_whose_provenance_does_not_verify_is_refused_before_aicr_runs(
+    scenario: Scenario, kubelet: Kubelet, attested_release: bytes
+) -> None:
+    files = {
+        ARCHIVE_PATH: attested_release,
+        CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": attested_release}),
+    }
+    with ReleaseMirror(files) as mirror:
+        # The chart's default: aicrProvenance.mode=require, NVIDIA's identity at aicrVersion.
+        scenario.install(merged(download_values(mirror.base_url), {"aicrProvenance": {"mode": "require"}}))
+        outcome = kubelet.run_job_to_completion(RELEASE, scenario.namespace)
+
+    # 29 is in the chart's podFailurePolicy FailJob list: one pod, no retry.
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == ("Failed", "PodFailurePolicy", 1), (
+        outcome.describe()
+    )
+    run = outcome.last
+    assert run.exit_code == 29
+    message = run.termination_message
+    assert message.startswith(
+        "Failed (exit 29): fetch failed: aicr provenance aicr-attestation.sigstore.json: signer identity mismatch: "
+        f"the certificate was issued to {SIGSTORE_JS}, expected "
+        "https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/v1.2.0"
+    ), message
+    results = scenario.results
+    assert results.statuses()["fetch"] == "failed"
+    assert results.statuses()["recipe"] == "skipped"
+    assert results.report()["provenance"]["status"] == "failed"
+
+
+def test_provenance_verified_in_the_pod_is_recorded_in_the_status(
+    scenario: Scenario, kubelet: Kubelet, attested_release: bytes
+) -> None:
+    """The same release with the signer it really has: cosign verifies it offline
+    in the pod; the identity, log index and time land in the status ConfigMap.
+    (The "aicr" is an npm tarball, so it then cannot run: exit 27.)"""
+    files = {
+        ARCHIVE_PATH: attested_release,
+        CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": attested_release}),
+    }
+    with ReleaseMirror(files) as mirror:
+        scenario.install(
+            merged(download_values(mirror.base_url), {"aicrProvenance": {"mode": "require", "identity": SIGSTORE_JS}})
+        )
+        run = kubelet.run_job(RELEASE, scenario.namespace)
+
+    assert run.exit_code == 27, run.describe()
+    provenance = scenario.results.report()["provenance"]
+    assert provenance["status"] == "verified", provenance
+    assert provenance["identity"] == SIGSTORE_JS
+    assert provenance["logIndex"] == 168704762
+    assert provenance["integratedTime"] == "2025-02-04T20:35:47Z"
+    summary = scenario.results.data("aicr-run-status")["summary.txt"]
+    assert "aicr provenance: mode=require, status=verified" in summary
 
 
 def test_an_unreachable_mirror_fails_within_the_budget_and_the_job_retries(

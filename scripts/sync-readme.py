@@ -15,7 +15,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = {
-    "chart": ["Installing the chart", "Recommended settings per delivery path", "The image"],
+    "chart": [
+        "Installing the chart",
+        "Recommended settings per delivery path",
+        "The image",
+        "aicr provenance",
+    ],
     "criteria": ["Which criteria?"],
     "migration": ["Migration"],
 }

@@ -255,8 +255,9 @@ class Kubelet:
         #: e.g. {"/usr/local/bin/aicr": fake_aicr_launcher}
         self.image_files = {k: Path(v) for k, v in (image_files or {}).items()}
         self.sandbox = sandbox or sandbox_mode()
-        #: host paths the container must reach (the Python runtime of the venv)
-        self.expose = [os.path.realpath(sys.base_prefix)]
+        #: host paths the container must reach: the Python runtime of the venv,
+        #: and the pinned tools on PATH (.tools may be a link out of the checkout)
+        self.expose = [os.path.realpath(sys.base_prefix), os.path.realpath(TOOLS_BIN)]
 
     # -- finding the Job ------------------------------------------------------
     def find_job(self, release: str, namespace: str) -> dict[str, Any]:
