@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Copies sections of docs/chart.md into README.md between markers.
+"""Copies sections of docs/chart.md into README.md between markers, and the whole
+page into the packaged chart's README (chart/README.md).
 
-docs/chart.md is the chart's own page; the README is the front door and carries the
-same text for installing, delivery paths, criteria and migration. `--check` fails
-when the README is out of step.
+docs/chart.md is the chart's own page and the one source: the README is the front
+door and carries the same text for installing, delivery paths, criteria,
+provenance and migration; `helm show readme` shows chart/README.md. `--check`
+fails when either is out of step.
 """
 
 from __future__ import annotations
@@ -59,19 +61,33 @@ def synced(readme: str, doc: str) -> str:
     return readme
 
 
+CHART_README_HEADER = (
+    "<!-- generated from docs/chart.md by scripts/sync-readme.py; do not edit -->\n"
+    "<!-- project: https://github.com/nvidia-aicr/aicr-runner -->\n\n"
+)
+
+
+def chart_readme(doc: str) -> str:
+    return CHART_README_HEADER + doc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    readme_path = ROOT / "README.md"
-    text = readme_path.read_text()
-    updated = synced(text, (ROOT / "docs" / "chart.md").read_text())
+    doc = (ROOT / "docs" / "chart.md").read_text()
+    targets = {
+        ROOT / "README.md": synced((ROOT / "README.md").read_text(), doc),
+        ROOT / "chart" / "README.md": chart_readme(doc),
+    }
     if args.check:
-        if updated != text:
-            print("README.md is out of step with docs/chart.md: run scripts/sync-readme.py", file=sys.stderr)
-            return 1
-        return 0
-    readme_path.write_text(updated)
+        stale = [path for path, text in targets.items() if not path.is_file() or path.read_text() != text]
+        for path in stale:
+            where = path.relative_to(ROOT)
+            print(f"{where} is out of step with docs/chart.md: run scripts/sync-readme.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in targets.items():
+        path.write_text(text)
     return 0
 
 
