@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "TOOLS_BIN", "BootstrapError", "npm_tarball", "pinned_versions", "tool"]
+__all__ = ["REPO_ROOT", "TOOLS_BIN", "BootstrapError", "flux_crds", "npm_tarball", "pinned_versions", "tool"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
@@ -132,3 +132,19 @@ def npm_tarball() -> Path:
         if not path.is_file():
             raise BootstrapError(f"{spec}: scripts/bootstrap-tools.sh npm did not provide {path}:\n{output}")
     return path
+
+
+@functools.cache
+def flux_crds() -> Path:
+    """The directory of Flux's CRDs at the pinned source- and helm-controller versions."""
+    pins = pinned_versions()
+    directory = REPO_ROOT / ".tools" / "flux-crds"
+    stamp = directory / ".version"
+    want = f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']}"
+    if not stamp.is_file() or stamp.read_text() != want:
+        output = _bootstrap("flux-crds")
+        if not stamp.is_file() or stamp.read_text() != want:
+            raise BootstrapError(
+                f"flux CRDs {want}: scripts/bootstrap-tools.sh flux-crds did not provide them:\n{output}"
+            )
+    return directory

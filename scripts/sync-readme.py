@@ -22,6 +22,7 @@ SECTIONS = {
         "Recommended settings per delivery path",
         "The image",
         "aicr provenance",
+        "Verifying the image and the chart",
     ],
     "criteria": ["Which criteria?"],
     "migration": ["Migration"],
