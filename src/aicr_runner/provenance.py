@@ -82,6 +82,7 @@ TRUSTED_ROOT_SOURCE = {
 }
 _MAX_BUNDLE_BYTES = 1024 * 1024
 _ENV_PREFIX = "AICR_RUNNER_AICR__PROVENANCE__"
+_COSIGN_OVERRIDES = ("SIGSTORE_", "TUF_", "COSIGN_")
 
 
 def default_trusted_root() -> Path:
@@ -383,7 +384,9 @@ class CosignVerifier:
         argv = self.argv(bundle=bundle, artifact=artifact, identity=identity, issuer=issuer, trusted_root=trusted_root)
         lines: list[str] = []
         log_path = work / "logs" / "provenance.log"
-        env = child_env(self._environ)
+        # Only the trusted root given here decides what is trusted: cosign's own
+        # SIGSTORE_*/TUF_* overrides (other roots, keys, CT logs) never reach it.
+        env = {k: v for k, v in child_env(self._environ).items() if not k.upper().startswith(_COSIGN_OVERRIDES)}
         # cosign keeps a cache under HOME; a bare environment must not send it to "/".
         env.setdefault("HOME", str(work))
         result = self._processes.run(argv, env=env, cwd=work, log_path=log_path, on_line=lines.append)

@@ -144,6 +144,31 @@ def test_the_real_bundle_verifies_offline_with_the_sigstore_js_identity(
     assert "Verified OK" in (tmp_path / "logs" / "provenance.log").read_text()
 
 
+def test_sigstore_environment_overrides_do_not_reach_cosign(material: tuple[Path, Path], tmp_path: Path) -> None:
+    tarball, bundle = material
+    recorded: dict[str, str] = {}
+
+    class Recording(SubprocessRunner):
+        def run(self, argv: Any, *, env: Any, **kw: Any) -> Any:
+            recorded.update(env)
+            return super().run(argv, env=env, **kw)
+
+    home = tmp_path / "home"
+    home.mkdir()
+    environ = {
+        **offline_environ(home),
+        "SIGSTORE_ROOT_FILE": str(tmp_path / "evil.pem"),
+        "SIGSTORE_REKOR_PUBLIC_KEY": str(tmp_path / "evil.pub"),
+        "TUF_ROOT": str(tmp_path),
+        "COSIGN_EXPERIMENTAL": "1",
+    }
+    check, refusal = run_check(tarball, bundle, CosignVerifier(Recording(), environ), tmp_path)
+    assert refusal == ""
+    assert check.verified is not None
+    assert not {k for k in recorded if k.startswith(("SIGSTORE_", "TUF_", "COSIGN_"))}
+    assert recorded["HTTPS_PROXY"] == "http://127.0.0.1:9"
+
+
 def test_cosign_gets_the_offline_argv(cosign: CosignVerifier, tmp_path: Path) -> None:
     argv = cosign.argv(
         bundle=tmp_path / "b.json", artifact=tmp_path / "aicr", identity="id", issuer="iss", trusted_root=Path("r")
