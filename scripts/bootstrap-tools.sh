@@ -9,7 +9,7 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-controller-manager|source-controller|helm-controller|flux-crds|npm|aicr|debian ...]
+#        kube-controller-manager|kubectl|source-controller|helm-controller|flux-crds|npm|aicr|debian ...]
 #        (no argument: everything)
 set -euo pipefail
 
@@ -230,9 +230,13 @@ kube_controller_manager() {
     k8s-staging "$(kube_ldflags)"
 }
 
+build_kubectl() {
+  go_build kubectl "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBECTL_PACKAGE" k8s-staging "$(kube_ldflags)"
+}
+
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-controller-manager
-  source-controller helm-controller flux-crds npm)
+  kubectl source-controller helm-controller flux-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
     helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" "" "$(helm_ldflags v4 "$HELM_VERSION")" ;;
@@ -242,6 +246,7 @@ for t in "${want[@]}"; do
         "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
       ;;
     kube-controller-manager) kube_controller_manager ;;
+    kubectl) build_kubectl ;;
     source-controller)
       go_build source-controller "$SOURCE_CONTROLLER_MODULE" "$SOURCE_CONTROLLER_VERSION" "$SOURCE_CONTROLLER_MODULE" replaces
       ;;
@@ -257,7 +262,7 @@ for t in "${want[@]}"; do
     debian) debian ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-controller-manager source-controller helm-controller flux-crds npm)" >&2
+        "kube-controller-manager kubectl source-controller helm-controller flux-crds npm)" >&2
       exit 2
       ;;
   esac
