@@ -164,6 +164,7 @@ def safe_extract_all(
     """
     checker = _Checker(tar_path, error_type)
     files: list[str] = []
+    checked: list[tuple[tarfile.TarInfo, str]] = []
     total = 0
     with _open(tar_path, error_type) as tar:
         try:
@@ -182,15 +183,35 @@ def safe_extract_all(
             if member.isreg():
                 total += member.size
                 files.append(name)
+            checked.append((member, name))
         if total > max_total_bytes:
             raise error_type(f"archive {tar_path.name} unpacks to {total} bytes, over the limit of {max_total_bytes}")
         dest.mkdir(parents=True, exist_ok=True)
         try:
-            # The checks above already refused anything the data filter would
-            # rewrite; the filter stays as a guard against what they might miss.
-            tar.extractall(dest, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                # The checks above already refused anything the data filter would
+                # rewrite; the filter stays as a guard against what they might miss.
+                tar.extractall(dest, filter="data")
+            else:
+                _write_checked(tar, checked, dest, checker)
         except tarfile.FilterError as exc:
             raise error_type(f"archive {tar_path.name}: {exc}") from exc
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise error_type(f"archive {tar_path.name} could not be extracted: {exc}") from exc
     return files
+
+
+def _write_checked(
+    tar: tarfile.TarFile, checked: list[tuple[tarfile.TarInfo, str]], dest: Path, checker: _Checker
+) -> None:
+    """Python before 3.11.4 (Debian 12's python3 is 3.11.2) has no extraction
+    filters (PEP 706). Every member was checked (regular files and directories
+    under relative paths only), so each is written the way extract_members writes
+    files, with the data filter's modes: no setuid/setgid/sticky bits, no group or
+    other write, always readable and writable by the owner."""
+    for member, name in checked:
+        target = dest / name
+        if member.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            _write_member(tar, member, target, checker).chmod((member.mode & 0o755) | 0o600)
