@@ -14,5 +14,7 @@ echo "== ruff"
 .venv/bin/ruff format --check src tests e2e scripts
 echo "== mypy --strict src"
 .venv/bin/mypy --strict src
+echo "== image (scripts/build-image.sh: the image tests and the e2e pods run it)"
+bash scripts/build-image.sh
 echo "== pytest"
 .venv/bin/pytest --cov=aicr_runner --cov-branch --cov-report=term:skip-covered "$@"

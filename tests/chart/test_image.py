@@ -1,6 +1,6 @@
 """The runner image (Dockerfile) and the release workflow: linted, and consistent
-with what the chart mounts and sets. There is no Docker engine here, so the image
-is checked statically."""
+with what the chart mounts and sets. These are the static checks; the image built
+from the Dockerfile is run in tests/image."""
 
 from __future__ import annotations
 
@@ -59,29 +59,94 @@ def test_actionlint_is_clean(workflow: object) -> None:
 
 def test_base_image_is_pinned_by_digest_and_stages_are_multi_stage() -> None:
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}$", DOCKERFILE, re.M)
-    froms = re.findall(r"^FROM (\S+)(?: AS (\w+))?$", DOCKERFILE, re.M)
-    assert [image for image, _ in froms] == ["${PYTHON_IMAGE}"] * 3
-    assert [stage for _, stage in froms] == ["builder", "tools", ""]
+    froms = re.findall(r"^FROM (\S+)(?: AS ([\w-]+))?$", DOCKERFILE, re.M)
+    assert froms == [
+        ("${PYTHON_IMAGE}", "wheels-download"),
+        ("scratch", "wheels"),
+        ("${PYTHON_IMAGE}", "builder"),
+        ("${PYTHON_IMAGE}", "tools-download"),
+        ("scratch", "tools"),
+        ("${PYTHON_IMAGE}", ""),
+    ]
     assert "COPY --from=builder /opt/venv /opt/venv" in DOCKERFILE
+    assert "pip install --no-cache-dir --no-index --find-links /wheels aicr-runner" in DOCKERFILE
 
 
-@pytest.mark.parametrize("tool", ["HELM", "KUBECTL"])
-def test_tools_are_pinned_per_architecture_and_checked(tool: str) -> None:
-    assert re.search(rf"^ARG {tool}_VERSION=v\d+\.\d+\.\d+$", DOCKERFILE, re.M)
+def test_every_stage_the_local_build_replaces_is_a_plain_directory_of_files() -> None:
+    """scripts/build-image.sh replaces the "tools" and "wheels" stages with local
+    directories (--build-context NAME=DIR); the release build fills the same
+    stages from the network. The binaries the script puts in "tools" are the ones
+    the runtime stage copies."""
+    script = (ROOT / "scripts" / "build-image.sh").read_text()
+    for stage in ("tools", "wheels"):
+        assert re.search(rf"^FROM scratch AS {stage}\nCOPY --from={stage}-download /\S+/ /$", DOCKERFILE, re.M)
+        assert f'--build-context "{stage}=$work/{stage}"' in script
+    assert '--build-arg "PYTHON_IMAGE=$base"' in script
+    listed = re.search(r"^image_tools=\(([^)]*)\)$", script, re.M)
+    assert listed is not None
+    script_tools = [entry.split(":")[0] for entry in listed.group(1).split()]
+    copied = re.search(r"^COPY --from=tools (.+) /usr/local/bin/$", DOCKERFILE, re.M)
+    assert copied is not None
+    assert [path.lstrip("/") for path in copied.group(1).split()] == script_tools
+    assert re.findall(r"install -m 0755 \S+ /out/(\w+)", DOCKERFILE) == script_tools
+
+
+def test_kubectl_is_pinned_per_architecture_and_helm_is_the_tests_v4() -> None:
+    assert re.search(r"^ARG KUBECTL_VERSION=v\d+\.\d+\.\d+$", DOCKERFILE, re.M)
     for arch in ("AMD64", "ARM64"):
-        assert re.search(rf"^ARG {tool}_SHA256_{arch}=[0-9a-f]{{64}}$", DOCKERFILE, re.M), arch
+        assert re.search(rf"^ARG KUBECTL_SHA256_{arch}=[0-9a-f]{{64}}$", DOCKERFILE, re.M), arch
+        assert re.search(rf"^ARG HELM_SHA256_{arch}=(?:[0-9a-f]{{64}})?$", DOCKERFILE, re.M), arch
+    pinned = re.search(r"^HELM_VERSION=(\S+)$", (ROOT / "tools" / "versions.env").read_text(), re.M)
+    assert pinned is not None
+    assert f"ARG HELM_VERSION={pinned.group(1)}" in DOCKERFILE
     assert "sha256sum -c SHA256SUMS" in DOCKERFILE
     assert '"${TARGETARCH}"' in DOCKERFILE
-    assert "unsupported TARGETARCH" in DOCKERFILE
+
+
+def pin_guard() -> str:
+    """The release build's check of the per-architecture pins, as bash runs it."""
+    run = DOCKERFILE[DOCKERFILE.index('RUN case "${TARGETARCH}"') :]
+    return run[len("RUN ") : run.index(" && curl")].replace("\\\n", "")  # Dockerfile line continuations
+
+
+@pytest.mark.parametrize(
+    ("arch", "helm_pin", "refused"),
+    [
+        ("amd64", "", "no sha256 pinned for helm v4.3.1 linux/amd64: set --build-arg HELM_SHA256_AMD64"),
+        ("arm64", "abc", "no sha256 pinned for helm v4.3.1 linux/arm64: set --build-arg HELM_SHA256_ARM64"),
+        ("s390x", "0" * 64, "unsupported TARGETARCH 's390x' (amd64 or arm64)"),
+        ("amd64", "0" * 64, ""),
+    ],
+)
+def test_the_release_build_refuses_to_download_without_a_checksum(arch: str, helm_pin: str, refused: str) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "TARGETARCH": arch,
+        "HELM_VERSION": "v4.3.1",
+        "KUBECTL_VERSION": "v1.34.1",
+        "HELM_SHA256_AMD64": helm_pin,
+        "HELM_SHA256_ARM64": helm_pin,
+        "KUBECTL_SHA256_AMD64": "1" * 64,
+        "KUBECTL_SHA256_ARM64": "1" * 64,
+    }
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", pin_guard()], env=env, capture_output=True, text=True, check=False
+    )
+    if refused:
+        assert proc.returncode == 1
+        assert refused in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
 
 
 def test_runtime_is_non_root_with_tini_and_the_runner_entrypoint() -> None:
     assert re.search(r"^USER 65532:65532$", DOCKERFILE, re.M)
     assert 'ENTRYPOINT ["tini", "--", "aicr-runner"]' in DOCKERFILE
     assert 'CMD ["run"]' in DOCKERFILE
-    for package in ("bash", "jq", "ca-certificates", "tini"):
-        assert re.search(rf"apt-get install -y --no-install-recommends [^\n]*\b{package}\b", DOCKERFILE), package
-    for label in ("title", "description", "licenses", "version", "revision", "created"):
+    assert "RUN packages=(bash ca-certificates jq tini) missing=()" in DOCKERFILE
+    assert 'apt-get install -y --no-install-recommends "${missing[@]}"' in DOCKERFILE
+    assert "command -v bash jq tini >/dev/null" in DOCKERFILE
+    for label in ("title", "description", "licenses", "version", "revision", "created", "base.name"):
         assert f"org.opencontainers.image.{label}=" in DOCKERFILE
 
 

@@ -49,12 +49,18 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 SCRIPT = PACKAGE_DIR / "aicr"
 
 
-def install_fake_aicr(directory: Path) -> Path:
-    """Write an executable ``aicr`` into ``directory`` and return its path."""
+def install_fake_aicr(directory: Path, *, python: str | None = None, package_dir: str | None = None) -> Path:
+    """Write an executable ``aicr`` into ``directory`` and return its path.
+
+    By default the launcher runs this checkout's fake with the test interpreter.
+    For a container, ``python`` is the interpreter inside it (the image's
+    ``/opt/venv/bin/python`` has PyYAML) and ``package_dir`` where this package is
+    mounted there."""
     directory.mkdir(parents=True, exist_ok=True)
     launcher = directory / "aicr"
+    script = f"{package_dir}/aicr" if package_dir else str(SCRIPT)
     launcher.write_text(
-        f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n",
+        f"#!{python or sys.executable}\nimport runpy\nrunpy.run_path({script!r}, run_name='__main__')\n",
         encoding="utf-8",
     )
     launcher.chmod(0o755)

@@ -1,0 +1,212 @@
+"""The image built from the Dockerfile (scripts/build-image.sh, podman) runs the way
+the chart and the README run it: as 65532, read-only root, writable only where the
+chart mounts emptyDirs.
+
+aicr itself is the contract-faithful stand-in (tests/fake_aicr), mounted into the
+container with a launcher bound to the image's Python: the real release cannot be
+downloaded here."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.chart.helm import renders
+from tests.fake_aicr import PACKAGE_DIR, install_fake_aicr
+from tests.podman import IMAGE_PYTHON, PODMAN, ROOT, RUN_LIMITS, built_image
+
+pytestmark = pytest.mark.image
+
+#: Where the tests mount the fake aicr package and its launcher in the container.
+FAKE_PACKAGE = "/opt/fake-aicr/fake_aicr"
+FAKE_AICR = "/opt/fake-aicr/aicr"
+CRITERIA_ENV = {
+    "AICR_RUNNER_CRITERIA__ACCELERATOR": "h100",
+    "AICR_RUNNER_CRITERIA__SERVICE": "eks",
+    "AICR_RUNNER_CRITERIA__INTENT": "training",
+    "AICR_RUNNER_CRITERIA__OS": "ubuntu",
+}
+#: How the tests point the runner at the stand-in. It has no Sigstore attestation
+#: (provenance is tested with real Sigstore material in tests/unit/test_provenance.py),
+#: so verification is switched off explicitly, as the runner demands for such a binary.
+STAND_IN_ENV = {"AICR_RUNNER_AICR__BINARY": FAKE_AICR, "AICR_RUNNER_AICR__PROVENANCE__MODE": "off"}
+#: The first and last rows of the eks/h100/training/ubuntu component table.
+PLAN_COMPONENTS = ("cert-manager", "kubeflow-trainer")
+
+
+def pins() -> dict[str, str]:
+    text = (ROOT / "tools" / "versions.env").read_text()
+    return dict(re.findall(r"^([A-Z0-9_]+)=\"?([^\"\n]*)\"?$", text, re.M))
+
+
+def podman(*args: str, check: bool = False, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PODMAN, *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return built_image()
+
+
+@pytest.fixture(scope="module")
+def fake_aicr_mounts(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    launcher = install_fake_aicr(tmp_path_factory.mktemp("fake-aicr"), python=IMAGE_PYTHON, package_dir=FAKE_PACKAGE)
+    return ["-v", f"{PACKAGE_DIR}:{FAKE_PACKAGE}:ro", "-v", f"{launcher}:{FAKE_AICR}:ro"]
+
+
+def chart_pod() -> tuple[list[str], list[str]]:
+    """podman flags for the chart's securityContext, and the chart's emptyDir mount paths."""
+    rendered = renders()
+    pod_sc = rendered.pod["securityContext"]
+    container_sc = rendered.container["securityContext"]
+    assert container_sc["readOnlyRootFilesystem"] is True
+    assert container_sc["allowPrivilegeEscalation"] is False
+    assert container_sc["capabilities"]["drop"] == ["ALL"]
+    flags = [
+        f"--user={pod_sc['runAsUser']}:{pod_sc['runAsGroup']}",
+        "--cap-drop=all",
+        "--security-opt=no-new-privileges",
+    ]
+    empty_dirs = {name for name, volume in rendered.volumes.items() if "emptyDir" in volume}
+    paths = sorted(m["mountPath"] for m in rendered.mounts.values() if m["name"] in empty_dirs)
+    assert {"/tmp", "/work", "/home/aicr"} <= set(paths), paths
+    return flags, paths
+
+
+def tmpfs(paths: Sequence[str]) -> list[str]:
+    # ":U" gives the tmpfs to the container's user: podman mounts it root-owned 0755
+    # (/tmp aside) where the kubelet's emptyDir is world-writable.
+    return [arg for path in paths for arg in ("--tmpfs", f"{path}:U")]
+
+
+def env_flags(env: dict[str, str]) -> list[str]:
+    return [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
+
+
+def test_version_reports_the_runtime_and_the_pinned_aicr(image: str) -> None:
+    proc = podman("run", "--rm", "--read-only", *RUN_LIMITS, image, "version")
+    assert proc.returncode == 0, proc.stderr
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    assert proc.stdout.strip() == f"aicr-runner {version.group(1)} (pinned aicr {pins()['AICR_VERSION']})"
+
+
+def test_the_image_runs_as_65532_with_the_pinned_helm_kubectl_and_tini(image: str) -> None:
+    script = (
+        "id -u; id -g; helm version --short; kubectl version --client -o yaml | sed -n 's/^  gitVersion: //p'; "
+        'command -v tini jq bash aicr-runner; echo "$HOME $PATH"'
+    )
+    proc = podman("run", "--rm", "--read-only", *RUN_LIMITS, "--entrypoint", "bash", image, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    uid, gid, helm, kubectl, tini, jq, bash, runner, env = proc.stdout.strip().splitlines()
+    assert (uid, gid) == ("65532", "65532")
+    versions = pins()
+    assert helm.split("+")[0] == versions["HELM_VERSION"]
+    dockerfile_helm = re.search(r"^ARG HELM_VERSION=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert dockerfile_helm is not None
+    assert dockerfile_helm.group(1) == versions["HELM_VERSION"], "release and CI images carry the same helm"
+    assert kubectl == versions["KUBERNETES_VERSION"]
+    assert (tini, jq, bash) == ("/usr/bin/tini", "/usr/bin/jq", "/usr/bin/bash")
+    assert runner == "/opt/venv/bin/aicr-runner"
+    assert env.startswith("/home/aicr /opt/venv/bin:")
+
+
+def test_plan_runs_read_only_as_the_chart_runs_it_and_writes_only_to_the_emptydirs(
+    image: str, fake_aicr_mounts: list[str]
+) -> None:
+    security, empty_dirs = chart_pod()
+    common = [
+        *RUN_LIMITS,
+        *security,
+        *tmpfs(empty_dirs),
+        *fake_aicr_mounts,
+        *env_flags({**CRITERIA_ENV, **STAND_IN_ENV}),
+    ]
+
+    locked = podman("run", "--rm", "--read-only", *common, image, "plan", "--output", "/work/plan")
+
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    assert "phase: Succeeded" in locked.stdout
+    assert re.search(r"^fetch +succeeded +0 ", locked.stdout, re.M), locked.stdout
+    assert "aicr from preinstalled /opt/fake-aicr/aicr" in locked.stdout
+    for component in PLAN_COMPONENTS:
+        assert re.search(rf"^{component}\s", locked.stdout, re.M), locked.stdout
+    assert "results in /work/plan" in locked.stdout
+
+    # The same run with a writable root: whatever it wrote outside the emptyDirs
+    # would show in `podman diff`. Compared with a container that runs nothing,
+    # which shows only what podman itself adds (mount points, the passwd entry).
+    def changes(*args: str) -> set[str]:
+        created = podman("create", *common, *args, image, "plan", "--output", "/work/plan", check=True)
+        name = created.stdout.strip()
+        try:
+            started = podman("start", "--attach", name)
+            diff = podman("diff", name, check=True)
+        finally:
+            podman("rm", "--force", name)
+        assert started.returncode == 0, started.stdout + started.stderr
+        return set(diff.stdout.split("\n")) - {""}
+
+    baseline = changes("--entrypoint", "true")
+    written = changes()
+    assert written == baseline, f"written outside {empty_dirs}: {sorted(written - baseline)}"
+    assert not any(line.split()[-1].startswith(("/opt/venv", "/usr/local/bin")) for line in written)
+
+
+def readme_docker_run_commands() -> list[list[str]]:
+    """Every `docker run ... plan` command in the README's bash blocks, as argv."""
+    readme = (ROOT / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", readme, re.S):
+        joined = block.replace("\\\n", " ")
+        for line in joined.splitlines():
+            argv = shlex.split(line)
+            if argv[:2] == ["docker", "run"] and "plan" in argv:
+                commands.append(argv)
+    return commands
+
+
+README_COMMANDS = readme_docker_run_commands()
+
+
+def test_the_readme_shows_the_docker_run_plan_command() -> None:
+    assert len(README_COMMANDS) >= 1
+    chart = (ROOT / "chart" / "Chart.yaml").read_text()
+    app_version = re.search(r'^appVersion: "?([^"\n]+)"?$', chart, re.M)
+    assert app_version is not None
+    for argv in README_COMMANDS:
+        images = [a for a in argv if re.match(r"^ghcr\.io/[^/]+/aicr-runner:", a)]
+        assert images == [f"ghcr.io/nvidia-aicr/aicr-runner:{app_version.group(1)}"], argv
+
+
+@pytest.mark.parametrize("argv", README_COMMANDS, ids=lambda argv: " ".join(argv[argv.index("plan") :]))
+def test_the_readme_docker_run_plan_command_runs_with_podman(
+    argv: list[str], image: str, fake_aicr_mounts: list[str]
+) -> None:
+    """The README's command with `docker` -> `podman` and only what this machine
+    needs changed: podman's runtime flags and ulimits, the local image for the
+    published one, `:U` on the tmpfs mounts (podman leaves them root-owned 0755,
+    Docker makes them world-writable), and the stand-in aicr with provenance off
+    (GitHub, where the pinned release and its attestation come from, is
+    unreachable here)."""
+    command = list(argv[2:])
+    for i, arg in enumerate(command):
+        if i > 0 and command[i - 1] == "--tmpfs":
+            command[i] = f"{arg}:U"
+        if arg.startswith("ghcr.io/"):
+            command[i] = image
+    stand_in = [*fake_aicr_mounts, *env_flags(STAND_IN_ENV)]
+
+    proc = podman("run", *RUN_LIMITS, *stand_in, *command)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "phase: Succeeded" in proc.stdout
+    assert "criteria: service=eks, accelerator=h100, os=ubuntu, intent=training" in proc.stdout
+    for component in PLAN_COMPONENTS:
+        assert re.search(rf"^{component}\s", proc.stdout, re.M), proc.stdout
+    assert Path(ROOT / "README.md").read_text().count("docker run --rm --read-only") == len(README_COMMANDS)
