@@ -58,7 +58,7 @@ install_from_cache() { # NAME VERSION RECIPE
   log "$1 $2 (from cache)"
 }
 
-# go_build NAME MODULE VERSION PACKAGE [REPLACE_MAP [LDFLAGS]]
+# go_build NAME MODULE VERSION PACKAGE [REPLACE_MAP [LDFLAGS [PINS]]]
 # Builds PACKAGE from MODULE@VERSION in a throwaway wrapper module. Modules whose
 # go.mod replaces sibling modules with local paths (kubernetes staging, etcd) cannot
 # be built with `go install pkg@version`; REPLACE_MAP says how to turn each local
@@ -66,10 +66,12 @@ install_from_cache() { # NAME VERSION RECIPE
 #   k8s-staging  ./staging/src/k8s.io/X  -> k8s.io/X v0.<minor>.<patch>
 #   siblings     ../api                  -> go.etcd.io/etcd/api/v3 at the same version
 # LDFLAGS are extra linker flags (version stamps the upstream Makefiles set).
+# PINS ("module=version ...") replace dependency versions the module proxy does not
+# serve with the nearest one it does (tools/versions.env says which and why).
 go_build() {
-  local name=$1 module=$2 version=$3 package=$4 map=${5:-} xflags=${6:-}
+  local name=$1 module=$2 version=$3 package=$4 map=${5:-} xflags=${6:-} pins=${7:-}
   local recipe
-  recipe=$(recipe_id "$xflags")
+  recipe=$(recipe_id "$xflags${pins:+ pins: $pins}")
   have "$name" "$version" "$recipe" && { log "$name $version (up to date)"; return 0; }
   install_from_cache "$name" "$version" "$recipe" && return 0
   log "building $name $version from $package (this takes a while the first time)"
@@ -113,6 +115,8 @@ for r in json.load(sys.stdin).get("Replace") or []:
         *) log "unknown replace map '$map'"; exit 2 ;;
       esac
     fi
+    local pin
+    for pin in $pins; do echo "replace ${pin%%=*} => ${pin%%=*} ${pin#*=}" >>go.mod; done
     go get "$module@$version" >/dev/null
     go build -trimpath -ldflags "-s -w $xflags" -o "$work/$name" "$package"
     cached=$(cache_name "$name" "$version" "$recipe")
@@ -126,9 +130,22 @@ for r in json.load(sys.stdin).get("Replace") or []:
 # The version stamps upstream release builds carry. Without them kube-apiserver
 # reports v0.0.0-master (which fails every chart's kubeVersion constraint and
 # .Capabilities checks) and `helm version` says v4.3 instead of the patch release.
+# Helm 3 also takes the Kubernetes version of `helm template` and `helm lint` from
+# its Makefile (client-go's minor; without it both assume v1.20.0 and refuse every
+# chart with a newer kubeVersion floor). Helm 4 reads it from its build info.
 helm_ldflags() { # MAJOR VERSION
   printf -- '-X helm.sh/helm/%s/internal/version.version=%s -X helm.sh/helm/%s/internal/version.gitTreeState=clean' \
     "$1" "$2" "$1"
+  if [[ $1 == v3 ]]; then
+    local gomod client_go minor pkg
+    gomod=$(go mod download -json "helm.sh/helm/v3@$2" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+    client_go=$(sed -n 's#^\s*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$gomod")
+    [[ -n $client_go ]] || { log "helm3: no k8s.io/client-go in $gomod"; exit 1; }
+    for pkg in lint/rules chartutil; do
+      printf -- ' -X helm.sh/helm/v3/pkg/%s.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/%s.k8sVersionMinor=%s' \
+        "$pkg" "$pkg" "$client_go"
+    done
+  fi
 }
 
 kube_ldflags() {
@@ -240,7 +257,10 @@ want=("$@")
 for t in "${want[@]}"; do
   case "$t" in
     helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" "" "$(helm_ldflags v4 "$HELM_VERSION")" ;;
-    helm3) go_build helm3 "$HELM3_MODULE" "$HELM3_VERSION" "$HELM3_PACKAGE" "" "$(helm_ldflags v3 "$HELM3_VERSION")" ;;
+    helm3)
+      flags=$(helm_ldflags v3 "$HELM3_VERSION") # its own statement: a failure stops the bootstrap
+      go_build helm3 "$HELM3_MODULE" "$HELM3_VERSION" "$HELM3_PACKAGE" "" "$flags"
+      ;;
     cosign)
       go_build cosign "$COSIGN_MODULE" "$COSIGN_VERSION" "$COSIGN_PACKAGE" "" \
         "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
@@ -248,7 +268,8 @@ for t in "${want[@]}"; do
     kube-controller-manager) kube_controller_manager ;;
     kubectl) build_kubectl ;;
     source-controller)
-      go_build source-controller "$SOURCE_CONTROLLER_MODULE" "$SOURCE_CONTROLLER_VERSION" "$SOURCE_CONTROLLER_MODULE" replaces
+      go_build source-controller "$SOURCE_CONTROLLER_MODULE" "$SOURCE_CONTROLLER_VERSION" "$SOURCE_CONTROLLER_MODULE" \
+        replaces "" "$SOURCE_CONTROLLER_PINS"
       ;;
     helm-controller)
       go_build helm-controller "$HELM_CONTROLLER_MODULE" "$HELM_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE" replaces

@@ -347,7 +347,8 @@ MUTATIONS: tuple[Mutation, ...] = (
 
 def _pytest(chart: Path, tests: str, select: str) -> subprocess.CompletedProcess[str]:
     files = [str(ROOT / "tests" / "chart" / name.strip()) for name in tests.split(" or ")]
-    env = dict(os.environ, AICR_CHART_DIR=str(chart), PYTHONDONTWRITEBYTECODE="1")
+    # One helm major: a mutation is about the chart's logic, which both majors share.
+    env = dict(os.environ, AICR_CHART_DIR=str(chart), AICR_CHART_HELM_MAJORS="4", PYTHONDONTWRITEBYTECODE="1")
     argv = [str(PYTHON), "-m", "pytest", *files, "-x", "-q", "-p", "no:cacheprovider", "-k", select,
             "-o", "addopts=", "--timeout=300"]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=900)

@@ -1,11 +1,14 @@
 """Render the chart with the pinned helm and read the result.
 
-Tests use the helm that scripts/bootstrap-tools.sh builds into .tools/bin (never
-one found on PATH); a missing one is built on first use. AICR_CHART_DIR points the
-suite at another copy of the chart (scripts/mutate-chart.py uses it).
+Tests use the helms that scripts/bootstrap-tools.sh builds into .tools/bin (never
+one found on PATH); a missing one is built on first use. The suite runs under
+Helm 4 and Helm 3 (tests/chart/conftest.py parametrizes every rendering test on
+the major; ``use_helm_major`` switches). AICR_CHART_DIR points the suite at
+another copy of the chart (scripts/mutate-chart.py uses it).
 
-Every render is memoised on its inputs, so tests that share values share a helm
-call. Values travel as a YAML file, never as --set strings, so types are exact.
+Every render is memoised on its inputs and the major, so tests that share values
+share a helm call. Values travel as a YAML file, never as --set strings, so types
+are exact.
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-HELM = ROOT / ".tools" / "bin" / "helm"
+#: helm major -> (binary, scripts/bootstrap-tools.sh target)
+HELMS: dict[int, tuple[Path, str]] = {
+    4: (ROOT / ".tools" / "bin" / "helm", "helm"),
+    3: (ROOT / ".tools" / "bin" / "helm3", "helm3"),
+}
 CHART = Path(os.environ.get("AICR_CHART_DIR") or ROOT / "chart")
 RELEASE = "t"
 NAMESPACE = "aicr"
@@ -37,12 +44,31 @@ _FAIL = re.compile(r"execution error at \([^)]*\): (?P<msg>.*?)(?:\n\nUse --debu
 _SCHEMA = "values don't meet the specifications of the schema"
 
 
-def helm_binary() -> Path:
-    """The pinned helm; built with the project's bootstrap when missing."""
-    if not HELM.is_file():
-        subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap-tools.sh"), "helm"], check=True, cwd=ROOT)
-    assert HELM.is_file(), f"{HELM} is missing after scripts/bootstrap-tools.sh helm"
-    return HELM
+_major = 4
+
+
+def helm_major() -> int:
+    """The helm major the suite renders with right now."""
+    return _major
+
+
+def use_helm_major(major: int) -> int:
+    """Render with helm ``major`` from now on; returns the previous one."""
+    global _major  # one switch for the whole module, set per test by a fixture
+    if major not in HELMS:
+        raise ValueError(f"helm major {major}: only {sorted(HELMS)} are pinned")
+    previous, _major = _major, major
+    return previous
+
+
+def helm_binary(major: int | None = None) -> Path:
+    """The pinned helm of ``major`` (default: the current one); built with the
+    project's bootstrap when missing."""
+    path, target = HELMS[_major if major is None else major]
+    if not path.is_file():
+        subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap-tools.sh"), target], check=True, cwd=ROOT)
+    assert path.is_file(), f"{path} is missing after scripts/bootstrap-tools.sh {target}"
+    return path
 
 
 def helm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -140,7 +166,7 @@ class Rendered:
 
 
 @functools.cache
-def _render_cached(values_json: str, args: tuple[str, ...], release: str, namespace: str) -> Rendered:
+def _render_cached(values_json: str, args: tuple[str, ...], release: str, namespace: str, major: int) -> Rendered:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="values-", delete=False) as fh:
         yaml.safe_dump(json.loads(values_json), fh)
         values_file = fh.name
@@ -162,7 +188,7 @@ def render(
 ) -> Rendered:
     """helm template with BASE criteria (unless raw) merged under ``values``."""
     merged = merge({} if raw else BASE, values or {})
-    cached = _render_cached(json.dumps(merged, sort_keys=True), tuple(args), release, namespace)
+    cached = _render_cached(json.dumps(merged, sort_keys=True), tuple(args), release, namespace, _major)
     # A private copy: a test that edits a rendered object must not change another test's render.
     return dataclasses.replace(cached, docs=copy.deepcopy(cached.docs))
 

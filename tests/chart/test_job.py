@@ -591,6 +591,9 @@ def test_the_strict_pin_never_crosses_architectures() -> None:
 
 
 def notes(*sets: str) -> str:
+    """NOTES.txt as `helm install --dry-run=client` prints it. Helm 4 only (tests
+    using this are marked one_helm): Helm 3's --dry-run=client still contacts the
+    cluster, and `helm template` does not render NOTES.txt."""
     proc = helm(
         "install",
         RELEASE,
@@ -606,6 +609,7 @@ def notes(*sets: str) -> str:
     return proc.stdout.split("NOTES:", 1)[1]
 
 
+@pytest.mark.one_helm  # see notes()
 def test_notes_give_the_commands_to_follow_the_run() -> None:
     text = notes("--set", "validate.enabled=true", "--set", "validate.emitEvidence=true")
     job = job_name({"validate": {"enabled": True, "emitEvidence": True}})
@@ -621,6 +625,7 @@ def test_notes_give_the_commands_to_follow_the_run() -> None:
     assert "pack" not in text.lower()
 
 
+@pytest.mark.one_helm  # see notes()
 def test_notes_say_the_runtime_checks_a_packs_criteria() -> None:
     text = notes("--set", f"dataPack={PACK}", "--set", "dataPackSecret=acme-cred")
     assert "the runtime checks them against the pack" in text
