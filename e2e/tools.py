@@ -8,7 +8,11 @@ missing: either the bootstrap provides it or the test fails with the bootstrap's
 own output.
 
 etcd and kube-apiserver follow the envtest convention: when ``KUBEBUILDER_ASSETS``
-names a directory holding both, those binaries win over the pinned builds.
+names a directory holding both, those binaries win over the pinned builds
+(kube-controller-manager too, when the directory holds it).
+
+``flux-crds`` is a directory (Flux's CRDs, copied from the controllers' modules),
+stamped with both controllers' versions.
 """
 
 from __future__ import annotations
@@ -29,11 +33,15 @@ VERSIONS_ENV = REPO_ROOT / "tools" / "versions.env"
 #: tool name -> (bootstrap target, versions.env key of its pin or None)
 _TOOLS: dict[str, tuple[str, str | None]] = {
     "helm": ("helm", "HELM_VERSION"),
+    "helm3": ("helm3", "HELM3_VERSION"),
     "oras": ("oras", "ORAS_VERSION"),
     "actionlint": ("actionlint", "ACTIONLINT_VERSION"),
     "cosign": ("cosign", "COSIGN_VERSION"),
     "etcd": ("kube-apiserver", "ETCD_VERSION"),
     "kube-apiserver": ("kube-apiserver", "KUBERNETES_VERSION"),
+    "kube-controller-manager": ("kube-controller-manager", "KUBERNETES_VERSION"),
+    "source-controller": ("source-controller", "SOURCE_CONTROLLER_VERSION"),
+    "helm-controller": ("helm-controller", "HELM_CONTROLLER_VERSION"),
     "aicr": ("aicr", "AICR_VERSION"),
     # Debian packages: found on PATH after the bootstrap installed them.
     "docker-registry": ("debian", None),
@@ -42,6 +50,7 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "jq": ("debian", None),
 }
 _ENVTEST = ("etcd", "kube-apiserver")
+FLUX_CRDS = REPO_ROOT / ".tools" / "flux-crds"
 
 
 class BootstrapError(RuntimeError):
@@ -71,7 +80,16 @@ def _envtest_asset(name: str) -> Path | None:
     return None
 
 
+def _flux_crds() -> Path | None:
+    pins = pinned_versions()
+    stamp = FLUX_CRDS / ".version"
+    wanted = f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']}"
+    return FLUX_CRDS if stamp.is_file() and stamp.read_text().strip() == wanted else None
+
+
 def _located(name: str) -> Path | None:
+    if name == "flux-crds":
+        return _flux_crds()
     target, pin_key = _TOOLS[name]
     if target == "debian":
         found = shutil.which(name)
@@ -101,14 +119,18 @@ def _bootstrap(target: str) -> str:
 
 @functools.cache
 def _tool(name: str) -> Path:
-    if name not in _TOOLS:
-        raise KeyError(f"unknown tool {name!r}; known: {', '.join(sorted(_TOOLS))}")
+    if name not in _TOOLS and name != "flux-crds":
+        raise KeyError(f"unknown tool {name!r}; known: {', '.join(sorted([*_TOOLS, 'flux-crds']))}")
     if name in _ENVTEST and (asset := _envtest_asset(name)) is not None:
         return asset
+    if name == "kube-controller-manager":
+        kcm = _envtest_asset(name)
+        if kcm is not None and os.access(kcm, os.X_OK):
+            return kcm
     path = _located(name)
     if path is not None:
         return path
-    target = _TOOLS[name][0]
+    target = "flux-crds" if name == "flux-crds" else _TOOLS[name][0]
     output = _bootstrap(target)
     path = _located(name)
     if path is None:
