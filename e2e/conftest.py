@@ -1,5 +1,6 @@
-"""Session fixtures for the end-to-end tests: real etcd + kube-apiserver, a real
-registry with htpasswd auth, the pinned helm and oras, and a stand-in kubelet.
+"""Session fixtures for the end-to-end tests: real etcd + kube-apiserver +
+kube-controller-manager (the Job controller), a real registry with htpasswd auth,
+the pinned helm and oras, and a stand-in kubelet.
 
 Everything is started lazily (a test that needs only the registry does not start
 the API server) and stopped at session end; the processes also die with pytest
@@ -33,9 +34,11 @@ def e2e_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def control_plane(e2e_workdir: Path) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver on loopback (RBAC, ServiceAccount issuer, TLS)."""
+    """etcd + kube-apiserver + kube-controller-manager on loopback (RBAC,
+    ServiceAccount issuer, TLS, the Job controller)."""
     plane = start_control_plane(e2e_workdir / "apiserver")
-    STARTUP["etcd + kube-apiserver"] = plane.startup_seconds
+    STARTUP["etcd + kube-apiserver"] = plane.startup_seconds - plane.controller_manager_seconds
+    STARTUP["kube-controller-manager"] = plane.controller_manager_seconds
     try:
         yield plane
     finally:
@@ -112,10 +115,10 @@ def run_job(kubelet: Kubelet) -> Callable[..., JobRun]:
 
 @pytest.fixture
 def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace per test (with its ``default`` ServiceAccount and
-    ``kube-root-ca.crt``, as controllers would add). Not deleted: without
-    kube-controller-manager a namespace never finishes terminating, and the
-    API server goes away at session end anyway."""
+    """A fresh namespace per test, once kube-controller-manager has added its
+    ``default`` ServiceAccount and ``kube-root-ca.crt``. Not deleted: the
+    namespace controller does not run (nothing needs it), and the API server goes
+    away at session end anyway."""
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{base}-{secrets.token_hex(3)}"
     control_plane.ensure_namespace(name)

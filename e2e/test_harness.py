@@ -45,6 +45,10 @@ def test_pinned_tools_report_their_pinned_versions() -> None:
     assert f"etcd Version: {pins['ETCD_VERSION'].lstrip('v')}" in etcd_version.stdout
     apiserver = subprocess.run([tool("kube-apiserver"), "--version"], capture_output=True, text=True, check=True)
     assert apiserver.stdout.strip() == f"Kubernetes {pins['KUBERNETES_VERSION']}"
+    kcm = subprocess.run([tool("kube-controller-manager"), "--version"], capture_output=True, text=True, check=True)
+    assert kcm.stdout.strip() == f"Kubernetes {pins['KUBERNETES_VERSION']}"
+    helm3 = subprocess.run([tool("helm3"), "version", "--short"], capture_output=True, text=True, check=True)
+    assert helm3.stdout.startswith(pins["HELM3_VERSION"] + "+") or helm3.stdout.strip() == pins["HELM3_VERSION"]
 
 
 def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -311,6 +315,9 @@ def test_kubelet_delivers_sigterm_to_the_container_process(
     assert run.exit_code == 143, run.describe()
     assert "probe: got signal 15" in run.output
     assert "no signal arrived" not in run.output
+    # the pod was deleted through the API; the kubelet saw it and used its grace period
+    assert run.deletion is not None
+    assert (run.deletion.grace_seconds, run.deletion.sigkill, run.deletion.disruption) == (10, False, "")
 
 
 @pytest.mark.parametrize(
@@ -446,21 +453,24 @@ def test_rewrite_fallback_runs_the_pod_without_a_sandbox(
 _FAIL_FAST = {
     "rules": [
         {"action": "FailJob", "onExitCodes": {"containerName": "probe", "operator": "In", "values": [2, 4]}},
-        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}},
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
     ]
 }
 
 
+def _job(control_plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    return control_plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+
+
 @pytest.mark.parametrize(
     ("exit_code", "expected"),
     [
-        (0, ("Complete", "", 1)),
+        (0, ("Complete", "CompletionsReached", 1)),
         (4, ("Failed", "PodFailurePolicy", 1)),  # deterministic failure: no retry
-        (9, ("Failed", "BackoffLimitExceeded", 3)),  # counted: backoffLimit 2 allows 3 pods
+        (9, ("Failed", "BackoffLimitExceeded", 2)),  # counted: backoffLimit 1 allows 2 pods
     ],
 )
-def test_job_controller_follows_backoff_limit_and_pod_failure_policy(
+def test_the_real_job_controller_follows_backoff_limit_and_pod_failure_policy(
     helm: Helm, kubelet: Kubelet, namespace: str, exit_code: int, expected: tuple[str, str, int]
 ) -> None:
     status, reason, pods = expected
@@ -468,12 +478,62 @@ def test_job_controller_follows_backoff_limit_and_pod_failure_policy(
         "probe",
         CHARTS / "probe-job",
         namespace,
-        values={"mode": "exit", "exitCode": exit_code, "backoffLimit": 2, "podFailurePolicy": _FAIL_FAST},
+        values={"mode": "exit", "exitCode": exit_code, "backoffLimit": 1, "podFailurePolicy": _FAIL_FAST},
     )
     outcome = kubelet.run_job_to_completion("probe", namespace)
     assert (outcome.status, outcome.reason, len(outcome.attempts)) == (status, reason, pods), outcome.describe()
     assert {a.exit_code for a in outcome.attempts} == {exit_code}
     assert len({a.pod_name for a in outcome.attempts}) == pods  # a fresh pod per attempt
+    job = _job(kubelet.plane, namespace, "probe-probe")
+    counted = job["status"].get("failed", 0), job["status"].get("succeeded", 0)
+    assert counted == ((0, 1) if exit_code == 0 else (pods, 0))
+    for run in outcome.attempts:  # the controller's pods, bound to the stand-in's Node
+        owner = run.pod["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "probe-probe", job["metadata"]["uid"])
+        assert run.pod["spec"]["nodeName"] == "e2e-node"
+
+
+def test_an_evicted_pod_does_not_count_against_the_backoff_limit(
+    helm: Helm, kubelet: Kubelet, control_plane: ControlPlane, namespace: str
+) -> None:
+    helm.install(
+        "probe",
+        CHARTS / "probe-job",
+        namespace,
+        values={
+            "mode": "wait-for-sigterm",
+            "terminationGracePeriodSeconds": 5,
+            "backoffLimit": 0,
+            "podFailurePolicy": _FAIL_FAST,
+        },
+    )
+
+    def waiting(line: str) -> bool:
+        return "waiting for SIGTERM" in line
+
+    evicted = kubelet.run_job("probe", namespace, terminate_by="evict", terminate_when=waiting)
+    assert evicted.exit_code == 143, evicted.describe()
+    assert evicted.deletion is not None
+    assert evicted.deletion.disruption == "EvictionByEvictionAPI"
+    # backoffLimit 0, yet the Job controller replaces the evicted pod...
+    deleted = kubelet.run_job("probe", namespace, terminate_by="delete", terminate_when=waiting)
+    assert deleted.pod_name != evicted.pod_name
+    assert deleted.deletion is not None
+    assert deleted.deletion.disruption == ""
+    # ...and the plain deletion is the failure that counts.
+    outcome = kubelet.run_job_to_completion("probe", namespace, job_name="probe-probe")
+    assert (outcome.status, outcome.reason, outcome.attempts) == ("Failed", "BackoffLimitExceeded", ())
+    assert _job(control_plane, namespace, "probe-probe")["status"].get("failed") == 1
+
+
+def test_the_controller_manager_runs_each_controller_as_its_own_service_account(control_plane: ControlPlane) -> None:
+    accounts = {
+        sa["metadata"]["name"]
+        for sa in control_plane.admin.get("/api/v1/namespaces/kube-system/serviceaccounts")["items"]
+    }
+    assert {"job-controller", "generic-garbage-collector", "ttl-after-finished-controller"} <= accounts, accounts
+    node = control_plane.admin.get("/api/v1/nodes/e2e-node")
+    assert {c["type"]: c["status"] for c in node["status"]["conditions"]} == {"Ready": "True"}
 
 
 # -- pure helpers -------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""etcd + kube-apiserver on loopback: RBAC on, a real ServiceAccount token issuer.
+"""etcd + kube-apiserver + kube-controller-manager on loopback: RBAC on, a real
+ServiceAccount token issuer, the real Job controller (see controllers.py).
 
-No controller-manager, scheduler or kubelet run. The few things their controllers
-would do that the tests rely on (a namespace's ``default`` ServiceAccount and its
-``kube-root-ca.crt`` ConfigMap) are done explicitly by ``ensure_namespace``.
+No scheduler and no kubelet run: the stand-in kubelet (kubelet.py) registers a
+Node, binds the pods it runs and reports their status.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
+from e2e.harness.controllers import start_controller_manager
 from e2e.harness.kube import Kube, KubeError
-from e2e.harness.pki import CertAuthority, write_signing_key
+from e2e.harness.pki import CertAuthority, KeyPair, write_signing_key
 from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
 from e2e.tools import tool
 
@@ -43,6 +44,8 @@ class ControlPlane:
     admin: Kube
     processes: list[ManagedProcess] = field(default_factory=list)
     startup_seconds: float = 0.0
+    #: of which kube-controller-manager, from its start until its controllers acted
+    controller_manager_seconds: float = 0.0
 
     @property
     def url(self) -> str:
@@ -119,31 +122,22 @@ class ControlPlane:
                 return None
             raise
 
-    # -- what controllers would do ------------------------------------------
-    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
-        """Create the namespace (if needed) plus what kube-controller-manager adds to
-        every namespace: the ``default`` ServiceAccount and ``kube-root-ca.crt``."""
+    # -- namespaces ---------------------------------------------------------
+    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None, *, timeout: float = 30.0) -> None:
+        """Create the namespace (if needed) and wait for what kube-controller-manager
+        adds to it: the ``default`` ServiceAccount and ``kube-root-ca.crt``."""
         with contextlib.suppress(KubeError):
             self.admin.create(
                 "/api/v1/namespaces",
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}},
             )
         self.admin.get(f"/api/v1/namespaces/{name}")
-        if not self.admin.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"):
-            self.admin.create(
-                f"/api/v1/namespaces/{name}/serviceaccounts",
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
-            )
-        if not self.admin.exists(f"/api/v1/namespaces/{name}/configmaps/kube-root-ca.crt"):
-            self.admin.create(
-                f"/api/v1/namespaces/{name}/configmaps",
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": "kube-root-ca.crt"},
-                    "data": {"ca.crt": self.ca_pem.decode()},
-                },
-            )
+
+        def furnished() -> bool | None:
+            sa = self.admin.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return True if sa and self.admin.exists(f"/api/v1/namespaces/{name}/configmaps/kube-root-ca.crt") else None
+
+        wait_for(furnished, timeout=timeout, what=f"namespace {name}: default ServiceAccount and kube-root-ca.crt")
 
     def stop(self) -> None:
         for proc in reversed(self.processes):
@@ -260,33 +254,30 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
             proc.stop()
         raise
 
-    kubeconfig = workdir / "admin.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "e2e",
-                        "cluster": {"server": admin.server, "certificate-authority-data": _b64(ca.cert_pem)},
-                    }
-                ],
-                "users": [
-                    {
-                        "name": "e2e-admin",
-                        "user": {
-                            "client-certificate-data": _b64(admin_pair.cert_pem),
-                            "client-key-data": _b64(admin_pair.key_pem),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e-admin"}}],
-                "current-context": "e2e",
-            }
-        )
+    server = admin.server
+    kubeconfig = _cert_kubeconfig(workdir / "admin.kubeconfig", server, ca.cert_pem, admin_pair, "e2e-admin")
+    # kube-controller-manager as the user the API server's RBAC bootstrap expects.
+    kcm_pair = ca.client("system:kube-controller-manager")
+    kcm_kubeconfig = _cert_kubeconfig(
+        workdir / "kube-controller-manager.kubeconfig", server, ca.cert_pem, kcm_pair, "system:kube-controller-manager"
     )
-    kubeconfig.chmod(0o600)
+    kcm_started = time.monotonic()
+    try:
+        processes.append(
+            start_controller_manager(
+                kubeconfig=kcm_kubeconfig,
+                ca_file=ca_file,
+                service_account_key=sa_key,
+                admin=admin,
+                workdir=workdir,
+                timeout=timeout,
+            )
+        )
+    except BaseException:
+        for proc in reversed(processes):
+            proc.stop()
+        raise
+    kcm_seconds = time.monotonic() - kcm_started
     plane = ControlPlane(
         host="127.0.0.1",
         port=int(admin.server.rsplit(":", 1)[1]),
@@ -298,7 +289,36 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
         processes=processes,
     )
     plane.startup_seconds = time.monotonic() - started
+    plane.controller_manager_seconds = kcm_seconds
     return plane
+
+
+def _cert_kubeconfig(path: Path, server: str, ca_pem: bytes, pair: KeyPair, user: str) -> Path:
+    """A kubeconfig (mode 0600) that authenticates with a client certificate."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "e2e", "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}
+                ],
+                "users": [
+                    {
+                        "name": user,
+                        "user": {
+                            "client-certificate-data": _b64(pair.cert_pem),
+                            "client-key-data": _b64(pair.key_pem),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+                "current-context": "e2e",
+            }
+        )
+    )
+    path.chmod(0o600)
+    return path
 
 
 def _http_ok(url: str) -> bool | None:

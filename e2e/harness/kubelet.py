@@ -1,15 +1,22 @@
-"""A stand-in kubelet (and the bits of the Job controller it needs) for one Job.
+"""A stand-in kubelet: runs the pods the real Job controller creates.
 
+kube-controller-manager (controllers.py) creates a Job's pods; there is no
+scheduler. The stand-in registers the Node ``e2e-node``, and
 ``Kubelet.run_job(release, namespace)`` finds the Job a Helm release created,
-creates the Pod the Job controller would create (a real Pod object: the API
-server's admission adds the ServiceAccount token volume), materialises the
-pod's volumes (emptyDir, secret, configMap, projected: serviceAccountToken /
-configMap / secret / downwardAPI, downwardAPI), resolves each container's
+waits for the Job controller's next pod, binds it to the node (the Binding
+subresource, as the scheduler would), materialises the pod's volumes (emptyDir,
+secret, configMap, projected: serviceAccountToken / configMap / secret /
+downwardAPI, downwardAPI), resolves each container's
 environment like the kubelet (envFrom, env with $(VAR) expansion, valueFrom
 secretKeyRef / configMapKeyRef / fieldRef, the KUBERNETES_SERVICE_* variables),
 runs the init containers then the container in a sandbox (see sandbox.py),
 collects exit code, output and termination message, and writes the pod status
-back to the API server.
+back to the API server. It watches the Pod object while the container runs: once
+the pod is deleted (by a test, the Eviction API, or the garbage collector after
+Helm deleted its Job) it sends SIGTERM, then SIGKILL after the deletion's grace
+period, reports the final status and completes the deletion, like a kubelet.
+Counting failures, backoffLimit, podFailurePolicy, activeDeadlineSeconds and the
+Job's conditions are the real Job controller's.
 
 What it does not do: pull images (the image is this checkout: the container
 command ``aicr-runner`` is the venv's console script), enforce resource limits,
@@ -22,7 +29,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import secrets
 import select
 import signal
 import subprocess
@@ -30,7 +36,7 @@ import sys
 import threading
 import time
 from base64 import b64decode
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +53,7 @@ __all__ = [
     "JobOutcome",
     "JobRun",
     "Kubelet",
+    "PodDeletion",
     "PodSpecUnsupported",
     "expand",
 ]
@@ -60,7 +67,6 @@ MAX_TERMINATION_MESSAGE = 4096
 #: ...and, under FallbackToLogsOnError, the last 80 lines / 2 KiB of the log.
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
-_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # k8s generateName alphabet
 
 
 class PodSpecUnsupported(NotImplementedError):
@@ -92,6 +98,17 @@ class ContainerRun:
     seconds: float = 0.0
 
 
+@dataclass
+class PodDeletion:
+    """What the kubelet saw of a pod's deletion and did about it."""
+
+    grace_seconds: float  # the deletion's grace period (deletionGracePeriodSeconds)
+    disruption: str = ""  # the DisruptionTarget condition's reason, when the API server set one
+    sigterm_after: float | None = None  # seconds from the container's start to SIGTERM
+    exited_after_sigterm: float | None = None  # seconds from SIGTERM to the container's exit
+    sigkill: bool = False  # the grace period ran out
+
+
 @dataclass(frozen=True)
 class JobRun:
     job_name: str
@@ -103,6 +120,7 @@ class JobRun:
     containers: tuple[ContainerRun, ...] = ()
     sandbox: str = ""
     pod: Mapping[str, Any] = field(default_factory=dict)
+    deletion: PodDeletion | None = None  # set when the pod was deleted while it ran
 
     @property
     def succeeded(self) -> bool:
@@ -118,7 +136,7 @@ class JobRun:
         """A multi-line summary for assertion messages."""
         lines = [
             f"job {self.job_name} pod {self.pod_name}: exit={self.exit_code} reason={self.reason} "
-            f"sandbox={self.sandbox}"
+            f"sandbox={self.sandbox}" + (f" deletion={self.deletion}" if self.deletion else "")
         ]
         for run in self.containers:
             lines.append(
@@ -132,10 +150,11 @@ class JobRun:
 
 @dataclass(frozen=True)
 class JobOutcome:
-    """What the Job controller concludes after one or more pods."""
+    """The Job's end, as the real Job controller recorded it, and the pods run."""
 
-    status: str  # "Complete", "Failed", or "Stuck" (a pod that can never start)
-    reason: str  # "", "PodFailurePolicy", "BackoffLimitExceeded", "DeadlineExceeded", or the pod's
+    status: str  # the Job's condition: "Complete" or "Failed"; "Stuck": a pod can never start
+    reason: str  # the condition's reason ("CompletionsReached", "PodFailurePolicy", "BackoffLimitExceeded",
+    # "DeadlineExceeded"...), or the stuck pod's
     attempts: tuple[JobRun, ...]
 
     @property
@@ -258,8 +277,54 @@ class Kubelet:
         #: host paths the container must reach: the Python runtime of the venv,
         #: and the pinned tools on PATH (.tools may be a link out of the checkout)
         self.expose = [os.path.realpath(sys.base_prefix), os.path.realpath(TOOLS_BIN)]
+        self.register_node()
 
-    # -- finding the Job ------------------------------------------------------
+    # -- the Node -------------------------------------------------------------
+    def register_node(self) -> None:
+        """Register this machine as the Node ``e2e-node`` (once; Ready), as a kubelet does."""
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": NODE_NAME,
+                "labels": {
+                    "kubernetes.io/hostname": NODE_NAME,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                },
+            },
+        }
+        try:
+            self.plane.admin.create("/api/v1/nodes", node)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        now = _ts(dt.datetime.now(dt.UTC))
+        self.plane.admin.merge_patch(
+            f"/api/v1/nodes/{NODE_NAME}/status",
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "stand-in kubelet (e2e/harness/kubelet.py)",
+                            "lastHeartbeatTime": now,
+                            "lastTransitionTime": now,
+                        }
+                    ],
+                    "addresses": [
+                        {"type": "InternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": NODE_NAME},
+                    ],
+                    "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                    "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                }
+            },
+        )
+
+    # -- finding the Job and its pods -----------------------------------------
     def find_job(self, release: str, namespace: str) -> dict[str, Any]:
         """The newest Job of a Helm release (by Helm's release annotation, else the
         app.kubernetes.io/instance label)."""
@@ -276,6 +341,80 @@ class Kubelet:
         mine.sort(key=lambda j: (j["metadata"]["creationTimestamp"], j["metadata"]["name"]))
         return dict(mine[-1])
 
+    def _job(self, release: str, namespace: str, job_name: str | None) -> dict[str, Any]:
+        if job_name:
+            return self.plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_name}")
+        return self.find_job(release, namespace)
+
+    def job_status(self, job: Mapping[str, Any]) -> tuple[str, str]:
+        """("Complete" | "Failed", reason) once the Job controller has finished the
+        Job, else ("", "")."""
+        meta = job["metadata"]
+        current = self.plane.admin.get(f"/apis/batch/v1/namespaces/{meta['namespace']}/jobs/{meta['name']}")
+        for condition in (current.get("status") or {}).get("conditions") or []:
+            if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
+                return str(condition["type"]), str(condition.get("reason", ""))
+        return "", ""
+
+    def _job_events(self, job: Mapping[str, Any]) -> str:
+        meta = job["metadata"]
+        events = self.plane.admin.get(
+            f"/api/v1/namespaces/{meta['namespace']}/events", fieldSelector=f"involvedObject.uid={meta['uid']}"
+        )["items"]
+        return "; ".join(f"{e.get('reason')}: {e.get('message')}" for e in events) or "none"
+
+    def _pods_to_run(self, namespace: str, selector: str | None) -> list[dict[str, Any]]:
+        """Pods no node has taken yet, oldest first."""
+        query = {"fieldSelector": "spec.nodeName="}
+        if selector:
+            query["labelSelector"] = selector
+        pods = self.plane.admin.get(f"/api/v1/namespaces/{namespace}/pods", **query)["items"]
+        waiting = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        waiting.sort(key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+        return waiting
+
+    def _bind(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Bind the pod to this node (what the scheduler does); None if another
+        runner took it first."""
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        try:
+            self.plane.admin.create(
+                f"{path}/binding",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": meta["name"], "uid": meta["uid"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
+                },
+            )
+        except KubeError as exc:
+            if exc.status in (404, 409):
+                return None
+            raise
+        return self.plane.admin.get(path)
+
+    def claim_pod(self, job: Mapping[str, Any], *, timeout: float = 60.0) -> dict[str, Any] | None:
+        """Wait for the Job controller's next pod of ``job`` and bind it here.
+        None when the Job finished instead."""
+        meta = job["metadata"]
+        selector = f"batch.kubernetes.io/controller-uid={meta['uid']}"
+        deadline = time.monotonic() + timeout
+        while True:
+            for candidate in self._pods_to_run(meta["namespace"], selector):
+                pod = self._bind(candidate)
+                if pod is not None:
+                    return pod
+            if self.job_status(job)[0]:
+                return None
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"Job {meta['namespace']}/{meta['name']}: no pod to run after {timeout:.0f}s "
+                    f"(the Job's events: {self._job_events(job)})"
+                )
+            time.sleep(0.1)
+
+    # -- running Jobs ---------------------------------------------------------
     def run_job(
         self,
         release: str,
@@ -285,18 +424,28 @@ class Kubelet:
         timeout: float = 600.0,
         terminate_when: Callable[[str], bool] | None = None,
         terminate_after: float | None = None,
+        terminate_by: str = "delete",
     ) -> JobRun:
-        """Run one pod of the release's Job to completion.
+        """Run the next pod the Job controller creates for the release's Job.
 
         ``terminate_when`` (a predicate on output lines) or ``terminate_after``
-        (seconds) deliver SIGTERM to the container the way a pod deletion does,
-        followed by SIGKILL after the pod's terminationGracePeriodSeconds.
+        (seconds) end the pod through the API: ``terminate_by="delete"`` deletes it
+        (what ``kubectl delete pod`` does), ``"evict"`` evicts it (the Eviction API:
+        the API server adds the DisruptionTarget condition, then deletes it). The
+        kubelet sees the deletion, sends SIGTERM, and SIGKILL after the grace period.
         """
-        if job_name:
-            job = self.plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_name}")
-        else:
-            job = self.find_job(release, namespace)
-        return self.run_pod_of(job, timeout=timeout, terminate_when=terminate_when, terminate_after=terminate_after)
+        job = self._job(release, namespace, job_name)
+        pod = self.claim_pod(job)
+        if pod is None:
+            status, reason = self.job_status(job)
+            raise RuntimeError(f"Job {namespace}/{job['metadata']['name']} is {status} ({reason}): no pod to run")
+        return self.run_pod(
+            pod,
+            timeout=timeout,
+            terminate_when=terminate_when,
+            terminate_after=terminate_after,
+            terminate_by=terminate_by,
+        )
 
     def run_job_to_completion(
         self,
@@ -306,89 +455,76 @@ class Kubelet:
         job_name: str | None = None,
         timeout: float = 900.0,
     ) -> JobOutcome:
-        """Play the Job controller too: run pods until the Job completes or fails,
-        following backoffLimit (default 6) and podFailurePolicy (onExitCodes rules;
-        onPodConditions never match here: no pod is ever disrupted). Retries run
-        back to back, without the controller's exponential delay."""
-        job = (
-            self.plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_name}")
-            if job_name
-            else self.find_job(release, namespace)
-        )
-        spec = job["spec"]
-        backoff_limit = int(spec.get("backoffLimit", 6))
-        rules = (spec.get("podFailurePolicy") or {}).get("rules") or []
-        deadline = time.monotonic() + min(timeout, float(spec.get("activeDeadlineSeconds") or timeout))
+        """Run every pod the Job controller creates until it marks the Job Complete
+        or Failed; "Stuck" when a pod can never start (the Job would wait forever)."""
+        job = self._job(release, namespace, job_name)
+        deadline = time.monotonic() + timeout
         attempts: list[JobRun] = []
-        failures = 0
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return JobOutcome("Failed", "DeadlineExceeded", tuple(attempts))
-            run = self.run_pod_of(job, timeout=remaining)
+                raise TimeoutError(f"Job {namespace}/{job['metadata']['name']} unfinished after {timeout:.0f}s")
+            pod = self.claim_pod(job, timeout=remaining)
+            if pod is None:
+                status, reason = self.job_status(job)
+                return JobOutcome(status, reason, tuple(attempts))
+            run = self.run_pod(pod, timeout=remaining)
             attempts.append(run)
-            if run.exit_code == 0:
-                return JobOutcome("Complete", "", tuple(attempts))
             if run.exit_code is None:
                 return JobOutcome("Stuck", run.reason, tuple(attempts))
-            if run.reason == "DeadlineExceeded":
-                return JobOutcome("Failed", "DeadlineExceeded", tuple(attempts))
-            action = _pod_failure_action(rules, run)
-            if action == "FailJob":
-                return JobOutcome("Failed", "PodFailurePolicy", tuple(attempts))
-            if action != "Ignore":
-                failures += 1
-            if failures > backoff_limit:
-                return JobOutcome("Failed", "BackoffLimitExceeded", tuple(attempts))
+
+    @contextlib.contextmanager
+    def serving(self, namespace: str) -> Iterator[list[JobRun]]:
+        """Run every pod created in ``namespace`` while the block runs, one at a time
+        in a background thread (what a kubelet does for a controller that waits on
+        its own, e.g. Flux's helm-controller). Yields the list of finished runs."""
+        runs: list[JobRun] = []
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def loop() -> None:
+            try:
+                while not stop.is_set():
+                    pod = next(
+                        (bound for p in self._pods_to_run(namespace, None) if (bound := self._bind(p)) is not None),
+                        None,
+                    )
+                    if pod is None:
+                        stop.wait(0.2)
+                        continue
+                    runs.append(self.run_pod(pod, cancel=stop))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+                failures.append(exc)
+
+        thread = threading.Thread(target=loop, name=f"kubelet-{namespace}", daemon=True)
+        thread.start()
+        try:
+            yield runs
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+        if failures:
+            raise failures[0]
 
     # -- the pod --------------------------------------------------------------
-    def run_pod_of(
+    def run_pod(
         self,
-        job: Mapping[str, Any],
+        pod: Mapping[str, Any],
         *,
         timeout: float = 600.0,
         terminate_when: Callable[[str], bool] | None = None,
         terminate_after: float | None = None,
+        terminate_by: str = "delete",
+        cancel: threading.Event | None = None,
     ) -> JobRun:
-        meta = job["metadata"]
-        namespace, job_name = meta["namespace"], meta["name"]
-        template = job["spec"]["template"]
-        spec = dict(template["spec"])
-        self._check_supported(spec)
-        self.plane.ensure_namespace(namespace)  # default SA + kube-root-ca.crt, as controllers would
-
-        pod_name = f"{job_name}-{''.join(secrets.choice(_NAME_CHARS) for _ in range(5))}"
-        tmeta = template.get("metadata") or {}
-        labels = dict(tmeta.get("labels") or {})
-        labels.setdefault("batch.kubernetes.io/job-name", job_name)
-        labels.setdefault("job-name", job_name)
-        labels.setdefault("batch.kubernetes.io/controller-uid", meta["uid"])
-        labels.setdefault("controller-uid", meta["uid"])
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": pod_name,
-                "namespace": namespace,
-                "labels": labels,
-                "annotations": dict(tmeta.get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": job_name,
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": {**spec, "nodeName": NODE_NAME},
-        }
-        try:
-            pod = self.plane.admin.create(f"/api/v1/namespaces/{namespace}/pods", body)
-        except KubeError as exc:  # the Job controller would record FailedCreate
-            return JobRun(job_name, pod_name, None, "", "", f"FailedCreate: {exc}", sandbox=self.sandbox)
+        """Run a pod bound to this node to its end and report its status."""
+        meta = pod["metadata"]
+        namespace, pod_name = meta["namespace"], meta["name"]
+        owner: Mapping[str, Any] = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), {})
+        job_name = str(owner.get("name", ""))
+        self._check_supported(pod["spec"])
+        if terminate_by not in ("delete", "evict"):
+            raise ValueError(f"terminate_by={terminate_by!r}: use 'delete' or 'evict'")
 
         pod_dir = self.workdir / "pods" / pod_name
         pod_dir.mkdir(parents=True)
@@ -428,17 +564,19 @@ class Kubelet:
             )
 
         deadline = time.monotonic() + timeout
-        active = job["spec"].get("activeDeadlineSeconds")
+        active = pod["spec"].get("activeDeadlineSeconds")
         if active is not None:
             deadline = min(deadline, time.monotonic() + float(active))
-        pod_spec = pod["spec"]
+        lifecycle = _PodLifecycle(self.plane, pod_path, terminate_by, cancel)
         exit_code: int | None = None
         reason = ""
         output = ""
         message = ""
-        for init, container in [(True, c) for c in pod_spec.get("initContainers") or []] + [
-            (False, c) for c in pod_spec["containers"]
+        for init, container in [(True, c) for c in pod["spec"].get("initContainers") or []] + [
+            (False, c) for c in pod["spec"]["containers"]
         ]:
+            if lifecycle.poll() is not None:
+                break  # deleted before this container started: it never runs
             self._patch_status(pod_path, {"phase": "Pending" if init else "Running"})
             run = self._run_container(
                 pod,
@@ -447,6 +585,7 @@ class Kubelet:
                 volumes=volumes,
                 pod_dir=pod_dir,
                 deadline=deadline,
+                lifecycle=lifecycle,
                 terminate_when=None if init else terminate_when,
                 terminate_after=None if init else terminate_after,
             )
@@ -461,7 +600,11 @@ class Kubelet:
             reason = runs[-1].reason if runs else "Completed"
 
         phase = "Succeeded" if exit_code == 0 else ("Failed" if exit_code is not None else "Pending")
+        if lifecycle.deletion is not None and exit_code is None:
+            phase = "Failed"  # deleted before it ran: the kubelet fails it
         self._patch_status(pod_path, self._final_status(pod, runs, phase))
+        if lifecycle.deletion is not None:
+            lifecycle.finish_deletion()
         return JobRun(
             job_name=job_name,
             pod_name=pod_name,
@@ -472,6 +615,7 @@ class Kubelet:
             containers=tuple(runs),
             sandbox=self.sandbox,
             pod=pod,
+            deletion=lifecycle.deletion,
         )
 
     @staticmethod
@@ -483,7 +627,14 @@ class Kubelet:
                 raise PodSpecUnsupported(f"sidecar init container {c['name']!r}")
 
     def _patch_status(self, pod_path: str, status: Mapping[str, Any]) -> None:
-        self.plane.admin.merge_patch(f"{pod_path}/status", {"status": dict(status)})
+        # A strategic merge, as the kubelet's status manager does: conditions merge
+        # by type, so the API server's DisruptionTarget stays next to ours.
+        self.plane.admin.request(
+            "PATCH",
+            f"{pod_path}/status",
+            {"status": dict(status)},
+            content_type="application/strategic-merge-patch+json",
+        )
 
     @staticmethod
     def _final_status(pod: Mapping[str, Any], runs: Sequence[ContainerRun], phase: str) -> dict[str, Any]:
@@ -740,6 +891,7 @@ class Kubelet:
         volumes: Mapping[str, tuple[Path, bool]],
         pod_dir: Path,
         deadline: float,
+        lifecycle: _PodLifecycle,
         terminate_when: Callable[[str], bool] | None,
         terminate_after: float | None,
     ) -> ContainerRun:
@@ -807,6 +959,8 @@ class Kubelet:
             deadline=deadline,
             terminate_at=None if terminate_after is None else started + terminate_after,
             grace=float(pod["spec"].get("terminationGracePeriodSeconds", 30)),
+            lifecycle=lifecycle,
+            started=started,
         )
         code = proc.returncode
         if code < 0:
@@ -944,17 +1098,34 @@ class _Watch:
                 self._sigterm.set()
         stream.close()
 
-    def wait(self, *, deadline: float, terminate_at: float | None, grace: float) -> str:
-        """Wait for the exit; returns "DeadlineExceeded", "Terminated" or ""."""
+    def wait(
+        self,
+        *,
+        deadline: float,
+        terminate_at: float | None,
+        grace: float,
+        lifecycle: _PodLifecycle,
+        started: float,
+    ) -> str:
+        """Wait for the exit; returns "DeadlineExceeded" (the pod's
+        activeDeadlineSeconds or the harness timeout), "Deleted" or ""."""
         reason = ""
+        end_requested = False
         term_sent_at: float | None = None
         while self.proc.poll() is None:
             now = time.monotonic()
-            if term_sent_at is None:
+            if not end_requested and (self._sigterm.is_set() or (terminate_at is not None and now >= terminate_at)):
+                lifecycle.request_end()
+                end_requested = True
+            if lifecycle.cancelled:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            elif term_sent_at is None:
                 if now >= deadline:
                     reason = "DeadlineExceeded"
-                elif self._sigterm.is_set() or (terminate_at is not None and now >= terminate_at):
-                    reason = "Terminated"
+                elif (deletion := lifecycle.poll()) is not None:
+                    reason, grace = "Deleted", deletion.grace_seconds
+                    deletion.sigterm_after = now - started
                 if reason:  # like the kubelet: SIGTERM to the container's process only
                     pid = self._container_pid()
                     if pid is not None:
@@ -962,13 +1133,84 @@ class _Watch:
                             os.kill(pid, signal.SIGTERM)
                     term_sent_at = now
             elif now - term_sent_at >= grace:
+                if lifecycle.deletion is not None:
+                    lifecycle.deletion.sigkill = True
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
             time.sleep(0.02)
+        if term_sent_at is not None and lifecycle.deletion is not None:
+            lifecycle.deletion.exited_after_sigterm = time.monotonic() - term_sent_at
         for t in self._threads:
             t.join(timeout=10)
         self._log.close()
         return reason
+
+
+class _PodLifecycle:
+    """The Pod object while its containers run: ends it through the API when a
+    test asks, and notices its deletion (polled: one GET every POLL seconds)."""
+
+    POLL = 0.2
+
+    def __init__(self, plane: ControlPlane, pod_path: str, end_by: str, cancel: threading.Event | None) -> None:
+        self.plane = plane
+        self.pod_path = pod_path
+        self.end_by = end_by
+        self._cancel = cancel
+        self._next_poll = 0.0
+        self.deletion: PodDeletion | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """The harness is shutting down: kill without a grace period."""
+        return self._cancel is not None and self._cancel.is_set()
+
+    def request_end(self) -> None:
+        """Delete the pod (its own grace period) or evict it, through the API."""
+        if self.end_by == "evict":
+            name = self.pod_path.rsplit("/", 1)[1]
+            self.plane.admin.create(
+                f"{self.pod_path}/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}},
+            )
+        else:
+            self.plane.admin.delete(self.pod_path)
+
+    def poll(self) -> PodDeletion | None:
+        """The deletion, once the Pod object carries a deletionTimestamp."""
+        if self.deletion is not None:
+            return self.deletion
+        now = time.monotonic()
+        if now < self._next_poll:
+            return None
+        self._next_poll = now + self.POLL
+        try:
+            pod = self.plane.admin.get(self.pod_path)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            self.deletion = PodDeletion(grace_seconds=0.0)
+            return self.deletion
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp"):
+            return None
+        disruption = next(
+            (
+                str(c.get("reason", ""))
+                for c in (pod.get("status") or {}).get("conditions") or []
+                if c["type"] == "DisruptionTarget" and c["status"] == "True"
+            ),
+            "",
+        )
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        self.deletion = PodDeletion(grace_seconds=grace, disruption=disruption)
+        return self.deletion
+
+    def finish_deletion(self) -> None:
+        """The containers are gone: remove the Pod object (grace 0), as the kubelet
+        does; finalizers (the Job controller's) keep it until they are lifted."""
+        with contextlib.suppress(KubeError):
+            self.plane.admin.request("DELETE", self.pod_path, {"gracePeriodSeconds": 0})
 
 
 def _read_child_pid(fd: int, proc: subprocess.Popen[bytes]) -> int | None:
@@ -987,23 +1229,6 @@ def _read_child_pid(fd: int, proc: subprocess.Popen[bytes]) -> int | None:
         elif proc.poll() is not None:
             break
     return None
-
-
-def _pod_failure_action(rules: Sequence[Mapping[str, Any]], run: JobRun) -> str:
-    """The first matching podFailurePolicy rule's action ("Count" when none matches)."""
-    for rule in rules:
-        on_codes = rule.get("onExitCodes")
-        if not on_codes:
-            continue  # onPodConditions: no condition (DisruptionTarget...) is ever set here
-        wanted = set(on_codes.get("values") or [])
-        for c in run.containers:
-            if c.exit_code is None or (on_codes.get("containerName") not in (None, c.name)):
-                continue
-            if on_codes["operator"] == "In" and c.exit_code in wanted:
-                return str(rule["action"])
-            if on_codes["operator"] == "NotIn" and c.exit_code != 0 and c.exit_code not in wanted:
-                return str(rule["action"])
-    return "Count"
 
 
 def _first_child(pid: int) -> int | None:
