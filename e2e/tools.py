@@ -10,9 +10,6 @@ own output.
 etcd and kube-apiserver follow the envtest convention: when ``KUBEBUILDER_ASSETS``
 names a directory holding both, those binaries win over the pinned builds
 (kube-controller-manager too, when the directory holds it).
-
-``flux-crds`` is a directory (Flux's CRDs, copied from the controllers' modules),
-stamped with both controllers' versions.
 """
 
 from __future__ import annotations
@@ -50,7 +47,6 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "jq": ("debian", None),
 }
 _ENVTEST = ("etcd", "kube-apiserver")
-FLUX_CRDS = REPO_ROOT / ".tools" / "flux-crds"
 
 
 class BootstrapError(RuntimeError):
@@ -80,16 +76,7 @@ def _envtest_asset(name: str) -> Path | None:
     return None
 
 
-def _flux_crds() -> Path | None:
-    pins = pinned_versions()
-    stamp = FLUX_CRDS / ".version"
-    wanted = f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']}"
-    return FLUX_CRDS if stamp.is_file() and stamp.read_text().strip() == wanted else None
-
-
 def _located(name: str) -> Path | None:
-    if name == "flux-crds":
-        return _flux_crds()
     target, pin_key = _TOOLS[name]
     if target == "debian":
         found = shutil.which(name)
@@ -119,8 +106,8 @@ def _bootstrap(target: str) -> str:
 
 @functools.cache
 def _tool(name: str) -> Path:
-    if name not in _TOOLS and name != "flux-crds":
-        raise KeyError(f"unknown tool {name!r}; known: {', '.join(sorted([*_TOOLS, 'flux-crds']))}")
+    if name not in _TOOLS:
+        raise KeyError(f"unknown tool {name!r}; known: {', '.join(sorted(_TOOLS))}")
     if name in _ENVTEST and (asset := _envtest_asset(name)) is not None:
         return asset
     if name == "kube-controller-manager":
@@ -130,7 +117,7 @@ def _tool(name: str) -> Path:
     path = _located(name)
     if path is not None:
         return path
-    target = "flux-crds" if name == "flux-crds" else _TOOLS[name][0]
+    target = _TOOLS[name][0]
     output = _bootstrap(target)
     path = _located(name)
     if path is None:
