@@ -1,0 +1,700 @@
+#!/usr/bin/env python3
+"""The runner against the shell pipeline it replaces, metric by metric.
+
+Every row of the README's performance table comes from here. Each metric runs
+the runner and its shell anchor in alternating pairs on loopback fixtures this
+script makes itself, and prints min and median of each side and the ratio of
+the medians (runner / shell):
+
+* relay CPU: deploy.sh printing N bytes, relayed by the runner's deploy step
+  (CPU of the runner process only) against ``deploy.sh | tee deploy.log``
+  (CPU of ``tee`` only), in the console and the JSON log format;
+* runner memory: peak RSS of that relay process, at the big size against the
+  small one (flat means a ratio near 1);
+* overhead per aicr call: one child run through the runner's step path against
+  ``subprocess.run`` of the same argv, in one process (the child is the Go
+  ``oras version``, since the real Go aicr is not available here: like aicr it
+  prints a few lines and exits);
+* ``aicr-runner version`` / ``--help`` wall against ``python -c pass``;
+* whole ``plan`` wall against the same aicr commands run by a shell script (the
+  contract-faithful fake aicr from tests/fake_aicr stands in for the real one,
+  which is not available here; its own start-up is Python's, so both sides pay
+  it);
+* pack pull, whole process, against the Go ``oras pull`` (a local
+  ``docker-registry``);
+* release fetch (download, verify, extract), whole process, against
+  ``curl`` + ``sha256sum -c`` + ``tar`` (a local HTTP server).
+
+Usage: scripts/bench.py [--quick] [--markdown] [--relay-mib 100,1024] [--repeat N]
+
+``--quick`` runs small sizes in under a minute (CI runs it as a smoke test,
+without thresholds). Load average and core count are printed with the table:
+the numbers mean something only next to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gzip
+import json
+import os
+import resource
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+TOOLS = ROOT / ".tools" / "bin"
+ORAS = TOOLS / "oras"
+DOCKER_REGISTRY = TOOLS / "docker-registry"
+PYTHON = sys.executable
+RUNNER = Path(PYTHON).parent / "aicr-runner"
+CRITERIA = {"service": "eks", "accelerator": "h100", "intent": "training", "os": "ubuntu"}
+MIB = 1024 * 1024
+#: A helm --debug-like line, 122 bytes with its newline (the issue's 100 MiB had 859k lines).
+RELAY_LINE = (
+    "helm.go:84: [debug] Created tunnel using local port: '40593' ... "
+    "upgrade.go:142: [debug] preparing upgrade for gpu-operator ok"
+)
+
+
+@dataclass
+class Row:
+    metric: str
+    goal: str
+    runner_label: str
+    shell_label: str
+    unit: str
+    runner: list[float] = field(default_factory=list)
+    shell: list[float] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        shell = statistics.median(self.shell)
+        return statistics.median(self.runner) / shell if shell else float("inf")
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
+    if unit == "ms":
+        return f"{value * 1000:.1f} ms"
+    if unit == "MiB":
+        return f"{value:.1f} MiB"
+    return f"{value:.3g} {unit}"
+
+
+def _paired(repeat: int, runner: Callable[[], float], shell: Callable[[], float], row: Row) -> Row:
+    """Alternate the two sides so load changes hit both alike; the first pair
+    starts with the shell, the next with the runner, and so on."""
+    for index in range(repeat):
+        order = (shell, runner) if index % 2 == 0 else (runner, shell)
+        for side in order:
+            value = side()
+            (row.runner if side is runner else row.shell).append(value)
+    return row
+
+
+def _wall(argv: Sequence[str], **kwargs: object) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+    return time.perf_counter() - started
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_http(url: str, accept: Callable[[int], bool]) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback fixture
+                if accept(response.status):
+                    return
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if accept(exc.code):
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"fixture at {url} did not come up")
+
+
+@contextlib.contextmanager
+def _server(argv: Sequence[str], url: str, log: Path, env: dict[str, str] | None = None) -> Iterator[None]:
+    with log.open("wb") as handle:
+        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_http(url, lambda status: status in (200, 401))
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("AICR_RUNNER_", "FAKE_AICR_"))}
+    # This tree's sources first, ahead of whatever the venv has installed.
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    return env
+
+
+# --- relay -------------------------------------------------------------------------------
+
+
+def _write_generator(directory: Path, size: int) -> Path:
+    """A deploy.sh that prints ``size`` bytes of helm-debug-like lines."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "deploy.sh"
+    script.write_text(f"#!/usr/bin/env bash\nyes {RELAY_LINE!r} | head -c {size}\n")
+    script.chmod(0o755)
+    return script
+
+
+def relay_harness(size: int, fmt: str, work: Path, result: Path) -> None:
+    """Run in a child interpreter: the runner's deploy step relaying ``size`` bytes.
+
+    The pod log is this process's stderr (the bench points it at a file). CPU is
+    this process's own (children excluded), around the deploy step only; peak RSS
+    includes the whole runner import, as in the pod.
+    """
+    from aicr_runner import cli, logs  # noqa: F401 - the runner's whole import, as in the pod
+    from aicr_runner.config import load
+    from aicr_runner.machine import Machine, State
+    from aicr_runner.process import SubprocessRunner
+    from aicr_runner.sink import DirectorySink
+    from aicr_runner.steps import Mode, RunContext, Steps
+
+    env = {f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()}
+    env |= {"AICR_RUNNER_WORK_DIR": str(work), "AICR_RUNNER_LOG_FORMAT": fmt, "PATH": os.environ["PATH"]}
+    settings = load(env)
+    logs.configure(settings.log_format)
+    # A registered credential, as with a private pack: redaction has work to do.
+    logs.register_dockerconfig_secrets(json.dumps({"auths": {"r.example": {"auth": "dXNlcjpzM2NyM3QtcGFzcw=="}}}))
+    _write_generator(work / "bundle", size)
+    report = Machine.new_report(runner_version="bench", aicr_version="bench", criteria=settings.criteria.stated())
+    ctx = RunContext(
+        settings=settings,
+        mode=Mode.RUN,
+        sink=DirectorySink(work / "results"),
+        processes=SubprocessRunner(redact=logs.redact),
+        environ={"PATH": os.environ["PATH"]},
+        report=report,
+    )
+    deploy = Steps(ctx).functions()[State.DEPLOY]
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    outcome = deploy()
+    sys.stderr.flush()
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    result.write_text(
+        json.dumps({"cpu": cpu, "wall": wall, "maxrss_kib": after.ru_maxrss, "status": outcome.status.value})
+    )
+
+
+def _relay_runner(size: int, fmt: str, tmp: Path) -> dict[str, float]:
+    work = tmp / f"relay-{fmt}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    result = work / "result.json"
+    with (work / "pod.log").open("wb") as pod_log:
+        subprocess.run(
+            [PYTHON, __file__, "_relay", str(size), fmt, str(work), str(result)],
+            check=True,
+            stdout=pod_log,
+            stderr=pod_log,
+            env=_base_env(),
+        )
+    data: dict[str, float] = json.loads(result.read_text())
+    if data.get("status") not in ("succeeded", "warned"):  # type: ignore[comparison-overlap]
+        raise SystemExit(f"relay harness: deploy step ended {data.get('status')}; see {work}")
+    relayed = (work / "logs" / "deploy.log").stat().st_size
+    if relayed < size:
+        raise SystemExit(f"relay harness: deploy.log has {relayed} bytes, expected at least {size}")
+    return data
+
+
+def _relay_shell(size: int, tmp: Path) -> float:
+    """``deploy.sh | tee deploy.log > pod.log``: tee's own CPU."""
+    work = tmp / "relay-shell"
+    shutil.rmtree(work, ignore_errors=True)
+    script = _write_generator(work, size)
+    with (work / "pod.log").open("wb") as pod_log:
+        generator = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE)
+        tee = subprocess.Popen(["tee", str(work / "deploy.log")], stdin=generator.stdout, stdout=pod_log)
+        assert generator.stdout is not None
+        generator.stdout.close()
+        _, status, usage = os.wait4(tee.pid, 0)
+        tee.returncode = os.waitstatus_to_exitcode(status)
+        generator.wait()
+    if tee.returncode != 0:
+        raise SystemExit(f"tee exited {tee.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def bench_relay(sizes_mib: Sequence[float], formats: Sequence[str], repeat: int, tmp: Path) -> list[Row]:
+    rows: list[Row] = []
+    rss: dict[float, list[float]] = {}
+    for size_mib in sizes_mib:
+        size = int(size_mib * MIB)
+        shell_samples: list[float] = []
+        for fmt in formats:
+            row = Row(
+                f"relay CPU, {_size(size_mib)} of deploy.sh output, {fmt} log",
+                "≤ 1.5× (stretch ≤ 1.2×)",
+                "runner deploy step",
+                "`tee`",
+                "s",
+            )
+            walls: list[float] = []
+
+            def runner(fmt: str = fmt, size: int = size, walls: list[float] = walls) -> float:
+                data = _relay_runner(size, fmt, tmp)
+                walls.append(data["wall"])
+                rss.setdefault(size_mib, []).append(data["maxrss_kib"] / 1024)
+                return data["cpu"]
+
+            def shell(size: int = size, samples: list[float] = shell_samples) -> float:
+                value = _relay_shell(size, tmp)
+                samples.append(value)
+                return value
+
+            _paired(repeat, runner, shell, row)
+            row.note = f"runner wall median {statistics.median(walls):.2f} s"
+            rows.append(row)
+    small, big = min(sizes_mib), max(sizes_mib)
+    memory = Row(
+        f"runner peak RSS, relay of {_size(big)} (against {_size(small)})",
+        "≤ 100 MiB, flat",
+        f"at {_size(big)}",
+        f"at {_size(small)}",
+        "MiB",
+        runner=rss[big],
+        shell=rss[small],
+    )
+    rows.append(memory)
+    return rows
+
+
+def _size(mib: float) -> str:
+    return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib:g} MiB"
+
+
+# --- one aicr call -------------------------------------------------------------------------
+
+
+def call_harness(repeat: int, work: Path, result: Path) -> None:
+    """Run in a child interpreter: a Go child through the runner's step path
+    against ``subprocess.run``, alternating, in one warm process."""
+    from aicr_runner import logs
+    from aicr_runner.config import load
+    from aicr_runner.machine import Machine, State
+    from aicr_runner.process import SubprocessRunner
+    from aicr_runner.sink import DirectorySink
+    from aicr_runner.steps import Mode, RunContext, Steps
+
+    env = {f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()}
+    env |= {"AICR_RUNNER_WORK_DIR": str(work), "PATH": os.environ["PATH"]}
+    settings = load(env)
+    logs.configure(settings.log_format)
+    report = Machine.new_report(runner_version="bench", aicr_version="bench", criteria=settings.criteria.stated())
+    ctx = RunContext(
+        settings=settings,
+        mode=Mode.RUN,
+        sink=DirectorySink(work / "results"),
+        processes=SubprocessRunner(redact=logs.redact),
+        environ={"PATH": os.environ["PATH"]},
+        report=report,
+    )
+    steps = Steps(ctx)
+    argv = [str(ORAS), "version"]
+    through_runner: list[float] = []
+    direct: list[float] = []
+    for index in range(repeat + 2):  # two warm-up pairs
+        pair: list[float] = []
+        for side in ("direct", "runner") if index % 2 == 0 else ("runner", "direct"):
+            started = time.perf_counter()
+            if side == "runner":
+                code = steps._aicr(State.FETCH, argv).exit_code
+            else:
+                code = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False).returncode
+            elapsed = time.perf_counter() - started
+            if code != 0:
+                raise SystemExit(f"{argv} exited {code}")
+            pair.append(elapsed)
+            if index >= 2:
+                (through_runner if side == "runner" else direct).append(elapsed)
+    result.write_text(json.dumps({"runner": through_runner, "direct": direct}))
+
+
+def bench_call(repeat: int, tmp: Path) -> Row:
+    work = tmp / "call"
+    work.mkdir()
+    result = work / "result.json"
+    with (work / "pod.log").open("wb") as pod_log:
+        subprocess.run(
+            [PYTHON, __file__, "_call", str(repeat), str(work), str(result)],
+            check=True,
+            stdout=pod_log,
+            stderr=pod_log,
+            env=_base_env(),
+        )
+    data = json.loads(result.read_text())
+    row = Row(
+        "one aicr-like call (Go `oras version`), wall",
+        "≤ 5 ms above the child",
+        "runner step path",
+        "`subprocess.run`",
+        "ms",
+        runner=data["runner"],
+        shell=data["direct"],
+    )
+    overhead = statistics.median(row.runner) - statistics.median(row.shell)
+    row.note = f"overhead {overhead * 1000:.1f} ms per call (medians)"
+    return row
+
+
+# --- start-up -------------------------------------------------------------------------------
+
+
+def bench_startup(repeat: int) -> list[Row]:
+    rows = []
+    env = _base_env()
+    for args in (["version"], ["--help"]):
+        row = Row(
+            f"`aicr-runner {' '.join(args)}`, wall",
+            "≤ 0.10 s",
+            f"`aicr-runner {' '.join(args)}`",
+            "`python -c pass`",
+            "s",
+        )
+        _paired(
+            repeat,
+            lambda args=args: _wall([str(RUNNER), *args], env=env),
+            lambda: _wall([PYTHON, "-c", "pass"], env=env),
+            row,
+        )
+        rows.append(row)
+    return rows
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+def bench_plan(repeat: int, tmp: Path) -> Row:
+    from tests.fake_aicr import install_fake_aicr
+
+    fake = install_fake_aicr(tmp / "fake-bin")
+    out = tmp / "plan"
+    invocations = tmp / "aicr-calls.jsonl"
+    env = _base_env()
+    criteria = [f"--{k}={v}" for k, v in CRITERIA.items()]
+    runner_argv = [str(RUNNER), "plan", "--aicr-binary", str(fake), "--output", str(out), *criteria]
+
+    def runner() -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        return _wall(runner_argv, env=env)
+
+    # Record the runner's own aicr calls once, then replay them from a script.
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run(
+        runner_argv,
+        check=True,
+        env={**env, "FAKE_AICR_ENV_LOG": str(invocations)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    calls = [json.loads(line)["argv"] for line in invocations.read_text().splitlines()]
+    work = out / "work"
+    lines = ["set -euo pipefail", f"mkdir -p {_q(work)}", f"cd {_q(work)}"]
+    for argv in calls:
+        if "bundle" in argv:
+            lines.append(f"rm -rf {_q(work / 'bundle')}")
+        lines.append(f"{_q(fake)} {' '.join(_q(a) for a in argv)} >> {_q(tmp / 'plan-shell.log')} 2>&1")
+    script = tmp / "plan.sh"
+    script.write_text("\n".join(lines) + "\n")
+
+    def shell() -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        return _wall(["bash", str(script)], env=env)
+
+    row = Row(
+        f"whole `plan` ({len(calls)} aicr calls, fake aicr), wall",
+        "≤ 1.2×",
+        "`aicr-runner plan`",
+        "the same aicr calls from bash",
+        "s",
+    )
+    return _paired(repeat, runner, shell, row)
+
+
+def _q(value: object) -> str:
+    import shlex
+
+    return shlex.quote(str(value))
+
+
+# --- pack pull -------------------------------------------------------------------------------
+
+
+def _push(host: str, repository: str, source: Path, paths: Sequence[str], home: Path) -> None:
+    subprocess.run(
+        [str(ORAS), "push", "--plain-http", f"{host}/{repository}", *paths],
+        cwd=source,
+        env={**os.environ, "HOME": str(home)},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def _pack_files(directory: Path, files: int, total_bytes: int) -> list[str]:
+    """registry.yaml plus ``files`` YAML-ish files of about total/files bytes each."""
+    directory.mkdir(parents=True)
+    (directory / "registry.yaml").write_text("apiVersion: aicr.run/v1beta1\nkind: ComponentRegistry\n")
+    names = ["registry.yaml"]
+    each = max(1, total_bytes // max(files, 1))
+    for index in range(files):
+        name = f"overlay-{index:03d}.yaml"
+        # Half random hex (incompressible), half repetitive YAML, like real values files.
+        body = (f"# overlay {index}\nkey: {secrets.token_hex(each // 4)}\n" + "value: x\n" * (each // 20))[:each]
+        (directory / name).write_text(body)
+        names.append(name)
+    return names
+
+
+def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Path) -> list[Row]:
+    """packs: (label, files, total bytes, as one directory layer)."""
+    if not (os.access(ORAS, os.X_OK) and os.access(DOCKER_REGISTRY, os.X_OK)):
+        subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap-tools.sh"), "oras", "debian"], cwd=ROOT, check=True)
+    base = tmp / "registry"
+    storage = base / "storage"
+    storage.mkdir(parents=True)
+    home = base / "home"
+    home.mkdir()
+    port = _free_port()
+    host = f"127.0.0.1:{port}"
+    config = base / "config.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {storage}\n"
+        f"http:\n  addr: {host}\n  secret: {secrets.token_hex(16)}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    rows = []
+    with _server([str(DOCKER_REGISTRY), "serve", str(config)], f"http://{host}/v2/", base / "registry.log", env):
+        for label, files, total, as_directory in packs:
+            source = tmp / f"pack-src-{label}"
+            names = _pack_files(source / "overlays" if as_directory else source, files, total)
+            if as_directory:
+                (source / "overlays" / "registry.yaml").replace(source / "registry.yaml")
+                paths = ["registry.yaml", "overlays/"]
+            else:
+                paths = names
+            ref = f"{host}/bench/{label}:v1"
+            _push(host, f"bench/{label}:v1", source, paths, home)
+            dest = tmp / f"pack-dest-{label}"
+            pull = (
+                "import sys; from pathlib import Path; from aicr_runner.config import PackSettings; "
+                "from aicr_runner.pack import pull_pack; "
+                "pull_pack(PackSettings(ref=sys.argv[1], plain_http=True), Path(sys.argv[2]))"
+            )
+            runner_env = _base_env()
+
+            def runner(ref: str = ref, dest: Path = dest, pull: str = pull, runner_env: dict[str, str] = runner_env) -> float:
+                shutil.rmtree(dest, ignore_errors=True)
+                return _wall([PYTHON, "-c", pull, ref, str(dest)], env=runner_env)
+
+            def shell(ref: str = ref, dest: Path = dest) -> float:
+                shutil.rmtree(dest, ignore_errors=True)
+                return _wall(
+                    [str(ORAS), "pull", "--plain-http", ref, "-o", str(dest)],
+                    env={**os.environ, "HOME": str(home)},
+                )
+
+            layers = 2 if as_directory else files + 1
+            shape = "registry.yaml + 1 directory layer" if as_directory else f"{layers} file layers"
+            row = Row(
+                f"pack pull, {total / 1e6:g} MB in {shape} ({files} files), whole process",
+                "≤ 1.2× (202 file layers)",
+                "python + `pull_pack`",
+                "`oras pull`",
+                "s",
+            )
+            rows.append(_paired(repeat, runner, shell, row))
+    return rows
+
+
+# --- release fetch -----------------------------------------------------------------------------
+
+
+def bench_release(size_bytes: int, repeat: int, tmp: Path) -> Row:
+    version = "1.2.0"
+    arch = "arm64" if os.uname().machine in ("aarch64", "arm64") else "amd64"
+    serve = tmp / "releases"
+    release_dir = serve / f"v{version}"
+    release_dir.mkdir(parents=True)
+    archive_name = f"aicr_{version}_linux_{arch}.tar.gz"
+    # A Go binary compresses like aicr does; the pinned helm is the biggest one here.
+    binary = tmp / "aicr"
+    with (TOOLS / "helm").open("rb") as source, binary.open("wb") as out:
+        remaining = size_bytes
+        while remaining > 0:
+            chunk = source.read(min(remaining, MIB)) or b"\0" * min(remaining, MIB)
+            out.write(chunk)
+            remaining -= len(chunk)
+    archive = release_dir / archive_name
+    with gzip.open(archive, "wb", compresslevel=6) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        tar.add(binary, arcname="aicr")
+    import hashlib
+
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    (release_dir / "aicr_checksums.txt").write_text(f"{digest}  {archive_name}\n")
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    fetch = (
+        "import sys; from pathlib import Path; from aicr_runner.config import AicrSettings; "
+        "from aicr_runner.release import fetch_aicr; "
+        "fetch_aicr(AicrSettings(version=sys.argv[1], release_base_url=sys.argv[2], arch=sys.argv[3]), "
+        "Path(sys.argv[4]))"
+    )
+    dest = tmp / "release-dest"
+    runner_env = _base_env()
+    shell_script = (
+        'set -euo pipefail; cd "$1"; '
+        'curl -fsS -o aicr_checksums.txt "$2/v$3/aicr_checksums.txt"; '
+        'curl -fsS -o "$4" "$2/v$3/$4"; '
+        'grep "  $4\\$" aicr_checksums.txt | sha256sum -c --status; '
+        'tar -xzf "$4" aicr; rm -f "$4"'
+    )
+
+    def runner() -> float:
+        shutil.rmtree(dest, ignore_errors=True)
+        return _wall([PYTHON, "-c", fetch, version, base_url, arch, str(dest)], env=runner_env)
+
+    def shell() -> float:
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir()
+        return _wall(["bash", "-c", shell_script, "fetch", str(dest), base_url, version, archive_name])
+
+    row = Row(
+        f"release fetch, {archive.stat().st_size / 1e6:.1f} MB archive, whole process",
+        "≤ 1.0×",
+        "python + `fetch_aicr`",
+        "curl + sha256sum + tar",
+        "s",
+    )
+    http_server = [PYTHON, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory", str(serve)]
+    with _server(http_server, f"{base_url}/v{version}/aicr_checksums.txt", tmp / "http.log"):
+        _paired(repeat, runner, shell, row)
+    return row
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def render(rows: Sequence[Row], markdown: bool) -> str:
+    header = ("metric", "runner", "min", "median", "shell anchor", "min", "median", "ratio", "goal", "note")
+    body = [
+        (
+            r.metric,
+            r.runner_label,
+            _fmt(min(r.runner), r.unit),
+            _fmt(statistics.median(r.runner), r.unit),
+            r.shell_label,
+            _fmt(min(r.shell), r.unit),
+            _fmt(statistics.median(r.shell), r.unit),
+            f"{r.ratio:.2f}×",
+            r.goal,
+            r.note,
+        )
+        for r in rows
+    ]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        return "\n".join(lines)
+    return "\n".join("  ".join(cells) for cells in [header, *body])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["_relay"]:
+        relay_harness(int(args_list[1]), args_list[2], Path(args_list[3]), Path(args_list[4]))
+        return 0
+    if args_list[:1] == ["_call"]:
+        call_harness(int(args_list[1]), Path(args_list[2]), Path(args_list[3]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (the CI smoke test)")
+    parser.add_argument("--markdown", action="store_true", help="a Markdown table for the README")
+    parser.add_argument("--relay-mib", help="relay sizes in MiB, comma separated (default 100,1024; quick 1,8)")
+    parser.add_argument("--relay-formats", default="console,json", help="log formats to relay in")
+    parser.add_argument("--relay-repeat", type=int, help="pairs per relay size (default 2; quick 1)")
+    parser.add_argument("--repeat", type=int, help="pairs for the other metrics (default 7; quick 2)")
+    parser.add_argument("--only", help="comma separated: relay,call,startup,plan,pack,release")
+    args = parser.parse_args(args_list)
+    quick = args.quick
+    relay_sizes = [float(s) for s in (args.relay_mib or ("1,8" if quick else "100,1024")).split(",")]
+    relay_formats = args.relay_formats.split(",")
+    relay_repeat = args.relay_repeat or (1 if quick else 2)
+    repeat = args.repeat or (2 if quick else 7)
+    only = set((args.only or "relay,call,startup,plan,pack,release").split(","))
+    if quick:
+        packs = [("small", 2, 20_000, False), ("files", 21, 2_000_000, False), ("dir", 20, 2_000_000, True)]
+        release_bytes = 4 * MIB
+    else:
+        packs = [("small", 2, 20_000, False), ("files", 201, 20_000_000, False), ("dir", 200, 20_000_000, True)]
+        release_bytes = 48 * MIB
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="aicr-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("relay", lambda: rows.extend(bench_relay(relay_sizes, relay_formats, relay_repeat, tmp))),
+            ("call", lambda: rows.append(bench_call(10 if quick else 40, tmp))),
+            ("startup", lambda: rows.extend(bench_startup(repeat if quick else 2 * repeat))),
+            ("plan", lambda: rows.append(bench_plan(repeat, tmp))),
+            ("pack", lambda: rows.extend(bench_pack(packs, repeat, tmp))),
+            ("release", lambda: rows.append(bench_release(release_bytes, repeat, tmp))),
+        ]
+        for name, step in steps:
+            if name in only:
+                step()
+                print(f"[{name} done at {time.monotonic() - started:.0f} s, load {os.getloadavg()[0]:.2f}]", file=sys.stderr)
+    load_after = os.getloadavg()
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    print(
+        f"{when}; {os.cpu_count()} cores; load average (1/5/15 min) before "
+        f"{'/'.join(f'{x:.2f}' for x in load_before)}, after {'/'.join(f'{x:.2f}' for x in load_after)}; "
+        f"{time.monotonic() - started:.0f} s in all; Python {sys.version.split()[0]}"
+    )
+    print(render(rows, args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
