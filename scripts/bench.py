@@ -264,17 +264,17 @@ def bench_relay(sizes_mib: Sequence[float], formats: Sequence[str], repeat: int,
         for fmt in formats:
             row = Row(
                 f"relay CPU, {_size(size_mib)} of deploy.sh output, {fmt} log",
-                "≤ 1.5× (stretch ≤ 1.2×)",
+                "≤ 1.5x (stretch ≤ 1.2x)",
                 "runner deploy step",
                 "`tee`",
                 "s",
             )
             walls: list[float] = []
 
-            def runner(fmt: str = fmt, size: int = size, walls: list[float] = walls) -> float:
+            def runner(fmt: str = fmt, size: int = size, walls: list[float] = walls, key: float = size_mib) -> float:
                 data = _relay_runner(size, fmt, tmp)
                 walls.append(data["wall"])
-                rss.setdefault(size_mib, []).append(data["maxrss_kib"] / 1024)
+                rss.setdefault(key, []).append(data["maxrss_kib"] / 1024)
                 return data["cpu"]
 
             def shell(size: int = size, samples: list[float] = shell_samples) -> float:
@@ -443,7 +443,7 @@ def bench_plan(repeat: int, tmp: Path) -> Row:
 
     row = Row(
         f"whole `plan` ({len(calls)} aicr calls, fake aicr), wall",
-        "≤ 1.2×",
+        "≤ 1.2x",
         "`aicr-runner plan`",
         "the same aicr calls from bash",
         "s",
@@ -523,9 +523,9 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
             )
             runner_env = _base_env()
 
-            def runner(ref: str = ref, dest: Path = dest, pull: str = pull, runner_env: dict[str, str] = runner_env) -> float:
+            def runner(ref: str = ref, dest: Path = dest, pull: str = pull, env: dict[str, str] = runner_env) -> float:
                 shutil.rmtree(dest, ignore_errors=True)
-                return _wall([PYTHON, "-c", pull, ref, str(dest)], env=runner_env)
+                return _wall([PYTHON, "-c", pull, ref, str(dest)], env=env)
 
             def shell(ref: str = ref, dest: Path = dest) -> float:
                 shutil.rmtree(dest, ignore_errors=True)
@@ -538,7 +538,7 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
             shape = "registry.yaml + 1 directory layer" if as_directory else f"{layers} file layers"
             row = Row(
                 f"pack pull, {total / 1e6:g} MB in {shape} ({files} files), whole process",
-                "≤ 1.2× (202 file layers)",
+                "≤ 1.2x (202 file layers)",
                 "python + `pull_pack`",
                 "`oras pull`",
                 "s",
@@ -601,7 +601,7 @@ def bench_release(size_bytes: int, repeat: int, tmp: Path) -> Row:
 
     row = Row(
         f"release fetch, {archive.stat().st_size / 1e6:.1f} MB archive, whole process",
-        "≤ 1.0×",
+        "≤ 1.0x",
         "python + `fetch_aicr`",
         "curl + sha256sum + tar",
         "s",
@@ -626,7 +626,7 @@ def render(rows: Sequence[Row], markdown: bool) -> str:
             r.shell_label,
             _fmt(min(r.shell), r.unit),
             _fmt(statistics.median(r.shell), r.unit),
-            f"{r.ratio:.2f}×",
+            f"{r.ratio:.2f}x",
             r.goal,
             r.note,
         )
@@ -684,7 +684,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, step in steps:
             if name in only:
                 step()
-                print(f"[{name} done at {time.monotonic() - started:.0f} s, load {os.getloadavg()[0]:.2f}]", file=sys.stderr)
+                elapsed = time.monotonic() - started
+                print(f"[{name} done at {elapsed:.0f} s, load {os.getloadavg()[0]:.2f}]", file=sys.stderr)
     load_after = os.getloadavg()
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(

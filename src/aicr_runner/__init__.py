@@ -1,10 +1,7 @@
 """aicr-runner: runs NVIDIA AI Cluster Runtime (aicr) end to end inside a Kubernetes Job."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("aicr-runner")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+source"
+#: The one place the version is written; pyproject.toml reads it from here
+#: (no importlib.metadata at import time: ``aicr-runner version`` stays fast).
+__version__ = "0.1.0"
 
 __all__ = ["__version__"]

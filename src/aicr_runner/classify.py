@@ -34,6 +34,10 @@ _INSTALLED = re.compile(r"└─ ✓ (\S+) installed")
 _FAILED = re.compile(r"└─ ✗ (\S+) FAILED")
 _CONTINUING = re.compile(r"^(?:⚠|WARNING:) (\S+) install failed, continuing \(--best-effort\)")
 _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
+_ERROR_PREFIXES = ("Error", "ERROR")
+#: Every line ``feed`` reacts to contains one of these (checked in
+#: tests/unit/test_classify.py), so ``scan`` looks only at the lines around them.
+SCAN_CANDIDATES = ("─", "fail", "DRA kubelet", "Error", "ERROR")
 
 
 class Outcome(StrEnum):
@@ -65,31 +69,72 @@ class DeployMarkers:
     reported_failed: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
 
-    def feed(self, line: str) -> None:
+    def feed(self, line: str) -> str | None:  # noqa: PLR0911 - one return per kind of line
+        """Take one line; return the log level it deserves when it means something
+        (a marker or an error), None for an ordinary line."""
         text = _ANSI.sub("", line).strip()
         if not text:
-            return
+            return None
         for marker in FAILURE_REPORT_MARKERS:
             if marker in text:
                 self.failure_report = True
                 names = text.split(marker, 1)[1].removeprefix(" (--best-effort)").lstrip(":").split()
                 self.reported_failed = _unique(self.reported_failed + names)
-                return
+                return "warning"
         if DRA_DEFERRED_MARKER in text:
             self.dra_deferred = True
             names = text.split(DRA_DEFERRED_MARKER, 1)[1].split(" — ", 1)[0].split()
             self.deferred = _unique(self.deferred + names)
-            return
+            return "warning"
         if any(marker in text for marker in _PREFLIGHT_FAILED):
             self.preflight_failed = True
-            return
+            return "warning"
         if match := _STARTED.search(text):
             self.total = int(match.group(2))
             self.started = _unique([*self.started, match.group(3)])
-        elif match := _INSTALLED.search(text):
+            return "info"
+        if match := _INSTALLED.search(text):
             self.installed = _unique([*self.installed, match.group(1)])
-        elif (match := _FAILED.search(text)) or (match := _CONTINUING.search(text)):
+            return "info"
+        if (match := _FAILED.search(text)) or (match := _CONTINUING.search(text)):
             self.failed = _unique([*self.failed, match.group(1)])
+            return "warning"
+        if text.startswith(_ERROR_PREFIXES):
+            return "error"
+        return None
+
+    def scan(self, text: str) -> list[tuple[int, int, str]]:
+        """Feed a block of whole lines; return ``(start, end, level)`` of the lines
+        that mean something, in order (``end`` is the index of their newline).
+
+        Only lines holding a ``SCAN_CANDIDATES`` string are fed, found with a
+        few ``str.find`` calls per block: an ordinary line costs nothing here.
+        Colour codes could split a candidate, so a block that has any is fed
+        line by line.
+        """
+        found: set[int] = set()
+        if "\x1b" in text:
+            at = 0
+            while at < len(text):
+                found.add(at)
+                newline = text.find("\n", at)
+                at = len(text) if newline == -1 else newline + 1
+        else:
+            for candidate in SCAN_CANDIDATES:
+                at = text.find(candidate)
+                while at != -1:
+                    found.add(text.rfind("\n", 0, at) + 1)
+                    newline = text.find("\n", at)
+                    at = -1 if newline == -1 else text.find(candidate, newline + 1)
+        starts = sorted(found)
+        meaningful: list[tuple[int, int, str]] = []
+        for start in starts:
+            end = text.find("\n", start)
+            end = len(text) if end == -1 else end
+            level = self.feed(text[start:end])
+            if level is not None:
+                meaningful.append((start, end, level))
+        return meaningful
 
     def counts(self) -> str:
         """``13/15 installed, 2 failed (nfd, aws-efa)`` for the operator."""

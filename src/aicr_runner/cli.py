@@ -1,4 +1,10 @@
-"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``version``."""
+"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``version``.
+
+Imports are staged: ``version`` and ``--help`` need only ``names``; reading the
+settings (and refusing bad input, exit 2) needs pydantic but never the
+Kubernetes client, oras, httpx or requests; those come with the steps, and the
+Kubernetes client only when results go to ConfigMaps.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,17 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aicr_runner import __version__, logs
-from aicr_runner.config import ENV_PREFIX, Criteria, RunnerSettings, load
-from aicr_runner.errors import ConfigError, ExitCode, RunnerError
-from aicr_runner.machine import Machine
-from aicr_runner.process import ShutdownController, SubprocessRunner
-from aicr_runner.report import RunReport
-from aicr_runner.sink import ConfigMapSink, DirectorySink, Sink
-from aicr_runner.steps import Mode, RunContext, Steps, component_table
-from aicr_runner.values import env_from_values, load_values_file
+from aicr_runner import __version__
+from aicr_runner.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSION
+
+if TYPE_CHECKING:
+    from aicr_runner.config import RunnerSettings
+    from aicr_runner.errors import ConfigError
+    from aicr_runner.report import RunReport
+    from aicr_runner.sink import Sink
+    from aicr_runner.steps import Mode
 
 __all__ = ["main"]
 
@@ -72,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="a local data pack directory to try before pushing it (instead of a pack ref)",
     )
-    for name in Criteria.FLAG_ORDER:
+    for name in CRITERIA_FLAG_ORDER:
         plan.add_argument(
             f"--{name}", metavar="VALUE", help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})"
         )
@@ -83,17 +89,20 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = _parser().parse_args(argv)
     env = dict(os.environ if environ is None else environ)
     if args.command == "version":
-        print(f"aicr-runner {__version__} (pinned aicr {RunnerSettings.model_fields['aicr'].default.version})")
+        print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
         return 0
-    mode = Mode(args.command)
-    if mode is Mode.PLAN:
+    from aicr_runner.config import load
+    from aicr_runner.errors import ConfigError
+    from aicr_runner.values import env_from_values, load_values_file
+
+    if args.command == "plan":
         if args.values is not None:
             try:
                 from_values = env_from_values(load_values_file(args.values))
             except ConfigError as exc:
                 return _bad_input(exc)
             env = {**from_values, **env}
-        for name in Criteria.FLAG_ORDER:
+        for name in CRITERIA_FLAG_ORDER:
             if getattr(args, name) is not None:
                 env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
         env.setdefault(f"{ENV_PREFIX}WORK_DIR", str(args.output.resolve() / "work"))
@@ -101,12 +110,19 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         settings = load(env, local_pack=_local_pack(args) is not None)
     except ConfigError as exc:
         return _bad_input(exc)
+    from aicr_runner import logs
+    from aicr_runner.errors import RunnerError
+    from aicr_runner.steps import Mode
+
+    mode = Mode(args.command)
     logs.configure(settings.log_format)
     try:
         return _execute(settings, mode, args, env)
     except RunnerError as exc:
         logs.get_logger().error(exc.message, exit_code=int(exc.exit_code))
         return exc.exit_code
+    finally:
+        logs.flush_relay()
 
 
 def _local_pack(args: argparse.Namespace) -> Path | None:
@@ -116,6 +132,8 @@ def _local_pack(args: argparse.Namespace) -> Path | None:
 
 
 def _bad_input(exc: ConfigError) -> int:
+    from aicr_runner.errors import ExitCode
+
     for problem in exc.problems:
         print(f"aicr-runner: invalid setting: {problem}", file=sys.stderr)
     return int(ExitCode.BAD_INPUT)
@@ -123,6 +141,8 @@ def _bad_input(exc: ConfigError) -> int:
 
 def _register_credentials(settings: RunnerSettings) -> None:
     """Read every credential once, up front, so no later log line can show it."""
+    from aicr_runner import logs
+
     pub = settings.validate.publish
     files = [
         Path(settings.pack.credentials_file) if settings.pack.credentials_file else None,
@@ -136,6 +156,9 @@ def _register_credentials(settings: RunnerSettings) -> None:
 
 
 def _make_sink(settings: RunnerSettings, mode: Mode, args: Any) -> Sink:
+    from aicr_runner.sink import ConfigMapSink, DirectorySink
+    from aicr_runner.steps import Mode
+
     if mode is Mode.PLAN:
         return DirectorySink(args.output.resolve())
     if args.results_dir is not None:
@@ -150,10 +173,18 @@ def _pod_namespace() -> str:
     path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
     if path.is_file():
         return path.read_text().strip()
+    from aicr_runner.errors import ConfigError
+
     raise ConfigError([f"{ENV_PREFIX}NAMESPACE='': not running in a pod; set the namespace for the result ConfigMaps"])
 
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
+    from aicr_runner import logs
+    from aicr_runner.errors import ExitCode, RunnerError
+    from aicr_runner.machine import Machine
+    from aicr_runner.process import ShutdownController, SubprocessRunner
+    from aicr_runner.steps import RunContext, Steps
+
     log = logs.get_logger()
     _register_credentials(settings)
     settings.work_path.mkdir(parents=True, exist_ok=True)
@@ -216,6 +247,9 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
 
 
 def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any) -> None:
+    from aicr_runner import logs
+    from aicr_runner.steps import Mode, component_table
+
     log = logs.get_logger()
     line = f"{report.phase.value} (exit {report.exit_code}): {report.message}"
     if report.supported_combinations:

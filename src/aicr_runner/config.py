@@ -32,6 +32,7 @@ from pydantic_settings import (
 from pydantic_settings.exceptions import SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
+from aicr_runner import names
 from aicr_runner.errors import ConfigError
 from aicr_runner.reference import PackReference
 
@@ -51,7 +52,7 @@ __all__ = [
     "load",
 ]
 
-ENV_PREFIX = "AICR_RUNNER_"
+ENV_PREFIX = names.ENV_PREFIX
 DEFAULT_RELEASE_BASE_URL = "https://github.com/NVIDIA/aicr/releases/download"
 
 #: Service values aicr silently maps to ``generic``, which resolves nothing for
@@ -132,7 +133,7 @@ class Criteria(_Group):
     platform: str = ""
 
     #: The anchor's flag order (R-07): service, accelerator, os, intent, platform.
-    FLAG_ORDER: ClassVar[tuple[str, ...]] = ("service", "accelerator", "os", "intent", "platform")
+    FLAG_ORDER: ClassVar[tuple[str, ...]] = names.CRITERIA_FLAG_ORDER
 
     def stated(self) -> dict[str, str]:
         return {name: getattr(self, name) for name in self.FLAG_ORDER if getattr(self, name)}
@@ -178,7 +179,7 @@ class ProvenanceSettings(_Group):
 
 
 class AicrSettings(_Group):
-    version: str = "v1.2.0"
+    version: str = names.PINNED_AICR_VERSION
     arch: Arch = Field(default_factory=_host_arch)
     sha256: Sha256Pins = Sha256Pins()
     release_base_url: str = DEFAULT_RELEASE_BASE_URL

@@ -4,44 +4,78 @@ Every string that reaches a log line passes through ``redact``: credentials read
 the runner (pack and publish registry auth, the identity token) are registered
 with ``register_secret`` when they are read, and replaced by ``***`` wherever they
 would appear, including in relayed child output.
+
+Relayed child output (deploy.sh can print gigabytes) does not go through
+structlog line by line: ``relay`` writes already-redacted blocks of lines
+straight to the pod log, rendered the way structlog renders an event in the
+configured format (same timestamp, level, ``step`` and ``source``), buffered and
+flushed at least every 100 ms (``flush_relay_if_due``), before every structured
+event (so the order holds) and at exit. Lines that mean something (deploy
+markers, errors) are logged as structured events by the caller.
+
+structlog is imported on first use, not with this module: ``aicr-runner
+version`` and ``--help`` never pay for it.
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
-import logging
 import sys
 import threading
-from collections.abc import Iterable, Mapping, MutableMapping
+import time
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii
 from typing import Any, TextIO
-
-import structlog
 
 from aicr_runner.config import LogFormat
 
 __all__ = [
     "configure",
+    "flush_relay",
+    "flush_relay_if_due",
     "format_relayed_line",
     "get_logger",
+    "protected_bytes",
     "redact",
     "register_dockerconfig_secrets",
     "register_secret",
+    "relay",
 ]
 
 _MASK = "***"
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
+#: Longest first, so a secret containing another is masked whole; rebuilt on
+#: registration (rare), read without a lock (a tuple is replaced atomically).
+_ordered: tuple[str, ...] = ()
+_ordered_bytes: tuple[bytes, ...] = ()
+#: (secret, witness): the shortest registered secret inside it. Where the witness
+#: is absent the secret is too, so a password and its ``user:password`` cost one
+#: scan of the text, not two.
+_plan: tuple[tuple[str, str], ...] = ()
 #: Shorter values would mask ordinary words; registry passwords are not this short.
 _MIN_SECRET_LENGTH = 4
 
 
 def register_secret(value: str) -> None:
-    """Never print ``value`` again, in any log line or relayed output."""
+    """Never print ``value`` again, in any log line or relayed output.
+
+    Output is redacted line by line, so each line of a multi-line value is
+    registered too: a value cut by a line break still leaves no piece behind.
+    """
+    global _ordered, _ordered_bytes, _plan  # noqa: PLW0603 - the registry is process-wide by design
     value = value.strip()
-    if len(value) >= _MIN_SECRET_LENGTH:
-        with _secrets_lock:
-            _secrets.add(value)
+    candidates = [value, *(line.strip() for line in value.splitlines())] if "\n" in value else [value]
+    with _secrets_lock:
+        for candidate in candidates:
+            if len(candidate) >= _MIN_SECRET_LENGTH:
+                _secrets.add(candidate)
+        _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+        _ordered_bytes = tuple(secret.encode() for secret in _ordered)
+        _plan = tuple((secret, min((o for o in _ordered if o in secret), key=len)) for secret in _ordered)
 
 
 def register_dockerconfig_secrets(raw: str | bytes) -> None:
@@ -74,12 +108,22 @@ def register_dockerconfig_secrets(raw: str | bytes) -> None:
 
 
 def redact(text: str) -> str:
-    with _secrets_lock:
-        secrets = sorted(_secrets, key=len, reverse=True)
-    for secret in secrets:
+    """``text`` with every registered secret masked; ``text`` may hold many lines."""
+    absent: set[str] = set()
+    for secret, witness in _plan:
+        if witness in absent:
+            continue
         if secret in text:
             text = text.replace(secret, _MASK)
+        elif secret is witness or witness not in text:
+            absent.add(witness)
     return text
+
+
+def protected_bytes() -> Sequence[bytes]:
+    """The registered secrets as UTF-8: where a too-long line is cut, no cut may
+    fall inside one of these (each piece is redacted on its own)."""
+    return _ordered_bytes
 
 
 def _redact_value(value: Any) -> Any:
@@ -97,7 +141,10 @@ def _redact_processor(_logger: Any, _method: str, event_dict: MutableMapping[str
 
 
 def format_relayed_line(line: str) -> str:
-    """aicr logs JSON with ``--log-json``; show such lines as ``msg k=v`` for people."""
+    """aicr logs JSON with ``--log-json``; show such lines as ``msg k=v`` for people.
+
+    A re-rendered record is redacted again: JSON escapes (``\\u0041``) can hide a
+    secret from the pass over the raw text, and parsing undoes them."""
     stripped = line.strip()
     if not (stripped.startswith("{") and stripped.endswith("}")):
         return line.rstrip("\n")
@@ -111,13 +158,111 @@ def format_relayed_line(line: str) -> str:
     extras = " ".join(f"{k}={v}" for k, v in record.items() if k not in skip)
     level = str(record.get("level", "")).upper()
     prefix = f"{level} " if level and level != "INFO" else ""
-    return f"{prefix}{record['msg']}" + (f" {extras}" if extras else "")
+    return redact(f"{prefix}{record['msg']}" + (f" {extras}" if extras else ""))
+
+
+class _Relay:
+    """Relayed child output, straight to the pod log in the configured format.
+
+    Takes blocks of already-redacted lines (each ending in a newline) and
+    renders each line as structlog would render ``info(line, source=...)`` with
+    ``step`` bound, but with a handful of C-level string operations per block
+    instead of a processor chain per line. All lines of one block arrived in one
+    read, so they share one timestamp.
+    """
+
+    #: Flush when this much is buffered, or when the oldest buffered line is this old.
+    MAX_BUFFERED_CHARS = 256 * 1024
+    MAX_DELAY_SECONDS = 0.1
+
+    def __init__(self, fmt: LogFormat, stream: TextIO | None) -> None:
+        self.fmt = fmt
+        #: None: whatever sys.stderr is at write time (tests swap it).
+        self.stream = stream
+        self._parts: list[str] = []
+        self._size = 0
+        self._since: float | None = None
+
+    def write(self, text: str, *, step: str, source: str) -> None:
+        if not text:
+            return
+        if not text.endswith("\n"):
+            text += "\n"
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        if self.fmt is LogFormat.JSON:
+            head = f'{{"step": "{step}", "source": "{source}", "event": '
+            tail = f', "level": "info", "timestamp": "{stamp}"}}\n'
+            body = text[:-1]
+            if "\\" in body:  # a backslash makes "\\n" ambiguous after escaping: line by line
+                rendered = head + (tail + head).join(map(encode_basestring_ascii, body.split("\n"))) + tail
+            else:  # escape the block once; each escaped newline becomes a record boundary
+                rendered = head + encode_basestring_ascii(body).replace("\\n", f'"{tail}{head}"') + tail
+        else:
+            head = f"{stamp} [info     ] "
+            tail = f" source={source} step={step}\n"
+            rendered = head + text[:-1].replace("\n", tail + head) + tail
+        self._parts.append(rendered)
+        self._size += len(rendered)
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        if self._size >= self.MAX_BUFFERED_CHARS or now - self._since >= self.MAX_DELAY_SECONDS:
+            self.flush()
+
+    def flush_if_due(self) -> None:
+        if self._since is not None and time.monotonic() - self._since >= self.MAX_DELAY_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._parts:
+            return
+        stream = self.stream if self.stream is not None else sys.stderr
+        text = "".join(self._parts)
+        self._parts.clear()
+        self._size = 0
+        self._since = None
+        stream.write(text)
+        stream.flush()
+
+
+_relay = _Relay(LogFormat.CONSOLE, None)
+
+
+def relay(text: str, *, step: str, source: str) -> None:
+    """Write redacted child output (whole lines) to the pod log; see ``_Relay``."""
+    _relay.write(text, step=step, source=source)
+
+
+def flush_relay() -> None:
+    _relay.flush()
+
+
+atexit.register(flush_relay)
+
+
+def flush_relay_if_due() -> None:
+    """Called by the child pump at least every poll interval while a child runs."""
+    _relay.flush_if_due()
+
+
+def _flush_relay_processor(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Mapping[str, Any]:
+    # Relayed lines buffered so far come before this event in the pod log.
+    _relay.flush()
+    return event_dict
 
 
 def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) -> None:
     """Configure structlog (and route stdlib loggers such as oras/urllib3 through it)."""
+    global _relay  # noqa: PLW0603 - one pod log per process
+    import logging
+
+    import structlog
+
+    _relay.flush()
+    _relay = _Relay(fmt, stream)
     output = stream if stream is not None else sys.stderr
     shared: list[Any] = [
+        _flush_relay_processor,
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -148,6 +293,8 @@ def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) 
 
 
 def get_logger(**initial: Any) -> Any:
+    import structlog
+
     return structlog.get_logger(**initial)
 
 

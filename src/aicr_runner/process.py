@@ -2,11 +2,20 @@
 
 Every aicr and deploy.sh call goes through ``SubprocessRunner.run``:
 
-* stdout and stderr are merged and relayed line by line, as they arrive, to the
-  log file and to ``on_line`` (the pod-log relay). Nothing is accumulated: a
-  child printing 100 MB keeps the runner's memory flat. A line longer than
-  ``max_line_bytes`` is passed on in pieces, so a missing newline cannot grow a
-  buffer either. Bytes are decoded as UTF-8 with replacement characters.
+* stdout and stderr are merged and relayed as they arrive, to the log file and
+  to ``on_block`` (the pod-log relay: a block of whole lines, as read) and/or
+  ``on_line`` (one call per line, for callers that look at every line).
+  Nothing is accumulated: a child printing gigabytes keeps the runner's memory
+  flat. A line longer than ``max_line_bytes`` is passed on in pieces, so a
+  missing newline cannot grow a buffer either; a cut never falls inside a UTF-8
+  character or inside a registered secret (each piece is redacted on its own).
+  Bytes are decoded as UTF-8 with replacement characters.
+* each block is redacted once, before it reaches the log file or a callback.
+  Work is per block (C-level string operations), not per line: that is what
+  keeps the relay of a chatty deploy.sh close to ``tee``.
+* the child and its output pipe are waited on together (a pidfd next to the
+  pipe in one ``select``): no fixed sleep between a child's last line and its
+  reaping.
 * the child starts in its own session (and so its own process group). A
   SIGTERM sent to the runner (PID 1 in the pod) therefore does not reach helm
   mid-operation; the runner decides when the child is stopped.
@@ -32,6 +41,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Protocol
 
+from aicr_runner import logs
 from aicr_runner.config import ENV_PREFIX
 from aicr_runner.errors import InterruptedRun, ToolError
 
@@ -47,7 +57,10 @@ __all__ = [
 #: Credentials that only the publish call may see (anchor R-19).
 CREDENTIAL_VARIABLES = ("DOCKER_CONFIG", "COSIGN_IDENTITY_TOKEN")
 
+#: A pipe holds 64 KiB; reading no more than a line may hold keeps the splitter simple.
 _READ_CHUNK = 64 * 1024
+#: The per-step log file is written in large pieces.
+_LOG_BUFFER_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,7 @@ class ProcessRunner(Protocol):
         cwd: Path,
         log_path: Path,
         on_line: Callable[[str], None] | None = None,
+        on_block: Callable[[str], None] | None = None,
     ) -> ProcessResult: ...
 
 
@@ -129,32 +143,74 @@ class ShutdownController:
 
 
 class _LineSplitter:
-    """Turns chunks into lines without holding more than one partial line,
-    itself capped at ``limit`` bytes."""
+    """Turns chunks into blocks of whole lines (each ending in a newline).
 
-    def __init__(self, limit: int) -> None:
+    Holds at most one unfinished line. A line longer than ``limit`` bytes is
+    cut into pieces of at most ``limit`` bytes (a little more only when a
+    protected byte string straddles the cut and starts the piece). Chunks are
+    never longer than ``limit`` (see ``_READ_CHUNK``), so only the line that
+    started in the held-back remainder can be over-long: one bounded ``find``
+    per chunk finds it, and no per-line work is needed.
+    """
+
+    def __init__(self, limit: int, protected: Callable[[], Sequence[bytes]]) -> None:
         self._limit = limit
-        self._partial = bytearray()
+        self._protected = protected
+        self._partial = b""
 
-    def feed(self, chunk: bytes) -> Iterator[bytes]:
-        self._partial.extend(chunk)
-        while True:
-            newline = self._partial.find(b"\n")
-            if newline == -1 or newline >= self._limit:
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._partial + chunk if self._partial else chunk
+        pieces: list[bytes] = []
+        start = 0
+        while data.find(b"\n", start, start + self._limit + 1) == -1:
+            cut = self._cut(data, start, final=False) if len(data) - start > self._limit else None
+            if cut is None:  # an unfinished line, not (yet) too long to hold
+                self._partial = data[start:]
+                return b"".join(pieces)
+            pieces += (data[start:cut], b"\n")
+            start = cut
+        last = data.rfind(b"\n")
+        pieces.append(data[start : last + 1])
+        self._partial = data[last + 1 :]
+        return b"".join(pieces)
+
+    def finish(self) -> bytes:
+        data, self._partial = self._partial, b""
+        pieces: list[bytes] = []
+        start = 0
+        while len(data) - start > self._limit:
+            cut = self._cut(data, start, final=True)
+            assert cut is not None  # noqa: S101 - final cuts always resolve
+            pieces += (data[start:cut], b"\n")
+            start = cut
+        if start < len(data):
+            pieces += (data[start:], b"\n")
+        return b"".join(pieces)
+
+    def _cut(self, data: bytes, start: int, *, final: bool) -> int | None:
+        """Where the piece starting at ``start`` ends; None: wait for more bytes."""
+        cut = start + self._limit
+        # Not inside a UTF-8 character (continuation bytes are 0b10xxxxxx).
+        back = cut
+        while back > start and cut - back < 3 and data[back] & 0xC0 == 0x80:
+            back -= 1
+        if back > start and data[back] & 0xC0 != 0x80:
+            cut = back
+        for _ in range(8):  # moving the cut for one secret may expose another
+            moved = False
+            for secret in self._protected():
+                size = len(secret)
+                if size < 2:
+                    continue
+                if not final and len(data) < cut + size - 1:
+                    return None  # a secret may straddle the cut: wait until it is known
+                hit = data.find(secret, max(start, cut - size + 1), cut + size - 1)
+                if hit != -1 and hit < cut:
+                    cut = hit if hit > start else hit + size
+                    moved = True
+            if not moved:
                 break
-            line = bytes(self._partial[:newline])
-            del self._partial[: newline + 1]
-            yield line
-        while len(self._partial) >= self._limit:
-            piece = bytes(self._partial[: self._limit])
-            del self._partial[: self._limit]
-            yield piece
-
-    def finish(self) -> Iterator[bytes]:
-        if self._partial:
-            rest = bytes(self._partial)
-            self._partial.clear()
-            yield rest
+        return cut
 
 
 @dataclass
@@ -176,19 +232,28 @@ class SubprocessRunner:
         poll_seconds: float = 0.1,
         drain_seconds: float = 5.0,
         max_line_bytes: int = 64 * 1024,
-        redact: Callable[[str], str] | None = None,
+        redact: Callable[[str], str] = logs.redact,
+        protected: Callable[[], Sequence[bytes]] = logs.protected_bytes,
+        tick: Callable[[], None] = logs.flush_relay_if_due,
     ) -> None:
         """``drain_seconds``: after the child exits, how long its output pipe may
-        stay open (held by a leftover grandchild) before the group is killed."""
+        stay open (held by a leftover grandchild) before the group is killed.
+        ``poll_seconds``: how often, at most, shutdown escalation and ``tick``
+        (the pod-log flush) are looked at while a child runs; not a sleep."""
+        if max_line_bytes < 1:
+            raise ValueError("max_line_bytes must be positive")
         self.shutdown = shutdown or ShutdownController()
         self.grace_seconds = grace_seconds
         self.kill_after_seconds = kill_after_seconds
         self.poll_seconds = poll_seconds
         self.drain_seconds = drain_seconds
         self.max_line_bytes = max_line_bytes
-        #: Applied to every line before it reaches the log file or ``on_line``, so a
-        #: credential a child echoes never lands anywhere.
+        #: Applied to every block of lines before it reaches the log file or a
+        #: callback, so a credential a child echoes never lands anywhere.
         self.redact = redact
+        #: Byte strings a cut of an over-long line must not split (the secrets).
+        self.protected = protected
+        self.tick = tick
 
     def run(
         self,
@@ -198,6 +263,7 @@ class SubprocessRunner:
         cwd: Path,
         log_path: Path,
         on_line: Callable[[str], None] | None = None,
+        on_block: Callable[[str], None] | None = None,
     ) -> ProcessResult:
         if not argv:
             raise ValueError("argv must name a program")
@@ -207,28 +273,39 @@ class SubprocessRunner:
         process = _start(argv, env=env, cwd=cwd)
         assert process.stdout is not None  # noqa: S101 - stdout=PIPE above
         callback_error: BaseException | None = None
+        redact = self.redact
 
         def deliver(raw: bytes, log: IO[str]) -> None:
+            """``raw``: whole lines, each ending in a newline."""
             nonlocal callback_error
-            line = raw.decode("utf-8", errors="replace").removesuffix("\r")
-            if self.redact is not None:
-                line = self.redact(line)
-            log.write(line + "\n")
-            if on_line is not None and callback_error is None:
-                try:
-                    on_line(line)
-                except Exception as exc:  # noqa: BLE001 - re-raised once the child is done
-                    callback_error = exc
+            if not raw:
+                return
+            text = raw.decode("utf-8", errors="replace")
+            if "\r" in text:
+                text = text.replace("\r\n", "\n")
+            text = redact(text)
+            log.write(text)
+            if callback_error is not None:
+                return
+            try:
+                if on_block is not None:
+                    on_block(text)
+                if on_line is not None:
+                    for line in text[:-1].split("\n"):
+                        on_line(line)
+            except Exception as exc:  # noqa: BLE001 - re-raised once the child is done
+                callback_error = exc
 
         escalation = _Escalation()
         try:
-            with log_path.open("w", encoding="utf-8") as log:
+            with log_path.open("w", encoding="utf-8", buffering=_LOG_BUFFER_BYTES) as log:
                 self._pump(process, lambda raw: deliver(raw, log), escalation)
         finally:
             if process.poll() is None:
                 _signal_group(process, signal.SIGKILL)
             process.wait()
             process.stdout.close()
+            self.tick()
         if callback_error is not None:
             raise callback_error
         code = process.returncode
@@ -243,36 +320,55 @@ class SubprocessRunner:
         self, process: subprocess.Popen[bytes], deliver: Callable[[bytes], None], escalation: _Escalation
     ) -> None:
         """Relay output until EOF and the child's exit, stepping the shutdown
-        escalation between reads."""
+        escalation between reads.
+
+        The pipe and a pidfd of the child share one ``select``: whichever comes
+        last (EOF or exit) ends the wait at once. Without pidfds (an old kernel)
+        the exit is waited for with ``Popen.wait``, whose polling starts at
+        sub-millisecond intervals.
+        """
         assert process.stdout is not None  # noqa: S101
         fd = process.stdout.fileno()
         os.set_blocking(fd, False)
-        splitter = _LineSplitter(self.max_line_bytes)
+        read_size = min(_READ_CHUNK, self.max_line_bytes)
+        splitter = _LineSplitter(self.max_line_bytes, self.protected)
+        pidfd = _pidfd(process)
         eof = False
         exited_at: float | None = None
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while True:
-                if eof:
-                    time.sleep(self.poll_seconds)
-                elif selector.select(self.poll_seconds):
-                    chunk = _read(fd)
-                    eof = chunk == b""
-                    for line in splitter.feed(chunk or b""):
-                        deliver(line)
-                now = time.monotonic()
-                if process.poll() is None:
-                    self._escalate(process, escalation, now)
-                    continue
-                if eof:
-                    break
-                # The child is gone; a process it started may still hold the pipe.
-                exited_at = exited_at or now
-                if now - exited_at >= self.drain_seconds:
-                    _signal_group(process, signal.SIGKILL)
-                    break
-        for line in splitter.finish():
-            deliver(line)
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(fd, selectors.EVENT_READ, "output")
+                if pidfd is not None:
+                    selector.register(pidfd, selectors.EVENT_READ, "exit")
+                while True:
+                    if eof and pidfd is None:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            process.wait(self.poll_seconds)
+                    else:
+                        for key, _ in selector.select(self.poll_seconds):
+                            # A pidfd stays readable once the child is gone; EOF stays EOF.
+                            chunk = b"" if key.data == "exit" else _read(fd, read_size)
+                            if chunk == b"":
+                                eof = eof or key.data == "output"
+                                selector.unregister(key.fd)
+                            elif chunk:
+                                deliver(splitter.feed(chunk))
+                    self.tick()
+                    now = time.monotonic()
+                    if process.poll() is None:
+                        self._escalate(process, escalation, now)
+                        continue
+                    if eof:
+                        break
+                    # The child is gone; a process it started may still hold the pipe.
+                    exited_at = exited_at or now
+                    if now - exited_at >= self.drain_seconds:
+                        _signal_group(process, signal.SIGKILL)
+                        break
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        deliver(splitter.finish())
 
     def _escalate(self, process: subprocess.Popen[bytes], escalation: _Escalation, now: float) -> None:
         if not self.shutdown.requested() or escalation.killed:
@@ -309,10 +405,18 @@ def _start(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> subproc
         raise ToolError(f"cannot run {program}: {exc.strerror or exc}") from exc
 
 
-def _read(fd: int) -> bytes | None:
+def _read(fd: int, size: int) -> bytes | None:
     try:
-        return os.read(fd, _READ_CHUNK)
+        return os.read(fd, size)
     except BlockingIOError:
+        return None
+
+
+def _pidfd(process: subprocess.Popen[bytes]) -> int | None:
+    """A file descriptor that becomes readable when the child exits (Linux 5.3+)."""
+    try:
+        return os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
         return None
 
 

@@ -19,23 +19,43 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aicr_runner import classify, commands, deadline, logs, recipe
 from aicr_runner.classify import Outcome
 from aicr_runner.config import ENV_PREFIX, RunnerSettings
 from aicr_runner.errors import CaptureError, DownloadError, ExitCode, InterruptedRun, PackError, RunnerError
 from aicr_runner.machine import State, StepResult
-from aicr_runner.pack import PulledPack, pull_pack
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.provenance import CosignVerifier, SignatureVerifier, check_provenance
-from aicr_runner.release import AicrBinary, fetch_aicr, use_preinstalled
 from aicr_runner.report import RunReport, StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, Sink, payload_size
+
+if TYPE_CHECKING:
+    from aicr_runner.pack import PulledPack
+    from aicr_runner.release import AicrBinary
 
 __all__ = ["Mode", "RunContext", "Steps"]
 
 #: Lines of a failing command kept to explain the failure (never the whole output).
 _TAIL_LINES = 60
+#: aicr records at these levels are logged as events of that level, not relayed as text.
+_AICR_LEVELS = {"ERROR": "error", "WARN": "warning", "WARNING": "warning"}
+
+
+def pull_pack(*args: Any, **kwargs: Any) -> PulledPack:
+    """``pack.pull_pack``, imported when a pack is pulled: oras and requests are
+    heavy, and a run with a local pack or none never needs them."""
+    from aicr_runner.pack import pull_pack as pull
+
+    return pull(*args, **kwargs)
+
+
+def fetch_aicr(*args: Any, **kwargs: Any) -> AicrBinary:
+    """``release.fetch_aicr``, imported when aicr is downloaded (httpx is heavy)."""
+    from aicr_runner.release import fetch_aicr as fetch
+
+    return fetch(*args, **kwargs)
 
 
 class Mode(StrEnum):
@@ -140,16 +160,52 @@ class Steps:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _relay(self, state: State, tail: deque[str] | None = None) -> Callable[[str], None]:
-        log = self.log.bind(step=state.value)
+    def _relay(
+        self, state: State, tail: deque[str] | None, on_line: Callable[[str], None] | None
+    ) -> Callable[[str], None]:
+        """The pod-log relay for an aicr call: its output is small, so each line
+        is looked at (JSON records re-rendered, errors and warnings logged as
+        such, the tail kept); plain lines go straight to the pod log."""
+        step = state.value
+        log = self.log.bind(step=step)
 
-        def on_line(line: str) -> None:
-            text = logs.redact(logs.format_relayed_line(line))
-            if tail is not None:
-                tail.append(line.rstrip("\n"))
-            log.info(text, source="aicr" if state is not State.DEPLOY else "deploy.sh")
+        def on_block(text: str) -> None:
+            plain: list[str] = []
+            for line in text[:-1].split("\n"):
+                if tail is not None:
+                    tail.append(line)
+                if on_line is not None:
+                    on_line(line)
+                shown = logs.format_relayed_line(line)
+                level = _AICR_LEVELS.get(shown.split(" ", 1)[0])
+                if level is None:
+                    plain.append(shown)
+                    continue
+                if plain:
+                    logs.relay("\n".join(plain), step=step, source="aicr")
+                    plain.clear()
+                getattr(log, level)(shown, source="aicr")
+            if plain:
+                logs.relay("\n".join(plain), step=step, source="aicr")
 
-        return on_line
+        return on_block
+
+    def _deploy_relay(self, markers: classify.DeployMarkers) -> Callable[[str], None]:
+        """The pod-log relay for deploy.sh, which may print gigabytes: blocks go
+        straight to the pod log; only the lines that mean something (progress
+        and failure markers, errors) become structured events."""
+        step = State.DEPLOY.value
+        log = self.log.bind(step=step)
+
+        def on_block(text: str) -> None:
+            written = 0
+            for start, end, level in markers.scan(text):
+                logs.relay(text[written:start], step=step, source="deploy.sh")
+                getattr(log, level)(text[start:end], source="deploy.sh")
+                written = end + 1
+            logs.relay(text[written:], step=step, source="deploy.sh")
+
+        return on_block
 
     def _aicr(
         self,
@@ -159,21 +215,15 @@ class Steps:
         env: Mapping[str, str] | None = None,
         tail: deque[str] | None = None,
         on_line: Callable[[str], None] | None = None,
+        on_block: Callable[[str], None] | None = None,
         cwd: Path | None = None,
     ) -> ProcessResult:
-        relay = self._relay(state, tail)
-
-        def both(line: str) -> None:
-            relay(line)
-            if on_line is not None:
-                on_line(line)
-
         result = self.ctx.processes.run(
             argv,
             env=env if env is not None else child_env(self.ctx.environ),
             cwd=cwd or self.ctx.work,
             log_path=self.ctx.log_path(state),
-            on_line=both,
+            on_block=on_block or self._relay(state, tail, on_line),
         )
         if result.stopped:
             # The runner stopped the child after the grace period; a child that
@@ -208,6 +258,8 @@ class Steps:
         override = self.ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
         if override is not None:
             # Children run in the work directory: a relative path would point elsewhere there.
+            from aicr_runner.release import use_preinstalled
+
             binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
             how = f"preinstalled {binary.path}"
         else:
@@ -387,7 +439,7 @@ class Steps:
             )
         markers = classify.DeployMarkers()
         argv = commands.deploy_argv(self.s, self.ctx.bundle_dir)
-        result = self._aicr(State.DEPLOY, argv, on_line=markers.feed, cwd=self.ctx.bundle_dir)
+        result = self._aicr(State.DEPLOY, argv, on_block=self._deploy_relay(markers), cwd=self.ctx.bundle_dir)
         verdict = classify.classify_deploy(
             result.exit_code,
             failure_report=markers.failure_report,

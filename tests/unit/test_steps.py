@@ -39,6 +39,7 @@ class StubProcesses:
         cwd: Path,
         log_path: Path,
         on_line: Callable[[str], None] | None = None,
+        on_block: Callable[[str], None] | None = None,
     ) -> ProcessResult:
         self.calls.append(list(argv))
         if self.effect is not None:
@@ -46,6 +47,8 @@ class StubProcesses:
         for line in self.lines:
             if on_line is not None:
                 on_line(line)
+            if on_block is not None:
+                on_block(line + "\n")
         log_path.write_text("\n".join(self.lines))
         return ProcessResult(
             exit_code=self.exit_code, log_path=log_path, interrupted=self.stopped, stopped=self.stopped
