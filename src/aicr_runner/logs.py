@@ -66,16 +66,29 @@ def register_secret(value: str) -> None:
     Output is redacted line by line, so each line of a multi-line value is
     registered too: a value cut by a line break still leaves no piece behind.
     """
-    global _ordered, _ordered_bytes, _plan  # noqa: PLW0603 - the registry is process-wide by design
     value = value.strip()
     candidates = [value, *(line.strip() for line in value.splitlines())] if "\n" in value else [value]
     with _secrets_lock:
         for candidate in candidates:
             if len(candidate) >= _MIN_SECRET_LENGTH:
                 _secrets.add(candidate)
-        _ordered = tuple(sorted(_secrets, key=len, reverse=True))
-        _ordered_bytes = tuple(secret.encode() for secret in _ordered)
-        _plan = tuple((secret, min((o for o in _ordered if o in secret), key=len)) for secret in _ordered)
+        _rebuild()
+
+
+def _rebuild() -> None:
+    """Derive the lock-free views of ``_secrets`` (call with the lock held)."""
+    global _ordered, _ordered_bytes, _plan  # noqa: PLW0603 - the registry is process-wide by design
+    _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+    _ordered_bytes = tuple(secret.encode() for secret in _ordered)
+    _plan = tuple((secret, min((o for o in _ordered if o in secret), key=len)) for secret in _ordered)
+
+
+def _replace_secrets_for_tests(values: Iterable[str]) -> None:
+    """Tests only: put the registry back the way it was."""
+    with _secrets_lock:
+        _secrets.clear()
+        _secrets.update(values)
+        _rebuild()
 
 
 def register_dockerconfig_secrets(raw: str | bytes) -> None:

@@ -1,0 +1,237 @@
+"""The fast relay keeps every guarantee of the line-by-line one.
+
+The property test drives the real path (a child process, ``SubprocessRunner``
+with the logs module's redaction, the deploy and aicr relays of ``Steps``, the
+pod-log writer in both formats) with random secrets at random positions in
+random line streams, including lines longer than the split limit, and looks at
+every output: the pod log, the per-step log files, the deploy markers and the
+kept tail.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aicr_runner import classify, logs
+from aicr_runner.config import LogFormat, load
+from aicr_runner.machine import Machine, State
+from aicr_runner.process import SubprocessRunner, _LineSplitter
+from aicr_runner.sink import DirectorySink
+from aicr_runner.steps import Mode, RunContext, Steps
+
+#: No "*": the mask must not be able to form a secret; no whitespace: secrets are stripped.
+SECRET_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_:=+/.é─✓"
+TEXT_ALPHABET = SECRET_ALPHABET + " \t\r\\\"'{}[]"
+MARKER_FRAGMENTS = [
+    "┌─ [1/3] gpu-operator  →  gpu-operator",
+    "└─ ✓ gpu-operator installed",
+    "└─ ✗ ",
+    " FAILED (after 1 attempts)",
+    "Deployment completed with failures:",
+    "DRA kubelet plugin restart blocked, retry needed for: ",
+    "Error: ",
+    '{"level":"ERROR","msg":"command failed","error":"',
+]
+
+
+@pytest.fixture(autouse=True)
+def _restore_secrets() -> Iterator[None]:
+    before = set(logs.secrets_snapshot())
+    yield
+    logs._replace_secrets_for_tests(before)
+    logs.configure(LogFormat.CONSOLE)
+
+
+def _context(work: Path, limit: int) -> RunContext:
+    settings = load({"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100", "AICR_RUNNER_WORK_DIR": str(work)})
+    return RunContext(
+        settings=settings,
+        mode=Mode.RUN,
+        sink=DirectorySink(work / "results"),
+        processes=SubprocessRunner(max_line_bytes=limit),
+        environ={"PATH": "/usr/bin:/bin"},
+        report=Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={}),
+    )
+
+
+secret_text = st.text(alphabet=SECRET_ALPHABET, min_size=4, max_size=40)
+plain_text = st.text(alphabet=TEXT_ALPHABET, max_size=30)
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[list[str], bytes, int]:
+    secrets = draw(st.lists(secret_text, min_size=1, max_size=3, unique=True))
+    part = st.one_of(plain_text, st.sampled_from(secrets), st.sampled_from(MARKER_FRAGMENTS))
+    lines = draw(st.lists(st.lists(part, max_size=12).map("".join), max_size=25))
+    # Sometimes an over-long line made of secrets, so cuts fall near or inside them.
+    if draw(st.booleans()):
+        lines.insert(draw(st.integers(0, len(lines))), "".join(draw(st.lists(st.sampled_from(secrets), min_size=5))))
+    ending = draw(st.sampled_from(["\n", "\r\n", ""]))
+    stream = ("\n".join(lines) + ending).encode()
+    return secrets, stream, draw(st.sampled_from([16, 48, 1024]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=streams(), fmt=st.sampled_from([LogFormat.CONSOLE, LogFormat.JSON]))
+def test_random_secrets_never_reach_any_output(
+    tmp_path_factory: pytest.TempPathFactory, case: tuple, fmt: LogFormat
+) -> None:
+    secrets, stream, limit = case
+    work = tmp_path_factory.mktemp("relay")
+    for secret in secrets:
+        logs.register_secret(secret)
+    pod_log = io.StringIO()
+    logs.configure(fmt, stream=pod_log)
+    (work / "stream.bin").write_bytes(stream)
+    bundle = work / "bundle"
+    bundle.mkdir()
+    (bundle / "deploy.sh").write_text(f"cat {work / 'stream.bin'}\n")
+    ctx = _context(work, limit)
+    steps = Steps(ctx)
+    markers = classify.DeployMarkers()
+    steps._aicr(State.DEPLOY, ["bash", str(bundle / "deploy.sh")], on_block=steps._deploy_relay(markers))
+    tail: deque[str] = deque(maxlen=60)
+    seen: list[str] = []
+    steps._aicr(State.RECIPE, ["cat", str(work / "stream.bin")], tail=tail, on_line=seen.append)
+    logs.flush_relay()
+
+    outputs = {
+        "pod log": pod_log.getvalue(),
+        "deploy.log": (work / "logs" / "deploy.log").read_text(),
+        "recipe.log": (work / "logs" / "recipe.log").read_text(),
+        "markers": repr(markers),
+        "tail": "\n".join(tail),
+        "lines": "\n".join(seen),
+    }
+    for secret in secrets:
+        for where, text in outputs.items():
+            assert secret not in text, f"{secret!r} leaked into the {where}"
+    for name in ("deploy.log", "recipe.log"):
+        for line in outputs[name].splitlines():
+            assert len(line.encode()) <= limit, f"{name}: a {len(line.encode())}-byte line over the {limit} limit"
+    if fmt is LogFormat.JSON:
+        for line in outputs["pod log"].splitlines():
+            assert isinstance(json.loads(line), dict)
+
+
+@given(
+    text=st.text(alphabet=TEXT_ALPHABET + "\n", max_size=400),
+    fragments=st.lists(st.sampled_from(MARKER_FRAGMENTS), max_size=6),
+)
+def test_scanning_a_block_reads_the_markers_as_feeding_every_line(text: str, fragments: list[str]) -> None:
+    block = "\n".join([text, *fragments, "└─ ✓ nfd installed", "⚠ nfd install failed, continuing (--best-effort)"])
+    block += "\n"
+    by_line = classify.DeployMarkers()
+    expected = []
+    at = 0
+    for line in block[:-1].split("\n"):
+        level = by_line.feed(line)
+        if level is not None:
+            expected.append((at, at + len(line), level))
+        at += len(line) + 1
+    by_block = classify.DeployMarkers()
+    assert by_block.scan(block) == expected
+    assert by_block == by_line
+
+
+def test_every_marker_contains_a_scan_candidate() -> None:
+    """``scan`` only feeds lines holding a candidate; a marker without one would be missed."""
+    literals = [
+        *classify.FAILURE_REPORT_MARKERS,
+        classify.DRA_DEFERRED_MARKER,
+        *classify._PREFLIGHT_FAILED,
+        *classify._ERROR_PREFIXES,
+    ]
+    patterns = [classify._STARTED, classify._INSTALLED, classify._FAILED, classify._CONTINUING]
+    for literal in literals:
+        assert any(candidate in literal for candidate in classify.SCAN_CANDIDATES), literal
+    for pattern in patterns:
+        assert any(candidate in pattern.pattern for candidate in classify.SCAN_CANDIDATES), pattern.pattern
+
+
+@pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
+def test_relayed_lines_render_as_structlog_renders_an_event(fmt: LogFormat) -> None:
+    lines = ["plain", 'with "quotes" and \\ backslash', "tab\there", "unicode é ─ ✓"]
+    fast, slow = io.StringIO(), io.StringIO()
+    logs.configure(fmt, stream=fast)
+    logs.relay("\n".join(lines) + "\n", step="deploy", source="deploy.sh")
+    logs.flush_relay()
+    logs.configure(fmt, stream=slow)
+    log = logs.get_logger().bind(step="deploy")
+    for line in lines:
+        log.info(line, source="deploy.sh")
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+    assert stamp.sub("T", fast.getvalue()) == stamp.sub("T", slow.getvalue())
+    if fmt is LogFormat.JSON:
+        assert [json.loads(line)["event"] for line in fast.getvalue().splitlines()] == lines
+
+
+def test_relayed_lines_come_before_a_later_event_and_are_flushed_at_step_end() -> None:
+    out = io.StringIO()
+    logs.configure(LogFormat.JSON, stream=out)
+    logs.relay("first\n", step="deploy", source="deploy.sh")
+    assert out.getvalue() == ""  # buffered ...
+    logs.get_logger().info("marker")  # ... until the next structured event
+    logs.relay("second\n", step="deploy", source="deploy.sh")
+    logs.flush_relay_if_due()
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["first", "marker"]
+    logs._relay._since = 0.0  # the oldest buffered line is now over 100 ms old
+    logs.flush_relay_if_due()
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["first", "marker", "second"]
+
+
+def test_a_cut_never_falls_inside_a_secret_or_a_character() -> None:
+    splitter = _LineSplitter(10, lambda: [b"SECRET-42"])
+    out = splitter.feed(b"abcdefSECRET-42xyz") + splitter.finish()
+    assert out.split(b"\n")[:-1] == [b"abcdef", b"SECRET-42x", b"yz"]
+    splitter = _LineSplitter(4, lambda: [])
+    out = splitter.feed("aé─b".encode()) + splitter.finish()
+    assert [piece.decode() for piece in out.split(b"\n")[:-1]] == ["aé", "─b"]
+
+
+def test_a_secret_longer_than_the_limit_is_one_piece() -> None:
+    splitter = _LineSplitter(4, lambda: [b"LONGSECRET"])
+    out = b"".join(splitter.feed(bytes([c])) for c in b"LONGSECRET!") + splitter.finish()
+    assert out == b"LONGSECRET\n!\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["version"], {}),
+        (["--help"], {}),
+        (["plan"], {"AICR_RUNNER_LOG_FORMAT": "bogus"}),
+        (["run"], {"AICR_RUNNER_NO_SUCH_SETTING": "1"}),
+    ],
+)
+def test_version_help_and_bad_input_never_import_the_heavy_clients(args: list[str], env: dict[str, str]) -> None:
+    probe = (
+        "import sys\n"
+        "from aicr_runner.cli import main\n"
+        "try:\n    code = main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "heavy = ['kubernetes', 'oras', 'httpx', 'requests']\n"
+        "print(code, [name for name in heavy if name in sys.modules], file=sys.stderr)\n"
+    )
+    if args[0] in ("version", "--help"):  # not even the settings or logging libraries
+        probe = probe.replace("'requests']", "'requests', 'importlib.metadata', 'pydantic', 'structlog']")
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *args],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    code, imported = result.stderr.strip().splitlines()[-1].split(" ", 1)
+    assert code == ("2" if env else "0")
+    assert imported == "[]"
