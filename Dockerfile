@@ -1,12 +1,13 @@
 # syntax=docker/dockerfile:1.7
 #
 # The aicr-runner image: the Python runtime plus what aicr's deploy.sh needs
-# (bash, helm, kubectl, jq). Non-root (65532), made for a read-only root file
-# system: the chart mounts emptyDirs at /tmp, /work and /home/aicr.
+# (bash, helm, kubectl, jq) and cosign (aicr's provenance). Non-root (65532), made
+# for a read-only root file system: the chart mounts emptyDirs at /tmp, /work and
+# /home/aicr.
 #
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/<owner>/aicr-runner:0.1.0 .
 #
-# Release builds pin every input: the base image by digest, helm and kubectl by
+# Release builds pin every input: the base image by digest, helm, kubectl and cosign by
 # version and per-architecture sha256 (checked with sha256sum -c while building),
 # and the Python dependencies come from PyPI within pyproject.toml's ranges. The
 # release workflow (.github/workflows/release.yaml) refuses to build when the base
@@ -17,7 +18,7 @@
 #   --build-arg PYTHON_IMAGE=<local base>   a base with python3 (3.11), python3-venv
 #                                           and, to skip apt, bash ca-certificates jq tini
 #   --build-context tools=<dir>             replaces the "tools" stage: a directory
-#                                           holding the binaries (helm, kubectl)
+#                                           holding the binaries (helm, kubectl, cosign)
 #   --build-context wheels=<dir>            replaces the "wheels" stage: a wheelhouse
 #                                           with aicr-runner and all its dependencies
 # A named build context replaces the stage of the same name (BuildKit and buildah
@@ -54,7 +55,7 @@ RUN python3 -m venv /opt/venv \
  && find /opt/venv -name __pycache__ -type d -prune -exec rm -rf {} + \
  && /opt/venv/bin/aicr-runner version
 
-# --- tools: helm and kubectl for the target architecture, checksummed -------------
+# --- tools: helm, kubectl and cosign for the target architecture, checksummed -----
 FROM ${PYTHON_IMAGE} AS tools-download
 ARG TARGETARCH
 # helm v4, the line the test suite installs with (tools/versions.env HELM_VERSION).
@@ -70,17 +71,24 @@ ARG HELM_SHA256_ARM64=
 ARG KUBECTL_VERSION=v1.34.1
 ARG KUBECTL_SHA256_AMD64=7721f265e18709862655affba5343e85e1980639395d5754473dafaadcaa69e3
 ARG KUBECTL_SHA256_ARM64=420e6110e3ba7ee5a3927b5af868d18df17aae36b720529ffa4e9e945aa95450
+# cosign verifies aicr's Sigstore provenance offline before aicr runs
+# (src/aicr_runner/provenance.py); the version is tools/versions.env COSIGN_VERSION.
+# The sha256 of the release assets cosign-linux-<arch> were taken from public
+# build files that pin them (several independent ones agree), not downloaded here.
+ARG COSIGN_VERSION=v3.1.3
+ARG COSIGN_SHA256_AMD64=4629c757b7618056f8ddd7e2625ae9fdd94c0372a65049520bc7d9df9efc7f71
+ARG COSIGN_SHA256_ARM64=c5d324e091826b0d7a78eb16fef316450b4eb9aaec045611c08ba06f5e73220a
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /download
 RUN case "${TARGETARCH}" in \
-      amd64) helm_sha="${HELM_SHA256_AMD64}"; kubectl_sha="${KUBECTL_SHA256_AMD64}" ;; \
-      arm64) helm_sha="${HELM_SHA256_ARM64}"; kubectl_sha="${KUBECTL_SHA256_ARM64}" ;; \
+      amd64) helm_sha="${HELM_SHA256_AMD64}"; kubectl_sha="${KUBECTL_SHA256_AMD64}"; cosign_sha="${COSIGN_SHA256_AMD64}" ;; \
+      arm64) helm_sha="${HELM_SHA256_ARM64}"; kubectl_sha="${KUBECTL_SHA256_ARM64}"; cosign_sha="${COSIGN_SHA256_ARM64}" ;; \
       *) echo "unsupported TARGETARCH '${TARGETARCH}' (amd64 or arm64)" >&2; exit 1 ;; \
     esac \
- && for pin in "helm ${HELM_VERSION} ${helm_sha}" "kubectl ${KUBECTL_VERSION} ${kubectl_sha}"; do \
+ && for pin in "helm ${HELM_VERSION} ${helm_sha}" "kubectl ${KUBECTL_VERSION} ${kubectl_sha}" "cosign ${COSIGN_VERSION} ${cosign_sha}"; do \
       read -r name version sha <<<"${pin}"; \
       if [[ ! "${sha}" =~ ^[0-9a-f]{64}$ ]]; then \
         echo "no sha256 pinned for ${name} ${version} linux/${TARGETARCH}: set --build-arg ${name^^}_SHA256_${TARGETARCH^^} to the published checksum" >&2; \
@@ -91,12 +99,15 @@ RUN case "${TARGETARCH}" in \
       "https://get.helm.sh/helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz" \
  && curl -fsSL --proto '=https' --tlsv1.2 --retry 3 -o kubectl \
       "https://dl.k8s.io/release/${KUBECTL_VERSION}/bin/linux/${TARGETARCH}/kubectl" \
- && printf '%s  helm.tar.gz\n%s  kubectl\n' "${helm_sha}" "${kubectl_sha}" > SHA256SUMS \
+ && curl -fsSL --proto '=https' --tlsv1.2 --retry 3 -o cosign \
+      "https://github.com/sigstore/cosign/releases/download/${COSIGN_VERSION}/cosign-linux-${TARGETARCH}" \
+ && printf '%s  helm.tar.gz\n%s  kubectl\n%s  cosign\n' "${helm_sha}" "${kubectl_sha}" "${cosign_sha}" > SHA256SUMS \
  && sha256sum -c SHA256SUMS \
  && tar -xzf helm.tar.gz "linux-${TARGETARCH}/helm" \
  && mkdir -p /out \
  && install -m 0755 "linux-${TARGETARCH}/helm" /out/helm \
- && install -m 0755 kubectl /out/kubectl
+ && install -m 0755 kubectl /out/kubectl \
+ && install -m 0755 cosign /out/cosign
 
 # The binaries at the root of a stage of their own, the layout a local
 # "--build-context tools=<dir>" provides. A new tool is added here and there.
@@ -134,7 +145,7 @@ RUN packages=(bash ca-certificates jq tini) missing=() \
  && mkdir -p /home/aicr /work \
  && chown 65532:65532 /home/aicr /work
 COPY --from=builder /opt/venv /opt/venv
-COPY --from=tools /helm /kubectl /usr/local/bin/
+COPY --from=tools /helm /kubectl /cosign /usr/local/bin/
 # Writable locations under a read-only root: HOME and every cache live in
 # /home/aicr, scratch in /tmp, the run in /work (emptyDirs in the Job).
 ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

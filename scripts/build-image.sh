@@ -6,7 +6,7 @@
 #           Debian suite (python3, python3-venv, bash, ca-certificates, jq, tini),
 #           imported as localhost/aicr-runner-base:<suite>-<recipe>; made once,
 #           when missing                      -> --build-arg PYTHON_IMAGE=...
-#   tools   helm and kubectl as the tool bootstrap builds them (tools/versions.env)
+#   tools   helm, kubectl and cosign as the tool bootstrap builds them (tools/versions.env)
 #                                             -> --build-context tools=<dir>
 #   wheels  aicr-runner and its dependencies as wheels, at the versions the test
 #           venv holds (pip wheel on this machine, from PyPI or pip's cache)
@@ -33,7 +33,7 @@ podman_cmd=(podman --runtime runc --cgroup-manager cgroupfs)
 
 #: Binaries the image carries: NAME:VERSIONS_ENV_KEY (bootstrap target = NAME).
 #: A new one is added here and to the Dockerfile's tools-download stage.
-image_tools=(helm:HELM_VERSION kubectl:KUBERNETES_VERSION)
+image_tools=(helm:HELM_VERSION kubectl:KUBERNETES_VERSION cosign:COSIGN_VERSION)
 #: What the local base holds besides Debian's minbase.
 base_packages=python3,python3-venv,bash,ca-certificates,jq,tini
 

@@ -116,6 +116,7 @@ def pin_guard() -> str:
         ("arm64", "abc", "no sha256 pinned for helm v4.3.1 linux/arm64: set --build-arg HELM_SHA256_ARM64"),
         ("s390x", "0" * 64, "unsupported TARGETARCH 's390x' (amd64 or arm64)"),
         ("amd64", "0" * 64, ""),
+        ("arm64", "0" * 64, ""),
     ],
 )
 def test_the_release_build_refuses_to_download_without_a_checksum(arch: str, helm_pin: str, refused: str) -> None:
@@ -124,10 +125,13 @@ def test_the_release_build_refuses_to_download_without_a_checksum(arch: str, hel
         "TARGETARCH": arch,
         "HELM_VERSION": "v4.3.1",
         "KUBECTL_VERSION": "v1.34.1",
+        "COSIGN_VERSION": "v3.1.3",
         "HELM_SHA256_AMD64": helm_pin,
         "HELM_SHA256_ARM64": helm_pin,
         "KUBECTL_SHA256_AMD64": "1" * 64,
         "KUBECTL_SHA256_ARM64": "1" * 64,
+        "COSIGN_SHA256_AMD64": "2" * 64,
+        "COSIGN_SHA256_ARM64": "2" * 64,
     }
     proc = subprocess.run(
         ["bash", "-o", "pipefail", "-c", pin_guard()], env=env, capture_output=True, text=True, check=False
@@ -137,6 +141,37 @@ def test_the_release_build_refuses_to_download_without_a_checksum(arch: str, hel
         assert refused in proc.stderr
     else:
         assert proc.returncode == 0, proc.stderr
+
+
+def test_a_missing_cosign_pin_stops_the_release_build() -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "TARGETARCH": "arm64",
+        "HELM_VERSION": "v4.3.1",
+        "KUBECTL_VERSION": "v1.34.1",
+        "COSIGN_VERSION": "v3.1.3",
+        "HELM_SHA256_ARM64": "0" * 64,
+        "KUBECTL_SHA256_ARM64": "1" * 64,
+        "COSIGN_SHA256_ARM64": "",
+    }
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", pin_guard()], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 1
+    assert "no sha256 pinned for cosign v3.1.3 linux/arm64: set --build-arg COSIGN_SHA256_ARM64" in proc.stderr
+
+
+def test_cosign_is_the_pinned_version_with_per_architecture_checksums() -> None:
+    """The image's cosign verifies aicr's provenance; it is the version the tests use."""
+    pinned = re.search(r"^COSIGN_VERSION=(\S+)$", (ROOT / "tools" / "versions.env").read_text(), re.M)
+    assert pinned is not None
+    assert f"ARG COSIGN_VERSION={pinned.group(1)}" in DOCKERFILE
+    for arch in ("AMD64", "ARM64"):
+        assert re.search(rf"^ARG COSIGN_SHA256_{arch}=[0-9a-f]{{64}}$", DOCKERFILE, re.M), arch
+    assert '"https://github.com/sigstore/cosign/releases/download/${COSIGN_VERSION}/cosign-linux-${TARGETARCH}"' in (
+        DOCKERFILE
+    )
+    assert "COPY --from=tools /helm /kubectl /cosign /usr/local/bin/" in DOCKERFILE
 
 
 def test_runtime_is_non_root_with_tini_and_the_runner_entrypoint() -> None:
