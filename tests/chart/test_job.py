@@ -626,6 +626,23 @@ def test_notes_give_the_commands_to_follow_the_run() -> None:
 
 
 @pytest.mark.one_helm  # see notes()
+def test_notes_say_whether_aicrs_provenance_is_enforced() -> None:
+    assert (
+        "  aicr provenance: verified offline before aicr runs (signer "
+        "https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/v1.2.0); exit 29 if it does not verify"
+    ) in notes()
+    acme = notes(
+        "--set", "aicrVersion=1.3.0",
+        "--set", "aicrProvenance.identity=https://github.com/acme/aicr/.github/workflows/r.yaml@refs/tags/{version}",
+    )  # fmt: skip
+    assert "(signer https://github.com/acme/aicr/.github/workflows/r.yaml@refs/tags/v1.3.0)" in acme
+    assert "WARNING: checked but not enforced (aicrProvenance.mode=warn)" in notes("--set", "aicrProvenance.mode=warn")
+    off = notes("--set", "aicrProvenance.mode=off")
+    assert "WARNING: not checked (aicrProvenance.mode=off)" in off
+    assert "verified offline" not in off
+
+
+@pytest.mark.one_helm  # see notes()
 def test_notes_say_the_runtime_checks_a_packs_criteria() -> None:
     text = notes("--set", f"dataPack={PACK}", "--set", "dataPackSecret=acme-cred")
     assert "the runtime checks them against the pack" in text
