@@ -6,7 +6,8 @@ Two shapes of use:
   binary and its attestation). Every member is inspected, not only the named ones,
   because an archive that carries a link, a device or a ``..`` path was not built
   by the release pipeline and is refused as a whole.
-* ``safe_extract_all`` unpacks a data pack directory. aicr rejects symlinks in
+* ``safe_extract_all`` unpacks a data pack directory in one pass over the
+  stream (a gzip layer is decompressed once), member by member. aicr rejects symlinks in
   packs, so links of both kinds are refused outright instead of being rewritten;
   tarfile's ``data`` filter (PEP 706) runs as a second line of defence.
 
@@ -16,11 +17,13 @@ e.g. ``PackIntegrityError`` for packs) naming the archive, the member and why.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tarfile
 from collections.abc import Set
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from aicr_runner.errors import ArchiveError, RunnerError
 
@@ -87,9 +90,9 @@ class _Checker:
         return name
 
 
-def _open(tar_path: Path, error_type: type[RunnerError]) -> tarfile.TarFile:
+def _open(tar_path: Path, error_type: type[RunnerError], mode: str = "r:*") -> tarfile.TarFile:
     try:
-        return tarfile.open(tar_path, mode="r:*")
+        return cast(tarfile.TarFile, tarfile.open(tar_path, mode=mode))  # type: ignore[call-overload]
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise error_type(f"archive {tar_path.name} cannot be read as tar or tar.gz: {exc}") from exc
 
@@ -157,61 +160,102 @@ def safe_extract_all(
 ) -> list[str]:
     """Extract a whole archive of regular files and directories into ``dest``.
 
-    Every member is checked before anything is written, so a refused archive leaves
-    ``dest`` untouched. ``root``, when given, is the one top-level directory every
-    member must live in (the Go oras CLI packs a pushed directory that way and
-    checks the same on pull). Returns the normalised names of the extracted files.
+    One pass over the (possibly gzip-compressed) stream: each member is checked
+    before it is written, and a refusal anywhere removes everything this call
+    wrote, so a refused archive leaves ``dest`` as it was. ``root``, when given,
+    is the one top-level directory every member must live in (the Go oras CLI
+    packs a pushed directory that way and checks the same on pull). Returns the
+    normalised names of the extracted files.
     """
-    checker = _Checker(tar_path, error_type)
-    files: list[str] = []
-    checked: list[tuple[tarfile.TarInfo, str]] = []
-    total = 0
-    with _open(tar_path, error_type) as tar:
-        try:
-            members = tar.getmembers()
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise error_type(f"archive {tar_path.name} is corrupt or truncated: {exc}") from exc
-        if len(members) > max_members:
-            raise error_type(f"archive {tar_path.name} has {len(members)} members, over the limit of {max_members}")
-        for member in members:
-            name = checker.check(member, max_member_bytes=None)
-            if root is not None and name.split("/", 1)[0] != root:
-                raise checker.fail(member.name, f"is outside the archive's directory {root!r}")
-            existing = dest / name
-            if existing.is_symlink() or (existing.exists() and not (member.isdir() and existing.is_dir())):
-                raise checker.fail(member.name, "would overwrite a path that already exists in the destination")
-            if member.isreg():
-                total += member.size
-                files.append(name)
-            checked.append((member, name))
-        if total > max_total_bytes:
-            raise error_type(f"archive {tar_path.name} unpacks to {total} bytes, over the limit of {max_total_bytes}")
-        dest.mkdir(parents=True, exist_ok=True)
-        try:
-            if hasattr(tarfile, "data_filter"):
-                # The checks above already refused anything the data filter would
-                # rewrite; the filter stays as a guard against what they might miss.
-                tar.extractall(dest, filter="data")
-            else:
-                _write_checked(tar, checked, dest, checker)
-        except tarfile.FilterError as exc:
+    extraction = _Extraction(tar_path, dest, max_total_bytes, max_members, root, error_type)
+    try:
+        with _open(tar_path, error_type, mode="r|*") as tar:
+            extraction.begin()
+            for member in tar:
+                extraction.add(tar, member)
+    except BaseException as exc:
+        extraction.undo()
+        if isinstance(exc, tarfile.FilterError):
             raise error_type(f"archive {tar_path.name}: {exc}") from exc
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise error_type(f"archive {tar_path.name} could not be extracted: {exc}") from exc
-    return files
+        if isinstance(exc, tarfile.TarError | EOFError | OSError):
+            raise error_type(f"archive {tar_path.name} is corrupt, truncated or could not be extracted: {exc}") from exc
+        raise
+    return extraction.files
 
 
-def _write_checked(
-    tar: tarfile.TarFile, checked: list[tuple[tarfile.TarInfo, str]], dest: Path, checker: _Checker
-) -> None:
-    """Python before 3.11.4 (Debian 12's python3 is 3.11.2) has no extraction
-    filters (PEP 706). Every member was checked (regular files and directories
-    under relative paths only), so each is written the way extract_members writes
-    files, with the data filter's modes: no setuid/setgid/sticky bits, no group or
-    other write, always readable and writable by the owner."""
-    for member, name in checked:
-        target = dest / name
-        if member.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            _write_member(tar, member, target, checker).chmod((member.mode & 0o755) | 0o600)
+class _Extraction:
+    """``safe_extract_all``'s state: limits so far, and what it created."""
+
+    def __init__(  # noqa: PLR0917 - safe_extract_all's arguments, passed on
+        self,
+        tar_path: Path,
+        dest: Path,
+        max_total_bytes: int,
+        max_members: int,
+        root: str | None,
+        error_type: type[RunnerError],
+    ) -> None:
+        self._tar_path = tar_path
+        self._dest = dest
+        self._max_total_bytes = max_total_bytes
+        self._max_members = max_members
+        self._root = root
+        self._error_type = error_type
+        self._checker = _Checker(tar_path, error_type)
+        self.files: list[str] = []
+        #: What this call created, in order; removed in reverse on a refusal.
+        self._created: list[Path] = []
+        self._total = 0
+        self._members = 0
+
+    def begin(self) -> None:
+        if not self._dest.exists():
+            self._dest.mkdir(parents=True)
+            self._created.append(self._dest)
+
+    def add(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        """Check one member, then write it."""
+        name = self._check(member)
+        target = self._dest / name
+        self._created += _missing_parents(self._dest, target)
+        if not target.exists():
+            self._created.append(target)
+        # The checks already refused anything the data filter would rewrite; the
+        # filter stays as a guard against what they might miss.
+        tar.extract(member, self._dest, filter="data")
+
+    def _check(self, member: tarfile.TarInfo) -> str:
+        archive = self._tar_path.name
+        self._members += 1
+        if self._members > self._max_members:
+            raise self._error_type(
+                f"archive {archive} has {self._members} members, over the limit of {self._max_members}"
+            )
+        name = self._checker.check(member, max_member_bytes=None)
+        if self._root is not None and name.split("/", 1)[0] != self._root:
+            raise self._checker.fail(member.name, f"is outside the archive's directory {self._root!r}")
+        target = self._dest / name
+        if target.is_symlink() or (target.exists() and not (member.isdir() and target.is_dir())):
+            raise self._checker.fail(member.name, "would overwrite a path that already exists in the destination")
+        if member.isreg():
+            self._total += member.size
+            if self._total > self._max_total_bytes:
+                raise self._error_type(
+                    f"archive {archive} unpacks to {self._total} bytes, over the limit of {self._max_total_bytes}"
+                )
+            self.files.append(name)
+        return name
+
+    def undo(self) -> None:
+        for path in reversed(self._created):
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink()
+
+
+def _missing_parents(dest: Path, target: Path) -> list[Path]:
+    """The directories between ``dest`` and ``target`` that do not exist yet, outermost first."""
+    missing = [parent for parent in target.relative_to(dest).parents if not (dest / parent).exists()]
+    return [dest / parent for parent in reversed(missing)]

@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -94,6 +95,8 @@ MAX_LAYERS = 256
 MAX_PACK_BLOB_BYTES = 256 * 1024 * 1024
 MAX_PACK_UNPACKED_BYTES = 1024 * 1024 * 1024
 MAX_PACK_MEMBERS = 50_000
+#: Blobs fetched at once (the Go oras CLI fetches 3).
+MAX_PARALLEL_FETCHES = 4
 
 
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -174,6 +177,7 @@ def pull_pack(settings: PackSettings, dest: Path, registry: Registry | None = No
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     try:
         assembler = _Assembler(registry, settings.ref, where, staging)
+        assembler.prefetch(layers)
         placed = tuple(assembler.place(layer) for layer in layers)
         _require_registry_yaml(assembler.content, settings.ref, ref.registry)
         _publish(assembler.content, dest)
@@ -243,12 +247,40 @@ class _Assembler:
         self.content = staging / "pack"
         self.content.mkdir()
 
-    def place(self, layer: _Descriptor) -> PackLayer:
+    def _placement(self, layer: _Descriptor) -> tuple[str, bool, bool, PurePosixPath | None]:
+        """title, unpack, is_directory, safe relative path; raises on a hostile title."""
         title = layer.annotations.get(ANNOTATION_TITLE, "")
         unpack = layer.annotations.get(ANNOTATION_UNPACK, "").lower() == "true"
         is_directory = unpack or (layer.media_type in TAR_GZIP_MEDIA_TYPES and bool(title))
-        # Checked before the download: a hostile title fails without fetching anything.
         relative = _safe_title(title, self._where) if title else None
+        return title, unpack, is_directory, relative
+
+    def prefetch(self, layers: list[_Descriptor]) -> None:
+        """Fetch and verify every blob that will be placed, a few at a time.
+
+        Every title is checked first: a hostile one fails before anything is
+        fetched. Each blob is verified against its digest as it lands; the first
+        failure cancels the fetches that have not started and is raised.
+        """
+        wanted: dict[str, tuple[_Descriptor, str]] = {}
+        for layer in layers:
+            title, _, is_directory, relative = self._placement(layer)
+            if is_directory or relative is not None:
+                wanted.setdefault(layer.digest, (layer, title))
+        if len(wanted) < 2:
+            return
+        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_FETCHES, len(wanted))) as pool:
+            futures = [pool.submit(self._verified_blob, layer, title) for layer, title in wanted.values()]
+            try:
+                for future in as_completed(futures):
+                    future.result()
+            except BaseException:
+                for pending in futures:
+                    pending.cancel()
+                raise
+
+    def place(self, layer: _Descriptor) -> PackLayer:
+        title, unpack, is_directory, relative = self._placement(layer)
         if not is_directory and relative is None:
             log.warning("pack layer without a title skipped", ref=self._ref, digest=layer.digest)
             return PackLayer(layer.digest, layer.size, layer.media_type, "", Placement.SKIPPED)

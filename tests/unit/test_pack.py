@@ -12,6 +12,7 @@ import logging
 import re
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -860,3 +861,53 @@ def test_docker_hub_refs_use_the_hub_api_host(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(PackNotFoundError, match=r"registry docker\.io"):
         registry.get_manifest("docker.io/acme/pack:1.0")
     assert urls == ["https://registry-1.docker.io/v2/acme/pack/manifests/1.0"]
+
+
+# --- parallel fetches ----------------------------------------------------------------------
+
+
+class SlowRegistry(FakeRegistry):
+    """Counts how many blob downloads overlap."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+
+    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(0.05)
+        super().fetch_blob(ref, digest, dest)
+        with self.lock:
+            self.running -= 1
+
+
+def many_file_layers(count: int) -> list[Layer]:
+    return [file_layer("registry.yaml", REGISTRY_YAML)] + [
+        file_layer(f"overlays/o{index}.yaml", f"name: o{index}\n".encode()) for index in range(count)
+    ]
+
+
+def test_blobs_are_fetched_a_bounded_few_at_a_time(tmp_path: Path) -> None:
+    layers = many_file_layers(12)
+    registry = SlowRegistry(layers)
+
+    pulled = pull(tmp_path, registry)
+
+    assert 1 < registry.peak <= pack.MAX_PARALLEL_FETCHES
+    assert sorted(registry.fetched) == sorted(layer.descriptor["digest"] for layer in layers)
+    assert tree(pulled.path) == {layer.descriptor["annotations"][pack.ANNOTATION_TITLE]: layer.data for layer in layers}
+
+
+def test_one_tampered_blob_among_parallel_fetches_fails_the_pull(tmp_path: Path) -> None:
+    layers = many_file_layers(12)
+    bad = layers[7].descriptor["digest"]
+    registry = SlowRegistry(layers, served={bad: b"name: evil\n"})
+
+    with pytest.raises(PackIntegrityError, match=f"digest mismatch: expected {bad}|bytes, the manifest says"):
+        pull(tmp_path, registry)
+
+    assert_nothing_published(tmp_path)
