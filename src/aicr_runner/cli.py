@@ -183,6 +183,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     from aicr_runner.errors import ExitCode, RunnerError
     from aicr_runner.machine import Machine
     from aicr_runner.process import ShutdownController, SubprocessRunner
+    from aicr_runner.report import RunPhase, StepStatus
     from aicr_runner.steps import RunContext, Steps
 
     log = logs.get_logger()
@@ -222,6 +223,11 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
 
     def publish_status(current: RunReport) -> None:
         if not settings.status_configmap:
+            return
+        if current.phase is RunPhase.RUNNING and not any(r.status is StepStatus.RUNNING for r in current.steps):
+            # A step just ended: the next step's start (or the final report) is
+            # written next anyway and shows it, so this write would be overwritten
+            # at once (half of the writes of a run).
             return
         try:
             sink.put(
