@@ -202,8 +202,10 @@ class _LineSplitter:
                 size = len(secret)
                 if size < 2:
                     continue
-                if not final and len(data) < cut + size - 1:
-                    return None  # a secret may straddle the cut: wait until it is known
+                # A secret may straddle the cut: wait until the bytes after it are
+                # here, unless the line ends first (no secret spans a newline).
+                if not final and len(data) < cut + size - 1 and data.find(b"\n", cut) == -1:
+                    return None
                 hit = data.find(secret, max(start, cut - size + 1), cut + size - 1)
                 if hit != -1 and hit < cut:
                     cut = hit if hit > start else hit + size

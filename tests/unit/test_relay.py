@@ -237,3 +237,12 @@ def test_version_help_and_bad_input_never_import_the_heavy_clients(args: list[st
     code, imported = result.stderr.strip().splitlines()[-1].split(" ", 1)
     assert code == ("2" if env else "0")
     assert imported == "[]"
+
+
+def test_waiting_for_a_secret_never_hides_the_next_line_from_the_length_check() -> None:
+    splitter = _LineSplitter(16, lambda: [b"0000"])
+    stream = b"0" * 20 + b"\n" + b"0" * 13 + "└─ ✗ \n".encode()
+    out = b"".join(splitter.feed(stream[at : at + 16]) for at in range(0, len(stream), 16)) + splitter.finish()
+    lines = out.split(b"\n")[:-1]
+    assert b"".join(lines) == stream.replace(b"\n", b"")
+    assert all(len(line) <= 16 for line in lines), lines
