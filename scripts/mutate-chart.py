@@ -335,6 +335,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         "schema",
     ),
     m(
+        "provenance-off-by-default",
+        "values.yaml",
+        "  mode: require\n",
+        '  mode: "off"\n',
+        "test_job.py",
+        "notes_say_whether",
+    ),
+    m(
+        "provenance-fail-closed-not-in-pod-failure-policy",
+        "templates/job.yaml",
+        "values: [2, 4, 21, 24, 25, 29]",
+        "values: [2, 4, 21, 24, 25]",
+        "test_job.py",
+        "failure_policy or pod_failure",
+    ),
+    m(
         "notes-forget-the-pack-check",
         "templates/NOTES.txt",
         "  criteria against aicr's catalog: the runtime checks them against the pack when",
