@@ -134,10 +134,18 @@ def embedded_base_components() -> list[str]:
 # -- the org pack -------------------------------------------------------------------------
 
 
-def write_org_pack(root: Path, *, chart_repository: str, namespace: str) -> Path:
+def write_org_pack(
+    root: Path,
+    *,
+    chart_repository: str,
+    namespace: str,
+    accelerators: tuple[str, ...] = ("h100",),
+    charts: Mapping[str, str] = COMPONENT_CHARTS,
+) -> Path:
     """A pack registering ``service: acme`` (overlay apiVersion aicr.run/v1beta1)
-    with the component charts, installed into ``namespace``. acme-config depends
-    on acme-agent; acme-agent's values come from the pack."""
+    with the component ``charts`` (name -> version; acme-agent first), installed
+    into ``namespace``: one overlay ``acme-<accelerator>-training`` per
+    accelerator. The others depend on acme-agent; its values come from the pack."""
     return write_pack(
         root,
         components=[
@@ -150,18 +158,23 @@ def write_org_pack(root: Path, *, chart_repository: str, namespace: str) -> Path
                     "defaultNamespace": namespace,
                 },
             }
-            for name, version in COMPONENT_CHARTS.items()
+            for name, version in charts.items()
         ],
         overlays={
-            "acme-h100-training": {
-                "criteria": dict(ACME_CRITERIA),
+            f"acme-{accelerator}-training": {
+                "criteria": {**ACME_CRITERIA, "accelerator": accelerator},
                 "constraints": [{"name": "K8s.server.version", "value": ">= 1.31"}],
                 "componentRefs": [
                     {"name": "acme-agent", "type": "Helm", "valuesFile": "components/acme-agent/values.yaml"},
-                    {"name": "acme-config", "type": "Helm", "dependencyRefs": ["acme-agent"]},
+                    *(
+                        {"name": name, "type": "Helm", "dependencyRefs": ["acme-agent"]}
+                        for name in charts
+                        if name != "acme-agent"
+                    ),
                 ],
                 "validation": {"deployment": {"checks": ["operator-health", "acme-agent-ready"]}},
             }
+            for accelerator in accelerators
         },
         files={"components/acme-agent/values.yaml": "replicas: 3\nmode: from-the-pack\n"},
     )

@@ -105,6 +105,7 @@ class PodDeletion:
     grace_seconds: float  # the deletion's grace period (deletionGracePeriodSeconds)
     disruption: str = ""  # the DisruptionTarget condition's reason, when the API server set one
     sigterm_after: float | None = None  # seconds from the container's start to SIGTERM
+    sigterm_at: float | None = None  # when SIGTERM was sent (time.monotonic())
     exited_after_sigterm: float | None = None  # seconds from SIGTERM to the container's exit
     sigkill: bool = False  # the grace period ran out
 
@@ -1125,7 +1126,7 @@ class _Watch:
                     reason = "DeadlineExceeded"
                 elif (deletion := lifecycle.poll()) is not None:
                     reason, grace = "Deleted", deletion.grace_seconds
-                    deletion.sigterm_after = now - started
+                    deletion.sigterm_after, deletion.sigterm_at = now - started, now
                 if reason:  # like the kubelet: SIGTERM to the container's process only
                     pid = self._container_pid()
                     if pid is not None:
