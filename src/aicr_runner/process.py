@@ -59,8 +59,8 @@ CREDENTIAL_VARIABLES = ("DOCKER_CONFIG", "COSIGN_IDENTITY_TOKEN")
 
 #: A pipe holds 64 KiB; reading no more than a line may hold keeps the splitter simple.
 _READ_CHUNK = 64 * 1024
-#: The per-step log file is written in large pieces.
-_LOG_BUFFER_BYTES = 1 << 20
+#: The per-step log file is written a block at a time (one pipe read at most).
+_LOG_BUFFER_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)

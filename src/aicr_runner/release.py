@@ -17,12 +17,10 @@ into ``DownloadError`` or ``ChecksumError`` here.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -32,9 +30,10 @@ import tenacity
 
 from aicr_runner.archive import extract_members
 from aicr_runner.backoff import parse_retry_after
+from aicr_runner.binary import ATTESTATION_NAME, AicrBinary, use_preinstalled
 from aicr_runner.config import AicrSettings
 from aicr_runner.digests import sha256_file
-from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ToolError
+from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError
 
 __all__ = [
     "ATTESTATION_NAME",
@@ -48,7 +47,6 @@ __all__ = [
 ]
 
 BINARY_NAME = "aicr"
-ATTESTATION_NAME = "aicr-attestation.sigstore.json"
 CHECKSUMS_NAME = "aicr_checksums.txt"
 
 #: aicr is a single Go binary of roughly 100 MB; anything far larger is not it.
@@ -73,21 +71,6 @@ log = structlog.get_logger()
 
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
-
-
-@dataclass(frozen=True)
-class AicrBinary:
-    path: Path
-    #: The Sigstore attestation beside the binary (``aicr bundle --attest`` needs it).
-    attestation_path: Path | None
-    #: The release tag (``v1.2.0``); empty for a preinstalled binary.
-    version: str
-    #: sha256 of the verified release archive; empty for a preinstalled binary.
-    tarball_sha256: str
-    #: Where the archive came from, or the preinstalled binary's path.
-    source_url: str
-    #: sha256 of the binary that will run.
-    binary_sha256: str = ""
 
 
 def release_urls(settings: AicrSettings) -> tuple[str, str]:
@@ -196,28 +179,6 @@ def _names_file(line: str, name: str) -> bool:
     """Whether a checksums line is about ``name`` (whatever its digest looks like)."""
     fields = line.split()
     return len(fields) >= 2 and fields[-1].lstrip("*") == name
-
-
-def use_preinstalled(path: str | Path, sha256: str) -> AicrBinary:
-    """Use an aicr already on disk; verify it when ``sha256`` is given."""
-    binary = Path(path)
-    if not binary.is_file():
-        raise ToolError(f"preinstalled aicr {binary} does not exist or is not a file")
-    if not os.access(binary, os.X_OK):
-        raise ToolError(f"preinstalled aicr {binary} is not executable")
-    actual = sha256_file(binary)
-    expected = sha256.strip().lower()
-    if expected and actual != expected:
-        raise ChecksumError(f"preinstalled aicr {binary}: sha256 mismatch: expected {expected}, got {actual}")
-    sidecar = binary.with_name(ATTESTATION_NAME)
-    return AicrBinary(
-        path=binary,
-        attestation_path=sidecar if sidecar.is_file() else None,
-        version="",
-        tarball_sha256="",
-        source_url=str(binary),
-        binary_sha256=actual,
-    )
 
 
 # --- the retrying downloader ----------------------------------------------------------

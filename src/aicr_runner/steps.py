@@ -32,8 +32,8 @@ from aicr_runner.report import RunReport, StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, Sink, payload_size
 
 if TYPE_CHECKING:
+    from aicr_runner.binary import AicrBinary
     from aicr_runner.pack import PulledPack
-    from aicr_runner.release import AicrBinary
 
 __all__ = ["Mode", "RunContext", "Steps"]
 
@@ -258,7 +258,7 @@ class Steps:
         override = self.ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
         if override is not None:
             # Children run in the work directory: a relative path would point elsewhere there.
-            from aicr_runner.release import use_preinstalled
+            from aicr_runner.binary import use_preinstalled
 
             binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
             how = f"preinstalled {binary.path}"
