@@ -1,0 +1,52 @@
+"""scripts/bench.py --quick still runs every metric (a smoke test: no thresholds;
+the numbers belong in the README, from a full run, not in a test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.conftest import ensure_tools
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EXPECTED_ROWS = [
+    "relay CPU, 1 MiB of deploy.sh output, console log",
+    "relay CPU, 1 MiB of deploy.sh output, json log",
+    "relay CPU, 8 MiB of deploy.sh output, console log",
+    "relay CPU, 8 MiB of deploy.sh output, json log",
+    "runner peak RSS, relay of 8 MiB (against 1 MiB)",
+    "one aicr-like call (Go `oras version`), wall",
+    "`aicr-runner version`, wall",
+    "`aicr-runner --help`, wall",
+    "whole `plan` (4 aicr calls, fake aicr), wall",
+    "pack pull, 0.02 MB in 3 file layers (2 files), whole process",
+    "pack pull, 2 MB in 22 file layers (21 files), whole process",
+    "pack pull, 2 MB in registry.yaml + 1 directory layer (20 files), whole process",
+    "release fetch, ",
+]
+
+
+def test_the_quick_benchmark_produces_every_row() -> None:
+    ensure_tools()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--markdown"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert "cores" in lines[0]
+    assert "load average" in lines[0]
+    metrics = [line.split(" | ")[0].removeprefix("| ") for line in lines if line.startswith("| ")][1:]
+    assert len(metrics) == len(EXPECTED_ROWS), metrics
+    for metric, expected in zip(metrics, EXPECTED_ROWS, strict=True):
+        assert metric.startswith(expected), (metric, expected)
+    for line in lines[3:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        ratio = cells[7]
+        assert ratio.endswith("x")
+        assert float(ratio[:-1]) > 0
