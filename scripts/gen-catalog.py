@@ -29,6 +29,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "chart" / "files" / "criteria-catalog.json"
+PACKAGE_COPY = ROOT / "src" / "aicr_runner" / "data" / "criteria-catalog.json"
 DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
 
 
@@ -147,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {line}", file=sys.stderr)
         return 1
     args.output.write_text(dump_catalog(fresh))
+    if args.output.resolve() == DEFAULT_OUTPUT.resolve():
+        # The runtime's copy (aicr-runner plan checks criteria offline against it).
+        PACKAGE_COPY.write_text(dump_catalog(fresh))
     print(f"gen-catalog: wrote {args.output} ({len(fresh['entries'])} overlays, aicr {fresh['aicrVersion']})")
     return 0
 

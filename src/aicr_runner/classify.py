@@ -32,12 +32,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STARTED = re.compile(r"┌─ \[(\d+)/(\d+)\] (\S+)")
 _INSTALLED = re.compile(r"└─ ✓ (\S+) installed")
 _FAILED = re.compile(r"└─ ✗ (\S+) FAILED")
+#: 0.11's component start line; 0.11 prints no per-component success line.
+_STARTED_LEGACY = re.compile(r"^Installing (\S+) \(([^)]*)\)\.\.\.$")
 _CONTINUING = re.compile(r"^(?:⚠|WARNING:) (\S+) install failed, continuing \(--best-effort\)")
 _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
 _ERROR_PREFIXES = ("Error", "ERROR")
 #: Every line ``feed`` reacts to contains one of these (checked in
 #: tests/unit/test_classify.py), so ``scan`` looks only at the lines around them.
-SCAN_CANDIDATES = ("─", "fail", "DRA kubelet", "Error", "ERROR")
+SCAN_CANDIDATES = ("─", "fail", "DRA kubelet", "Error", "ERROR", "Installing ")
 
 
 class Outcome(StrEnum):
@@ -68,6 +70,8 @@ class DeployMarkers:
     #: Names from the failure report / DRA lines themselves.
     reported_failed: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
+    #: deploy.sh printed per-component result lines (1.x); 0.11 prints none.
+    results_reported: bool = True
 
     def feed(self, line: str) -> str | None:  # noqa: PLR0911 - one return per kind of line
         """Take one line; return the log level it deserves when it means something
@@ -92,6 +96,10 @@ class DeployMarkers:
         if match := _STARTED.search(text):
             self.total = int(match.group(2))
             self.started = _unique([*self.started, match.group(3)])
+            return "info"
+        if match := _STARTED_LEGACY.search(text):
+            self.started = _unique([*self.started, match.group(1)])
+            self.results_reported = False
             return "info"
         if match := _INSTALLED.search(text):
             self.installed = _unique([*self.installed, match.group(1)])
@@ -137,8 +145,15 @@ class DeployMarkers:
         return meaningful
 
     def counts(self) -> str:
-        """``13/15 installed, 2 failed (nfd, aws-efa)`` for the operator."""
+        """``13/15 installed, 2 failed (nfd, aws-efa)`` for the operator; an aicr
+        whose deploy.sh reports no per-component results is said to, not "0/0"."""
         failed = _unique(self.failed + self.reported_failed)
+        if not self.installed and (not self.results_reported or not (self.total or self.started)):
+            attempted = f"{len(self.started)} components attempted, " if self.started else ""
+            text = f"{attempted}per-component results not reported by this aicr"
+            if failed:
+                text += f"; {len(failed)} failed ({', '.join(failed)})"
+            return text
         text = f"{len(self.installed)}/{self.total or len(self.started)} installed"
         if failed:
             text += f", {len(failed)} failed ({', '.join(failed)})"
@@ -214,10 +229,13 @@ def classify_validate(exit_code: int) -> Classification:
     return Classification(Outcome.FAILED, exit_code, reason)
 
 
-def classify_verify(exit_code: int) -> Classification:
-    """aicr verify's verdict (anchor R-12, contract section 9)."""
+def classify_verify(
+    exit_code: int, *, passed: str = "bundle verified: every file listed and matching, and nothing unlisted"
+) -> Classification:
+    """aicr verify's verdict (anchor R-12, contract section 9). ``passed`` says what
+    a pass established for the running aicr (only 1.x is closed-world)."""
     if exit_code == 0:
-        return Classification(Outcome.SUCCEEDED, 0, "bundle verified: every file listed and matching")
+        return Classification(Outcome.SUCCEEDED, 0, passed)
     reasons = {
         4: "integrity failure: a file was added, removed or changed after aicr bundle wrote checksums.txt",
         2: "trust policy not met (--min-trust-level)",

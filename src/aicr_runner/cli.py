@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
+#: No Job ran in a plan: say what did.
+_PLAN_COMPLETE = "AICR plan complete: recipe resolved, bundle rendered and verified; nothing was deployed"
 #: Kubernetes keeps at most 4096 bytes of a termination message.
 _TERMINATION_MESSAGE_LIMIT = 4096
 
@@ -92,9 +95,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
         return 0
     from aicr_runner.config import load
-    from aicr_runner.errors import ConfigError
+    from aicr_runner.errors import ConfigError, ExitCode
     from aicr_runner.values import env_from_values, load_values_file
 
+    if args.aicr_binary is not None:
+        # The flag is the binary setting: every check that reads the setting sees it.
+        env[f"{ENV_PREFIX}AICR__BINARY"] = str(args.aicr_binary.absolute())
     if args.command == "plan":
         if args.values is not None:
             try:
@@ -110,6 +116,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         settings = load(env, local_pack=_local_pack(args) is not None)
     except ConfigError as exc:
         return _bad_input(exc)
+    # Before the heavy imports: a refused plan answers in milliseconds, offline.
+    if args.command == "plan" and (refused := _criteria_refused_offline(settings, args)):
+        print(f"aicr-runner: {refused}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     from aicr_runner import logs
     from aicr_runner.errors import RunnerError
     from aicr_runner.steps import Mode
@@ -123,6 +133,19 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return exc.exit_code
     finally:
         logs.flush_relay()
+
+
+def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace) -> str | None:
+    """The chart's criteria check against its catalog, before anything is downloaded.
+
+    Skipped with a pack (it may register values) and with a preinstalled aicr
+    (nothing to download; that aicr decides, whatever its version).
+    """
+    if settings.pack.ref or _local_pack(args) is not None or settings.aicr.binary:
+        return None
+    from aicr_runner.catalog import refusal
+
+    return refusal(settings.criteria.stated(), settings.aicr.version)
 
 
 def _local_pack(args: argparse.Namespace) -> Path | None:
@@ -194,14 +217,15 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     sink = _make_sink(settings, mode, args)
     shutdown = ShutdownController()
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
+    aicr_version = _aicr_version_before_fetch(settings, env)
     report = Machine.new_report(
-        runner_version=__version__, aicr_version=settings.aicr.version, criteria=settings.criteria.stated()
+        runner_version=__version__, aicr_version=aicr_version, criteria=settings.criteria.stated()
     )
     log.info(
         "aicr-runner starting",
         mode=mode.value,
         runner=__version__,
-        aicr=settings.aicr.version,
+        aicr=aicr_version,
         arch=settings.aicr.arch.value,
         criteria=settings.criteria.summary(),
         pack=settings.pack.ref or str(_local_pack(args) or ""),
@@ -243,7 +267,9 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     try:
         machine.run()
         code = machine.finish(
-            validate_gate=settings.validate.fail_on_error, publish_gate=settings.validate.publish.fail_on_error
+            validate_gate=settings.validate.fail_on_error,
+            publish_gate=settings.validate.publish.fail_on_error,
+            success=_PLAN_COMPLETE if mode is Mode.PLAN else "AICR Job complete",
         )
     finally:
         for sig, handler in previous.items():
@@ -252,14 +278,38 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     return code
 
 
+def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str]) -> str:
+    """What the start line can truthfully say about aicr before the fetch step.
+
+    A preinstalled binary is asked (``--version``, a few milliseconds); a release
+    is only a tag until it is downloaded, and the fetch step reports what it is.
+    """
+    from aicr_runner.capabilities import AicrVersion
+    from aicr_runner.process import child_env
+
+    binary = settings.aicr.binary
+    if not binary:
+        return f"{settings.aicr.version} (release tag, checked after download)"
+    try:
+        argv = [binary, "--version"]
+        printed = subprocess.run(
+            argv, env=child_env(env), capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"unknown (preinstalled {binary}; the fetch step checks it)"
+    version = AicrVersion.parse(printed)
+    return version.text if version else f"unknown (preinstalled {binary} printed no version)"
+
+
 def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any) -> None:
     from aicr_runner import logs
     from aicr_runner.steps import Mode, component_table
 
     log = logs.get_logger()
-    line = f"{report.phase.value} (exit {report.exit_code}): {report.message}"
-    if report.supported_combinations:
-        line += "; supported combinations: " + ", ".join(report.supported_combinations)
+    from aicr_runner.recipe import with_supported
+
+    line = f"{report.phase.value} (exit {report.exit_code}): "
+    line += with_supported(report.message, report.supported_combinations) + f" [aicr {report.aicr_version}]"
     if report.exit_code == 0:
         log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 __all__ = [
+    "AicrContractError",
     "ApiConflictError",
     "ArchiveError",
     "CaptureError",
@@ -65,6 +66,8 @@ class ExitCode(IntEnum):
     #: transparency log, signer identity, subject digest or predicate type), or
     #: the release carries none while provenance.mode is require.
     PROVENANCE_FAILED = 29
+    #: aicr broke its contract: it exited 0 without writing its output file.
+    AICR_CONTRACT_BROKEN = 30
     #: An unexpected internal error; the message says where to find details.
     INTERNAL = 70
     #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.
@@ -165,6 +168,12 @@ class CaptureError(RunnerError):
 
 class ApiConflictError(CaptureError):
     """The API server answered 409 Conflict; the caller decides what that means."""
+
+
+class AicrContractError(RunnerError):
+    """aicr said it succeeded but did not do what its contract promises."""
+
+    exit_code = ExitCode.AICR_CONTRACT_BROKEN
 
 
 class ToolError(RunnerError):

@@ -93,7 +93,12 @@ StepFunction = Callable[[], StepResult]
 
 
 def final_exit(  # noqa: PLR0911 - one return per gate, in order
-    report: RunReport, *, validate_gate: bool, publish_gate: bool, interrupted_before: State | None = None
+    report: RunReport,
+    *,
+    validate_gate: bool,
+    publish_gate: bool,
+    interrupted_before: State | None = None,
+    success: str = "AICR Job complete",
 ) -> tuple[int, str]:
     """The Job's exit code and message, applying the gates in the anchor's order.
 
@@ -120,7 +125,7 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
-    return 0, "AICR Job complete"
+    return 0, success
 
 
 class Machine:
@@ -196,12 +201,14 @@ class Machine:
         self._on_change(self.report)
         return result
 
-    def finish(self, *, validate_gate: bool, publish_gate: bool) -> int:
+    def finish(self, *, validate_gate: bool, publish_gate: bool, success: str = "AICR Job complete") -> int:
+        """``success`` is the message of a run that passed every gate."""
         code, message = final_exit(
             self.report,
             validate_gate=validate_gate,
             publish_gate=publish_gate,
             interrupted_before=self.interrupted_before,
+            success=success,
         )
         self.report.exit_code = code
         self.report.message = message

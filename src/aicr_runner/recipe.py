@@ -243,6 +243,13 @@ def _failure_error(line: str) -> str | None:
     return _text(record.get("error"))
 
 
+def with_supported(message: str, supported: Sequence[str]) -> str:
+    """``message`` plus the supported combinations, unless it lists them already."""
+    if not supported or "supported combinations:" in message:
+        return message
+    return f"{message}; supported combinations: {', '.join(supported)}"
+
+
 def parse_rejection(log_lines: Sequence[str]) -> tuple[str, list[str]]:
     """aicr's reason for refusing a request and, when it lists them, the
     supported criteria combinations (each like ``service=cks, os=ubuntu``).

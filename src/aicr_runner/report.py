@@ -123,6 +123,7 @@ class RunReport:
             f"exitCode: {self.exit_code if self.exit_code is not None else '-'}",
             f"message: {self.message}",
             "criteria: " + ", ".join(f"{k}={v or '-'}" for k, v in self.criteria.items()),
+            f"aicr: {self.aicr_version}",
             "",
             f"{'STEP':<18} {'STATUS':<12} {'EXIT':>4} {'SECONDS':>8}  MESSAGE",
         ]

@@ -21,10 +21,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aicr_runner import classify, commands, deadline, logs, recipe
+from aicr_runner import capabilities, classify, commands, deadline, logs, recipe
 from aicr_runner.classify import Outcome
 from aicr_runner.config import ENV_PREFIX, RunnerSettings
-from aicr_runner.errors import CaptureError, DownloadError, ExitCode, InterruptedRun, PackError, RunnerError
+from aicr_runner.errors import (
+    AicrContractError,
+    CaptureError,
+    DownloadError,
+    ExitCode,
+    InterruptedRun,
+    PackError,
+    RunnerError,
+)
 from aicr_runner.machine import State, StepResult
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.provenance import CosignVerifier, SignatureVerifier, check_provenance
@@ -84,6 +92,16 @@ class RunContext:
     pack: Path | None = None
     recipe_summary: recipe.RecipeSummary | None = None
     completion_line: str = ""
+    #: What the binary said it is (``aicr --version``), once fetched.
+    aicr_version: capabilities.AicrVersion | None = None
+
+    @property
+    def behaviour(self) -> capabilities.Behaviour:
+        """How the running aicr talks; the pinned version's until the fetch told."""
+        if self.aicr_version is not None:
+            return capabilities.behaviour_of(self.aicr_version.numbers)
+        pinned = capabilities.AicrVersion.parse(f"aicr version {self.settings.aicr.version}")
+        return capabilities.behaviour_of(pinned.numbers if pinned else (0, 0, 0))
 
     @property
     def work(self) -> Path:
@@ -265,18 +283,15 @@ class Steps:
         else:
             dest = self.ctx.work / "aicr-release"
             budget = aicr.download_budget_seconds
-            binary = deadline.bounded(
-                lambda cancelled: self.ctx.fetch(aicr, dest, cancelled=cancelled),
-                budget_seconds=budget,
-                interrupted=self.ctx.interrupted,
-                what="the aicr download",
-                over_budget=lambda: DownloadError(
-                    f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
-                    f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
-                    f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
-                    "(--aicr-binary / aicrBinary.path)"
-                ),
-            )
+            try:
+                binary = self._download(dest, budget)
+            except DownloadError as exc:
+                if self.ctx.mode is Mode.PLAN and "--aicr-binary" not in exc.message:
+                    exc.message += (
+                        f"; to plan without downloading, give a local aicr (--aicr-binary PATH) or a "
+                        f"mirror of the releases ({ENV_PREFIX}AICR__RELEASE_BASE_URL)"
+                    )
+                raise
             how = f"{binary.source_url} (sha256 {binary.tarball_sha256})"
         # Provenance is verified before aicr runs at all, --version included.
         verifier = self.ctx.verifier or CosignVerifier(self.ctx.processes, self.ctx.environ)
@@ -287,14 +302,53 @@ class Steps:
             raise
         self.ctx.report.provenance = provenance.to_dict()
         self.ctx.aicr = binary.path
-        result = self._aicr(State.FETCH, [str(binary.path), "--version"])
+        printed: list[str] = []
+        result = self._aicr(State.FETCH, [str(binary.path), "--version"], on_line=printed.append)
         if result.exit_code != 0:
             return StepResult.failed(ExitCode.TOOL_MISSING, f"{binary.path} --version exited {result.exit_code}")
+        version = capabilities.AicrVersion.parse("\n".join(printed))
+        if version is None:
+            return StepResult.failed(
+                ExitCode.AICR_CONTRACT_BROKEN,
+                f"{binary.path} --version printed no 'aicr version X.Y.Z' line "
+                f"({logs.redact(' '.join(printed))[:200]!r}); is it aicr?",
+                classification="aicr-contract-broken",
+            )
+        self.ctx.aicr_version = version
+        self.ctx.report.aicr_version = version.text
+        self.log.info("aicr version detected", step=State.FETCH.value, aicr=version.text, reported=version.line)
+        if override is None and version.text != aicr.version:
+            self.log.warning(
+                "the downloaded aicr reports another version than its release tag",
+                step=State.FETCH.value,
+                tag=aicr.version,
+                aicr=version.text,
+            )
+        refused = capabilities.unsupported(self.s, version)
+        if refused:
+            return StepResult.failed(ExitCode.BAD_INPUT, "; ".join(refused), classification="aicr-version-unsupported")
         if provenance.warning:
-            return StepResult.warned(f"aicr from {how}; {provenance.warning}", classification="provenance-unverified")
+            return StepResult.warned(
+                f"aicr {version.text} from {how}; {provenance.warning}", classification="provenance-unverified"
+            )
         if provenance.verified is None:
-            return StepResult.ok(f"aicr from {how}; provenance not checked (mode off)")
-        return StepResult.ok(f"aicr from {how}; {provenance.verified.summary()}")
+            return StepResult.ok(f"aicr {version.text} from {how}; provenance not checked (mode off)")
+        return StepResult.ok(f"aicr {version.text} from {how}; {provenance.verified.summary()}")
+
+    def _download(self, dest: Path, budget: float) -> AicrBinary:
+        aicr = self.s.aicr
+        return deadline.bounded(
+            lambda cancelled: self.ctx.fetch(aicr, dest, cancelled=cancelled),
+            budget_seconds=budget,
+            interrupted=self.ctx.interrupted,
+            what="the aicr download",
+            over_budget=lambda: DownloadError(
+                f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
+                f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
+                f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
+                "(--aicr-binary / aicrBinary.path)"
+            ),
+        )
 
     def pack(self) -> StepResult:
         if self.ctx.pack_dir is not None:
@@ -337,14 +391,17 @@ class Steps:
             message, supported = recipe.parse_rejection(list(tail))
             if supported:
                 self.ctx.report.supported_combinations = supported
-                self.log.error(
-                    "CRITERIA REJECTED: " + message + "; supported combinations: " + ", ".join(supported),
-                    step=State.RECIPE.value,
-                )
+                rejected = recipe.with_supported(message, supported)
+                self.log.error(f"CRITERIA REJECTED: {rejected}", step=State.RECIPE.value)
             return StepResult.failed(
                 result.exit_code,
                 f"aicr recipe failed (exit {result.exit_code}): {message}",
                 classification="criteria-rejected" if supported else "recipe-failed",
+            )
+        if not self.ctx.recipe_path.is_file():
+            raise AicrContractError(
+                f"aicr broke its contract: aicr recipe exited 0 but wrote no {self.ctx.recipe_path.name} "
+                f"(--output {self.ctx.recipe_path})"
             )
         summary = recipe.load_recipe(self.ctx.recipe_path)
         self.ctx.recipe_summary = summary
@@ -405,6 +462,10 @@ class Steps:
         result = self._aicr(State.BUNDLE, argv)
         if result.exit_code != 0:
             return StepResult.failed(result.exit_code, f"aicr bundle failed (exit {result.exit_code})")
+        if not (self.ctx.bundle_dir / "deploy.sh").is_file():
+            raise AicrContractError(
+                f"aicr broke its contract: aicr bundle exited 0 but wrote no deploy.sh into {self.ctx.bundle_dir}"
+            )
         files = sum(1 for p in self.ctx.bundle_dir.rglob("*") if p.is_file())
         return StepResult.ok(f"bundle rendered: {files} files in {self.ctx.bundle_dir}")
 
@@ -412,7 +473,7 @@ class Steps:
         if not self._deploying():
             return StepResult.skipped("assert-only run: no bundle")
         result = self._aicr(State.VERIFY, commands.verify_argv(self.s, self._binary, self.ctx.bundle_dir))
-        verdict = classify.classify_verify(result.exit_code)
+        verdict = classify.classify_verify(result.exit_code, passed=self.ctx.behaviour.verify_checks)
         if verdict.outcome is Outcome.FAILED:
             return StepResult.failed(
                 result.exit_code,
@@ -516,6 +577,13 @@ class Steps:
         result = self._aicr(State.VALIDATE, argv)
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
         verdict = classify.classify_validate(result.exit_code)
+        if result.exit_code == 0 and not self.ctx.ctrf_path.is_file():
+            return StepResult.failed(
+                ExitCode.AICR_CONTRACT_BROKEN,
+                f"aicr broke its contract: aicr validate exited 0 but wrote no {self.ctx.ctrf_path.name} "
+                f"(--output {self.ctx.ctrf_path}); the verdict is unknown",
+                classification="aicr-contract-broken",
+            )
         if verdict.outcome is Outcome.FAILED:
             return StepResult.failed(result.exit_code, verdict.reason, classification="validation-failed")
         return StepResult.ok(verdict.reason, classification="validation-passed")

@@ -10,8 +10,16 @@ to the current interpreter and returns its path.
 Environment knobs (all optional; the runner passes its environment through,
 minus its own AICR_RUNNER_* settings, so they reach aicr and deploy.sh):
 
+FAKE_AICR_VERSION=0.11.1          behave as a 0.11-style aicr: --version says so,
+                                  no bundle --storage-class, no validate
+                                  --emit-attestation/--data, no `evidence` command
+                                  ("No help topic", exit 3), verify not closed-world,
+                                  deploy.sh's 0.11 markers (no per-component result
+                                  lines), 0.11 text logs
 FAKE_AICR_LOG_STYLE=0.11          v0.11 text logs: ANSI colour on every line and
                                   a completion line without componentNames
+FAKE_AICR_SKIP_OUTPUT=<command>   recipe | validate: exit 0 without writing the
+                                  --output file (a broken aicr)
 FAKE_AICR_ENV_LOG=<file>          append {argv, env} per invocation; env holds
                                   DOCKER_CONFIG, COSIGN_IDENTITY_TOKEN, AICR_RUNNER_*
 FAKE_AICR_DEPLOY_REAL=1           install.sh runs real `helm upgrade --install`

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from .catalog import EMBEDDED_VALUES_PREFIX, RECIPE_API_VERSIONS, Catalog, deep_merge
-from .log import VERSION, AicrError, Flag, Logger, UsageError, parse_flags
+from .log import VERSION, AicrError, Flag, Logger, UsageError, legacy, parse_flags
 
 TEMPLATES = Path(__file__).with_name("templates")
 SUPPORTED_DEPLOYERS = ("helm",)
@@ -187,9 +187,14 @@ BUNDLE_FLAGS = [
 ]
 
 
+#: Bundle flags 0.11.1 does not have (contract section 7: 1.x only).
+LEGACY_MISSING_BUNDLE_FLAGS = ("storage-class", "shared-storage-class")
+
+
 def cmd_bundle(args: list[str], log: Logger) -> int:
     started = time.monotonic()
-    parsed = parse_flags(args, BUNDLE_FLAGS)
+    flags = [f for f in BUNDLE_FLAGS if not (legacy() and f.names[0] in LEGACY_MISSING_BUNDLE_FLAGS)]
+    parsed = parse_flags(args, flags)
     if not parsed.get("recipe"):
         raise UsageError('Required flag "recipe" not set')
     deployer = str(parsed.get("deployer"))
@@ -398,6 +403,8 @@ def _inventory_errors(root: Path) -> tuple[list[str], int]:
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():
             errors.append(f"unexpected symlink: {rel}")
+        elif legacy():
+            continue  # 0.11.1 is not closed-world: added files and directories pass
         elif path.is_file() and rel not in listed and rel not in UNLISTED:
             errors.append(f"unexpected file: {rel}")
         elif path.is_dir() and not any(name.startswith(rel + "/") for name in listed) and rel != "attestation":

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-VERSION = "1.2.0"
-COMMIT = "fake000"
+#: FAKE_AICR_VERSION=0.11.1 makes the fake behave as a 0.11-style aicr (see legacy()).
+VERSION = os.environ.get("FAKE_AICR_VERSION", "").strip() or "1.2.0"
+#: Says what this is wherever the runner reports the aicr version (the offline demo).
+COMMIT = "test-stand-in"
 BUILD_DATE = "2026-05-04T00:00:00Z"
 
 #: pkg/errors: the outermost code decides the exit code.
@@ -72,8 +74,22 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def legacy() -> bool:
+    """A 0.x aicr (FAKE_AICR_VERSION=0.11.1): no bundle --storage-class, no validate
+    --emit-attestation/--data, no ``evidence`` command, a verify that is not
+    closed-world, and deploy.sh's 0.11 markers (no per-component result lines)."""
+    return VERSION.startswith("0.")
+
+
+def skips_output(command: str) -> bool:
+    """FAKE_AICR_SKIP_OUTPUT=<command>: exit 0 without writing --output (a broken aicr)."""
+    return os.environ.get("FAKE_AICR_SKIP_OUTPUT", "").strip() == command
+
+
 def log_style() -> str:
-    """``1.x`` (default) or ``0.11`` (FAKE_AICR_LOG_STYLE=0.11) for the text format."""
+    """``1.x`` (default) or ``0.11`` (FAKE_AICR_LOG_STYLE=0.11, or a 0.x version) for the text format."""
+    if legacy():
+        return "0.11"
     return "0.11" if os.environ.get("FAKE_AICR_LOG_STYLE", "").strip() in ("0.11", "0.11.1") else "1.x"
 
 

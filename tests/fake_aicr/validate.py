@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from .bundle import load_recipe, sha256_file
-from .log import VERSION, AicrError, Flag, Logger, parse_flags
+from .log import VERSION, AicrError, Flag, Logger, legacy, parse_flags, skips_output
 
 PHASES = ("deployment", "performance", "conformance")
 PREDICATE_TYPE = "https://aicr.nvidia.com/recipe-evidence/v1"
@@ -161,8 +161,13 @@ def _check_options(parsed: Any) -> str:
     return result
 
 
+#: validate flags 0.11.1 does not have (contract section 10: 1.x only).
+LEGACY_MISSING_VALIDATE_FLAGS = ("emit-attestation", "data", "push", "no-sign", "identity-token")
+
+
 def cmd_validate(args: list[str], log: Logger) -> int:
-    parsed = parse_flags(args, VALIDATE_FLAGS)
+    flags = [f for f in VALIDATE_FLAGS if not (legacy() and f.names[0] in LEGACY_MISSING_VALIDATE_FLAGS)]
+    parsed = parse_flags(args, flags)
     result = _check_options(parsed)
     phases = _phases(parsed.get("phase"))
     no_cluster = bool(parsed.get("no-cluster"))
@@ -194,7 +199,7 @@ def cmd_validate(args: list[str], log: Logger) -> int:
         )
     report = _ctrf(tests, start_ms)
     text = json.dumps(report, indent=2) + "\n"
-    if parsed.get("output"):
+    if parsed.get("output") and not skips_output("validate"):
         Path(str(parsed.get("output"))).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)

@@ -63,7 +63,7 @@ def last_record(stderr: str) -> dict[str, Any]:
 def test_version_flag_prints_the_release_string(aicr: Run) -> None:
     result = aicr("--version")
     assert result.returncode == 0
-    assert result.stdout.startswith("aicr version 1.2.0 (commit: fake000, date: ")
+    assert result.stdout.startswith("aicr version 1.2.0 (commit: test-stand-in, date: ")
 
 
 def test_json_logs_carry_the_slog_fields(aicr: Run) -> None:

@@ -1,0 +1,88 @@
+"""The chart's criteria check, offline, for ``aicr-runner plan``.
+
+``data/criteria-catalog.json`` is the chart's ``files/criteria-catalog.json``
+(scripts/gen-catalog.py writes both; a test keeps them identical): every embedded
+overlay of the pinned aicr. ``problems`` applies the chart's rule
+(templates/_criteria.tpl) with the chart's wording, so a combination that no
+recipe has is refused in milliseconds, before anything is downloaded, with the
+message ``helm install`` would give.
+
+Only the standard library here: this runs before the heavy imports.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CATALOG_PATH", "load_catalog", "problems", "refusal"]
+
+CATALOG_PATH = Path(__file__).resolve().parent / "data" / "criteria-catalog.json"
+DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
+
+
+def load_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
+def _stated(criteria: Mapping[str, str]) -> dict[str, str]:
+    return {d: criteria[d] for d in DIMENSIONS if criteria.get(d, "") not in ("", "any")}
+
+
+def problems(criteria: Mapping[str, str], catalog: Mapping[str, Any]) -> list[str]:
+    """One problem per stated value no applicable overlay carries (the chart's rule)."""
+    query = _stated(criteria)
+    entries: list[Mapping[str, Any]] = catalog["entries"]
+    applied = [e for e in entries if all(str(e[d]) in ("any", query.get(d, "")) for d in DIMENSIONS)]
+    found: list[str] = []
+    for dim, value in query.items():
+        if any(str(e[dim]) == value for e in applied):
+            continue
+        combos: dict[str, list[str]] = {}
+        compatible = False
+        for entry in entries:
+            if str(entry[dim]) != value:
+                continue
+            parts = [f"{o}={entry[o]}" for o in DIMENSIONS if o != dim and str(entry[o]) != "any"]
+            if all(query.get(o, str(entry[o])) == str(entry[o]) for o in DIMENSIONS if o != dim and entry[o] != "any"):
+                compatible = True
+            combos[", ".join(parts)] = parts
+        if not combos:
+            known = sorted({str(e[dim]) for e in entries if str(e[dim]) != "any"})
+            found.append(f"no recipe provides {dim} '{value}' (values with a recipe: {', '.join(known)})")
+            continue
+        minimal = sorted(
+            f"({key})"
+            for key, parts in sorted(combos.items())
+            if not any(other != key and all(p in parts for p in others) for other, others in combos.items())
+        )
+        if compatible:
+            found.append(f"{dim} '{value}' requires additional criteria; supported combinations: {', '.join(minimal)}")
+        else:
+            with_others = ", ".join(f"{o}={v}" for o, v in query.items() if o != dim)
+            found.append(
+                f"no recipe provides {dim} '{value}' with {with_others}; supported combinations: {', '.join(minimal)}"
+            )
+    return found
+
+
+def refusal(criteria: Mapping[str, str], aicr_version: str, catalog: Mapping[str, Any] | None = None) -> str | None:
+    """The chart's refusal for ``criteria``, or None when the catalog accepts them
+    or describes another aicr version (then aicr itself decides)."""
+    catalog = catalog if catalog is not None else load_catalog()
+    version = str(catalog["aicrVersion"])
+    if version.removeprefix("v") != aicr_version.removeprefix("v"):
+        return None
+    found = problems(criteria, catalog)
+    if not found:
+        return None
+    stated = ", ".join(f"{d}={v}" for d, v in _stated(criteria).items())
+    return (
+        f"criteria ({stated}) are not supported by aicr {version}: {'; '.join(found)}. State a supported "
+        "combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same), "
+        "give a data pack (--pack-dir, or AICR_RUNNER_PACK__REF) if your pack provides this combination, "
+        f"or plan with --aicr-binary if your aicr {version} accepts it."
+    )

@@ -1,0 +1,101 @@
+"""FAKE_AICR_VERSION=0.11.1: the stand-in behaves as the contract says 0.11.1 does
+(flags it lacks, no `evidence`, verify not closed-world, deploy.sh's 0.11 markers),
+and the runner's deploy tally reads those markers for what they are."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from aicr_runner.classify import DeployMarkers
+from tests.fake_aicr import install_fake_aicr
+
+LEGACY = {"FAKE_AICR_VERSION": "0.11.1"}
+LEAF = ["--service", "eks", "--accelerator", "h100", "--intent", "training", "--os", "ubuntu"]
+
+
+@pytest.fixture(scope="module")
+def aicr_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_fake_aicr(tmp_path_factory.mktemp("bin"))
+
+
+def call(aicr: Path, cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_AICR_", "AICR_"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [str(aicr), *args], capture_output=True, text=True, env=full_env, cwd=cwd, check=False, timeout=60
+    )
+
+
+def bundle(aicr: Path, tmp_path: Path, env: Mapping[str, str]) -> Path:
+    assert call(aicr, tmp_path, "recipe", *LEAF, "--output", "r.yaml", env=env).returncode == 0
+    result = call(aicr, tmp_path, "bundle", "--recipe", "r.yaml", "--output", "b", env=env)
+    assert result.returncode == 0, result.stderr
+    return tmp_path / "b"
+
+
+def test_version_says_0_11(aicr_path: Path, tmp_path: Path) -> None:
+    assert call(aicr_path, tmp_path, "--version", env=LEGACY).stdout.startswith("aicr version 0.11.1 (commit: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["bundle", "--recipe", "r.yaml", "--storage-class", "gp3"], "-storage-class"),
+        (["validate", "--recipe", "r.yaml", "--emit-attestation", "ev"], "-emit-attestation"),
+    ],
+)
+def test_flags_0_11_lacks_are_usage_errors(aicr_path: Path, tmp_path: Path, args: list[str], flag: str) -> None:
+    result = call(aicr_path, tmp_path, *args, env=LEGACY)
+    assert result.returncode == 1
+    assert f"flag provided but not defined: {flag}" in result.stderr
+    assert call(aicr_path, tmp_path, *args).stderr.count("not defined") == 0, "1.x has the flag"
+
+
+def test_evidence_is_no_command_in_0_11(aicr_path: Path, tmp_path: Path) -> None:
+    result = call(aicr_path, tmp_path, "evidence", "publish", "ev", env=LEGACY)
+    assert result.returncode == 3
+    assert "No help topic for 'evidence'" in result.stderr
+
+
+@pytest.mark.parametrize(("env", "code"), [(LEGACY, 0), ({}, 4)])
+def test_only_1x_verify_is_closed_world(aicr_path: Path, tmp_path: Path, env: Mapping[str, str], code: int) -> None:
+    out = bundle(aicr_path, tmp_path, env)
+    (out / "added-later.yaml").write_text("kind: Surprise\n")
+    assert call(aicr_path, tmp_path, "verify", str(out), env=env).returncode == code
+
+
+def test_0_11_deploy_sh_prints_no_per_component_results(aicr_path: Path, tmp_path: Path) -> None:
+    out = bundle(aicr_path, tmp_path, LEGACY)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAKE_AICR_")}, **LEGACY}
+    result = subprocess.run(
+        ["bash", str(out / "deploy.sh"), "--best-effort", "--no-wait"],
+        capture_output=True,
+        text=True,
+        env={**env, "FAKE_AICR_DEPLOY_FAIL": "nfd"},
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "Installing gpu-operator (gpu-operator)..." in lines
+    assert "WARNING: nfd install failed, continuing (--best-effort)" in lines
+    assert "WARNING: the following components failed: nfd" in lines
+    assert not any("└─" in line or "┌─" in line for line in lines)
+    markers = DeployMarkers()
+    for line in lines:
+        markers.feed(line)
+    assert markers.failure_report
+    assert (
+        markers.counts() == "15 components attempted, per-component results not reported by this aicr; 1 failed (nfd)"
+    )
+
+
+def test_no_markers_at_all_is_not_0_of_0() -> None:
+    markers = DeployMarkers()
+    markers.feed("Deployment complete.")
+    assert markers.counts() == "per-component results not reported by this aicr"
