@@ -15,7 +15,9 @@ bash scripts/setup.sh --python-only >&2
 if (($# == 0)); then
   fake=$(.venv/bin/python -c 'from tests.fake_aicr import install_fake_aicr; import pathlib; print(install_fake_aicr(pathlib.Path(".venv/fake-aicr")))')
   echo "offline demo: this runs the test suite's stand-in aicr (tests/fake_aicr), not NVIDIA's aicr" \
-    "release; its component versions are the stand-in's. Give plan arguments to run the real pinned aicr." >&2
+    "release; its component versions are the stand-in's, and it carries no Sigstore attestation" \
+    "(provenance check off). Give plan arguments to run the real pinned aicr." >&2
+  export AICR_RUNNER_AICR__PROVENANCE__MODE=off
   set -- --aicr-binary "$fake" --pack-dir packs/k0s-h200-training \
     --service k0s --accelerator h200 --intent training --os ubuntu --output out/plan
   # The stand-in has no NVIDIA attestation; the real release's provenance is verified.

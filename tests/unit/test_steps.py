@@ -44,12 +44,15 @@ class StubProcesses:
         self.calls.append(list(argv))
         if self.effect is not None:
             self.effect(argv)
-        for line in self.lines:
+        lines = self.lines
+        if not lines and list(argv[-1:]) == ["--version"]:
+            lines = ["aicr version 1.2.0 (commit: abc1234, date: 2026-05-04T00:00:00Z)"]  # as aicr answers
+        for line in lines:
             if on_line is not None:
                 on_line(line)
             if on_block is not None:
                 on_block(line + "\n")
-        log_path.write_text("\n".join(self.lines))
+        log_path.write_text("\n".join(lines))
         return ProcessResult(
             exit_code=self.exit_code, log_path=log_path, interrupted=self.stopped, stopped=self.stopped
         )
