@@ -207,7 +207,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     from aicr_runner.machine import Machine
     from aicr_runner.process import ShutdownController, SubprocessRunner
     from aicr_runner.report import RunPhase, StepStatus
-    from aicr_runner.steps import RunContext, Steps
+    from aicr_runner.steps import Mode, RunContext, Steps
 
     log = logs.get_logger()
     _register_credentials(settings)
