@@ -65,6 +65,8 @@ _TRANSIENT_ERRORS: tuple[type[httpx.HTTPError], ...] = (
 _BACKOFF_INITIAL_SECONDS = 1.0
 _BACKOFF_MAX_SECONDS = 30.0
 _BACKOFF_JITTER_SECONDS = 1.0
+#: Named in every budget message, so the operator knows which setting to raise.
+_BUDGET_SETTING = " (AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS)"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 log = structlog.get_logger()
@@ -278,7 +280,8 @@ class _Downloader:
             return retrying(self._attempt, url, dest, max_bytes)
         except _Transient as exc:
             raise DownloadError(
-                f"download of {url} failed after {attempts} attempt(s) within the {budget:g}s budget: {exc.reason}"
+                f"download of {url} failed after {attempts} attempt(s) within the {budget:g}s budget"
+                f"{_BUDGET_SETTING}: {exc.reason}"
             ) from exc
         except _OutOfBudget as exc:
             raise DownloadError(f"download of {url} gave up: {exc}") from exc
@@ -297,7 +300,7 @@ class _Downloader:
             reason = exc.reason if isinstance(exc, _Transient) else "unknown"
             raise _OutOfBudget(
                 f"{asked} exceeds the {max(remaining, 0.0):.1f}s left of the "
-                f"{self._settings.download_budget_seconds:g}s budget (last error: {reason})"
+                f"{self._settings.download_budget_seconds:g}s budget{_BUDGET_SETTING} (last error: {reason})"
             ) from exc
         return wait
 
@@ -317,7 +320,7 @@ class _Downloader:
             raise DownloadError(f"download of {url} was stopped before it started")
         remaining = self._remaining()
         if remaining <= 0:
-            raise _OutOfBudget(f"the {self._settings.download_budget_seconds:g}s budget is used up")
+            raise _OutOfBudget(f"the {self._settings.download_budget_seconds:g}s budget{_BUDGET_SETTING} is used up")
         timeout = min(self._settings.download_timeout_seconds, remaining)
         partial = dest.with_name(f".{dest.name}.partial")
         try:
@@ -363,7 +366,8 @@ class _Downloader:
             if self._remaining() <= 0:
                 raise DownloadError(
                     f"download of {url} did not finish within the "
-                    f"{self._settings.download_budget_seconds:g}s budget ({received} bytes received)"
+                    f"{self._settings.download_budget_seconds:g}s download budget{_BUDGET_SETTING} "
+                    f"({received} bytes received)"
                 )
             digest.update(chunk)
             out.write(chunk)

@@ -107,6 +107,7 @@ def test_the_download_budget_bounds_the_fetch_whatever_the_server_does(
     assert elapsed < BUDGET + SLACK, f"{misbehaviour}: the run took {elapsed:.1f}s"
     termination = (tmp_path / "termination-log").read_text()
     assert termination.startswith("Failed (exit 20): fetch failed:")
+    # Whichever notices first, the watchdog or the download loop, names the budget.
     assert "3s download budget (AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS)" in termination
     report = json.loads((tmp_path / "results" / "aicr-run-status" / "report.json").read_text())
     assert report["steps"][0]["state"] == "fetch"

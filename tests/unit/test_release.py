@@ -531,7 +531,8 @@ def test_the_budget_also_bounds_a_slow_download(tmp_path: Path, fake_time: FakeT
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
     mock.get(AMD64_URL).respond(200, stream=SlowStream())
 
-    with pytest.raises(DownloadError, match="did not finish within the 30s budget"):
+    named = r"did not finish within the 30s download budget \(AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS\)"
+    with pytest.raises(DownloadError, match=named):
         fetch(tmp_path, fake_time, settings(download_budget_seconds=30))
 
 
