@@ -175,7 +175,8 @@ def safe_extract_all(
                 extraction.add(tar, member)
     except BaseException as exc:
         extraction.undo()
-        if isinstance(exc, tarfile.FilterError):
+        filter_error = getattr(tarfile, "FilterError", None)  # Python 3.11.4+ (PEP 706)
+        if filter_error is not None and isinstance(exc, filter_error):
             raise error_type(f"archive {tar_path.name}: {exc}") from exc
         if isinstance(exc, tarfile.TarError | EOFError | OSError):
             raise error_type(f"archive {tar_path.name} is corrupt, truncated or could not be extracted: {exc}") from exc
@@ -220,9 +221,18 @@ class _Extraction:
         self._created += _missing_parents(self._dest, target)
         if not target.exists():
             self._created.append(target)
-        # The checks already refused anything the data filter would rewrite; the
-        # filter stays as a guard against what they might miss.
-        tar.extract(member, self._dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            # The checks already refused anything the data filter would rewrite; the
+            # filter stays as a guard against what they might miss.
+            tar.extract(member, self._dest, filter="data")
+        elif member.isdir():
+            # Python before 3.11.4 (Debian 12's python3 is 3.11.2) has no extraction
+            # filters (PEP 706): the checked member is written the way
+            # extract_members writes files, with the data filter's modes (no
+            # setuid/setgid/sticky, no group or other write, owner read/write).
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            _write_member(tar, member, target, self._checker).chmod((member.mode & 0o755) | 0o600)
 
     def _check(self, member: tarfile.TarInfo) -> str:
         archive = self._tar_path.name

@@ -6,6 +6,7 @@ import io
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,13 +172,28 @@ def test_truncated_archive_is_an_archive_error(tmp_path: Path) -> None:
 # --- safe_extract_all ---------------------------------------------------------
 
 
+def without_extraction_filters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tarfile as Python 3.11.0-3.11.3 has it (Debian 12's python3 is 3.11.2): no
+    data_filter or FilterError, and extract/extractall refuse a filter argument."""
+    monkeypatch.delattr(tarfile, "data_filter")
+    monkeypatch.delattr(tarfile, "FilterError")
+    for name in ("extract", "extractall"):
+        original = getattr(tarfile.TarFile, name)
+
+        def refusing(self: tarfile.TarFile, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if "filter" in kwargs:
+                raise TypeError("extract() got an unexpected keyword argument 'filter'")
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(tarfile.TarFile, name, refusing)
+
+
 @pytest.mark.parametrize("python", ["with PEP 706 filters", "before 3.11.4, without them"])
 def test_safe_extract_all_unpacks_files_and_directories(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python: str
 ) -> None:
-    if python.startswith("before"):  # Debian 12's python3 (3.11.2): no tarfile.data_filter
-        monkeypatch.delattr(tarfile, "data_filter")
-        monkeypatch.setattr(tarfile.TarFile, "extractall", None)  # must not be used
+    if python.startswith("before"):
+        without_extraction_filters(monkeypatch)
     tar = make_tar(
         tmp_path / "p.tar.gz",
         directory("overlays"),
@@ -208,7 +224,12 @@ def test_safe_extract_all_unpacks_files_and_directories(
         (regular("overlays/a.yaml", b"again"), "more than once"),
     ],
 )
-def test_safe_extract_all_refuses_before_writing_anything(tmp_path: Path, entry: Entry, why: str) -> None:
+@pytest.mark.parametrize("python", ["with PEP 706 filters", "before 3.11.4, without them"])
+def test_safe_extract_all_refuses_before_writing_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: Entry, why: str, python: str
+) -> None:
+    if python.startswith("before"):
+        without_extraction_filters(monkeypatch)
     tar = make_tar(tmp_path / "p.tar.gz", directory("overlays"), regular("overlays/a.yaml"), entry)
     dest = tmp_path / "pack"
 
