@@ -20,11 +20,13 @@ import pytest
 
 from e2e.harness.apiserver import ControlPlane, start_control_plane
 from e2e.harness.helm import Helm
-from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.kubelet import FAKE_AICR_PACKAGE, FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry, start_registry
 
 #: Seconds each session component took to start (reported in the terminal summary).
 STARTUP: dict[str, float] = {}
+#: How the session's pods ran (reported in the terminal summary).
+POD_MODE: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +79,8 @@ def kubelet(control_plane: ControlPlane, e2e_workdir: Path) -> Kubelet:
     started = time.monotonic()
     k = Kubelet(control_plane, e2e_workdir / "kubelet")
     STARTUP[f"kubelet (sandbox={k.sandbox})"] = time.monotonic() - started
+    POD_MODE["mode"] = k.sandbox
+    POD_MODE["image"] = k.image
     return k
 
 
@@ -94,17 +98,27 @@ def make_kubelet(control_plane: ControlPlane, tmp_path: Path) -> Callable[..., K
 
 
 @pytest.fixture(scope="session")
-def fake_aicr(e2e_workdir: Path) -> Path:
-    """A launcher for the contract-faithful fake aicr (tests/fake_aicr)."""
+def fake_aicr(e2e_workdir: Path, kubelet: Kubelet) -> Path:
+    """A launcher for the contract-faithful fake aicr (tests/fake_aicr), for the pods'
+    mode: in the image it runs with the image's Python from FAKE_AICR_PACKAGE."""
     from tests.fake_aicr import install_fake_aicr
+    from tests.podman import IMAGE_PYTHON
 
+    if kubelet.sandbox == "podman":
+        return install_fake_aicr(e2e_workdir / "fake-aicr", python=IMAGE_PYTHON, package_dir=FAKE_AICR_PACKAGE)
     return install_fake_aicr(e2e_workdir / "fake-aicr")
 
 
 @pytest.fixture(scope="session")
-def aicr_kubelet(control_plane: ControlPlane, e2e_workdir: Path, fake_aicr: Path) -> Kubelet:
+def aicr_kubelet(control_plane: ControlPlane, e2e_workdir: Path, fake_aicr: Path, kubelet: Kubelet) -> Kubelet:
     """A kubelet whose image also carries the fake aicr at FAKE_AICR_PATH."""
-    return Kubelet(control_plane, e2e_workdir / "aicr-kubelet", image_files={FAKE_AICR_PATH: fake_aicr})
+    return Kubelet(
+        control_plane,
+        e2e_workdir / "aicr-kubelet",
+        image_files={FAKE_AICR_PATH: fake_aicr},
+        sandbox=kubelet.sandbox,
+        image=kubelet.image or None,
+    )
 
 
 @pytest.fixture
@@ -126,6 +140,13 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> st
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if POD_MODE:
+        where = (
+            f"podman, from the built image {POD_MODE['image']}"
+            if POD_MODE["mode"] == "podman"
+            else f"{POD_MODE['mode']}, this checkout standing in for the image (podman is missing)"
+        )
+        terminalreporter.write_line(f"e2e pods ran with {where}")
     if STARTUP:
         parts = ", ".join(f"{k} {v:.2f}s" for k, v in STARTUP.items())
         terminalreporter.write_line(f"e2e harness startup: {parts}")

@@ -44,6 +44,8 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "docker-registry": ("debian", None),
     "htpasswd": ("debian", None),
     "bwrap": ("debian", None),
+    "podman": ("debian", None),
+    "runc": ("debian", None),
     "jq": ("debian", None),
 }
 _ENVTEST = ("etcd", "kube-apiserver")

@@ -9,18 +9,24 @@ secret, configMap, projected: serviceAccountToken / configMap / secret /
 downwardAPI, downwardAPI), resolves each container's
 environment like the kubelet (envFrom, env with $(VAR) expansion, valueFrom
 secretKeyRef / configMapKeyRef / fieldRef, the KUBERNETES_SERVICE_* variables),
-runs the init containers then the container in a sandbox (see sandbox.py),
-collects exit code, output and termination message, and writes the pod status
-back to the API server. It watches the Pod object while the container runs: once
+runs the init containers then the container, collects exit code, output and
+termination message, and writes the pod status back to the API server (phase,
+each container's ``state.terminated`` with exitCode, reason and message, the
+image's ID). It watches the Pod object while the container runs: once
 the pod is deleted (by a test, the Eviction API, or the garbage collector after
 Helm deleted its Job) it sends SIGTERM, then SIGKILL after the deletion's grace
 period, reports the final status and completes the deletion, like a kubelet.
 Counting failures, backoffLimit, podFailurePolicy, activeDeadlineSeconds and the
 Job's conditions are the real Job controller's.
 
-What it does not do: pull images (the image is this checkout: the container
-command ``aicr-runner`` is the venv's console script), enforce resource limits,
-restart containers, or run more than one regular container.
+The container runs (see sandbox.py for the choice):
+* "podman": from the image scripts/build-image.sh builds from the Dockerfile
+  (e2e/harness/podman.py), the real thing;
+* "bwrap" / "rewrite": fallbacks where podman is missing: this checkout stands in
+  for the image (the container command ``aicr-runner`` is the venv's script).
+
+What it does not do: pull images, enforce resource limits, restart containers,
+or run more than one regular container.
 """
 
 from __future__ import annotations
@@ -41,13 +47,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from e2e.harness import podman
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.kube import KubeError
 from e2e.harness.procs import set_pdeathsig
 from e2e.harness.sandbox import Identity, Mount, bwrap_argv, rewrite_paths, sandbox_mode
 from e2e.tools import REPO_ROOT, TOOLS_BIN
+from tests.fake_aicr import PACKAGE_DIR as FAKE_AICR_SOURCE
+from tests.podman import built_image
 
 __all__ = [
+    "FAKE_AICR_PACKAGE",
     "FAKE_AICR_PATH",
     "ContainerRun",
     "JobOutcome",
@@ -62,6 +72,9 @@ NODE_NAME = "e2e-node"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: Where scenarios put the fake aicr in the image (chart value aicrBinary.path).
 FAKE_AICR_PATH = "/usr/local/bin/aicr"
+#: podman mode: where every pod finds the fake aicr's package (its launcher runs
+#: it with the image's Python), mounted read-only like an image file.
+FAKE_AICR_PACKAGE = "/opt/fake-aicr/fake_aicr"
 #: The kubelet keeps at most this much of a termination message file...
 MAX_TERMINATION_MESSAGE = 4096
 #: ...and, under FallbackToLogsOnError, the last 80 lines / 2 KiB of the log.
@@ -226,6 +239,7 @@ class Kubelet:
         image_init: bool = True,
         image_files: Mapping[str, str | Path] | None = None,
         sandbox: str | None = None,
+        image: str | None = None,
     ) -> None:
         self.plane = plane
         self.workdir = workdir
@@ -278,6 +292,20 @@ class Kubelet:
         #: host paths the container must reach: the Python runtime of the venv,
         #: and the pinned tools on PATH (.tools may be a link out of the checkout)
         self.expose = [os.path.realpath(sys.base_prefix), os.path.realpath(TOOLS_BIN)]
+        #: podman mode: the image (built by scripts/build-image.sh unless given); its
+        #: ENV, USER, WORKDIR, ENTRYPOINT and CMD apply, not the image_* stand-ins above.
+        self.image = ""
+        self.image_id = ""
+        if self.sandbox == "podman":
+            self.image = image or built_image()
+            self.image_id = podman.image_id(self.image)
+            # Test tools the scenarios name by host path (FAKE_AICR_ORAS) and the fake
+            # aicr's package: read-only, as if the image carried them.
+            self.image_files = {
+                str(TOOLS_BIN): TOOLS_BIN,
+                FAKE_AICR_PACKAGE: FAKE_AICR_SOURCE,
+                **self.image_files,
+            }
         self.register_node()
 
     # -- the Node -------------------------------------------------------------
@@ -603,7 +631,7 @@ class Kubelet:
         phase = "Succeeded" if exit_code == 0 else ("Failed" if exit_code is not None else "Pending")
         if lifecycle.deletion is not None and exit_code is None:
             phase = "Failed"  # deleted before it ran: the kubelet fails it
-        self._patch_status(pod_path, self._final_status(pod, runs, phase))
+        self._patch_status(pod_path, self._final_status(pod, runs, phase, self.image_id))
         if lifecycle.deletion is not None:
             lifecycle.finish_deletion()
         return JobRun(
@@ -638,7 +666,9 @@ class Kubelet:
         )
 
     @staticmethod
-    def _final_status(pod: Mapping[str, Any], runs: Sequence[ContainerRun], phase: str) -> dict[str, Any]:
+    def _final_status(
+        pod: Mapping[str, Any], runs: Sequence[ContainerRun], phase: str, image_id: str = ""
+    ) -> dict[str, Any]:
         images = {
             c["name"]: c.get("image", "") for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]
         }
@@ -658,7 +688,7 @@ class Kubelet:
             return {
                 "name": run.name,
                 "image": images.get(run.name, ""),
-                "imageID": "",
+                "imageID": image_id,
                 "ready": False,
                 "restartCount": 0,
                 "started": False,
@@ -920,7 +950,36 @@ class Kubelet:
         mounts += self._image_dirs(mounts, pod_dir)
 
         started = time.monotonic()
-        if self.sandbox == "bwrap":
+        kill_container: Callable[[str], None] | None = None
+        if self.sandbox == "podman":
+            container_name = f"{pod['metadata']['name']}-{name}"
+            spec = podman.ContainerSpec(
+                image=self.image,
+                name=container_name,
+                hostname=pod["metadata"]["name"][:63],
+                identity=identity,
+                security_context=container.get("securityContext") or {},
+                mounts=[
+                    *(Mount(path, source) for path, source in self.image_files.items()),
+                    *self._mounts(container, volumes, term_file),
+                ],
+                env={**env, "HOSTNAME": pod["metadata"]["name"]},
+                working_dir=container.get("workingDir"),
+                command=[expand(a, env) for a in container["command"]] if container.get("command") else None,
+                args=[expand(a, env) for a in container["args"]] if container.get("args") else None,
+            )
+            try:
+                cmd, inherited = podman.run_argv(spec)
+            except podman.PodSpecNotRunnable as exc:
+                raise PodSpecUnsupported(str(exc)) from exc
+            proc = _spawn(cmd, {**os.environ, **inherited}, str(pod_dir))
+
+            def container_pid() -> int | None:
+                return None
+
+            def kill_container(signal_name: str) -> None:
+                podman.kill(container_name, signal_name)
+        elif self.sandbox == "bwrap":
             read_fd, info_fd = os.pipe()
             cmd = bwrap_argv(
                 argv,
@@ -955,7 +1014,7 @@ class Kubelet:
             def container_pid() -> int | None:
                 return proc.pid
 
-        watch = _Watch(proc, container_pid, pod_dir / f"{name}.log", terminate_when)
+        watch = _Watch(proc, container_pid, pod_dir / f"{name}.log", terminate_when, kill_container=kill_container)
         reason_override = watch.wait(
             deadline=deadline,
             terminate_at=None if terminate_after is None else started + terminate_after,
@@ -963,6 +1022,8 @@ class Kubelet:
             lifecycle=lifecycle,
             started=started,
         )
+        if self.sandbox == "podman" and reason_override:
+            podman.remove(spec.name)  # --rm does not cover a container podman lost track of
         code = proc.returncode
         if code < 0:
             code = 128 - code  # killed by a signal, reported like a shell / the kubelet
@@ -1071,9 +1132,14 @@ class _Watch:
         container_pid: Callable[[], int | None],
         log_path: Path,
         terminate_when: Callable[[str], bool] | None,
+        *,
+        kill_container: Callable[[str], None] | None = None,
     ) -> None:
         self.proc = proc
         self._container_pid = container_pid
+        #: signals the container through its runtime (podman) instead of by PID
+        self._kill_container = kill_container
+        self._killed = False
         self.merged: list[str] = []
         self.streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self._lock = threading.Lock()
@@ -1119,8 +1185,7 @@ class _Watch:
                 lifecycle.request_end()
                 end_requested = True
             if lifecycle.cancelled:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self._kill()
             elif term_sent_at is None:
                 if now >= deadline:
                     reason = "DeadlineExceeded"
@@ -1128,16 +1193,12 @@ class _Watch:
                     reason, grace = "Deleted", deletion.grace_seconds
                     deletion.sigterm_after, deletion.sigterm_at = now - started, now
                 if reason:  # like the kubelet: SIGTERM to the container's process only
-                    pid = self._container_pid()
-                    if pid is not None:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGTERM)
+                    self._terminate()
                     term_sent_at = now
             elif now - term_sent_at >= grace:
                 if lifecycle.deletion is not None:
                     lifecycle.deletion.sigkill = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self._kill()
             time.sleep(0.02)
         if term_sent_at is not None and lifecycle.deletion is not None:
             lifecycle.deletion.exited_after_sigterm = time.monotonic() - term_sent_at
@@ -1145,6 +1206,22 @@ class _Watch:
             t.join(timeout=10)
         self._log.close()
         return reason
+
+    def _terminate(self) -> None:
+        if self._kill_container is not None:
+            self._kill_container("TERM")
+            return
+        pid = self._container_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _kill(self) -> None:
+        if self._kill_container is not None and not self._killed:
+            self._killed = True  # once: podman kill is a process of its own
+            self._kill_container("KILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 class _PodLifecycle:

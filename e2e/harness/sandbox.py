@@ -1,6 +1,9 @@
 """Run a container's process locally, as close to a pod as this machine allows.
 
-Preferred ("bwrap"): bubblewrap builds a private mount namespace: the host's
+Preferred ("podman"): the built image itself, run by podman (e2e/harness/podman.py).
+The modes below run this checkout instead, where podman is missing.
+
+Fallback ("bwrap"): bubblewrap builds a private mount namespace: the host's
 directories read-only (the image stand-in), the pod's volumes mounted at their
 mountPaths, an empty /tmp, a fresh /dev and /proc, a private PID namespace where
 the process is PID 1 (so SIGTERM reaches it only if it handles it, like a
@@ -12,7 +15,7 @@ container), its own hostname, and the pod's uid/gid:
 * as an ordinary user: ``bwrap --unshare-user --uid --gid`` (no supplementary
   groups can be set in an unprivileged user namespace).
 
-Fallback ("rewrite"): no sandbox; the process runs directly and every mountPath
+Last resort ("rewrite"): no sandbox; the process runs directly and every mountPath
 found in its environment, arguments or working directory is rewritten to the
 host directory that backs it. Paths compiled into programs (the in-cluster
 ServiceAccount directory) cannot be rewritten; see e2e/README.md.
@@ -30,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.tools import REPO_ROOT, tool
+from e2e.tools import REPO_ROOT, BootstrapError, tool
 
-__all__ = ["Identity", "Mount", "bwrap_argv", "rewrite_paths", "sandbox_mode"]
+__all__ = ["MODES", "Identity", "Mount", "bwrap_argv", "rewrite_paths", "sandbox_mode"]
 
 #: Host paths the sandbox never shows: /tmp is the pod's own (empty unless mounted).
 HIDDEN = ("/tmp",)
@@ -272,12 +275,23 @@ def rewrite_paths(value: str, mapping: Mapping[str, str]) -> str:
     return value
 
 
+MODES = ("podman", "bwrap", "rewrite")
+
+
 @functools.cache
 def sandbox_mode() -> str:
-    """'bwrap' when a probe sandbox runs here, else 'rewrite'. E2E_SANDBOX forces one."""
+    """'podman' when podman and runc are installed (the bootstrap installs them), else
+    'bwrap' when a probe sandbox runs here, else 'rewrite'. E2E_SANDBOX forces one."""
     forced = os.environ.get("E2E_SANDBOX", "")
+    if forced and forced not in MODES:
+        raise RuntimeError(f"E2E_SANDBOX={forced!r}: expected one of {', '.join(MODES)}")
     if forced == "rewrite":
         return "rewrite"
+    if forced in ("", "podman"):
+        if _podman_installed():
+            return "podman"
+        if forced == "podman":
+            raise RuntimeError("E2E_SANDBOX=podman but podman or runc is missing (scripts/bootstrap-tools.sh debian)")
     probe = bwrap_argv(
         [sys.executable, "-c", "import os; print(os.getuid())"],
         [Mount("/probe", None, writable=True)],
@@ -292,3 +306,12 @@ def sandbox_mode() -> str:
     if forced == "bwrap" and not ok:
         raise RuntimeError(f"E2E_SANDBOX=bwrap but the probe sandbox failed: {proc.stderr.strip()}")
     return "bwrap" if ok else "rewrite"
+
+
+def _podman_installed() -> bool:
+    try:
+        tool("podman")
+        tool("runc")
+    except BootstrapError:
+        return False
+    return True
