@@ -139,6 +139,30 @@ class ControlPlane:
 
         wait_for(furnished, timeout=timeout, what=f"namespace {name}: default ServiceAccount and kube-root-ca.crt")
 
+    # -- outages ------------------------------------------------------------
+    def _apiserver(self) -> ManagedProcess:
+        return next(proc for proc in self.processes if proc.name == "kube-apiserver")
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver only (etcd and the controller manager keep running),
+        as an outage or an API server upgrade does."""
+        self._apiserver().stop()
+
+    def start_apiserver(self, timeout: float = 60.0) -> None:
+        """Start kube-apiserver again on the same port with the same flags and
+        state (etcd); return once /readyz answers ok."""
+        old = self._apiserver()
+        if old.alive():
+            raise RuntimeError("kube-apiserver is running; stop it first")
+        new = ManagedProcess(old.name, old.argv, old.log_path)
+        self.processes[self.processes.index(old)] = new
+
+        def ready() -> bool | None:
+            status, _ = self.admin.raw_get("/readyz")  # refused while it starts: wait_for retries
+            return True if status == 200 else None
+
+        wait_for(ready, timeout=timeout, what="kube-apiserver /readyz after a restart", alive=new.alive)
+
     def stop(self) -> None:
         for proc in reversed(self.processes):
             proc.stop()
