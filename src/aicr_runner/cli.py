@@ -281,8 +281,10 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
 def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str]) -> str:
     """What the start line can truthfully say about aicr before the fetch step.
 
-    A preinstalled binary is asked (``--version``, a few milliseconds); a release
-    is only a tag until it is downloaded, and the fetch step reports what it is.
+    A preinstalled binary is asked (``--version``, a few milliseconds) when its
+    provenance is not to be verified; otherwise it may not run before the fetch
+    step verified it, and, like a release (only a tag until it is downloaded),
+    the fetch step reports what it is.
     """
     from aicr_runner.capabilities import AicrVersion
     from aicr_runner.process import child_env
@@ -290,6 +292,9 @@ def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str])
     binary = settings.aicr.binary
     if not binary:
         return f"{settings.aicr.version} (release tag, checked after download)"
+    if settings.aicr.provenance.mode.value != "off":
+        # Nothing runs aicr before its provenance is verified, not even --version.
+        return f"preinstalled {binary} (version reported once its provenance is verified)"
     try:
         argv = [binary, "--version"]
         printed = subprocess.run(

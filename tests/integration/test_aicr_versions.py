@@ -147,3 +147,14 @@ def test_criteria_rejected_lists_the_combinations_once(
     line = next(rec for rec in records(r.output) if str(rec["event"]).startswith("CRITERIA REJECTED"))
     assert str(line["event"]).count("supported combinations:") == 1, line["event"]
     assert r.termination.count("supported combinations:") == 1, r.termination
+
+
+def test_the_start_line_never_runs_a_binary_whose_provenance_is_to_be_verified(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = tmp_path / "aicr-calls.jsonl"
+    r = run(fake, tmp_path, capsys, AICR_RUNNER_AICR__PROVENANCE__MODE="require", FAKE_AICR_ENV_LOG=str(calls))
+    assert r.code == 29, "the stand-in has no attestation"
+    assert not calls.exists(), "aicr never ran, not even --version for the start line"
+    start = next(rec for rec in records(r.output) if rec["event"] == "aicr-runner starting")
+    assert "version reported once its provenance is verified" in str(start["aicr"])
