@@ -104,10 +104,12 @@ class Behaviour:
 
     #: First version of the range (inclusive); the next entry's ``since`` ends it.
     since: Version
-    #: deploy.sh prints one result line per component (``└─ ✓ <name> installed``).
+    #: deploy.sh prints one result line per component (``└─ ✓ <name> installed``);
+    #: 0.11 prints only ``Installing <name> (<ns>)...`` and ``Deployment complete.``
     per_component_results: bool
-    #: The recipe completion line carries ``componentNames=``.
-    completion_names: bool
+    #: The message of the recipe completion line (``output=``, ``components=``,
+    #: ``overlays=``; 1.x adds ``componentNames=``).
+    completion_message: str
     #: What a passing ``aicr verify`` established, for the verify step's reason.
     verify_checks: str
 
@@ -116,7 +118,7 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour(
         since=_v("0.0.0"),
         per_component_results=False,
-        completion_names=False,
+        completion_message="recipe generation completed",
         verify_checks=(
             "bundle verified: every file listed in checksums.txt is present and matches "
             "(this aicr's verify is not closed-world: files added to the bundle are not detected)"
@@ -125,7 +127,7 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
     Behaviour(
         since=_v("1.0.0"),
         per_component_results=True,
-        completion_names=True,
+        completion_message="recipe generation completed",
         verify_checks="bundle verified: every file listed and matching, and nothing unlisted (closed-world)",
     ),
 )

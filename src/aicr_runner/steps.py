@@ -382,7 +382,7 @@ class Steps:
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
 
         def watch(line: str) -> None:
-            if "recipe generation completed" in line:
+            if self.ctx.behaviour.completion_message in line:
                 self.ctx.completion_line = logs.format_relayed_line(line)
 
         argv = commands.recipe_argv(self.s, self._binary, self.ctx.pack, self.ctx.recipe_path)
@@ -498,7 +498,8 @@ class Steps:
                 "`helm uninstall` (pending-install), and re-run",
                 classification="helm-release-pending",
             )
-        markers = classify.DeployMarkers()
+        # An aicr known to print no per-component results is said to, whatever it printed.
+        markers = classify.DeployMarkers(results_reported=self.ctx.behaviour.per_component_results)
         argv = commands.deploy_argv(self.s, self.ctx.bundle_dir)
         result = self._aicr(State.DEPLOY, argv, on_block=self._deploy_relay(markers), cwd=self.ctx.bundle_dir)
         verdict = classify.classify_deploy(
