@@ -174,6 +174,16 @@ def format_relayed_line(line: str) -> str:
     return redact(f"{prefix}{record['msg']}" + (f" {extras}" if extras else ""))
 
 
+#: Printable ASCII that JSON leaves as it is (no quote, no backslash).
+_JSON_PLAIN = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
+
+
+def _needs_no_escape(body: str) -> bool:
+    """Whether every line of ``body`` is already a valid JSON string body, so
+    escaping would change nothing: one C-level ``translate`` over the block."""
+    return body.isascii() and not body.encode("ascii").translate(None, _JSON_PLAIN).strip(b"\n")
+
+
 class _Relay:
     """Relayed child output, straight to the pod log in the configured format.
 
@@ -206,7 +216,9 @@ class _Relay:
             head = f'{{"step": "{step}", "source": "{source}", "event": '
             tail = f', "level": "info", "timestamp": "{stamp}"}}\n'
             body = text[:-1]
-            if "\\" in body:  # a backslash makes "\\n" ambiguous after escaping: line by line
+            if _needs_no_escape(body):  # helm output mostly: each line is its own JSON string
+                rendered = head + '"' + body.replace("\n", f'"{tail}{head}"') + '"' + tail
+            elif "\\" in body:  # a backslash makes "\\n" ambiguous after escaping: line by line
                 rendered = head + (tail + head).join(map(encode_basestring_ascii, body.split("\n"))) + tail
             else:  # escape the block once; each escaped newline becomes a record boundary
                 rendered = head + encode_basestring_ascii(body).replace("\\n", f'"{tail}{head}"') + tail
