@@ -75,8 +75,14 @@ DESCRIPTIONS = {
     "WORK_DIR": "writable work directory (downloads, recipe, bundle, per-step logs)",
     "LOG_FORMAT": "`console` (readable) or `json`",
     "TERMINATION_MESSAGE_PATH": "where the one-line outcome is written for the pod status",
-    "SHUTDOWN_GRACE_SECONDS": "after SIGTERM, how long a running child (helm in deploy.sh) may finish before it is stopped",
     "KUBE_WRITE_BUDGET_SECONDS": "how long one Kubernetes API write (a result ConfigMap) keeps retrying 429, 5xx and connection errors, honouring Retry-After",
+    "SHUTDOWN_GRACE_SECONDS": "after SIGTERM, how long a running child (helm in deploy.sh) may finish before it is stopped; "
+    "deploy.sh is stopped earlier, as soon as no helm operation is in flight",
+    "LEASE__NAME": "the install Lease (`coordination.k8s.io/v1`) taken before deploy; empty runs without one (local runs)",
+    "LEASE__POD_NAME": "this pod's name; with the Job name it is the Lease holder identity",
+    "LEASE__JOB_NAME": "this pod's Job name (holder identity)",
+    "LEASE__DURATION_SECONDS": "a holder that stops renewing loses the Lease after this many seconds",
+    "LEASE__WAIT_SECONDS": "how long a run waits for another run's Lease before it gives up with exit 31",
 }
 
 

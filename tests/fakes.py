@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from aicr_runner.errors import CaptureError
+from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError
+from aicr_runner.kube import LeaseRecord
 
 
 @dataclass
@@ -15,6 +17,39 @@ class FakeKubeApi:
     objects: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
     applies: list[tuple[str, str]] = field(default_factory=list)
     fail_names: set[str] = field(default_factory=set)
+    leases: dict[tuple[str, str], LeaseRecord] = field(default_factory=dict)
+    #: Every Lease write, in order: ("create" | "replace", LeaseRecord as stored).
+    lease_writes: list[tuple[str, LeaseRecord]] = field(default_factory=list)
+    #: Lease calls fail with an API error while set.
+    lease_api_down: bool = False
+    _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def _check_up(self, namespace: str, name: str) -> None:
+        if self.lease_api_down:
+            raise LeaseError(f"PUT Lease {namespace}/{name} failed: HTTP 503 Service Unavailable")
+
+    def get_lease(self, namespace: str, name: str) -> LeaseRecord | None:
+        self._check_up(namespace, name)
+        return self.leases.get((namespace, name))
+
+    def create_lease(self, namespace: str, lease: LeaseRecord) -> LeaseRecord:
+        self._check_up(namespace, lease.name)
+        if (namespace, lease.name) in self.leases:
+            raise ApiConflictError(f"Lease {namespace}/{lease.name}")
+        return self._store("create", namespace, lease)
+
+    def replace_lease(self, namespace: str, lease: LeaseRecord) -> LeaseRecord:
+        self._check_up(namespace, lease.name)
+        current = self.leases.get((namespace, lease.name))
+        if current is None or current.resource_version != lease.resource_version:
+            raise ApiConflictError(f"Lease {namespace}/{lease.name}")
+        return self._store("replace", namespace, lease)
+
+    def _store(self, how: str, namespace: str, lease: LeaseRecord) -> LeaseRecord:
+        stored = replace(lease, resource_version=str(next(self._versions)))
+        self.leases[(namespace, lease.name)] = stored
+        self.lease_writes.append((how, stored))
+        return stored
 
     def apply_configmap(
         self,

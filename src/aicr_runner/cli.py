@@ -23,6 +23,9 @@ from aicr_runner.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSI
 if TYPE_CHECKING:
     from aicr_runner.config import RunnerSettings
     from aicr_runner.errors import ConfigError
+    from aicr_runner.kube import KubeApi
+    from aicr_runner.lease import InstallLease
+    from aicr_runner.process import ShutdownController
     from aicr_runner.report import RunReport
     from aicr_runner.sink import Sink
     from aicr_runner.steps import Mode
@@ -178,18 +181,34 @@ def _register_credentials(settings: RunnerSettings) -> None:
         logs.register_secret(Path(pub.identity_token_file).read_text())
 
 
-def _make_sink(settings: RunnerSettings, mode: Mode, args: Any) -> Sink:
+def _make_sink(settings: RunnerSettings, mode: Mode, args: Any, api: KubeApi | None) -> Sink:
     from aicr_runner.sink import ConfigMapSink, DirectorySink
     from aicr_runner.steps import Mode
 
     if mode is Mode.PLAN:
         return DirectorySink(args.output.resolve())
-    if args.results_dir is not None:
+    if api is None:
         return DirectorySink(args.results_dir.resolve())
+    return ConfigMapSink(api, settings.namespace or _pod_namespace())
+
+
+def _make_api(settings: RunnerSettings, mode: Mode, args: Any) -> KubeApi | None:
+    """The cluster's API for a Job run; None for plan and ``run --results-dir``."""
+    from aicr_runner.steps import Mode
+
+    if mode is Mode.PLAN or args.results_dir is not None:
+        return None
     from aicr_runner.kube import ClientKubeApi
 
-    namespace = settings.namespace or _pod_namespace()
-    return ConfigMapSink(ClientKubeApi(write_budget_seconds=settings.kube_write_budget_seconds), namespace)
+    return ClientKubeApi(write_budget_seconds=settings.kube_write_budget_seconds)
+
+
+def _make_lease(settings: RunnerSettings, api: KubeApi | None, shutdown: ShutdownController) -> InstallLease | None:
+    if api is None or not settings.lease.name:
+        return None
+    from aicr_runner.lease import InstallLease
+
+    return InstallLease(api, settings.namespace or _pod_namespace(), settings.lease, interrupted=shutdown.requested)
 
 
 def _pod_namespace() -> str:
@@ -214,8 +233,10 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     settings.work_path.mkdir(parents=True, exist_ok=True)
     if not os.access(settings.work_path, os.W_OK):
         raise RunnerError(f"work directory {settings.work_path} is not writable", exit_code=ExitCode.BAD_INPUT)
-    sink = _make_sink(settings, mode, args)
+    api = _make_api(settings, mode, args)
+    sink = _make_sink(settings, mode, args, api)
     shutdown = ShutdownController()
+    lease = _make_lease(settings, api, shutdown)
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
     aicr_version = _aicr_version_before_fetch(settings, env)
     report = Machine.new_report(
@@ -263,6 +284,14 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
                 status_warned.append(exc.message)
                 log.warning("run status not written", reason=exc.message)
 
+    def lease_lost(reason: str) -> None:
+        # Another run may take over: stop deploy.sh at the next safe point.
+        log.error("lost the install Lease; stopping at the next safe point", reason=reason)
+        shutdown.request()
+
+    ctx.lease = lease
+    ctx.progress = lambda: publish_status(report)
+    ctx.on_lease_lost = lease_lost
     machine = Machine(Steps(ctx).functions(), report, on_change=publish_status, interrupted=shutdown.requested)
     try:
         machine.run()
@@ -272,6 +301,8 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
             success=_PLAN_COMPLETE if mode is Mode.PLAN else "AICR Job complete",
         )
     finally:
+        if lease is not None:
+            lease.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _announce(settings, mode, report, sink, args)

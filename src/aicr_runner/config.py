@@ -41,6 +41,7 @@ __all__ = [
     "AicrSettings",
     "Arch",
     "Criteria",
+    "LeaseSettings",
     "LogFormat",
     "Phase",
     "ProvenanceMode",
@@ -316,6 +317,26 @@ class ValidateSettings(StepArgs):
     _names = field_validator("result_configmap", "evidence_configmap")(classmethod(lambda cls, v: _check_k8s_name(v)))
 
 
+class LeaseSettings(_Group):
+    """The install Lease: one installer at a time per chart release."""
+
+    #: Lease name in the namespace; empty runs without a Lease (local runs).
+    name: str = ""
+    #: This pod's name and its Job's name: together the holder identity.
+    pod_name: str = ""
+    job_name: str = ""
+    #: A holder that stops renewing loses the Lease after this long.
+    duration_seconds: int = Field(default=60, ge=5, le=3600)
+    #: How long a run waits for another run's Lease before it gives up (exit 31).
+    wait_seconds: float = Field(default=7200.0, ge=0, le=86400)
+
+    _name = field_validator("name")(classmethod(lambda cls, v: _check_k8s_name(v)))
+
+    @property
+    def holder(self) -> str:
+        return "/".join(part for part in (self.job_name, self.pod_name) if part) or "aicr-runner"
+
+
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("aicr_runner_environ", default=None)
 
 
@@ -347,6 +368,7 @@ class RunnerSettings(BaseSettings):
     bundle: BundleSettings = BundleSettings()
     deploy: DeploySettings = DeploySettings()
     environment: EnvironmentSettings = EnvironmentSettings()
+    lease: LeaseSettings = LeaseSettings()
     # ``validate`` shadows a BaseModel method, so the field carries the full env name as alias.
     validate_: ValidateSettings = Field(default=ValidateSettings(), alias="aicr_runner_validate")
     status_configmap: ConfigMapName = "aicr-run-status"

@@ -25,6 +25,7 @@ __all__ = [
     "ExitCode",
     "ExpectationError",
     "InterruptedRun",
+    "LeaseError",
     "PackAuthError",
     "PackError",
     "PackIntegrityError",
@@ -68,6 +69,9 @@ class ExitCode(IntEnum):
     PROVENANCE_FAILED = 29
     #: aicr broke its contract: it exited 0 without writing its output file.
     AICR_CONTRACT_BROKEN = 30
+    #: The install Lease stayed with another live run for longer than the wait
+    #: allowed (AICR_RUNNER_LEASE__WAIT_SECONDS), or the Lease API failed.
+    LEASE_WAIT_EXPIRED = 31
     #: An unexpected internal error; the message says where to find details.
     INTERNAL = 70
     #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.
@@ -178,6 +182,12 @@ class AicrContractError(RunnerError):
 
 class ToolError(RunnerError):
     exit_code = ExitCode.TOOL_MISSING
+
+
+class LeaseError(RunnerError):
+    """The install Lease could not be taken (waited too long, or the API failed)."""
+
+    exit_code = ExitCode.LEASE_WAIT_EXPIRED
 
 
 class InterruptedRun(RunnerError):

@@ -13,6 +13,10 @@ fix (429, 5xx, connection errors: an API server restarting or upgrading) with
 back-off and jitter, honouring ``Retry-After``, within a wall-time budget. Other
 4xx answers fail at once with a hint; 409 becomes ``ApiConflictError`` for the
 caller to decide (a Lease someone else holds).
+
+The install Lease (``coordination.k8s.io/v1``) is read, created and replaced with
+optimistic concurrency (``resourceVersion``), so two runs can never both take it:
+the loser gets ``ApiConflictError`` and reads again.
 """
 
 from __future__ import annotations
@@ -20,17 +24,22 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
 import tenacity
 
 from aicr_runner.backoff import parse_retry_after
-from aicr_runner.errors import ApiConflictError, CaptureError, RunnerError
+from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
 
-__all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "configmap_body"]
+__all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "LeaseRecord", "configmap_body", "lease_body"]
 
 FIELD_MANAGER = "aicr-runner"
+#: The Lease is the runner's, not Helm's or Argo CD's (neither tracks nor prunes it).
+LEASE_LABELS = {"app.kubernetes.io/name": "nvidia-aicr", "app.kubernetes.io/managed-by": "aicr-runner"}
+_LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 #: What the API server's answer means for the operator, by HTTP status.
 _STATUS_HINTS = {
@@ -49,7 +58,83 @@ _REQUEST_TIMEOUT_SECONDS = 15.0
 log = structlog.get_logger()
 
 
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The fields of a Lease the runner uses. Times are UTC."""
+
+    name: str
+    holder: str = ""
+    duration_seconds: int = 0
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    transitions: int = 0
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    #: Empty until the object exists; a replace sends it back (optimistic concurrency).
+    resource_version: str = ""
+
+
+def _micro_time(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if moment else None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def lease_body(namespace: str, lease: LeaseRecord) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": lease.name,
+        "namespace": namespace,
+        "labels": dict(LEASE_LABELS),
+        "annotations": dict(lease.annotations),
+    }
+    if lease.resource_version:
+        metadata["resourceVersion"] = lease.resource_version
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {
+            "holderIdentity": lease.holder,
+            "leaseDurationSeconds": lease.duration_seconds,
+            "acquireTime": _micro_time(lease.acquire_time),
+            "renewTime": _micro_time(lease.renew_time),
+            "leaseTransitions": lease.transitions,
+        },
+    }
+
+
+def lease_from_body(body: Mapping[str, Any]) -> LeaseRecord:
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return LeaseRecord(
+        name=str(metadata.get("name", "")),
+        holder=str(spec.get("holderIdentity") or ""),
+        duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
+        acquire_time=_parse_time(spec.get("acquireTime")),
+        renew_time=_parse_time(spec.get("renewTime")),
+        transitions=int(spec.get("leaseTransitions") or 0),
+        annotations={str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()},
+        resource_version=str(metadata.get("resourceVersion") or ""),
+    )
+
+
 class KubeApi(Protocol):
+    def get_lease(self, namespace: str, name: str) -> LeaseRecord | None: ...
+
+    def create_lease(self, namespace: str, lease: LeaseRecord) -> LeaseRecord:
+        """Raises ApiConflictError when it already exists."""
+        ...
+
+    def replace_lease(self, namespace: str, lease: LeaseRecord) -> LeaseRecord:
+        """Raises ApiConflictError when it changed since ``lease.resource_version``."""
+        ...
+
     def apply_configmap(
         self,
         namespace: str,
@@ -158,12 +243,14 @@ class ClientKubeApi:
         body: Any = None,
         response_type: str | None = None,
         error: type[RunnerError] = CaptureError,
+        missing_ok: bool = False,
     ) -> Any:
         """One API call, retried within ``write_budget_seconds``; every write goes through here.
 
         ``what`` starts every error message ("writing ConfigMap ns/name");
         ``error`` is the exception raised when it finally fails (its exit code
         is the run's). ``response_type="object"`` returns the decoded body.
+        ``missing_ok``: a 404 returns None (a read of something that may not exist).
         """
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
@@ -193,6 +280,8 @@ class ClientKubeApi:
                     raise _Retryable(
                         f"HTTP {status} {exc.reason}", retry_after=parse_retry_after(headers.get("Retry-After"))
                     ) from exc
+                if status == 404 and missing_ok:
+                    return None
                 if status == 409:
                     raise ApiConflictError(f"{what} failed: HTTP 409 Conflict ({exc.body or exc.reason})") from exc
                 hint = _STATUS_HINTS.get(status, "")
@@ -235,3 +324,41 @@ class ClientKubeApi:
                 f"{what} failed: gave up after {exc.args[0]} attempt(s) within the "
                 f"{self.write_budget_seconds:g}s API write budget; last error: {reason}"
             ) from last
+
+    # -- the install Lease -------------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> LeaseRecord | None:
+        body = self.request(
+            f"reading Lease {namespace}/{name}",
+            "GET",
+            _LEASES + "/{name}",
+            path_params={"namespace": namespace, "name": name},
+            response_type="object",
+            error=LeaseError,
+            missing_ok=True,
+        )
+        return None if body is None else lease_from_body(body)
+
+    def create_lease(self, namespace: str, lease: LeaseRecord) -> LeaseRecord:
+        body = self.request(
+            f"creating Lease {namespace}/{lease.name}",
+            "POST",
+            _LEASES,
+            path_params={"namespace": namespace},
+            body=lease_body(namespace, lease),
+            response_type="object",
+            error=LeaseError,
+        )
+        return lease_from_body(body or {})
+
+    def replace_lease(self, namespace: str, lease: LeaseRecord) -> LeaseRecord:
+        body = self.request(
+            f"updating Lease {namespace}/{lease.name}",
+            "PUT",
+            _LEASES + "/{name}",
+            path_params={"namespace": namespace, "name": lease.name},
+            body=lease_body(namespace, lease),
+            response_type="object",
+            error=LeaseError,
+        )
+        return lease_from_body(body or {})

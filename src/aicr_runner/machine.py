@@ -26,6 +26,7 @@ class State(StrEnum):
     CHECK_RECIPE = "check-recipe"
     BUNDLE = "bundle"
     VERIFY = "verify"
+    LEASE = "lease"
     DEPLOY = "deploy"
     VALIDATE = "validate"
     CAPTURE_VERDICT = "capture-verdict"
@@ -43,7 +44,8 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
     S.CAPTURE_RECIPE:   (S.CHECK_RECIPE,     S.CHECK_RECIPE),      # advisory, anchor R-08
     S.CHECK_RECIPE:     (S.BUNDLE,           S.DONE),              # expectations, before bundle
     S.BUNDLE:           (S.VERIFY,           S.DONE),
-    S.VERIFY:           (S.DEPLOY,           S.DONE),
+    S.VERIFY:           (S.LEASE,            S.DONE),
+    S.LEASE:            (S.DEPLOY,           S.DONE),              # one installer at a time
     S.DEPLOY:           (S.VALIDATE,         S.DONE),
     S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
     S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),           # evidence still captured

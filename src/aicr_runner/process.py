@@ -24,6 +24,9 @@ Every aicr and deploy.sh call goes through ``SubprocessRunner.run``:
   helm leaves releases in pending-install), then its process group gets
   SIGTERM, and ``kill_after_seconds`` later SIGKILL. The result is marked
   ``interrupted``. A second signal skips what is left of the grace period.
+* with a ``safe_stop`` guard (deploy.sh: aicr_runner.helmguard), a shutdown
+  request stops the child as soon as no helm operation is in flight instead of
+  after the grace period; the result says ``safe_point``.
 * exit codes follow the shell: a child killed by signal N reports 128+N.
 """
 
@@ -44,6 +47,7 @@ from typing import IO, Protocol
 from aicr_runner import logs
 from aicr_runner.config import ENV_PREFIX
 from aicr_runner.errors import InterruptedRun, ToolError
+from aicr_runner.helmguard import HelmGuard
 
 __all__ = [
     "CREDENTIAL_VARIABLES",
@@ -71,6 +75,8 @@ class ProcessResult:
     #: The runner stopped the child (grace ran out: TERM, then KILL). False when the
     #: child finished on its own, even if a shutdown was requested meanwhile.
     stopped: bool = False
+    #: It was stopped between two helm operations (``safe_stop``), none was cut.
+    safe_point: bool = False
 
 
 class ProcessRunner(Protocol):
@@ -83,6 +89,7 @@ class ProcessRunner(Protocol):
         log_path: Path,
         on_line: Callable[[str], None] | None = None,
         on_block: Callable[[str], None] | None = None,
+        safe_stop: HelmGuard | None = None,
     ) -> ProcessResult: ...
 
 
@@ -222,6 +229,7 @@ class _Escalation:
     grace_deadline: float | None = None
     kill_deadline: float | None = None
     killed: bool = False
+    safe_point: bool = False
 
 
 class SubprocessRunner:
@@ -266,6 +274,7 @@ class SubprocessRunner:
         log_path: Path,
         on_line: Callable[[str], None] | None = None,
         on_block: Callable[[str], None] | None = None,
+        safe_stop: HelmGuard | None = None,
     ) -> ProcessResult:
         if not argv:
             raise ValueError("argv must name a program")
@@ -301,13 +310,15 @@ class SubprocessRunner:
         escalation = _Escalation()
         try:
             with log_path.open("w", encoding="utf-8", buffering=_LOG_BUFFER_BYTES) as log:
-                self._pump(process, lambda raw: deliver(raw, log), escalation)
+                self._pump(process, lambda raw: deliver(raw, log), escalation, safe_stop)
         finally:
             if process.poll() is None:
                 _signal_group(process, signal.SIGKILL)
             process.wait()
             process.stdout.close()
             self.tick()
+            if safe_stop is not None:
+                safe_stop.release()
         if callback_error is not None:
             raise callback_error
         code = process.returncode
@@ -316,10 +327,15 @@ class SubprocessRunner:
             log_path=log_path,
             interrupted=self.shutdown.requested(),
             stopped=escalation.kill_deadline is not None,
+            safe_point=escalation.safe_point,
         )
 
     def _pump(
-        self, process: subprocess.Popen[bytes], deliver: Callable[[bytes], None], escalation: _Escalation
+        self,
+        process: subprocess.Popen[bytes],
+        deliver: Callable[[bytes], None],
+        escalation: _Escalation,
+        safe_stop: HelmGuard | None = None,
     ) -> None:
         """Relay output until EOF and the child's exit, stepping the shutdown
         escalation between reads.
@@ -358,7 +374,7 @@ class SubprocessRunner:
                     self.tick()
                     now = time.monotonic()
                     if process.poll() is None:
-                        self._escalate(process, escalation, now)
+                        self._escalate(process, escalation, now, safe_stop)
                         continue
                     if eof:
                         break
@@ -372,12 +388,25 @@ class SubprocessRunner:
                 os.close(pidfd)
         deliver(splitter.finish())
 
-    def _escalate(self, process: subprocess.Popen[bytes], escalation: _Escalation, now: float) -> None:
+    def _escalate(
+        self,
+        process: subprocess.Popen[bytes],
+        escalation: _Escalation,
+        now: float,
+        safe_stop: HelmGuard | None = None,
+    ) -> None:
         if not self.shutdown.requested() or escalation.killed:
             return
         if escalation.grace_deadline is None:
             escalation.grace_deadline = now + self.grace_seconds
-        if escalation.kill_deadline is None and (now >= escalation.grace_deadline or self.shutdown.urgent):
+            if safe_stop is not None:
+                safe_stop.request_stop()
+        if escalation.kill_deadline is None and safe_stop is not None and safe_stop.try_hold():
+            # No helm operation in flight and none can start: stop here.
+            escalation.safe_point = True
+            _signal_group(process, signal.SIGTERM)
+            escalation.kill_deadline = now + self.kill_after_seconds
+        elif escalation.kill_deadline is None and (now >= escalation.grace_deadline or self.shutdown.urgent):
             _signal_group(process, signal.SIGTERM)
             escalation.kill_deadline = now + self.kill_after_seconds
         elif escalation.kill_deadline is not None and now >= escalation.kill_deadline:

@@ -86,6 +86,8 @@ class RunReport:
     components: list[dict[str, str]] = field(default_factory=list)
     #: The fetch step's provenance check (mode, verified identity, log index, time).
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: Pending releases a dead predecessor left, and what this run did about them.
+    recoveries: list[dict[str, str]] = field(default_factory=list)
 
     def step(self, state: str) -> StepRecord:
         for record in self.steps:
@@ -136,6 +138,9 @@ class RunReport:
             lines += ["", f"aicr provenance: {facts}"]
         if self.warnings:
             lines += ["", "warnings:", *(f"- {w}" for w in self.warnings)]
+        if self.recoveries:
+            lines += ["", "recovered releases:"]
+            lines += [f"- {r['release']} ({r['status']}): {r['action']}" for r in self.recoveries]
         if self.supported_combinations:
             lines += ["", "supported combinations:", *(f"- {c}" for c in self.supported_combinations)]
         return "\n".join(lines) + "\n"

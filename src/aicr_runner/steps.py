@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import shutil
 import tarfile
 import traceback
@@ -33,6 +34,8 @@ from aicr_runner.errors import (
     PackError,
     RunnerError,
 )
+from aicr_runner.helmguard import HelmGuard
+from aicr_runner.lease import InstallLease
 from aicr_runner.machine import State, StepResult
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.provenance import CosignVerifier, SignatureVerifier, check_provenance
@@ -87,6 +90,12 @@ class RunContext:
     interrupted: Callable[[], bool] = lambda: False
     #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
     verifier: SignatureVerifier | None = None
+    #: The install Lease (None: runs are not serialised, e.g. outside a cluster).
+    lease: InstallLease | None = None
+    #: Writes the run report now (the status ConfigMap), e.g. while waiting.
+    progress: Callable[[], None] = lambda: None
+    #: Called by the renewal thread when the Lease is lost (the run must stop).
+    on_lease_lost: Callable[[str], None] = lambda reason: None
     # Filled in as the run goes.
     aicr: Path | None = None
     pack: Path | None = None
@@ -235,14 +244,22 @@ class Steps:
         on_line: Callable[[str], None] | None = None,
         on_block: Callable[[str], None] | None = None,
         cwd: Path | None = None,
+        safe_stop: HelmGuard | None = None,
     ) -> ProcessResult:
+        extra: dict[str, HelmGuard] = {"safe_stop": safe_stop} if safe_stop is not None else {}
         result = self.ctx.processes.run(
             argv,
             env=env if env is not None else child_env(self.ctx.environ),
             cwd=cwd or self.ctx.work,
             log_path=self.ctx.log_path(state),
             on_block=on_block or self._relay(state, tail, on_line),
+            **extra,
         )
+        if result.safe_point:
+            raise InterruptedRun(
+                f"interrupted: a shutdown was requested; {state} was stopped between two helm operations "
+                f"(none was cut, exit {result.exit_code}); the next run of this release takes over"
+            )
         if result.stopped:
             # The runner stopped the child after the grace period; a child that
             # finished within it keeps its outcome and the machine stops the run.
@@ -482,26 +499,55 @@ class Steps:
             )
         return StepResult.ok(verdict.reason, classification="verified")
 
+    def lease(self) -> StepResult:
+        if self.ctx.mode is Mode.PLAN:
+            return StepResult.skipped("plan: nothing is deployed")
+        if not self.s.deploy.enabled:
+            return StepResult.skipped("assert-only run: nothing is deployed, no install Lease needed")
+        lease = self.ctx.lease
+        if lease is None:
+            return StepResult.skipped(
+                "no install Lease (AICR_RUNNER_LEASE__NAME is empty): runs of this release are not serialised"
+            )
+        record = self.ctx.report.step(State.LEASE.value)
+
+        def on_wait(holder: str, waited: float) -> None:
+            record.message = (
+                f"waiting for the install Lease {lease.where}, held by {holder} "
+                f"(waited {waited:.0f}s; gives up after {self.s.lease.wait_seconds:g}s)"
+            )
+            self.ctx.progress()
+
+        waited = lease.acquire(on_wait)
+        lease.start_renewing(self.ctx.on_lease_lost)
+        after = f" after waiting {waited:.0f}s" if waited >= 1 else ""
+        return StepResult.ok(f"install Lease {lease.where} held by {lease.holder}{after}")
+
     def deploy(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:
             return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
-        pending = self._pending_releases()
-        if pending:
-            listing = ", ".join(f"{ns}/{name} ({status})" for ns, name, status in pending)
-            return StepResult.failed(
-                ExitCode.HELM_RELEASE_PENDING,
-                f"Helm release(s) of this bundle are pending from an interrupted helm operation: {listing}; "
-                "deploy.sh would fail on them ('another operation is in progress'). Inspect with "
-                "`helm history <name> -n <namespace>`, then `helm rollback` (pending-upgrade) or "
-                "`helm uninstall` (pending-install), and re-run",
-                classification="helm-release-pending",
-            )
+        failure, recovered = self._settle_pending()
+        if failure is not None:
+            return failure
+        if self.ctx.lease is not None and self.ctx.recipe_summary is not None:
+            self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.ctx.recipe_summary.components)
+        guard = self._helm_guard()
+        env = child_env(self.ctx.environ)
+        if guard is not None:
+            env["PATH"] = os.pathsep.join([str(guard.bin_dir), env.get("PATH", "")])
         # An aicr known to print no per-component results is said to, whatever it printed.
         markers = classify.DeployMarkers(results_reported=self.ctx.behaviour.per_component_results)
         argv = commands.deploy_argv(self.s, self.ctx.bundle_dir)
-        result = self._aicr(State.DEPLOY, argv, on_block=self._deploy_relay(markers), cwd=self.ctx.bundle_dir)
+        result = self._aicr(
+            State.DEPLOY,
+            argv,
+            env=env,
+            on_block=self._deploy_relay(markers),
+            cwd=self.ctx.bundle_dir,
+            safe_stop=guard,
+        )
         verdict = classify.classify_deploy(
             result.exit_code,
             failure_report=markers.failure_report,
@@ -510,6 +556,8 @@ class Steps:
         )
         # What deploy.sh reported, for the operator: "13/15 installed, 2 failed (nfd, aws-efa)".
         tally = "pre-flight checks failed" if markers.preflight_failed else markers.counts()
+        if recovered:
+            tally += f"; recovered first: {', '.join(recovered)}"
         if verdict.outcome is Outcome.FAILED:
             return StepResult.failed(
                 verdict.exit_code,
@@ -519,6 +567,119 @@ class Steps:
         if verdict.outcome is Outcome.WARNED:
             return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
         return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
+
+    def _settle_pending(self) -> tuple[StepResult | None, list[str]]:
+        """Recover the pending releases a dead predecessor of this release left;
+        fail (exit 28) on pending releases nothing proves are its own."""
+        pending = self._pending_releases()
+        if not pending:
+            return None, []
+        lease = self.ctx.lease
+        proven = lease.announced_before if lease is not None else frozenset()
+        foreign = [p for p in pending if f"{p[0]}/{p[1]}" not in proven and f"/{p[1]}" not in proven]
+        if foreign:
+            listing = ", ".join(f"{ns}/{name} ({status})" for ns, name, status in foreign)
+            why = (
+                f"the install Lease {lease.where} has no record of a run of this release operating on them"
+                if lease is not None
+                else "without an install Lease the runner cannot tell who left them"
+            )
+            return StepResult.failed(
+                ExitCode.HELM_RELEASE_PENDING,
+                f"Helm release(s) of this bundle are pending from an interrupted helm operation: {listing}; "
+                f"{why}, so they are not touched, and deploy.sh would fail on them ('another operation is in "
+                "progress'). Make sure no other helm is operating on them, inspect with "
+                "`helm history <name> -n <namespace>`, then `helm rollback <name> <last deployed revision>` "
+                "(pending-upgrade, pending-rollback) or `helm uninstall <name>` (pending-install), and re-run",
+                classification="helm-release-pending",
+            ), []
+        recovered: list[str] = []
+        for ns, name, status in pending:
+            failure = self._recover(ns, name, status)
+            if failure is not None:
+                return failure, recovered
+            recovered.append(f"{ns}/{name}")
+        return None, recovered
+
+    def _helm_guard(self) -> HelmGuard | None:
+        """deploy.sh's helm behind aicr_runner.helmguard (None without a helm on PATH)."""
+        helm = shutil.which("helm", path=self.ctx.environ.get("PATH"))
+        if helm is None:
+            return None
+        guard = HelmGuard(self.ctx.work / "helm-guard")
+        guard.install(str(Path(helm).absolute()))
+        return guard
+
+    def _recover(self, namespace: str, name: str, status: str) -> StepResult | None:
+        """Recover a pending release a dead predecessor of this release left, the way
+        Flux's helm-controller does: roll back to the last deployed revision, or
+        uninstall when there is none (a cut first install). None when it worked."""
+        helm = shutil.which("helm", path=self.ctx.environ.get("PATH")) or "helm"
+        log_path = self.ctx.work / "logs" / "deploy-recovery.log"
+        lines: list[str] = []
+        history = self.ctx.processes.run(
+            [helm, "history", name, "--namespace", namespace, "--output", "json"],
+            env=child_env(self.ctx.environ),
+            cwd=self.ctx.work,
+            log_path=log_path,
+            on_line=lines.append,
+        )
+        try:
+            revisions = json.loads("".join(lines)) if history.exit_code == 0 else None
+        except ValueError:
+            revisions = None
+        if not isinstance(revisions, list):
+            return StepResult.failed(
+                ExitCode.HELM_RELEASE_PENDING,
+                f"cannot recover {namespace}/{name} ({status}): `helm history` failed (exit {history.exit_code}); "
+                "repair it by hand (`helm rollback` or `helm uninstall`) and re-run",
+                classification="helm-release-pending",
+            )
+        pending_revision = max((int(r.get("revision", 0)) for r in revisions if isinstance(r, dict)), default=0)
+        settled = [
+            int(r.get("revision", 0))
+            for r in revisions
+            if isinstance(r, dict)
+            and str(r.get("status")) in ("deployed", "superseded")
+            and int(r.get("revision", 0)) < pending_revision
+        ]
+        if status == "pending-install" or not settled:
+            argv = [helm, "uninstall", name, "--namespace", namespace]
+            action = "uninstalled (a cut first install; deploy.sh installs it again)"
+        else:
+            target = max(settled)
+            argv = [helm, "rollback", name, str(target), "--namespace", namespace]
+            action = f"rolled back from revision {pending_revision} to {target}"
+        self.log.warning(
+            f"recovering Helm release {namespace}/{name} ({status}) left by a run of this release that was stopped",
+            action=argv[1],
+            step=State.DEPLOY.value,
+        )
+        result = self.ctx.processes.run(
+            argv,
+            env=child_env(self.ctx.environ),
+            cwd=self.ctx.work,
+            log_path=self.ctx.work / "logs" / f"deploy-recovery-{name}.log",
+            on_block=self._relay(State.DEPLOY, None, None),
+        )
+        if result.exit_code != 0:
+            return StepResult.failed(
+                ExitCode.HELM_RELEASE_PENDING,
+                f"recovering {namespace}/{name} ({status}) failed: `{' '.join(argv[1:])}` exited {result.exit_code}; "
+                "repair it by hand and re-run",
+                classification="helm-release-pending",
+            )
+        self.ctx.report.recoveries.append(
+            {
+                "release": f"{namespace}/{name}",
+                "status": status,
+                "action": action,
+                "at": utcnow().isoformat(timespec="seconds").replace("+00:00", "Z"),
+            }
+        )
+        self.log.info(f"recovered Helm release {namespace}/{name}: {action}", step=State.DEPLOY.value)
+        self.ctx.progress()
+        return None
 
     def _pending_releases(self) -> list[tuple[str, str, str]]:
         """Releases of this bundle's components left pending-* by an interrupted helm.

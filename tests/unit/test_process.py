@@ -380,3 +380,89 @@ def test_redact_hook_scrubs_the_log_file_and_the_relay(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert seen == ["token=***", "plain"]
     assert (tmp_path / "step.log").read_text() == "token=***\nplain\n"
+
+
+# -- stopping deploy.sh only between helm operations (aicr_runner.helmguard) ------------------
+
+
+def guarded_deploy(tmp_path: Path, helm_seconds: float) -> tuple[list[str], dict[str, str], Path]:
+    """A deploy.sh that runs two `helm upgrade` in a row through the guard's shim;
+    the "real" helm records its start and end in a journal."""
+    from aicr_runner.helmguard import HelmGuard
+
+    journal = tmp_path / "journal"
+    real = tmp_path / "real-helm"
+    real.write_text(f'#!/bin/sh\necho "start $3" >> {journal}\nsleep {helm_seconds}\necho "end $3" >> {journal}\n')
+    real.chmod(0o755)
+    deploy = tmp_path / "deploy.sh"
+    deploy.write_text(
+        "#!/usr/bin/env bash\ntrap 'exit 130' TERM\n"
+        'for c in one two; do echo "component $c"; helm upgrade --install $c chart -n ns; done\n'
+    )
+    guard = HelmGuard(tmp_path / "guard")
+    bin_dir = guard.install(str(real))
+    env = {**ENV, "PATH": f"{bin_dir}:{ENV['PATH']}"}
+    return ["bash", str(deploy)], env, journal
+
+
+def test_a_shutdown_stops_deploy_sh_after_the_helm_in_flight_not_during_it(tmp_path: Path) -> None:
+    from aicr_runner.helmguard import HelmGuard
+
+    argv, env, journal = guarded_deploy(tmp_path, helm_seconds=1.5)
+    shutdown = ShutdownController()
+    runner = SubprocessRunner(shutdown=shutdown, grace_seconds=60)
+    lines: list[str] = []
+    timer = request_after(shutdown, 0.8)  # the first helm is in flight then
+    started = time.monotonic()
+    result = runner.run(
+        argv,
+        env=env,
+        cwd=tmp_path,
+        log_path=tmp_path / "deploy.log",
+        on_line=lines.append,
+        safe_stop=HelmGuard(tmp_path / "guard"),
+    )
+    timer.join()
+    elapsed = time.monotonic() - started
+    assert journal.read_text().splitlines() == ["start one", "end one"], "helm one ran whole, helm two never started"
+    assert result.safe_point
+    assert result.stopped
+    assert result.exit_code == 130
+    assert elapsed < 10, "stopped at the safe point, not after the 60 s grace"
+    assert any("helm-guard: helm upgrade one -n ns started" in line for line in lines)
+    assert any("helm-guard: helm upgrade one -n ns ended" in line for line in lines)
+
+
+def test_without_a_helm_in_flight_the_stop_is_immediate(tmp_path: Path) -> None:
+    from aicr_runner.helmguard import HelmGuard
+
+    script = tmp_path / "deploy.sh"
+    script.write_text("#!/usr/bin/env bash\ntrap 'exit 130' TERM\nsleep 30 & wait $!\n")
+    (tmp_path / "guard-dir").mkdir()
+    shutdown = ShutdownController()
+    timer = request_after(shutdown, 0.3)
+    started = time.monotonic()
+    result = SubprocessRunner(shutdown=shutdown, grace_seconds=60).run(
+        ["bash", str(script)],
+        env=ENV,
+        cwd=tmp_path,
+        log_path=tmp_path / "deploy.log",
+        safe_stop=HelmGuard(tmp_path / "guard-dir"),
+    )
+    timer.join()
+    assert result.safe_point
+    assert time.monotonic() - started < 5
+
+
+def test_the_shim_refuses_a_new_helm_operation_once_the_stop_was_requested(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aicr_runner import helmguard
+
+    _, _, journal = guarded_deploy(tmp_path, helm_seconds=0)
+    guard = helmguard.HelmGuard(tmp_path / "guard")
+    guard.request_stop()
+    code = helmguard.main([str(tmp_path / "real-helm"), str(tmp_path / "guard"), "upgrade", "--install", "x", "c"])
+    assert code == helmguard.REFUSED_EXIT
+    assert "not starting helm upgrade x" in capsys.readouterr().out
+    assert not journal.exists()

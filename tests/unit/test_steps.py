@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class StubProcesses:
         log_path: Path,
         on_line: Callable[[str], None] | None = None,
         on_block: Callable[[str], None] | None = None,
+        safe_stop: object = None,
     ) -> ProcessResult:
         self.calls.append(list(argv))
         if self.effect is not None:
@@ -354,3 +356,95 @@ def test_no_resolved_recipe_means_nothing_to_capture(tmp_path: Path) -> None:
     status, _, reason = step(ctx, State.CAPTURE_RECIPE)
     assert (status, reason) == (StepStatus.SKIPPED, "no recipe was resolved")
     assert not (tmp_path / "results").exists()
+
+
+# -- recovery of a release a dead predecessor left pending ------------------------------------
+
+
+def recovery_context(tmp_path: Path, answers: dict[str, str], announced: list[str]) -> RunContext:
+    """deploy_context whose helm answers per subcommand, holding a Lease whose
+    previous holders announced ``announced``."""
+    from aicr_runner.config import LeaseSettings
+    from aicr_runner.kube import LeaseRecord
+    from aicr_runner.lease import RELEASES_ANNOTATION, InstallLease
+    from tests.fakes import FakeKubeApi
+
+    ctx = deploy_context(tmp_path, [])
+    helm_calls: list[list[str]] = []
+
+    class Processes(StubProcesses):
+        def run(self, argv: Sequence[str], **kw: Any) -> ProcessResult:
+            if argv[0].endswith("helm"):
+                helm_calls.append(list(argv[1:]))
+                if kw.get("on_line") is not None:
+                    kw["on_line"](answers.get(argv[1], ""))
+                return ProcessResult(exit_code=0, log_path=kw["log_path"], interrupted=False)
+            return super().run(argv, **kw)
+
+    ctx.processes = Processes(lines=["✓ All components installed successfully."])
+    ctx.processes.helm_calls = helm_calls  # type: ignore[attr-defined]
+    api = FakeKubeApi()
+    api.leases[("aicr", "t-install")] = LeaseRecord(
+        "t-install", annotations={RELEASES_ANNOTATION: json.dumps(announced)}, resource_version="1"
+    )
+    lease = InstallLease(api, "aicr", LeaseSettings(name="t-install", pod_name="p", job_name="j"))
+    lease.acquire()
+    ctx.lease = lease
+    return ctx
+
+
+HISTORY = json.dumps(
+    [
+        {"revision": 1, "status": "superseded"},
+        {"revision": 2, "status": "deployed"},
+        {"revision": 3, "status": "pending-upgrade"},
+    ]
+)
+
+
+def test_a_pending_upgrade_a_predecessor_left_is_rolled_back_then_deployed(tmp_path: Path) -> None:
+    pending = '[{"name":"gpu-operator","namespace":"gpu-operator","status":"pending-upgrade"}]'
+    ctx = recovery_context(tmp_path, {"list": pending, "history": HISTORY}, ["gpu-operator/gpu-operator"])
+    status, code, reason = step(ctx, State.DEPLOY)
+    assert (status, code) == (StepStatus.SUCCEEDED, 0), reason
+    helm_calls = ctx.processes.helm_calls  # type: ignore[attr-defined]
+    assert ["rollback", "gpu-operator", "2", "--namespace", "gpu-operator"] in helm_calls
+    assert "recovered first: gpu-operator/gpu-operator" in reason
+    [recovery] = ctx.report.recoveries
+    assert recovery["release"] == "gpu-operator/gpu-operator"
+    assert recovery["action"] == "rolled back from revision 3 to 2"
+    assert "recovered releases:" in ctx.report.summary_text()
+    assert any("deploy.sh" in " ".join(c) for c in ctx.processes.calls)  # type: ignore[attr-defined]
+
+
+def test_a_cut_first_install_a_predecessor_left_is_uninstalled(tmp_path: Path) -> None:
+    pending = '[{"name":"gpu-operator","namespace":"gpu-operator","status":"pending-install"}]'
+    history = json.dumps([{"revision": 1, "status": "pending-install"}])
+    ctx = recovery_context(tmp_path, {"list": pending, "history": history}, ["gpu-operator/gpu-operator"])
+    status, _, reason = step(ctx, State.DEPLOY)
+    assert status is StepStatus.SUCCEEDED, reason
+    helm_calls = ctx.processes.helm_calls  # type: ignore[attr-defined]
+    assert ["uninstall", "gpu-operator", "--namespace", "gpu-operator"] in helm_calls
+    assert not any(c[0] == "rollback" for c in helm_calls)
+
+
+def test_a_pending_release_no_run_of_this_release_announced_is_left_alone_with_exit_28(tmp_path: Path) -> None:
+    pending = '[{"name":"gpu-operator","namespace":"gpu-operator","status":"pending-upgrade"}]'
+    ctx = recovery_context(tmp_path, {"list": pending, "history": HISTORY}, ["other-ns/gpu-operator"])
+    status, code, reason = step(ctx, State.DEPLOY)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.HELM_RELEASE_PENDING)
+    assert "has no record of a run of this release operating on them" in reason
+    assert "helm rollback <name> <last deployed revision>" in reason
+    helm_calls = ctx.processes.helm_calls  # type: ignore[attr-defined]
+    assert not any(c[0] in ("rollback", "uninstall", "history") for c in helm_calls)
+    assert ctx.report.recoveries == []
+
+
+def test_deploy_announces_its_releases_in_the_lease_before_deploy_sh(tmp_path: Path) -> None:
+    from aicr_runner.lease import RELEASES_ANNOTATION
+
+    ctx = recovery_context(tmp_path, {"list": "[]"}, [])
+    step(ctx, State.DEPLOY)
+    assert ctx.lease is not None
+    stored = ctx.lease._api.leases[("aicr", "t-install")]  # type: ignore[attr-defined]
+    assert json.loads(stored.annotations[RELEASES_ANNOTATION]) == ["gpu-operator/gpu-operator"]
