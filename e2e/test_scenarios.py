@@ -189,6 +189,7 @@ def test_org_pack_install_deploys_the_packs_charts_for_real(
         "check-recipe": "succeeded",
         "bundle": "succeeded",
         "verify": "succeeded",
+        "lease": "succeeded",
         "deploy": "succeeded",
         "validate": "skipped",
         "capture-verdict": "skipped",

@@ -190,20 +190,37 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "name-by-release-revision",
         "templates/_helpers.tpl",
-        '{{- printf "%s-%s" (include "nvidia-aicr.fullname" .) (toJson $inputs | sha256sum | trunc 10) -}}',
-        '{{- printf "%s-%d" (include "nvidia-aicr.fullname" .) .Release.Revision -}}',
+        '(include "nvidia-aicr.identity" . | sha256sum | trunc 10)',
+        "(.Release.Revision | toString)",
         "test_job.py",
         "job_name",
     ),
-    # (Dropping "image" from the hash is an equivalent mutant: the image follows from the
-    # values and appVersion. appVersion is not: with image.tag fixed, only it changes.)
+    # appVersion reaches the name only through the default image tag.
     m(
-        "name-ignores-the-app-version",
+        "name-ignores-the-image",
         "templates/_helpers.tpl",
-        ' "appVersion" .Chart.AppVersion',
+        ' "image" (include "nvidia-aicr.image" .)',
         "",
         "test_job.py",
         "app_version",
+    ),
+    # The bug of issue 9: hashing raw values splits the name between Helm 3 and Helm 4
+    # (Helm 4 drops null defaults) and renames the Job on every TTL or credential change.
+    m(
+        "name-hashes-raw-values",
+        "templates/_helpers.tpl",
+        '"rerun" (toString (default "" .Values.rerun))',
+        '"rerun" (toString (default "" .Values.rerun)) "values" .Values',
+        "test_job_identity.py",
+        "TTL or helm3",
+    ),
+    m(
+        "name-ignores-the-rerun-token",
+        "templates/_helpers.tpl",
+        ' "rerun" (toString (default "" .Values.rerun))',
+        "",
+        "test_job_identity.py",
+        "rerun",
     ),
     m(
         "drop-pod-failure-policy",
@@ -251,12 +268,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "identity-token-as-env",
         "templates/job.yaml",
-        "            - name: AICR_RUNNER_STATUS_CONFIGMAP\n",
+        "            - name: AICR_RUNNER_SHUTDOWN_GRACE_SECONDS\n",
         '            {{- if eq $identityToken "true" }}\n            - name: COSIGN_IDENTITY_TOKEN\n'
         "              valueFrom:\n                secretKeyRef:\n"
         "                  name: {{ $publish.identityTokenSecret.name | quote }}\n"
         "                  key: {{ $publish.identityTokenSecret.key | quote }}\n            {{- end }}\n"
-        "            - name: AICR_RUNNER_STATUS_CONFIGMAP\n",
+        "            - name: AICR_RUNNER_SHUTDOWN_GRACE_SECONDS\n",
         "test_job.py",
         "signed",
     ),
@@ -293,18 +310,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     m(
         "unknown-runtime-variable",
-        "templates/job.yaml",
-        "            - name: AICR_RUNNER_WORK_DIR\n              value: /work\n",
-        "            - name: AICR_RUNNER_WORK_DIR\n              value: /work\n"
-        '            - name: AICR_RUNNER_RETRIES\n              value: "3"\n',
+        "templates/_helpers.tpl",
+        "AICR_RUNNER_WORK_DIR: /work\n",
+        'AICR_RUNNER_WORK_DIR: /work\nAICR_RUNNER_RETRIES: "3"\n',
         "test_contract.py",
         "every_runtime_setting",
     ),
     m(
         "runtime-setting-not-rendered",
-        "templates/job.yaml",
-        "            - name: AICR_RUNNER_BUNDLE__STORAGE_CLASS\n"
-        "              value: {{ toString $v.storageClass | quote }}\n",
+        "templates/_helpers.tpl",
+        "AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.storageClass | quote }}\n",
         "",
         "test_contract.py",
         "every_runtime_setting",

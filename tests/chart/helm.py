@@ -147,9 +147,21 @@ class Rendered:
         return list(self.container.get("env") or [])
 
     @property
-    def env(self) -> dict[str, str]:
-        """Value entries only (valueFrom entries are absent: see env_list)."""
+    def env_from(self) -> dict[str, str]:
+        """The data of the ConfigMaps the container takes with envFrom (rendered by the chart)."""
         out: dict[str, str] = {}
+        for source in self.container.get("envFrom") or []:
+            name = source["configMapRef"]["name"]
+            [cm] = [d for d in self.docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+            out.update(cm.get("data") or {})
+        return out
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the container's environment holds, as the kubelet builds it: the
+        envFrom ConfigMaps the chart renders, then the value entries (valueFrom
+        entries are absent: see env_list)."""
+        out = self.env_from
         for entry in self.env_list:
             if "value" in entry:
                 assert isinstance(entry["value"], str), f"env {entry['name']} is not a string: {entry['value']!r}"

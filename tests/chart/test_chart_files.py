@@ -203,7 +203,14 @@ def test_values_yaml_and_the_schema_describe_the_same_keys() -> None:
 
 
 def test_sub_objects_refuse_unknown_keys() -> None:
-    open_objects = {"global", "job.resources", "job.affinity", "job.nodeSelector", "job.podAnnotations"}
+    open_objects = {
+        "global",
+        "job.resources",
+        "job.affinity",
+        "job.nodeSelector",
+        "job.podAnnotations",
+        "job.annotations",
+    }
     for path, node in _walk(schema()):
         if node.get("type") == "object" or (isinstance(node.get("type"), list) and "object" in node["type"]):
             if path in open_objects or "[]" in path:

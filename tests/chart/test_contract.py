@@ -28,7 +28,8 @@ def settings_of(result: Rendered) -> RunnerSettings:
 
 
 def runner_names(result: Rendered) -> set[str]:
-    return {entry["name"] for entry in result.env_list if entry["name"].startswith(PREFIX)}
+    names = [entry["name"] for entry in result.env_list] + list(result.env_from)
+    return {name for name in names if name.startswith(PREFIX)}
 
 
 def example_values(path: Path) -> dict[str, Any]:
@@ -44,6 +45,7 @@ CASES: dict[str, dict[str, Any]] = {"defaults+criteria": {"accelerator": "h100"}
 def test_every_runtime_setting_is_rendered_and_nothing_else(name: str) -> None:
     result = renders(CASES[name], raw=True)
     rendered = [entry["name"] for entry in result.env_list if entry["name"].startswith(PREFIX)]
+    rendered += [name for name in result.env_from if name.startswith(PREFIX)]
     assert len(rendered) == len(set(rendered)), "an AICR_RUNNER_* variable is rendered twice"
     assert set(rendered) == set(env_var_names())
 
@@ -89,7 +91,7 @@ def test_defaults_mean_the_runtime_defaults_except_where_the_chart_decides() -> 
     assert settings.validate.publish.mode is PublishMode.SIGNED
     assert settings.log_format is LogFormat.CONSOLE
     assert settings.termination_message_path == "/dev/termination-log"
-    assert settings.shutdown_grace_seconds == 105.0
+    assert settings.shutdown_grace_seconds == 1245.0
     assert settings.pack.credentials_file == ""
     assert settings.recipe.expect.any_set is False
 

@@ -35,9 +35,16 @@ def secret_volume(result: Any, name: str) -> dict[str, Any]:
 # -- objects, names, labels -------------------------------------------------------------------------
 
 
-def test_defaults_render_the_service_account_binding_and_job_only() -> None:
+def test_defaults_render_the_service_account_bindings_settings_and_job_only() -> None:
     result = renders()
-    assert sorted(result.kinds()) == ["ClusterRoleBinding", "Job", "ServiceAccount"]
+    assert sorted(result.kinds()) == [
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Job",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
 
 
 def test_labels_follow_helm_conventions_on_every_object() -> None:
@@ -105,7 +112,6 @@ def test_same_values_give_the_same_job_name() -> None:
         {"service": "eks"},
         {"deployFlags": ""},
         {"validate": {"enabled": True}},
-        {"job": {"backoffLimit": 3}},
         {"job": {"extraEnv": [{"name": "AICR_NCCL_FABRIC", "value": "roce"}]}},
         {"image": {"tag": "0.1.1"}},
         {"image": {"digest": "sha256:" + "a" * 64}},
@@ -118,7 +124,7 @@ def test_any_value_or_image_change_gives_a_new_job_name(change: dict[str, Any]) 
     assert job_name(change) != job_name()
 
 
-def test_an_app_version_change_gives_a_new_job_name(tmp_path: Any) -> None:
+def test_an_app_version_change_renames_the_job_only_through_the_image(tmp_path: Any) -> None:
     import shutil
 
     copy = tmp_path / "chart"
@@ -152,7 +158,11 @@ def test_an_app_version_change_gives_a_new_job_name(tmp_path: Any) -> None:
     def name(out: str) -> str:
         return next(line.split(": ")[1] for line in out.splitlines() if line.startswith("  name: t-install-"))
 
-    assert name(default.stdout) != name(bumped.stdout)
+    # The image is pinned: the same install, so the same Job.
+    assert name(default.stdout) == name(bumped.stdout)
+    unpinned = [helm("template", RELEASE, str(c), "-n", NAMESPACE, "--set", "accelerator=h100") for c in (CHART, copy)]
+    # The tag follows appVersion: another image, so another Job.
+    assert name(unpinned[0].stdout) != name(unpinned[1].stdout)
 
 
 # -- Job spec -----------------------------------------------------------------------------------------
@@ -272,8 +282,8 @@ def test_pod_annotations_only_when_set() -> None:
 
 def test_termination_grace_leaves_the_runtime_15_seconds() -> None:
     result = renders()
-    assert result.pod["terminationGracePeriodSeconds"] == 120
-    assert result.env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"] == "105"
+    assert result.pod["terminationGracePeriodSeconds"] == 1260, "covers one helm operation (20 min) plus 15 s"
+    assert result.env["AICR_RUNNER_SHUTDOWN_GRACE_SECONDS"] == "1245"
     result = renders({"job": {"terminationGracePeriodSeconds": 600}})
     assert (
         result.pod["terminationGracePeriodSeconds"],
@@ -374,7 +384,9 @@ def test_signed_publish_mounts_the_token_as_a_file_and_never_as_env() -> None:
     assert result.env["AICR_RUNNER_VALIDATE__PUBLISH__MODE"] == "signed"
     names = [entry["name"] for entry in result.env_list]
     assert "COSIGN_IDENTITY_TOKEN" not in names
-    assert all("valueFrom" not in entry for entry in result.env_list), "no Secret reaches the environment"
+    from_secrets = [entry for entry in result.env_list if "secretKeyRef" in entry.get("valueFrom", {})]
+    assert from_secrets == [], "no Secret reaches the environment"
+    assert all("secretRef" not in source for source in result.container.get("envFrom") or [])
 
 
 def test_unsigned_publish_has_no_token_file() -> None:
@@ -424,7 +436,9 @@ def test_extra_env_is_appended_after_the_chart_env() -> None:
     ]
     env_list = renders({"job": {"extraEnv": extra}}).env_list
     assert env_list[-2:] == extra
-    assert env_list[:-2] == renders().env_list
+    # The same entries before them; only the Job name (holder identity) differs, extraEnv being part of the identity.
+    strip = [e for e in env_list[:-2] if e["name"] != "AICR_RUNNER_LEASE__JOB_NAME"]
+    assert strip == [e for e in renders().env_list if e["name"] != "AICR_RUNNER_LEASE__JOB_NAME"]
 
 
 def test_lists_reach_the_runtime_as_json_with_every_character_kept() -> None:
@@ -560,9 +574,18 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_WORK_DIR": "/work",
         "AICR_RUNNER_LOG_FORMAT": "json",
         "AICR_RUNNER_TERMINATION_MESSAGE_PATH": "/dev/termination-log",
-        "AICR_RUNNER_SHUTDOWN_GRACE_SECONDS": "105",
+        "AICR_RUNNER_SHUTDOWN_GRACE_SECONDS": "1245",
+        "AICR_RUNNER_LEASE__NAME": "t-install",
+        "AICR_RUNNER_LEASE__JOB_NAME": renders_job_name(env),
+        "AICR_RUNNER_LEASE__DURATION_SECONDS": "60",
+        "AICR_RUNNER_LEASE__WAIT_SECONDS": "7200",
         "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS": "120",
     }
+
+
+def renders_job_name(env: dict[str, str]) -> str:
+    """The Job name the env says the pod belongs to (checked by the Job tests)."""
+    return env["AICR_RUNNER_LEASE__JOB_NAME"]
 
 
 def test_default_config_map_names_and_versions() -> None:
@@ -621,7 +644,10 @@ def test_notes_give_the_commands_to_follow_the_run() -> None:
     assert f"kubectl get cm -n {NAMESPACE} aicr-validate-result -o jsonpath='{{.data.ctrf\\.json}}'" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-evidence-bundle -o jsonpath='{{.binaryData.evidence\\.tgz}}'" in text
     assert "{.data.pointer\\.yaml}" in text
-    assert "Do not upgrade or uninstall this release while the Job runs" in text
+    assert "Do not upgrade" not in text
+    assert "Upgrading while the Job runs is safe." in text
+    assert f"kubectl get lease -n {NAMESPACE} {RELEASE}-install -o jsonpath='{{.spec.holderIdentity}}'" in text
+    assert "stops before the next\n  component" in text
     assert "pack" not in text.lower()
 
 

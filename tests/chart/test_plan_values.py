@@ -28,6 +28,12 @@ CLUSTER_ONLY = {
     "WORK_DIR",
     "TERMINATION_MESSAGE_PATH",
     "SHUTDOWN_GRACE_SECONDS",
+    # The install Lease serialises runs in a cluster; plan deploys nothing.
+    "LEASE__NAME",
+    "LEASE__POD_NAME",
+    "LEASE__JOB_NAME",
+    "LEASE__DURATION_SECONDS",
+    "LEASE__WAIT_SECONDS",
 }
 DEFAULTS = yaml.safe_load((ROOT / "chart" / "values.yaml").read_text())
 
