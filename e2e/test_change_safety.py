@@ -1,0 +1,491 @@
+"""Change safety end to end (issue 9): an upgrade during a run, a runner killed
+mid-helm, a Helm 3 install upgraded by Helm 4, a rotated pack credential.
+
+The chart is installed into the real API server; the Jobs' pods run in the
+stand-in kubelet with the runner inside; deploy.sh runs the real helm against the
+API server, pulling charts from the real registry. What the stand-in does not do
+(there is no kube-controller-manager on main yet), the scenarios do the way a
+cluster would, and say so where they do it: when Helm deletes a Job, the
+garbage collector would delete its pod and the kubelet would send SIGTERM to the
+container; here ``deliver_pod_deletion`` sends that SIGTERM once the Job is gone;
+a retry of a failed pod is a second ``run_job`` of the same Job.
+
+Timings and the measured gap between the old run's last helm operation and the
+new run's first are printed (``-s``) and recorded in README "Change safety".
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.harness import oras
+from e2e.harness.apiserver import ControlPlane
+from e2e.harness.helm import Helm
+from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.registry import Registry
+from e2e.scenarios import ACME_CRITERIA, CHART, PACK_AUTH_FILE, RELEASE, RunResults, embedded_base_components
+from e2e.tools import TOOLS_BIN, tool
+from tests.fake_aicr.packs import write_pack
+
+pytestmark = pytest.mark.e2e
+
+PACK_SECRET = "pack-cred"
+LEASE_SECONDS = 8
+GUARD_LINE = re.compile(r"helm-guard: helm (?P<what>upgrade \S+)(?: -n \S+)? (?P<event>started|ended) at (?P<at>\S+Z)")
+#: name -> version of this module's component charts: a ConfigMap with the values,
+#: and a Deployment (which nothing here ever makes ready, so `helm --wait` on it blocks).
+CHARTS = {"acme-agent": "1.0.0", "acme-config": "0.3.1"}
+#: A test helm in front of the real one (on PATH before it in the slow kubelet's image):
+#: `helm upgrade` takes SLOW_HELM_SECONDS longer, as a `--wait` on a real workload would.
+SLOW_HELM = """#!/bin/sh
+if [ "$1" = "upgrade" ]; then
+  {helm} "$@" || exit $?
+  sleep {seconds}
+  exit 0
+fi
+exec {helm} "$@"
+"""
+#: A test helm that waits on the Deployment (never ready here): the upgrade hangs in pending-install.
+HANGING_HELM = """#!/bin/sh
+if [ "$1" = "upgrade" ]; then exec {helm} "$@" --wait --timeout 10m; fi
+exec {helm} "$@"
+"""
+SLOW_HELM_SECONDS = 8
+
+
+# -- building blocks ----------------------------------------------------------------------------
+
+
+def _write_chart(root: Path, name: str, version: str) -> Path:
+    (root / "templates").mkdir(parents=True)
+    (root / "Chart.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version, "appVersion": version})
+    )
+    (root / "values.yaml").write_text("mode: default\n")
+    (root / "templates" / "configmap.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\n"
+        "data:\n  mode: {{ .Values.mode | quote }}\n"
+    )
+    (root / "templates" / "deployment.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Release.Name }}\n"
+        "spec:\n  replicas: 1\n  selector:\n    matchLabels: {app: {{ .Release.Name }}}\n"
+        "  template:\n    metadata:\n      labels: {app: {{ .Release.Name }}}\n"
+        "    spec:\n      containers:\n        - {name: app, image: example.invalid/app:1}\n"
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def chart_repository(helm: Helm, registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> str:
+    work = tmp_path_factory.mktemp("change-safety-charts")
+    repository = f"oci://{registry.host}/change-safety-charts"
+    for name, version in CHARTS.items():
+        source = _write_chart(work / "src" / name, name, version)
+        helm.run("package", str(source), "--destination", str(work / "pkg"))
+        helm.run(
+            "push",
+            str(work / "pkg" / f"{name}-{version}.tgz"),
+            repository,
+            "--plain-http",
+            "--username",
+            registry.username,
+            "--password",
+            registry.password,
+        )
+    return repository
+
+
+def push_pack(registry: Registry, auth_file: Path, root: Path, repository: str, namespace: str) -> str:
+    """A pack with two leaves, training and inference, whose acme-agent values differ."""
+    overlays = {
+        f"acme-h100-{intent}": {
+            "criteria": {**ACME_CRITERIA, "intent": intent},
+            "componentRefs": [
+                {"name": "acme-agent", "type": "Helm", "valuesFile": f"components/acme-agent/{intent}.yaml"},
+                {"name": "acme-config", "type": "Helm", "dependencyRefs": ["acme-agent"]},
+            ],
+        }
+        for intent in ("training", "inference")
+    }
+    pack = write_pack(
+        root,
+        components=[
+            {
+                "name": name,
+                "helm": {
+                    "defaultRepository": repository,
+                    "defaultChart": name,
+                    "defaultVersion": version,
+                    "defaultNamespace": namespace,
+                },
+            }
+            for name, version in CHARTS.items()
+        ],
+        overlays=overlays,
+        files={f"components/acme-agent/{i}.yaml": f"mode: {i}\n" for i in ("training", "inference")},
+    )
+    return oras.push_pack(pack, registry.ref(f"acme/{namespace}/pack", "1.0.0"), registry_config=auth_file).ref
+
+
+def values_for(pack_ref: str, intent: str = "training", **extra: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        **ACME_CRITERIA,
+        "intent": intent,
+        "dataPack": pack_ref,
+        "dataPackSecret": PACK_SECRET,
+        "dataPackPlainHTTP": True,
+        "aicrBinary": {"path": FAKE_AICR_PATH},
+        "aicrProvenance": {"mode": "off"},
+        "bundleArgs": [arg for name in embedded_base_components() for arg in ("--set", f"{name}:enabled=false")],
+        "logFormat": "json",
+        "lease": {"durationSeconds": LEASE_SECONDS, "waitSeconds": 300},
+        "job": {
+            "terminationGracePeriodSeconds": 60,
+            "extraEnv": [
+                {"name": "FAKE_AICR_DEPLOY_REAL", "value": "1"},
+                {"name": "FAKE_AICR_DEPLOY_BACKOFF", "value": "0"},
+                {"name": "FAKE_AICR_HELM_FLAGS", "value": f"--plain-http --registry-config {PACK_AUTH_FILE}"},
+            ],
+        },
+    }
+    values.update(extra)
+    return values
+
+
+def jobs(plane: ControlPlane, namespace: str) -> dict[str, dict[str, Any]]:
+    items = plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs")["items"]
+    return {j["metadata"]["name"]: j for j in items}
+
+
+def helm_with(binary: Path, helm: Helm) -> Helm:
+    """The session's helm setup (kubeconfig, home) with another helm binary."""
+    other = Helm(helm.kubeconfig, helm.home)
+    other.binary = binary
+    return other
+
+
+def values_args(helm: Helm, values: Mapping[str, Any]) -> list[str]:
+    return helm._values_args(values, (), None)
+
+
+def runner_pid(job_name: str) -> int | None:
+    """The runner process of the pod of ``job_name`` running here (the container's main process)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(part.endswith(b"aicr-runner") for part in cmdline[:2]) and (
+            f"AICR_RUNNER_LEASE__JOB_NAME={job_name}".encode() in environ
+        ):
+            return int(entry.name)
+    return None
+
+
+def pod_log(kubelet: Kubelet, job_name: str) -> str:
+    return "".join(p.read_text() for p in sorted((kubelet.workdir / "pods").glob(f"{job_name}-*/aicr-runner.log")))
+
+
+def wait_for(what: str, condition: Callable[[], Any], timeout: float = 240) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclass
+class HelmOp:
+    what: str
+    started: datetime
+    ended: datetime | None
+
+
+def helm_ops(output: str) -> list[HelmOp]:
+    """Every helm operation deploy.sh ran, from the guard's lines in the pod log."""
+    ops: list[HelmOp] = []
+    for line in output.splitlines():
+        match = GUARD_LINE.search(line)
+        if not match:
+            continue
+        at = datetime.fromisoformat(match["at"].replace("Z", "+00:00"))
+        if match["event"] == "started":
+            ops.append(HelmOp(match["what"], at, None))
+        else:
+            open_op = next(op for op in reversed(ops) if op.what == match["what"] and op.ended is None)
+            open_op.ended = at
+    return ops
+
+
+def step_interval(output: str, step: str) -> tuple[datetime, datetime]:
+    """When ``step`` started and ended, from the runner's JSON log lines."""
+    start = end = None
+    for line in output.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("step") == step and event.get("event") in ("step started", "step ended"):
+                at = datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00"))
+                start, end = (at, end) if event["event"] == "step started" else (start, at)
+    assert start is not None, f"no 'step started' for {step}"
+    assert end is not None, f"no 'step ended' for {step}"
+    return start, end
+
+
+@dataclass
+class Env:
+    helm: Helm
+    plane: ControlPlane
+    registry: Registry
+    namespace: str
+    components: str
+    pack_ref: str
+
+    @property
+    def results(self) -> RunResults:
+        return RunResults(self.plane, self.namespace)
+
+    def releases(self) -> dict[str, str]:
+        return {r["name"]: r["status"] for r in self.helm.list_releases() if r["namespace"] == self.components}
+
+
+@pytest.fixture
+def env(
+    *,
+    helm: Helm,
+    control_plane: ControlPlane,
+    registry: Registry,
+    registry_auth_file: Path,
+    namespace: str,
+    chart_repository: str,
+    tmp_path: Path,
+) -> Env:
+    components = f"{namespace}-acme"
+    ref = push_pack(registry, registry_auth_file, tmp_path / "pack", chart_repository, components)
+    control_plane.create_dockerconfig_secret(namespace, PACK_SECRET, registry.dockerconfigjson())
+    return Env(helm, control_plane, registry, namespace, components, ref)
+
+
+def kubelet_with_helm(make_kubelet: Callable[..., Kubelet], fake_aicr: Path, tmp_path: Path, script: str) -> Kubelet:
+    """A kubelet whose image has ``script`` as the first helm on PATH (/usr/local/sbin/helm)."""
+    wrapper = tmp_path / "helm-wrapper"
+    wrapper.write_text(script.format(helm=TOOLS_BIN / "helm", seconds=SLOW_HELM_SECONDS))
+    wrapper.chmod(0o755)
+    probe = make_kubelet(image_files={FAKE_AICR_PATH: fake_aicr})
+    image_env = dict(probe.image_env)
+    image_env["PATH"] = "/usr/local/sbin:" + image_env["PATH"]
+    return make_kubelet(image_files={FAKE_AICR_PATH: fake_aicr, "/usr/local/sbin/helm": wrapper}, image_env=image_env)
+
+
+def in_thread(function: Callable[[], JobRun]) -> tuple[threading.Thread, list[JobRun]]:
+    out: list[JobRun] = []
+    thread = threading.Thread(target=lambda: out.append(function()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+# -- 1. an upgrade with a changed criterion while deploy.sh is mid-install ------------------------
+
+
+def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
+    env: Env, make_kubelet: Callable[..., Kubelet], fake_aicr: Path, tmp_path: Path
+) -> None:
+    kubelet = kubelet_with_helm(make_kubelet, fake_aicr, tmp_path, SLOW_HELM)
+    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, "training"))
+    [old_job] = jobs(env.plane, env.namespace)
+    started = time.monotonic()
+    old_thread, old_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=old_job))
+
+    # deploy.sh is mid-install: the first helm operation is in flight.
+    wait_for("the old run's first helm operation", lambda: "helm upgrade acme-agent" in pod_log(kubelet, old_job))
+    upgraded_at = time.monotonic()
+    env.helm.run(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        env.namespace,
+        *values_args(env.helm, values_for(env.pack_ref, "inference")),
+    )
+    [new_job] = [name for name in jobs(env.plane, env.namespace) if name != old_job]
+    assert old_job not in jobs(env.plane, env.namespace), "helm deleted the old Job"
+    # What the garbage collector and the kubelet would do for the old Job's pod:
+    pid = wait_for("the old runner process", lambda: runner_pid(old_job))
+    os.kill(pid, signal.SIGTERM)
+    new_thread, new_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=new_job))
+    old_thread.join(timeout=300)
+    new_thread.join(timeout=600)
+    finished = time.monotonic()
+    [old], [new] = old_out, new_out
+
+    assert old.exit_code == 143, old.describe()
+    assert "stopped between two helm operations (none was cut" in old.output
+    assert new.exit_code == 0, new.describe()
+    # No helm operation was cut: every one the old run started, it finished.
+    old_ops, new_ops = helm_ops(old.output), helm_ops(new.output)
+    assert old_ops, old.output
+    assert all(op.ended is not None for op in old_ops), old_ops
+    # deploy.sh never ran twice at once: the old run's deploy ended before the new one's began.
+    old_deploy, new_deploy = step_interval(old.output, "deploy"), step_interval(new.output, "deploy")
+    assert old_deploy[1] <= new_deploy[0], (old_deploy, new_deploy)
+    gap = (new_ops[0].started - max(op.ended for op in old_ops if op.ended)).total_seconds()
+    assert gap > 0
+    # The new run waited for the Lease (when it got there first) and said whom it waited for.
+    waited = "waiting for the install Lease" in new.output
+    if waited:
+        assert f"held by {old_job}/" in new.output
+    # Nothing is left pending, and the newest values won.
+    assert env.releases() == {"acme-agent": "deployed", "acme-config": "deployed"}
+    settings = env.plane.configmap(env.components, "acme-agent-settings")
+    assert settings is not None
+    assert settings["data"]["mode"] == "inference"
+    lease = env.plane.admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{env.namespace}/leases/{RELEASE}-install")
+    assert lease["spec"]["holderIdentity"] == "", "the last run handed the Lease back"
+    print(
+        f"\nscenario 1: {finished - started:.1f}s in all; upgrade at +{upgraded_at - started:.1f}s; "
+        f"old run stopped after {len(old_ops)} helm operation(s); "
+        f"gap between the old run's last helm operation and the new run's first: {gap:.2f}s; "
+        f"the new run {'waited for' if waited else 'found free'} the Lease"
+    )
+
+
+# -- 2. a kill -9 of the runner mid-helm-install, then a new run ----------------------------------
+
+
+def test_a_runner_killed_mid_helm_install_leaves_a_pending_release_the_next_run_recovers(
+    env: Env, make_kubelet: Callable[..., Kubelet], fake_aicr: Path, aicr_kubelet: Kubelet, tmp_path: Path
+) -> None:
+    hanging = kubelet_with_helm(make_kubelet, fake_aicr, tmp_path, HANGING_HELM)
+    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, "training"))
+    [job] = jobs(env.plane, env.namespace)
+    started = time.monotonic()
+    killed: list[int] = []
+
+    def kill_when_helm_is_in_flight(line: str) -> bool:
+        if "helm upgrade acme-agent" in line and "started" in line and not killed:
+
+            def kill() -> None:
+                pid = runner_pid(job)
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+            threading.Timer(3.0, kill).start()  # helm has written the pending-install record by then
+        return False
+
+    first = hanging.run_job(RELEASE, env.namespace, job_name=job, terminate_when=kill_when_helm_is_in_flight)
+    assert killed, first.describe()
+    assert first.exit_code not in (0, None), first.describe()
+    assert env.releases().get("acme-agent") == "pending-install"
+
+    # The Job controller's retry: a new pod of the same Job (here on an ordinary image).
+    second = aicr_kubelet.run_job(RELEASE, env.namespace, job_name=job)
+    finished = time.monotonic()
+    assert second.exit_code == 0, second.describe()
+    report = env.results.report()
+    assert report["recoveries"] == [
+        {
+            "release": f"{env.components}/acme-agent",
+            "status": "pending-install",
+            "action": "uninstalled (a cut first install; deploy.sh installs it again)",
+            "at": report["recoveries"][0]["at"],
+        }
+    ]
+    assert "recovered releases:" in env.results.data("aicr-run-status")["summary.txt"]
+    assert "recovered Helm release" in second.output
+    # It waited for the dead holder's Lease to expire (no one renewed it) first.
+    assert "install Lease expired" in second.output
+    assert env.releases() == {"acme-agent": "deployed", "acme-config": "deployed"}
+    print(f"\nscenario 2: {finished - started:.1f}s in all (kill -9, Lease expiry {LEASE_SECONDS}s, recovery, install)")
+
+
+def test_a_pending_release_nothing_proves_is_ours_is_left_alone_with_exit_28(
+    env: Env, aicr_kubelet: Kubelet, chart_repository: str
+) -> None:
+    # Someone else's helm, killed while it waited: acme-agent is left pending-install,
+    # and no run of this release ever announced it in the install Lease.
+    argv = [str(env.helm.binary), "install", "acme-agent", f"{chart_repository}/acme-agent", "--version", "1.0.0"]
+    argv += ["-n", env.components, "--create-namespace", "--plain-http", "--wait", "--timeout", "10m"]
+    argv += ["--username", env.registry.username, "--password", env.registry.password]
+    foreign = subprocess.Popen(argv, env=env.helm.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for("the foreign release to be pending", lambda: env.releases().get("acme-agent") == "pending-install", 60)
+    foreign.kill()
+    foreign.wait()
+    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, "training"))
+    run = aicr_kubelet.run_job(RELEASE, env.namespace)
+    assert run.exit_code == 28, run.describe()
+    assert "has no record of a run of this release operating on them" in run.output
+    assert env.releases() == {"acme-agent": "pending-install"}, "never touched"
+
+
+# -- 3. a Helm 3 install upgraded by Helm 4 with the same values ----------------------------------
+
+
+def test_a_helm3_install_upgraded_by_helm4_with_the_same_values_creates_no_new_job(env: Env) -> None:
+    helm3 = helm_with(tool("helm3"), env.helm)
+    values = values_for(env.pack_ref, "training", job={"ttlSecondsAfterFinished": None})
+    helm3.install(RELEASE, CHART, env.namespace, values=values)
+    before = jobs(env.plane, env.namespace)
+    assert "v3." in helm3.run("version", "--short").stdout
+    env.helm.run("upgrade", RELEASE, str(CHART), "-n", env.namespace, *values_args(env.helm, values))
+    assert "v4." in env.helm.run("version", "--short").stdout
+    after = jobs(env.plane, env.namespace)
+    assert list(after) == list(before), "the same Job name"
+    [name] = after
+    assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"], "the same Job object, not re-created"
+    [release] = [r for r in env.helm.list_releases(env.namespace) if r["name"] == RELEASE]
+    assert (str(release["revision"]), release["status"]) == ("2", "deployed")
+
+
+# -- 4. a rotated pack credential ---------------------------------------------------------------------
+
+
+def test_rotating_the_pack_credential_keeps_the_job_and_the_next_run_uses_the_new_one(
+    env: Env, aicr_kubelet: Kubelet
+) -> None:
+    host = env.registry.host
+    wrong = json.dumps(
+        {"auths": {host: {"auth": base64.b64encode(f"{env.registry.username}:wrong".encode()).decode()}}}
+    )
+    values = values_for(env.pack_ref, "training", dataPackSecret="", dataPackAuth={"dockerconfigjson": wrong})
+    env.helm.install(RELEASE, CHART, env.namespace, values=values)
+    before = jobs(env.plane, env.namespace)
+    [job] = before
+    first = aicr_kubelet.run_job(RELEASE, env.namespace, job_name=job)
+    assert first.exit_code == 23, first.describe()
+
+    rotated = values_for(
+        env.pack_ref, "training", dataPackSecret="", dataPackAuth={"dockerconfigjson": env.registry.dockerconfigjson()}
+    )
+    env.helm.run("upgrade", RELEASE, str(CHART), "-n", env.namespace, *values_args(env.helm, rotated))
+    after = jobs(env.plane, env.namespace)
+    assert list(after) == [job], "no new Job"
+    assert after[job]["metadata"]["uid"] == before[job]["metadata"]["uid"]
+    secret = env.plane.admin.get(f"/api/v1/namespaces/{env.namespace}/secrets/{RELEASE}-pack-auth")
+    assert base64.b64decode(secret["data"][".dockerconfigjson"]).decode() == env.registry.dockerconfigjson()
+
+    # The Job controller's retry of the failed pod: a new pod of the same Job.
+    second = aicr_kubelet.run_job(RELEASE, env.namespace, job_name=job)
+    assert second.exit_code == 0, second.describe()
+    assert env.results.step("pack")["status"] == "succeeded"
+    assert env.releases() == {"acme-agent": "deployed", "acme-config": "deployed"}
