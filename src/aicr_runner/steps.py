@@ -246,14 +246,14 @@ class Steps:
         cwd: Path | None = None,
         safe_stop: HelmGuard | None = None,
     ) -> ProcessResult:
-        extra: dict[str, HelmGuard] = {"safe_stop": safe_stop} if safe_stop is not None else {}
-        result = self.ctx.processes.run(
-            argv,
-            env=env if env is not None else child_env(self.ctx.environ),
-            cwd=cwd or self.ctx.work,
-            log_path=self.ctx.log_path(state),
-            on_block=on_block or self._relay(state, tail, on_line),
-            **extra,
+        relay = on_block or self._relay(state, tail, on_line)
+        child = env if env is not None else child_env(self.ctx.environ)
+        log_path = self.ctx.log_path(state)
+        run = self.ctx.processes.run
+        result = (
+            run(argv, env=child, cwd=cwd or self.ctx.work, log_path=log_path, on_block=relay, safe_stop=safe_stop)
+            if safe_stop is not None
+            else run(argv, env=child, cwd=cwd or self.ctx.work, log_path=log_path, on_block=relay)
         )
         if result.safe_point:
             raise InterruptedRun(
