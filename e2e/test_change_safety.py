@@ -1,14 +1,12 @@
 """Change safety end to end (issue 9): an upgrade during a run, a runner killed
 mid-helm, a Helm 3 install upgraded by Helm 4, a rotated pack credential.
 
-The chart is installed into the real API server; the Jobs' pods run in the
-stand-in kubelet with the runner inside; deploy.sh runs the real helm against the
-API server, pulling charts from the real registry. What the stand-in does not do
-(there is no kube-controller-manager on main yet), the scenarios do the way a
-cluster would, and say so where they do it: when Helm deletes a Job, the
-garbage collector would delete its pod and the kubelet would send SIGTERM to the
-container; here ``deliver_pod_deletion`` sends that SIGTERM once the Job is gone;
-a retry of a failed pod is a second ``run_job`` of the same Job.
+The chart is installed into the real API server; the real Job controller and
+garbage collector (kube-controller-manager) create and delete the Jobs' pods,
+which the stand-in kubelet runs with the runner inside (SIGTERM when a pod is
+deleted, as a kubelet does); deploy.sh runs the real helm against the API server,
+pulling charts from the real registry. A retry of a failed pod is the Job
+controller's next pod, run with a second ``run_job``.
 
 Timings and the measured gap between the old run's last helm operation and the
 new run's first are printed (``-s``) and recorded in README "Change safety".
@@ -307,11 +305,29 @@ def in_thread(function: Callable[[], JobRun]) -> tuple[threading.Thread, list[Jo
 # -- 1. an upgrade with a changed criterion while deploy.sh is mid-install ------------------------
 
 
+#: How the old Job goes: Helm deletes it on upgrade (background propagation: plain
+#: helm, Sveltos, k0rdent, Flux's Helm 4), or, as Argo CD's prune does, it is
+#: deleted with foreground propagation (Helm keeps it: helm.sh/resource-policy).
+DELETIONS = {
+    "helm-background": {},
+    "argocd-prune-foreground": {"job": {"annotations": {"helm.sh/resource-policy": "keep"}}},
+}
+
+
+@pytest.mark.parametrize("deletion", list(DELETIONS))
 def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
-    env: Env, make_kubelet: Callable[..., Kubelet], fake_aicr: Path, tmp_path: Path
+    env: Env, make_kubelet: Callable[..., Kubelet], fake_aicr: Path, tmp_path: Path, deletion: str
 ) -> None:
     kubelet = kubelet_with_helm(make_kubelet, fake_aicr, tmp_path, SLOW_HELM)
-    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, "training"))
+
+    def values(intent: str) -> dict[str, Any]:
+        base = values_for(env.pack_ref, intent)
+        extra = DELETIONS[deletion]
+        if extra:
+            base["job"] = {**base["job"], **extra["job"]}
+        return base
+
+    env.helm.install(RELEASE, CHART, env.namespace, values=values("training"))
     [old_job] = jobs(env.plane, env.namespace)
     started = time.monotonic()
     old_thread, old_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=old_job))
@@ -319,19 +335,18 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     # deploy.sh is mid-install: the first helm operation is in flight.
     wait_for("the old run's first helm operation", lambda: "helm upgrade acme-agent" in pod_log(kubelet, old_job))
     upgraded_at = time.monotonic()
-    env.helm.run(
-        "upgrade",
-        RELEASE,
-        str(CHART),
-        "-n",
-        env.namespace,
-        *values_args(env.helm, values_for(env.pack_ref, "inference")),
-    )
-    [new_job] = [name for name in jobs(env.plane, env.namespace) if name != old_job]
-    assert old_job not in jobs(env.plane, env.namespace), "helm deleted the old Job"
-    # What the garbage collector and the kubelet would do for the old Job's pod:
-    pid = wait_for("the old runner process", lambda: runner_pid(old_job))
-    os.kill(pid, signal.SIGTERM)
+    env.helm.run("upgrade", RELEASE, str(CHART), "-n", env.namespace, *values_args(env.helm, values("inference")))
+    if deletion == "argocd-prune-foreground":
+        assert old_job in jobs(env.plane, env.namespace), "helm kept the old Job (resource-policy: keep)"
+        # Argo CD's prune: delete the old Job with foreground propagation.
+        env.plane.admin.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{old_job}",
+            {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"},
+        )
+    new_job = wait_for("the new Job", lambda: next((n for n in jobs(env.plane, env.namespace) if n != old_job), None))
+    # The old Job is being deleted; the garbage collector deletes its pod and the
+    # kubelet sends SIGTERM to the runner.
     new_thread, new_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=new_job))
     old_thread.join(timeout=300)
     new_thread.join(timeout=600)
@@ -361,8 +376,9 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     assert settings["data"]["mode"] == "inference"
     lease = env.plane.admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{env.namespace}/leases/{RELEASE}-install")
     assert lease["spec"]["holderIdentity"] == "", "the last run handed the Lease back"
+    wait_for("the old Job to be gone", lambda: old_job not in jobs(env.plane, env.namespace), 120)
     print(
-        f"\nscenario 1: {finished - started:.1f}s in all; upgrade at +{upgraded_at - started:.1f}s; "
+        f"\nscenario 1 ({deletion}): {finished - started:.1f}s in all; upgrade at +{upgraded_at - started:.1f}s; "
         f"old run stopped after {len(old_ops)} helm operation(s); "
         f"gap between the old run's last helm operation and the new run's first: {gap:.2f}s; "
         f"the new run {'waited for' if waited else 'found free'} the Lease"
