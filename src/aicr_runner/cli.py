@@ -238,7 +238,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     shutdown = ShutdownController()
     lease = _make_lease(settings, api, shutdown)
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
-    aicr_version = _aicr_version_before_fetch(settings, env)
+    aicr_version, version_output = _aicr_version_before_fetch(settings, env)
     report = Machine.new_report(
         runner_version=__version__, aicr_version=aicr_version, criteria=settings.criteria.stated()
     )
@@ -263,6 +263,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         aicr_binary=args.aicr_binary,
         pack_dir=_local_pack(args),
         interrupted=shutdown.requested,
+        version_output=version_output,
     )
     status_warned: list[str] = []
 
@@ -309,32 +310,35 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     return code
 
 
-def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str]) -> str:
-    """What the start line can truthfully say about aicr before the fetch step.
+def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str]) -> tuple[str, list[str] | None]:
+    """What the start line can truthfully say about aicr before the fetch step,
+    and what ``aicr --version`` printed when it was asked (the fetch step then
+    does not ask again).
 
-    A preinstalled binary is asked (``--version``, a few milliseconds) when its
-    provenance is not to be verified; otherwise it may not run before the fetch
-    step verified it, and, like a release (only a tag until it is downloaded),
-    the fetch step reports what it is.
+    A preinstalled binary is asked (a few milliseconds) when its provenance is
+    not to be verified; otherwise it may not run before the fetch step verified
+    it, and, like a release (only a tag until it is downloaded), the fetch step
+    reports what it is.
     """
     from aicr_runner.capabilities import AicrVersion
     from aicr_runner.process import child_env
 
     binary = settings.aicr.binary
     if not binary:
-        return f"{settings.aicr.version} (release tag, checked after download)"
+        return f"{settings.aicr.version} (release tag, checked after download)", None
     if settings.aicr.provenance.mode.value != "off":
         # Nothing runs aicr before its provenance is verified, not even --version.
-        return f"preinstalled {binary} (version reported once its provenance is verified)"
+        return f"preinstalled {binary} (version reported once its provenance is verified)", None
     try:
         argv = [binary, "--version"]
-        printed = subprocess.run(
-            argv, env=child_env(env), capture_output=True, text=True, timeout=10, check=False
-        ).stdout
+        answer = subprocess.run(argv, env=child_env(env), capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
-        return f"unknown (preinstalled {binary}; the fetch step checks it)"
-    version = AicrVersion.parse(printed)
-    return version.text if version else f"unknown (preinstalled {binary} printed no version)"
+        return f"unknown (preinstalled {binary}; the fetch step checks it)", None
+    if answer.returncode != 0:
+        return f"unknown (preinstalled {binary} --version exited {answer.returncode})", None
+    version = AicrVersion.parse(answer.stdout)
+    printed = answer.stdout.splitlines()
+    return (version.text if version else f"unknown (preinstalled {binary} printed no version)"), printed
 
 
 def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any) -> None:

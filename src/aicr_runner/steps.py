@@ -33,6 +33,7 @@ from aicr_runner.errors import (
     InterruptedRun,
     PackError,
     RunnerError,
+    ToolError,
 )
 from aicr_runner.helmguard import HelmGuard
 from aicr_runner.lease import InstallLease
@@ -86,6 +87,8 @@ class RunContext:
     pack_dir: Path | None = None
     pull: Callable[..., PulledPack] = pull_pack
     fetch: Callable[..., AicrBinary] = fetch_aicr
+    #: What a preinstalled aicr printed for --version before the start line (not asked twice).
+    version_output: list[str] | None = None
     #: True once SIGTERM/SIGINT arrived: network steps stop at once.
     interrupted: Callable[[], bool] = lambda: False
     #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
@@ -319,10 +322,7 @@ class Steps:
             raise
         self.ctx.report.provenance = provenance.to_dict()
         self.ctx.aicr = binary.path
-        printed: list[str] = []
-        result = self._aicr(State.FETCH, [str(binary.path), "--version"], on_line=printed.append)
-        if result.exit_code != 0:
-            return StepResult.failed(ExitCode.TOOL_MISSING, f"{binary.path} --version exited {result.exit_code}")
+        printed = self._version_lines(binary.path, preinstalled=override is not None)
         version = capabilities.AicrVersion.parse("\n".join(printed))
         if version is None:
             return StepResult.failed(
@@ -351,6 +351,16 @@ class Steps:
         if provenance.verified is None:
             return StepResult.ok(f"aicr {version.text} from {how}; provenance not checked (mode off)")
         return StepResult.ok(f"aicr {version.text} from {how}; {provenance.verified.summary()}")
+
+    def _version_lines(self, binary: Path, *, preinstalled: bool) -> list[str]:
+        """What ``aicr --version`` prints; a preinstalled binary was asked for the start line already."""
+        if preinstalled and self.ctx.version_output is not None:
+            return list(self.ctx.version_output)
+        printed: list[str] = []
+        result = self._aicr(State.FETCH, [str(binary), "--version"], on_line=printed.append)
+        if result.exit_code != 0:
+            raise ToolError(f"{binary} --version exited {result.exit_code}")
+        return printed
 
     def _download(self, dest: Path, budget: float) -> AicrBinary:
         aicr = self.s.aicr
