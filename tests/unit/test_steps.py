@@ -448,3 +448,30 @@ def test_deploy_announces_its_releases_in_the_lease_before_deploy_sh(tmp_path: P
     assert ctx.lease is not None
     stored = ctx.lease._api.leases[("aicr", "t-install")]  # type: ignore[attr-defined]
     assert json.loads(stored.annotations[RELEASES_ANNOTATION]) == ["gpu-operator/gpu-operator"]
+
+
+def test_a_waiting_run_shows_whom_it_waits_for_in_the_status_while_it_waits(tmp_path: Path) -> None:
+    from aicr_runner.config import LeaseSettings
+    from aicr_runner.kube import LeaseRecord
+    from aicr_runner.lease import InstallLease
+    from tests.fakes import FakeKubeApi
+
+    ctx = context(tmp_path, StubProcesses())
+    api = FakeKubeApi()
+    api.leases[("aicr", "t-install")] = LeaseRecord("t-install", holder="job-a/pod-a", resource_version="1")
+    seen: list[str] = []
+
+    def progress() -> None:
+        seen.append(ctx.report.step(State.LEASE.value).message)
+        # The holder finishes: its Lease is handed back.
+        api.leases[("aicr", "t-install")] = LeaseRecord("t-install", resource_version="2")
+
+    ctx.progress = progress
+    ctx.lease = InstallLease(api, "aicr", LeaseSettings(name="t-install", pod_name="pod-b", job_name="job-b"))
+    status, _, reason = step(ctx, State.LEASE)
+    ctx.lease.release()
+    assert status is StepStatus.SUCCEEDED
+    assert seen == [
+        "waiting for the install Lease aicr/t-install, held by job-a/pod-a (waited 0s; gives up after 7200s)"
+    ]
+    assert reason.startswith("install Lease aicr/t-install held by job-b/pod-b")
