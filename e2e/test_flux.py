@@ -198,7 +198,6 @@ def test_flux_installs_the_example_and_the_release_is_ready_only_after_the_job_c
     assert all(done == 1 for status, _, done in timeline.ready if status == "True"), timeline.ready
     job = s.plane.admin.get(f"/apis/batch/v1/namespaces/{s.namespace}/jobs/{run.job_name}")
     assert ready["lastTransitionTime"] >= job["status"]["completionTime"]
-    assert release["status"]["history"][0]["status"] == "deployed"
     # The pack credential reached the pod through valuesFrom, verbatim: the chart's
     # Secret holds the file, and the runner pulled the pack with it.
     pack_secret = next(
