@@ -37,10 +37,19 @@ class AicrVersion:
     numbers: Version
     #: As the binary printed it, e.g. ``aicr version 0.11.1 (commit: abc1234, date: ...)``.
     line: str
+    #: The binary named no release version (a source build without release
+    #: version data prints ``aicr version dev``): the pinned version is assumed.
+    assumed: bool = False
 
     @property
     def text(self) -> str:
-        return "v" + ".".join(str(n) for n in self.numbers)
+        numbers = "v" + ".".join(str(n) for n in self.numbers)
+        return f"{numbers} (assumed: aicr printed {self.line!r})" if self.assumed else numbers
+
+    @classmethod
+    def assume(cls, pinned: str, printed: str) -> AicrVersion:
+        found = cls.parse(f"aicr version {pinned}")
+        return cls(found.numbers if found else (0, 0, 0), printed.strip()[:120], assumed=True)
 
     @classmethod
     def parse(cls, output: str) -> AicrVersion | None:

@@ -325,16 +325,18 @@ class Steps:
         printed = self._version_lines(binary.path, preinstalled=override is not None)
         version = capabilities.AicrVersion.parse("\n".join(printed))
         if version is None:
-            return StepResult.failed(
-                ExitCode.AICR_CONTRACT_BROKEN,
-                f"{binary.path} --version printed no 'aicr version X.Y.Z' line "
-                f"({logs.redact(' '.join(printed))[:200]!r}); is it aicr?",
-                classification="aicr-contract-broken",
+            version = capabilities.AicrVersion.assume(aicr.version, logs.redact(" ".join(printed)))
+            self.log.warning(
+                "aicr names no release version (a build without release version data?); "
+                "its capabilities are assumed to be the pinned version's",
+                step=State.FETCH.value,
+                pinned=aicr.version,
+                reported=version.line,
             )
         self.ctx.aicr_version = version
         self.ctx.report.aicr_version = version.text
         self.log.info("aicr version detected", step=State.FETCH.value, aicr=version.text, reported=version.line)
-        if override is None and version.text != aicr.version:
+        if override is None and not version.assumed and version.text != aicr.version:
             self.log.warning(
                 "the downloaded aicr reports another version than its release tag",
                 step=State.FETCH.value,

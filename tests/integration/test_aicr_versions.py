@@ -158,3 +158,17 @@ def test_the_start_line_never_runs_a_binary_whose_provenance_is_to_be_verified(
     assert not calls.exists(), "aicr never ran, not even --version for the start line"
     start = next(rec for rec in records(r.output) if rec["event"] == "aicr-runner starting")
     assert "version reported once its provenance is verified" in str(start["aicr"])
+
+
+def test_an_aicr_built_without_release_version_data_is_assumed_to_be_the_pin_and_says_so(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A source build without goreleaser's ldflags prints "aicr version dev (commit: unknown, ...)"."""
+    r = run(fake, tmp_path, capsys, FAKE_AICR_VERSION="dev")
+    assert r.code == 0, r.output[-3000:]
+    assert (
+        r.report()["aicrVersion"]
+        == "v1.2.0 (assumed: aicr printed 'aicr version dev (commit: test-stand-in, date: 2026-05-04T00:00:00Z)')"
+    )
+    warning = next(rec for rec in records(r.output) if str(rec["event"]).startswith("aicr names no release version"))
+    assert warning["pinned"] == "v1.2.0"
