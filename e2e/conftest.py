@@ -98,24 +98,32 @@ def make_kubelet(control_plane: ControlPlane, tmp_path: Path) -> Callable[..., K
 
 
 @pytest.fixture(scope="session")
-def fake_aicr(e2e_workdir: Path, kubelet: Kubelet) -> Path:
-    """A launcher for the contract-faithful fake aicr (tests/fake_aicr), for the pods'
-    mode: in the image it runs with the image's Python from FAKE_AICR_PACKAGE."""
+def fake_aicr(e2e_workdir: Path) -> Path:
+    """A launcher for the contract-faithful fake aicr (tests/fake_aicr), run on this host."""
     from tests.fake_aicr import install_fake_aicr
-    from tests.podman import IMAGE_PYTHON
 
-    if kubelet.sandbox == "podman":
-        return install_fake_aicr(e2e_workdir / "fake-aicr", python=IMAGE_PYTHON, package_dir=FAKE_AICR_PACKAGE)
     return install_fake_aicr(e2e_workdir / "fake-aicr")
 
 
 @pytest.fixture(scope="session")
-def aicr_kubelet(control_plane: ControlPlane, e2e_workdir: Path, fake_aicr: Path, kubelet: Kubelet) -> Kubelet:
+def pod_fake_aicr(e2e_workdir: Path, kubelet: Kubelet, fake_aicr: Path) -> Path:
+    """The fake aicr's launcher for the pods: in the image (podman mode) it runs with
+    the image's Python from FAKE_AICR_PACKAGE; in the fallback modes it is the host's."""
+    from tests.fake_aicr import install_fake_aicr
+    from tests.podman import IMAGE_PYTHON
+
+    if kubelet.sandbox != "podman":
+        return fake_aicr
+    return install_fake_aicr(e2e_workdir / "pod-fake-aicr", python=IMAGE_PYTHON, package_dir=FAKE_AICR_PACKAGE)
+
+
+@pytest.fixture(scope="session")
+def aicr_kubelet(control_plane: ControlPlane, e2e_workdir: Path, pod_fake_aicr: Path, kubelet: Kubelet) -> Kubelet:
     """A kubelet whose image also carries the fake aicr at FAKE_AICR_PATH."""
     return Kubelet(
         control_plane,
         e2e_workdir / "aicr-kubelet",
-        image_files={FAKE_AICR_PATH: fake_aicr},
+        image_files={FAKE_AICR_PATH: pod_fake_aicr},
         sandbox=kubelet.sandbox,
         image=kubelet.image or None,
     )

@@ -302,12 +302,12 @@ exit $rc
 
 
 def test_a_bundle_changed_before_verify_is_never_deployed(
-    scenario: Scenario, make_kubelet: Callable[..., Kubelet], fake_aicr: Path, org_pack: OrgPack, tmp_path: Path
+    scenario: Scenario, make_kubelet: Callable[..., Kubelet], pod_fake_aicr: Path, org_pack: OrgPack, tmp_path: Path
 ) -> None:
     wrapper = tmp_path / "aicr"
     wrapper.write_text(TAMPERING_WRAPPER)
     wrapper.chmod(0o755)
-    kubelet = make_kubelet(image_files={FAKE_AICR_PATH: wrapper, UNTAMPERED_AICR: fake_aicr})
+    kubelet = make_kubelet(image_files={FAKE_AICR_PATH: wrapper, UNTAMPERED_AICR: pod_fake_aicr})
     scenario.pack_secret()
     scenario.install(pack_run_values(org_pack))
 
@@ -333,8 +333,8 @@ CHECKSUMS_PATH = "/v1.2.0/aicr_checksums.txt"
 
 
 @pytest.fixture(scope="module")
-def release_archive_bytes(fake_aicr: Path) -> bytes:
-    return release_archive(fake_aicr)
+def release_archive_bytes(pod_fake_aicr: Path) -> bytes:
+    return release_archive(pod_fake_aicr)
 
 
 def download_values(base_url: str, **download: Any) -> dict[str, Any]:

@@ -946,33 +946,23 @@ class Kubelet:
         term_file.chmod(0o666)
         mounts = [Mount(path, source) for path, source in self.image_files.items()]
         mounts += self._mounts(container, volumes, term_file)
-        mounts += self._image_paths_under_volumes(mounts)
-        mounts += self._image_dirs(mounts, pod_dir)
+        if self.sandbox != "podman":  # the checkout standing in for the image needs these
+            mounts += self._image_paths_under_volumes(mounts)
+            mounts += self._image_dirs(mounts, pod_dir)
 
         started = time.monotonic()
         kill_container: Callable[[str], None] | None = None
         if self.sandbox == "podman":
             container_name = f"{pod['metadata']['name']}-{name}"
-            spec = podman.ContainerSpec(
-                image=self.image,
-                name=container_name,
-                hostname=pod["metadata"]["name"][:63],
+            proc = self._start_in_podman(
+                pod,
+                container,
+                env=env,
                 identity=identity,
-                security_context=container.get("securityContext") or {},
-                mounts=[
-                    *(Mount(path, source) for path, source in self.image_files.items()),
-                    *self._mounts(container, volumes, term_file),
-                ],
-                env={**env, "HOSTNAME": pod["metadata"]["name"]},
-                working_dir=container.get("workingDir"),
-                command=[expand(a, env) for a in container["command"]] if container.get("command") else None,
-                args=[expand(a, env) for a in container["args"]] if container.get("args") else None,
+                mounts=mounts,
+                container_name=container_name,
+                pod_dir=pod_dir,
             )
-            try:
-                cmd, inherited = podman.run_argv(spec)
-            except podman.PodSpecNotRunnable as exc:
-                raise PodSpecUnsupported(str(exc)) from exc
-            proc = _spawn(cmd, {**os.environ, **inherited}, str(pod_dir))
 
             def container_pid() -> int | None:
                 return None
@@ -1023,7 +1013,7 @@ class Kubelet:
             started=started,
         )
         if self.sandbox == "podman" and reason_override:
-            podman.remove(spec.name)  # --rm does not cover a container podman lost track of
+            podman.remove(container_name)  # --rm does not cover a container podman lost track of
         code = proc.returncode
         if code < 0:
             code = 128 - code  # killed by a signal, reported like a shell / the kubelet
@@ -1050,6 +1040,36 @@ class Kubelet:
             env=env,
             seconds=time.monotonic() - started,
         )
+
+    def _start_in_podman(
+        self,
+        pod: Mapping[str, Any],
+        container: Mapping[str, Any],
+        *,
+        env: Mapping[str, str],
+        identity: Identity,
+        mounts: Sequence[Mount],
+        container_name: str,
+        pod_dir: Path,
+    ) -> subprocess.Popen[bytes]:
+        """``podman run`` of the container from the built image (see podman.py)."""
+        spec = podman.ContainerSpec(
+            image=self.image,
+            name=container_name,
+            hostname=pod["metadata"]["name"][:63],
+            identity=identity,
+            security_context=container.get("securityContext") or {},
+            mounts=mounts,
+            env={**env, "HOSTNAME": pod["metadata"]["name"]},
+            working_dir=container.get("workingDir"),
+            command=[expand(a, env) for a in container["command"]] if container.get("command") else None,
+            args=[expand(a, env) for a in container["args"]] if container.get("args") else None,
+        )
+        try:
+            cmd, inherited = podman.run_argv(spec)
+        except podman.PodSpecNotRunnable as exc:
+            raise PodSpecUnsupported(str(exc)) from exc
+        return _spawn(cmd, {**os.environ, **inherited}, str(pod_dir))
 
     def _image_dirs(self, mounts: Sequence[Mount], pod_dir: Path) -> list[Mount]:
         """Image directories the host lacks: an empty read-only directory there."""

@@ -91,7 +91,7 @@ def env_flags(env: dict[str, str]) -> list[str]:
 def test_version_reports_the_runtime_and_the_pinned_aicr(image: str) -> None:
     proc = podman("run", "--rm", "--read-only", *RUN_LIMITS, image, "version")
     assert proc.returncode == 0, proc.stderr
-    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    version = re.search(r'^__version__ = "([^"]+)"', (ROOT / "src" / "aicr_runner" / "__init__.py").read_text(), re.M)
     assert version is not None
     assert proc.stdout.strip() == f"aicr-runner {version.group(1)} (pinned aicr {pins()['AICR_VERSION']})"
 
@@ -133,7 +133,7 @@ def test_plan_runs_read_only_as_the_chart_runs_it_and_writes_only_to_the_emptydi
     assert locked.returncode == 0, locked.stdout + locked.stderr
     assert "phase: Succeeded" in locked.stdout
     assert re.search(r"^fetch +succeeded +0 ", locked.stdout, re.M), locked.stdout
-    assert "aicr from preinstalled /opt/fake-aicr/aicr" in locked.stdout
+    assert "from preinstalled /opt/fake-aicr/aicr" in locked.stdout
     for component in PLAN_COMPONENTS:
         assert re.search(rf"^{component}\s", locked.stdout, re.M), locked.stdout
     assert "results in /work/plan" in locked.stdout
