@@ -406,7 +406,7 @@ def test_a_flaky_mirror_succeeds_after_retries(
     assert fetch["status"] == "succeeded"
     digest = hashlib.sha256(release_archive_bytes).hexdigest()
     assert fetch["message"] == (
-        f"aicr from {mirror.base_url}{ARCHIVE_PATH} (sha256 {digest}); provenance not checked (mode off)"
+        f"aicr v1.2.0 from {mirror.base_url}{ARCHIVE_PATH} (sha256 {digest}); provenance not checked (mode off)"
     )
     assert run.termination_message.startswith("Succeeded (exit 0)")
 
