@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 from e2e.harness.apiserver import ControlPlane
+from tests.fake_aicr import install_fake_aicr
 
 pytestmark = pytest.mark.e2e
 
 OUTAGE_SECONDS = 20.0
 
 
-def test_a_run_survives_an_api_server_outage(
-    control_plane: ControlPlane, namespace: str, fake_aicr: Path, tmp_path: Path
-) -> None:
+def test_a_run_survives_an_api_server_outage(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> None:
+    # The runner runs on this host (the outage, not the pod, is under test): the host's fake aicr.
+    fake_aicr = install_fake_aicr(tmp_path / "bin")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_", "KUBECONFIG"))}
     env.update(
         KUBECONFIG=str(control_plane.kubeconfig),
