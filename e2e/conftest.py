@@ -9,6 +9,7 @@ if it is killed (PR_SET_PDEATHSIG).
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import time
@@ -152,7 +153,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         where = (
             f"podman, from the built image {POD_MODE['image']}"
             if POD_MODE["mode"] == "podman"
-            else f"{POD_MODE['mode']}, this checkout standing in for the image (podman is missing)"
+            else f"{POD_MODE['mode']}, this checkout standing in for the image "
+            f"({'E2E_SANDBOX' if os.environ.get('E2E_SANDBOX') else 'podman is missing'})"
         )
         terminalreporter.write_line(f"e2e pods ran with {where}")
     if STARTUP:
