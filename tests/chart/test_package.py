@@ -86,7 +86,7 @@ def test_the_license_is_apache_2_in_the_repository_and_the_chart() -> None:
     assert "Version 2.0, January 2004" in text
     assert (CHART / "LICENSE").read_text() == text
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["license"] == {"text": "Apache-2.0"}
+    assert project["license"] == "Apache-2.0"
     assert 'org.opencontainers.image.licenses="Apache-2.0"' in (ROOT / "Dockerfile").read_text()
 
 
