@@ -427,7 +427,9 @@ def test_a_relative_aicr_binary_still_runs_from_the_work_dir(
     assert code == 0, capsys.readouterr().err[-2000:]
 
 
-def test_sigterm_while_deploy_finishes_within_grace_records_success_and_stops(fake: Path, tmp_path: Path) -> None:
+def test_sigterm_mid_deploy_stops_deploy_sh_at_the_next_safe_point_and_is_never_green(
+    fake: Path, tmp_path: Path
+) -> None:
     env = clean_env(tmp_path, **VALIDATE, FAKE_AICR_DEPLOY_SLEEP="2", AICR_RUNNER_SHUTDOWN_GRACE_SECONDS="30")
     results = tmp_path / "results"
     runner = Path(sys.executable).parent / "aicr-runner"
@@ -447,11 +449,12 @@ def test_sigterm_while_deploy_finishes_within_grace_records_success_and_stops(fa
     proc.wait(timeout=60)
     report = json.loads((results / "aicr-run-status" / "report.json").read_text())
     steps = {s["state"]: s for s in report["steps"]}
-    assert steps["deploy"]["status"] == "succeeded", "helm finished inside the grace period"
+    # No helm operation is in flight during the stand-in's slow phase, so the helm
+    # guard stops deploy.sh there (between helm operations) instead of waiting.
+    assert steps["deploy"]["status"] == "interrupted", "deploy.sh is stopped at the next safe point"
     assert steps["validate"]["status"] == "skipped", "no new work after SIGTERM"
     assert proc.returncode == 143, "the run did not finish, so it is not green"
     assert report["phase"] == "Interrupted"
-    assert report["message"].startswith("interrupted before validate")
 
 
 def test_plan_reads_a_chart_values_file(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
