@@ -818,33 +818,6 @@ def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 def test_the_lazily_loaded_ca_bundle_still_refuses_an_untrusted_https_server(tmp_path: Path) -> None:
     """Plain-HTTP mirrors skip loading the CA bundle; https:// keeps full verification."""
 
@@ -856,7 +829,7 @@ def test_the_lazily_loaded_ca_bundle_still_refuses_an_untrusted_https_server(tmp
         def log_message(self, *args: object) -> None:
             return
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = _self_signed_certificate(tmp_path)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
