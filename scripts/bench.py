@@ -55,6 +55,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -172,6 +173,30 @@ def _write_generator(directory: Path, size: int) -> Path:
     return script
 
 
+def _run_context(env: dict[str, str], work: Path) -> Any:
+    """A run's context (a RunContext) as the runner builds it, with results in a directory.
+
+    Imported here, in the child interpreter, so the parent never pays for the runner's import."""
+    from aicr_runner import logs
+    from aicr_runner.config import load
+    from aicr_runner.machine import Machine
+    from aicr_runner.process import SubprocessRunner
+    from aicr_runner.sink import DirectorySink
+    from aicr_runner.steps import Mode, RunContext
+
+    settings = load(env)
+    logs.configure(settings.log_format)
+    report = Machine.new_report(runner_version="bench", aicr_version="bench", criteria=settings.criteria.stated())
+    return RunContext(
+        settings=settings,
+        mode=Mode.RUN,
+        sink=DirectorySink(work / "results"),
+        processes=SubprocessRunner(redact=logs.redact),
+        environ={"PATH": os.environ["PATH"]},
+        report=report,
+    )
+
+
 def relay_harness(size: int, fmt: str, work: Path, result: Path) -> None:
     """Run in a child interpreter: the runner's deploy step relaying ``size`` bytes.
 
@@ -180,28 +205,15 @@ def relay_harness(size: int, fmt: str, work: Path, result: Path) -> None:
     includes the whole runner import, as in the pod.
     """
     from aicr_runner import cli, logs  # noqa: F401 - the runner's whole import, as in the pod
-    from aicr_runner.config import load
-    from aicr_runner.machine import Machine, State
-    from aicr_runner.process import SubprocessRunner
-    from aicr_runner.sink import DirectorySink
-    from aicr_runner.steps import Mode, RunContext, Steps
+    from aicr_runner.machine import State
+    from aicr_runner.steps import Steps
 
     env = {f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()}
     env |= {"AICR_RUNNER_WORK_DIR": str(work), "AICR_RUNNER_LOG_FORMAT": fmt, "PATH": os.environ["PATH"]}
-    settings = load(env)
-    logs.configure(settings.log_format)
+    ctx = _run_context(env, work)
     # A registered credential, as with a private pack: redaction has work to do.
     logs.register_dockerconfig_secrets(json.dumps({"auths": {"r.example": {"auth": "dXNlcjpzM2NyM3QtcGFzcw=="}}}))
     _write_generator(work / "bundle", size)
-    report = Machine.new_report(runner_version="bench", aicr_version="bench", criteria=settings.criteria.stated())
-    ctx = RunContext(
-        settings=settings,
-        mode=Mode.RUN,
-        sink=DirectorySink(work / "results"),
-        processes=SubprocessRunner(redact=logs.redact),
-        environ={"PATH": os.environ["PATH"]},
-        report=report,
-    )
     deploy = Steps(ctx).functions()[State.DEPLOY]
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
@@ -309,26 +321,12 @@ def _size(mib: float) -> str:
 def call_harness(repeat: int, work: Path, result: Path) -> None:
     """Run in a child interpreter: a Go child through the runner's step path
     against ``subprocess.run``, alternating, in one warm process."""
-    from aicr_runner import logs
-    from aicr_runner.config import load
-    from aicr_runner.machine import Machine, State
-    from aicr_runner.process import SubprocessRunner
-    from aicr_runner.sink import DirectorySink
-    from aicr_runner.steps import Mode, RunContext, Steps
+    from aicr_runner.machine import State
+    from aicr_runner.steps import Steps
 
     env = {f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()}
     env |= {"AICR_RUNNER_WORK_DIR": str(work), "PATH": os.environ["PATH"]}
-    settings = load(env)
-    logs.configure(settings.log_format)
-    report = Machine.new_report(runner_version="bench", aicr_version="bench", criteria=settings.criteria.stated())
-    ctx = RunContext(
-        settings=settings,
-        mode=Mode.RUN,
-        sink=DirectorySink(work / "results"),
-        processes=SubprocessRunner(redact=logs.redact),
-        environ={"PATH": os.environ["PATH"]},
-        report=report,
-    )
+    ctx = _run_context(env, work)
     steps = Steps(ctx)
     argv = [str(ORAS), "version"]
     through_runner: list[float] = []
