@@ -622,25 +622,29 @@ class Steps:
         guard.install(str(Path(helm).absolute()))
         return guard
 
+    def _helm_json(self, argv: list[str], log_path: Path) -> tuple[ProcessResult, list[Any] | None, list[str]]:
+        """Run a helm query whose output is a JSON list; the list is None when helm
+        failed or printed something else. The output lines come back for messages."""
+        lines: list[str] = []
+        result = self.ctx.processes.run(
+            argv, env=child_env(self.ctx.environ), cwd=self.ctx.work, log_path=log_path, on_line=lines.append
+        )
+        try:
+            parsed = json.loads("".join(lines)) if result.exit_code == 0 else None
+        except ValueError:
+            parsed = None
+        return result, parsed if isinstance(parsed, list) else None, lines
+
     def _recover(self, namespace: str, name: str, status: str) -> StepResult | None:
         """Recover a pending release a dead predecessor of this release left, the way
         Flux's helm-controller does: roll back to the last deployed revision, or
         uninstall when there is none (a cut first install). None when it worked."""
         helm = shutil.which("helm", path=self.ctx.environ.get("PATH")) or "helm"
         log_path = self.ctx.work / "logs" / "deploy-recovery.log"
-        lines: list[str] = []
-        history = self.ctx.processes.run(
-            [helm, "history", name, "--namespace", namespace, "--output", "json"],
-            env=child_env(self.ctx.environ),
-            cwd=self.ctx.work,
-            log_path=log_path,
-            on_line=lines.append,
+        history, revisions, _ = self._helm_json(
+            [helm, "history", name, "--namespace", namespace, "--output", "json"], log_path
         )
-        try:
-            revisions = json.loads("".join(lines)) if history.exit_code == 0 else None
-        except ValueError:
-            revisions = None
-        if not isinstance(revisions, list):
+        if revisions is None:
             return StepResult.failed(
                 ExitCode.HELM_RELEASE_PENDING,
                 f"cannot recover {namespace}/{name} ({status}): `helm history` failed (exit {history.exit_code}); "
@@ -706,19 +710,11 @@ class Steps:
         if helm is None:
             self.log.warning("pending-release check skipped: helm is not on PATH", step=State.DEPLOY.value)
             return []
-        lines: list[str] = []
-        result = self.ctx.processes.run(
+        result, releases, lines = self._helm_json(
             [helm, "list", "--all-namespaces", "--pending", "--output", "json"],
-            env=child_env(self.ctx.environ),
-            cwd=self.ctx.work,
-            log_path=self.ctx.work / "logs" / "deploy-preflight.log",
-            on_line=lines.append,
+            self.ctx.work / "logs" / "deploy-preflight.log",
         )
-        try:
-            releases = json.loads("".join(lines)) if result.exit_code == 0 else None
-        except ValueError:
-            releases = None
-        if not isinstance(releases, list):
+        if releases is None:
             self.log.warning(
                 "pending-release check skipped: helm list failed",
                 exit_code=result.exit_code,
