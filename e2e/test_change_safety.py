@@ -284,14 +284,14 @@ def env(
     return Env(helm, control_plane, registry, namespace, components, ref)
 
 
-def kubelet_with_helm(kubelet: Kubelet, fake_aicr: Path, tmp_path: Path, script: str, name: str) -> Kubelet:
+def kubelet_with_helm(kubelet: Kubelet, pod_fake_aicr: Path, tmp_path: Path, script: str, name: str) -> Kubelet:
     """A kubelet like the session's (podman with the built image, or the fallback
     sandbox) whose pods find ``script`` as their helm; the real helm is at
     /usr/local/lib/helm-real."""
     wrapper = tmp_path / f"helm-wrapper-{name}"
     wrapper.write_text(script.format(helm="/usr/local/lib/helm-real", seconds=SLOW_HELM_SECONDS))
     wrapper.chmod(0o755)
-    files: dict[str, str | Path] = {FAKE_AICR_PATH: fake_aicr, "/usr/local/lib/helm-real": TOOLS_BIN / "helm"}
+    files: dict[str, str | Path] = {FAKE_AICR_PATH: pod_fake_aicr, "/usr/local/lib/helm-real": TOOLS_BIN / "helm"}
     options: dict[str, Any] = {"sandbox": kubelet.sandbox, "image": kubelet.image or None}
     if kubelet.sandbox == "podman":
         files["/usr/local/bin/helm"] = wrapper  # the image's helm
@@ -322,9 +322,9 @@ DELETIONS = {
 
 @pytest.mark.parametrize("deletion", list(DELETIONS))
 def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
-    env: Env, kubelet: Kubelet, fake_aicr: Path, tmp_path: Path, deletion: str
+    env: Env, kubelet: Kubelet, pod_fake_aicr: Path, tmp_path: Path, deletion: str
 ) -> None:
-    kubelet = kubelet_with_helm(kubelet, fake_aicr, tmp_path, SLOW_HELM, "slow")
+    kubelet = kubelet_with_helm(kubelet, pod_fake_aicr, tmp_path, SLOW_HELM, "slow")
 
     def values(intent: str) -> dict[str, Any]:
         base = values_for(env.pack_ref, intent)
@@ -395,9 +395,9 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
 
 
 def test_a_runner_killed_mid_helm_install_leaves_a_pending_release_the_next_run_recovers(
-    env: Env, kubelet: Kubelet, fake_aicr: Path, aicr_kubelet: Kubelet, tmp_path: Path
+    env: Env, kubelet: Kubelet, pod_fake_aicr: Path, aicr_kubelet: Kubelet, tmp_path: Path
 ) -> None:
-    hanging = kubelet_with_helm(kubelet, fake_aicr, tmp_path, HANGING_HELM, "hanging")
+    hanging = kubelet_with_helm(kubelet, pod_fake_aicr, tmp_path, HANGING_HELM, "hanging")
     env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, "training"))
     [job] = jobs(env.plane, env.namespace)
     started = time.monotonic()
