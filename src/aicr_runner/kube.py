@@ -43,11 +43,13 @@ _LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 #: What the API server's answer means for the operator, by HTTP status.
 _STATUS_HINTS = {
-    403: "the Job's ServiceAccount may not write ConfigMaps in this namespace",
     404: "the namespace does not exist",
     413: "the payload is too large",
     422: "the API server rejected the object",
 }
+#: For a 403: what the request tried, in the words of the RBAC rule it lacked.
+_VERBS = {"GET": "read", "POST": "create", "PUT": "update", "PATCH": "write", "DELETE": "delete"}
+_RESOURCES = {"configmaps": "ConfigMaps", "leases": "Leases", "events": "Events"}
 _BACKOFF_INITIAL_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 10.0
 _BACKOFF_JITTER_SECONDS = 0.5
@@ -284,7 +286,7 @@ class ClientKubeApi:
                     return None
                 if status == 409:
                     raise ApiConflictError(f"{what} failed: HTTP 409 Conflict ({exc.body or exc.reason})") from exc
-                hint = _STATUS_HINTS.get(status, "")
+                hint = _forbidden_hint(method, path) if status == 403 else _STATUS_HINTS.get(status, "")
                 raise error(f"{what} failed: HTTP {status} {exc.reason}" + (f" ({hint})" if hint else "")) from exc
             except (HTTPError, OSError) as exc:
                 raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
@@ -362,3 +364,12 @@ class ClientKubeApi:
             error=LeaseError,
         )
         return lease_from_body(body or {})
+
+
+def _forbidden_hint(method: str, path: str) -> str:
+    """Name the RBAC the ServiceAccount lacks, from the request itself (a 403 on a
+    Lease must not send the operator to look at ConfigMap rights)."""
+    parts = path.split("/")
+    resource = next((part for part in reversed(parts) if part in _RESOURCES), "")
+    what = _RESOURCES.get(resource, "this resource")
+    return f"the Job's ServiceAccount may not {_VERBS.get(method, method.lower())} {what} in this namespace"

@@ -8,14 +8,14 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from kubernetes import client
 
-from aicr_runner.errors import ApiConflictError, CaptureError
-from aicr_runner.kube import ClientKubeApi
+from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError
+from aicr_runner.kube import ClientKubeApi, LeaseRecord
 
 
 @dataclass
@@ -49,6 +49,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_PATCH
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -160,3 +162,22 @@ def test_retry_after_beyond_the_budget_stops_at_once(server: tuple[str, Script])
         api_for(url, budget=5.0).apply_configmap("ns", "x", data={"k": "v"})
     assert time.monotonic() - started < 1.0
     assert len(script.seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "hint"),
+    [
+        (lambda api: api.get_lease("ns", "l"), "may not read Leases"),
+        (lambda api: api.create_lease("ns", LeaseRecord(name="l")), "may not create Leases"),
+        (lambda api: api.replace_lease("ns", LeaseRecord(name="l", resource_version="1")), "may not update Leases"),
+    ],
+)
+def test_a_forbidden_lease_request_names_the_lease_rights_it_lacks(
+    server: tuple[str, Script], call: Callable[[ClientKubeApi], object], hint: str
+) -> None:
+    url, script = server
+    script.answers[:] = [(403, {})]
+    with pytest.raises(LeaseError) as caught:
+        call(api_for(url))
+    assert hint in caught.value.message
+    assert "ConfigMaps" not in caught.value.message
