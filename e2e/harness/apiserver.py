@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import secrets
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -123,7 +124,7 @@ class ControlPlane:
             raise
 
     # -- namespaces ---------------------------------------------------------
-    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None, *, timeout: float = 30.0) -> None:
+    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None, *, timeout: float = 60.0) -> None:
         """Create the namespace (if needed) and wait for what kube-controller-manager
         adds to it: the ``default`` ServiceAccount and ``kube-root-ca.crt``."""
         with contextlib.suppress(KubeError):
@@ -162,6 +163,10 @@ class ControlPlane:
             return True if status == 200 else None
 
         wait_for(ready, timeout=timeout, what="kube-apiserver /readyz after a restart", alive=new.alive)
+        # kube-controller-manager's watches broke with the outage, and client-go
+        # re-lists with a backoff that reaches 30 s: the next test's namespace would
+        # wait for it. Wait here, where the outage is, until its controllers act again.
+        self.ensure_namespace(f"after-outage-{secrets.token_hex(4)}", timeout=120.0)
 
     def stop(self) -> None:
         for proc in reversed(self.processes):
