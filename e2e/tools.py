@@ -20,7 +20,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "TOOLS_BIN", "BootstrapError", "flux_crds", "npm_tarball", "pinned_versions", "tool"]
+__all__ = [
+    "REPO_ROOT",
+    "TOOLS_BIN",
+    "BootstrapError",
+    "argocd_crds",
+    "flux_crds",
+    "npm_tarball",
+    "pinned_versions",
+    "tool",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
@@ -145,17 +154,27 @@ def npm_tarball() -> Path:
     return path
 
 
+def _crd_directory(target: str, want: str) -> Path:
+    """``.tools/<target>``, copied by the bootstrap and stamped with ``want``."""
+    directory = REPO_ROOT / ".tools" / target
+    stamp = directory / ".version"
+    if not stamp.is_file() or stamp.read_text() != want:
+        output = _bootstrap(target)
+        if not stamp.is_file() or stamp.read_text() != want:
+            raise BootstrapError(
+                f"{target} {want}: scripts/bootstrap-tools.sh {target} did not provide them:\n{output}"
+            )
+    return directory
+
+
 @functools.cache
 def flux_crds() -> Path:
     """The directory of Flux's CRDs at the pinned source- and helm-controller versions."""
     pins = pinned_versions()
-    directory = REPO_ROOT / ".tools" / "flux-crds"
-    stamp = directory / ".version"
-    want = f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']}"
-    if not stamp.is_file() or stamp.read_text() != want:
-        output = _bootstrap("flux-crds")
-        if not stamp.is_file() or stamp.read_text() != want:
-            raise BootstrapError(
-                f"flux CRDs {want}: scripts/bootstrap-tools.sh flux-crds did not provide them:\n{output}"
-            )
-    return directory
+    return _crd_directory("flux-crds", f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']}")
+
+
+@functools.cache
+def argocd_crds() -> Path:
+    """The directory of Argo CD's CRDs (Application, AppProject, ApplicationSet) at the pinned version."""
+    return _crd_directory("argocd-crds", pinned_versions()["ARGOCD_VERSION"])

@@ -9,7 +9,7 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-controller-manager|kubectl|source-controller|helm-controller|flux-crds|npm|aicr|debian ...]
+#        kube-controller-manager|kubectl|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian ...]
 #        (no argument: everything)
 set -euo pipefail
 
@@ -213,6 +213,21 @@ flux_crds() {
   log "flux CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
 }
 
+# Argo CD's CRDs (Application, AppProject, ApplicationSet) from its Go module:
+# only the YAML files of manifests/crds are copied; nothing is built from it.
+# The module proxy's copy in the Go module cache is the cache, as for Flux's.
+argocd_crds() {
+  local dest="$root/.tools/argocd-crds" dir
+  [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$ARGOCD_VERSION" ]] && { log "argo cd CRDs (up to date)"; return 0; }
+  rm -rf "$dest" && mkdir -p "$dest"
+  dir=$(go mod download -json "$ARGOCD_MODULE@$ARGOCD_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -n "$dir" ]] || { log "argo cd CRDs: go mod download $ARGOCD_MODULE@$ARGOCD_VERSION gave no directory"; exit 1; }
+  cp "$dir"/manifests/crds/*-crd.yaml "$dest/"
+  chmod u+w "$dest"/*.yaml
+  printf '%s' "$ARGOCD_VERSION" >"$dest/.version"
+  log "argo cd CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
+}
+
 # npm packages used as test material (not code): cached tarballs in .tools/npm.
 npm_material() {
   local dest="$root/.tools/npm" spec=$SIGSTORE_NPM_PACKAGE
@@ -253,7 +268,7 @@ build_kubectl() {
 
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-controller-manager
-  kubectl source-controller helm-controller flux-crds npm)
+  kubectl source-controller helm-controller flux-crds argocd-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
     helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" "" "$(helm_ldflags v4 "$HELM_VERSION")" ;;
@@ -275,6 +290,7 @@ for t in "${want[@]}"; do
       go_build helm-controller "$HELM_CONTROLLER_MODULE" "$HELM_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE" replaces
       ;;
     flux-crds) flux_crds ;;
+    argocd-crds) argocd_crds ;;
     npm) npm_material ;;
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
@@ -283,7 +299,7 @@ for t in "${want[@]}"; do
     debian) debian ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-controller-manager kubectl source-controller helm-controller flux-crds npm)" >&2
+        "kube-controller-manager kubectl source-controller helm-controller flux-crds argocd-crds npm)" >&2
       exit 2
       ;;
   esac
