@@ -243,18 +243,35 @@ def test_flux_reports_a_failed_job_and_the_runner_message(
     events = [e for e in s.events(release["metadata"]["name"]) if e.get("reason") == "InstallFailed"]
     assert events
     assert surfaced in events[0]["message"]
-    # What Flux surfaces is the failed Job's name, not the runner's termination
-    # message: that is one step away, in the Job's pod status and the run status.
+    # Flux itself surfaces only the failed Job's name; the runner's termination
+    # message reaches the HelmRelease through the runner: a Warning Event on it,
+    # found by the Job's helm.toolkit.fluxcd.io labels.
     message = timeline.runs[-1].termination_message
     assert message.startswith("Failed (exit 23): pack failed: "), message
     assert "the credential from /etc/aicr-runner/pack-auth/config.json was rejected" in message
     assert all(message not in str(c.get("message")) for c in release["status"]["conditions"])
-    assert all(message not in str(e.get("message")) for e in s.events(release["metadata"]["name"]))
+    job_labels = s.plane.admin.get(f"/apis/batch/v1/namespaces/{s.namespace}/jobs/{job}")["metadata"]["labels"]
+    assert job_labels["helm.toolkit.fluxcd.io/name"] == release["metadata"]["name"]
+    assert job_labels["helm.toolkit.fluxcd.io/namespace"] == release["metadata"]["namespace"]
+    # What `kubectl describe helmrelease` lists: the events of its uid.
+    described = s.plane.admin.get(
+        f"/api/v1/namespaces/{s.namespace}/events",
+        fieldSelector=f"involvedObject.uid={release['metadata']['uid']},reason=AicrRunFailed",
+    )["items"]
+    assert [e["message"] for e in described] == [message, message], described  # one per failed pod
+    for event in described:
+        assert event["type"] == "Warning"
+        assert event["involvedObject"]["kind"] == "HelmRelease"
+        assert event["involvedObject"]["apiVersion"] == "helm.toolkit.fluxcd.io/v2"
+        assert event["source"]["component"] == "aicr-runner"
+        assert event["related"]["name"] == job
+    assert "wrong-password" not in str(described)
     pods = s.plane.admin.get(
         f"/api/v1/namespaces/{s.namespace}/pods", labelSelector=f"batch.kubernetes.io/job-name={job}"
     )
     terminated = [p["status"]["containerStatuses"][0]["state"]["terminated"] for p in pods["items"]]
     assert {t["message"] for t in terminated} == {message}
+    assert {t["exitCode"] for t in terminated} == {23}  # the Event changed nothing about the failure
     status = json.loads(s.plane.configmap(s.namespace, "aicr-run-status")["data"]["report.json"])  # type: ignore[index]
     assert status["exitCode"] == 23
 

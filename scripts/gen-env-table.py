@@ -80,7 +80,7 @@ DESCRIPTIONS = {
     "deploy.sh is stopped earlier, as soon as no helm operation is in flight",
     "LEASE__NAME": "the install Lease (`coordination.k8s.io/v1`) taken before deploy; empty runs without one (local runs)",
     "LEASE__POD_NAME": "this pod's name; with the Job name it is the Lease holder identity",
-    "LEASE__JOB_NAME": "this pod's Job name (holder identity)",
+    "LEASE__JOB_NAME": "this pod's Job name (holder identity); a failed run reads this Job's labels to find the Flux HelmRelease that rendered it and records a Warning Event there",
     "LEASE__DURATION_SECONDS": "a holder that stops renewing loses the Lease after this many seconds",
     "LEASE__WAIT_SECONDS": "how long a run waits for another run's Lease before it gives up with exit 31",
 }

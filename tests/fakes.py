@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError
 from aicr_runner.kube import LeaseRecord
@@ -22,6 +23,12 @@ class FakeKubeApi:
     lease_writes: list[tuple[str, LeaseRecord]] = field(default_factory=list)
     #: Lease calls fail with an API error while set.
     lease_api_down: bool = False
+    #: Jobs' labels and HelmReleases' uids by (namespace, name); every Event created.
+    job_labels: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    helmrelease_uids: dict[tuple[str, str], str] = field(default_factory=dict)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: Event creation fails with this API error while set.
+    event_error: str = ""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def _check_up(self, namespace: str, name: str) -> None:
@@ -68,3 +75,14 @@ class FakeKubeApi:
             "binaryData": dict(binary_data or {}),
             "labels": dict(labels or {}),
         }
+
+    def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return self.job_labels.get((namespace, name))
+
+    def get_helmrelease_uid(self, namespace: str, name: str) -> str | None:
+        return self.helmrelease_uids.get((namespace, name))
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        if self.event_error:
+            raise CaptureError(f"creating Event in {namespace} failed: {self.event_error}")
+        self.events.append((namespace, dict(body)))

@@ -307,6 +307,17 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _announce(settings, mode, report, sink, args)
+    if report.phase is RunPhase.FAILED and api is not None and settings.lease.job_name:
+        # After the capture and the termination message; never changes the exit code.
+        from aicr_runner.failure_event import report_failure
+
+        report_failure(
+            api,
+            job_namespace=settings.namespace or _pod_namespace(),
+            job=settings.lease.job_name,
+            pod=settings.lease.pod_name,
+            message=_termination_line(report),
+        )
     return code
 
 
@@ -341,15 +352,21 @@ def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str])
     return (version.text if version else f"unknown (preinstalled {binary} printed no version)"), printed
 
 
+def _termination_line(report: RunReport) -> str:
+    """The pod's termination message (before redaction): phase, exit code, why, aicr version."""
+    from aicr_runner.recipe import with_supported
+
+    line = f"{report.phase.value} (exit {report.exit_code}): "
+    return line + with_supported(report.message, report.supported_combinations) + f" [aicr {report.aicr_version}]"
+
+
 def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any) -> None:
     from aicr_runner import logs
     from aicr_runner.steps import Mode, component_table
 
     log = logs.get_logger()
-    from aicr_runner.recipe import with_supported
 
-    line = f"{report.phase.value} (exit {report.exit_code}): "
-    line += with_supported(report.message, report.supported_combinations) + f" [aicr {report.aicr_version}]"
+    line = _termination_line(report)
     if report.exit_code == 0:
         log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
     else:

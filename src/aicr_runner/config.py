@@ -322,7 +322,8 @@ class LeaseSettings(_Group):
 
     #: Lease name in the namespace; empty runs without a Lease (local runs).
     name: str = ""
-    #: This pod's name and its Job's name: together the holder identity.
+    #: This pod's name and its Job's name: together the holder identity. A failed
+    #: run also reads its Job's labels to find the Flux HelmRelease that rendered it.
     pod_name: str = ""
     job_name: str = ""
     #: A holder that stops renewing loses the Lease after this long.

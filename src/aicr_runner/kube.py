@@ -17,6 +17,11 @@ caller to decide (a Lease someone else holds).
 The install Lease (``coordination.k8s.io/v1``) is read, created and replaced with
 optimistic concurrency (``resourceVersion``), so two runs can never both take it:
 the loser gets ``ApiConflictError`` and reads again.
+
+When a run fails, the runner reads its own Job's labels and, if a Flux
+HelmRelease rendered it, records a Warning Event on that HelmRelease
+(``failure_event``). These calls take a short budget of their own: the pod is on
+its way out and the failure is already recorded.
 """
 
 from __future__ import annotations
@@ -49,10 +54,19 @@ _STATUS_HINTS = {
 }
 #: For a 403: what the request tried, in the words of the RBAC rule it lacked.
 _VERBS = {"GET": "read", "POST": "create", "PUT": "update", "PATCH": "write", "DELETE": "delete"}
-_RESOURCES = {"configmaps": "ConfigMaps", "leases": "Leases", "events": "Events"}
+_RESOURCES = {
+    "configmaps": "ConfigMaps",
+    "leases": "Leases",
+    "events": "Events",
+    "jobs": "Jobs",
+    "helmreleases": "HelmReleases",
+}
 _BACKOFF_INITIAL_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 10.0
 _BACKOFF_JITTER_SECONDS = 0.5
+#: Each call of the failure Event may retry this long: the failure is already
+#: recorded, and the pod should not linger on its way out.
+_EVENT_BUDGET_SECONDS = 15.0
 #: One request may take at most this long (connect + read); a hung API server
 #: must not hold a write past its budget.
 _REQUEST_TIMEOUT_SECONDS = 15.0
@@ -146,6 +160,18 @@ class KubeApi(Protocol):
         binary_data: Mapping[str, bytes] | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> None: ...
+
+    def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The Job's labels; None when it does not exist."""
+        ...
+
+    def get_helmrelease_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of a Flux HelmRelease (``helm.toolkit.fluxcd.io/v2``); None when absent."""
+        ...
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create a core/v1 Event (``failure_event.event_body``)."""
+        ...
 
 
 def configmap_body(
@@ -246,6 +272,7 @@ class ClientKubeApi:
         response_type: str | None = None,
         error: type[RunnerError] = CaptureError,
         missing_ok: bool = False,
+        budget_seconds: float | None = None,
     ) -> Any:
         """One API call, retried within ``write_budget_seconds``; every write goes through here.
 
@@ -253,11 +280,13 @@ class ClientKubeApi:
         ``error`` is the exception raised when it finally fails (its exit code
         is the run's). ``response_type="object"`` returns the decoded body.
         ``missing_ok``: a 404 returns None (a read of something that may not exist).
+        ``budget_seconds`` overrides ``write_budget_seconds`` for this call.
         """
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        deadline = self._clock() + self.write_budget_seconds
+        budget = self.write_budget_seconds if budget_seconds is None else budget_seconds
+        deadline = self._clock() + budget
 
         def attempt() -> Any:
             timeout = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
@@ -324,7 +353,7 @@ class ClientKubeApi:
             reason = last.reason if isinstance(last, _Retryable) else repr(last)
             raise error(
                 f"{what} failed: gave up after {exc.args[0]} attempt(s) within the "
-                f"{self.write_budget_seconds:g}s API write budget; last error: {reason}"
+                f"{budget:g}s API write budget; last error: {reason}"
             ) from last
 
     # -- the install Lease -------------------------------------------------------------
@@ -364,6 +393,44 @@ class ClientKubeApi:
             error=LeaseError,
         )
         return lease_from_body(body or {})
+
+    # -- the failure Event on the delivery tool's object ------------------------------
+
+    def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        body = self.request(
+            f"reading Job {namespace}/{name}",
+            "GET",
+            "/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
+            path_params={"namespace": namespace, "name": name},
+            response_type="object",
+            missing_ok=True,
+            budget_seconds=_EVENT_BUDGET_SECONDS,
+        )
+        if body is None:
+            return None
+        return {str(k): str(v) for k, v in ((body.get("metadata") or {}).get("labels") or {}).items()}
+
+    def get_helmrelease_uid(self, namespace: str, name: str) -> str | None:
+        body = self.request(
+            f"reading HelmRelease {namespace}/{name}",
+            "GET",
+            "/apis/helm.toolkit.fluxcd.io/v2/namespaces/{namespace}/helmreleases/{name}",
+            path_params={"namespace": namespace, "name": name},
+            response_type="object",
+            missing_ok=True,
+            budget_seconds=_EVENT_BUDGET_SECONDS,
+        )
+        return None if body is None else str((body.get("metadata") or {}).get("uid") or "") or None
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self.request(
+            f"creating Event in {namespace}",
+            "POST",
+            "/api/v1/namespaces/{namespace}/events",
+            path_params={"namespace": namespace},
+            body=dict(body),
+            budget_seconds=_EVENT_BUDGET_SECONDS,
+        )
 
 
 def _forbidden_hint(method: str, path: str) -> str:
