@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from e2e.harness.helm import Helm
 from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
 from e2e.scenarios import CHART, extra_env, push_component_charts, write_org_pack
-from e2e.tools import REPO_ROOT
+from e2e.tools import REPO_ROOT, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -266,6 +267,17 @@ def test_flux_reports_a_failed_job_and_the_runner_message(
         assert event["source"]["component"] == "aicr-runner"
         assert event["related"]["name"] == job
     assert "wrong-password" not in str(described)
+    # ... and what an operator sees with the real kubectl.
+    kubectl = [str(tool("kubectl")), f"--kubeconfig={s.plane.kubeconfig}", f"--namespace={s.namespace}"]
+    describe = subprocess.run(
+        [*kubectl, "describe", "helmrelease", release["metadata"]["name"]],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "AicrRunFailed" in describe, describe
+    assert "pack failed: " in describe.split("Events:")[-1], describe
     pods = s.plane.admin.get(
         f"/api/v1/namespaces/{s.namespace}/pods", labelSelector=f"batch.kubernetes.io/job-name={job}"
     )

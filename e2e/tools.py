@@ -46,6 +46,7 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "etcd": ("kube-apiserver", "ETCD_VERSION"),
     "kube-apiserver": ("kube-apiserver", "KUBERNETES_VERSION"),
     "kube-controller-manager": ("kube-controller-manager", "KUBERNETES_VERSION"),
+    "kubectl": ("kubectl", "KUBERNETES_VERSION"),
     "source-controller": ("source-controller", "SOURCE_CONTROLLER_VERSION"),
     "helm-controller": ("helm-controller", "HELM_CONTROLLER_VERSION"),
     "aicr": ("aicr", "AICR_VERSION"),
