@@ -15,7 +15,6 @@ not served by the module proxy this machine reaches.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from e2e.harness.apiserver import ControlPlane
+from e2e.harness.flux import install_crds
 from e2e.harness.kube import KubeError
 from e2e.tools import REPO_ROOT, argocd_crds, flux_crds
 
@@ -36,24 +36,12 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 PLURALS: dict[tuple[str, str], str] = {}
 
 
-def install_crds(plane: ControlPlane, paths: list[Path]) -> None:
-    """Create the CRDs (once per API server) and wait until they are Established."""
-    admin = plane.admin
-    names = []
+def install(plane: ControlPlane, paths: list[Path]) -> None:
+    """The CRDs, applied and Established (``install_crds``), and their plurals noted."""
     for path in paths:
         crd = yaml.safe_load(path.read_text())
-        names.append(crd["metadata"]["name"])
         PLURALS[crd["spec"]["group"], crd["spec"]["names"]["kind"]] = crd["spec"]["names"]["plural"]
-        if not admin.exists(f"{CRDS}/{crd['metadata']['name']}"):
-            admin.create(CRDS, crd)
-    deadline = time.monotonic() + 60
-    for name in names:
-        while True:
-            conditions = admin.get(f"{CRDS}/{name}").get("status", {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not Established within 60s"
-            time.sleep(0.2)
+    install_crds(plane, paths)
 
 
 def docs_of(example: Path) -> list[dict[str, Any]]:
@@ -62,7 +50,7 @@ def docs_of(example: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def flux(control_plane: ControlPlane) -> ControlPlane:
-    install_crds(control_plane, sorted(Path(flux_crds()).glob("*.yaml")))
+    install(control_plane, sorted(flux_crds().glob("*.yaml")))
     return control_plane
 
 
@@ -78,7 +66,7 @@ def argocd(control_plane: ControlPlane) -> ControlPlane:
         if yaml.safe_load(p.read_text())["spec"]["names"]["kind"] in kinds
     ]
     assert len(paths) == len(kinds), f"{kinds} in {argocd_crds()}"
-    install_crds(control_plane, paths)
+    install(control_plane, paths)
     return control_plane
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -70,10 +70,11 @@ def apply(client: Kube, doc: Mapping[str, Any], *, manager: str = "e2e") -> dict
     )
 
 
-def install_crds(plane: ControlPlane, crds_dir: Path, *, timeout: float = 60.0) -> list[str]:
-    """Apply every CRD in ``crds_dir`` and wait until each is Established."""
+def install_crds(plane: ControlPlane, crds: Path | Iterable[Path], *, timeout: float = 60.0) -> list[str]:
+    """Apply every CRD in ``crds`` (a directory of YAML files, or the files) and
+    wait until each is Established."""
     names = []
-    for path in sorted(crds_dir.glob("*.yaml")):
+    for path in sorted(crds.glob("*.yaml")) if isinstance(crds, Path) else crds:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 apply(plane.admin, doc)
@@ -87,7 +88,7 @@ def install_crds(plane: ControlPlane, crds_dir: Path, *, timeout: float = 60.0) 
                 return None
         return True
 
-    wait_for(established, timeout=timeout, what="Flux CRDs Established")
+    wait_for(established, timeout=timeout, what=f"CRDs {', '.join(names)} Established")
     return names
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from kubernetes import client
 
+from aicr_runner import kube
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError
 from aicr_runner.kube import ClientKubeApi, LeaseRecord
 
@@ -181,3 +182,36 @@ def test_a_forbidden_lease_request_names_the_lease_rights_it_lacks(
         call(api_for(url))
     assert hint in caught.value.message
     assert "ConfigMaps" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("call", "hint"),
+    [
+        (lambda api: api.get_job_labels("ns", "j"), "may not read Jobs"),
+        (lambda api: api.get_helmrelease_uid("ns", "hr"), "may not read HelmReleases"),
+        (lambda api: api.create_event("ns", {"kind": "Event"}), "may not create Events"),
+    ],
+)
+def test_a_forbidden_failure_event_call_names_the_rights_it_lacks(
+    server: tuple[str, Script], call: Callable[[ClientKubeApi], object], hint: str
+) -> None:
+    url, script = server
+    script.answers[:] = [(403, {})]
+    with pytest.raises(CaptureError) as caught:
+        call(api_for(url))
+    assert hint in caught.value.message
+
+
+def test_the_failure_event_calls_keep_their_own_short_budget(
+    server: tuple[str, Script], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod is on its way out: an API server that keeps answering 503 holds it
+    for the Event's budget, not the 30 s write budget."""
+    url, script = server
+    script.answers[:] = [(503, {})]
+    monkeypatch.setattr(kube, "_EVENT_BUDGET_SECONDS", 1.0)
+    started = time.monotonic()
+    with pytest.raises(CaptureError, match=r"within the 1s API write budget"):
+        api_for(url, budget=30.0).create_event("ns", {"kind": "Event"})
+    assert time.monotonic() - started < 3.0
+    assert script.seen[0][1].startswith("/api/v1/namespaces/ns/events")
