@@ -211,10 +211,14 @@ class _Relay:
             return
         if not text.endswith("\n"):
             text += "\n"
-        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        # Every value is redacted, as structlog's processor does for an event:
+        # a secret that happens to read like the date, the level or the step
+        # name is masked there too.
+        stamp = redact(datetime.now(UTC).isoformat().replace("+00:00", "Z"))
+        step, source, level = redact(step), redact(source), redact("info")
         if self.fmt is LogFormat.JSON:
             head = f'{{"step": "{step}", "source": "{source}", "event": '
-            tail = f', "level": "info", "timestamp": "{stamp}"}}\n'
+            tail = f', "level": "{level}", "timestamp": "{stamp}"}}\n'
             body = text[:-1]
             if _needs_no_escape(body):  # helm output mostly: each line is its own JSON string
                 rendered = head + '"' + body.replace("\n", f'"{tail}{head}"') + '"' + tail
@@ -223,7 +227,7 @@ class _Relay:
             else:  # escape the block once; each escaped newline becomes a record boundary
                 rendered = head + encode_basestring_ascii(body).replace("\\n", f'"{tail}{head}"') + tail
         else:
-            head = f"{stamp} [info     ] "
+            head = f"{stamp} [{level:<9}] "
             tail = f" source={source} step={step}\n"
             rendered = head + text[:-1].replace("\n", tail + head) + tail
         self._parts.append(rendered)

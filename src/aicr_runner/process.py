@@ -195,31 +195,64 @@ class _LineSplitter:
         return b"".join(pieces)
 
     def _cut(self, data: bytes, start: int, *, final: bool) -> int | None:
-        """Where the piece starting at ``start`` ends; None: wait for more bytes."""
-        cut = start + self._limit
-        # Not inside a UTF-8 character (continuation bytes are 0b10xxxxxx).
-        back = cut
-        while back > start and cut - back < 3 and data[back] & 0xC0 == 0x80:
-            back -= 1
-        if back > start and data[back] & 0xC0 != 0x80:
-            cut = back
-        for _ in range(8):  # moving the cut for one secret may expose another
-            moved = False
-            for secret in self._protected():
-                size = len(secret)
-                if size < 2:
-                    continue
-                # A secret may straddle the cut: wait until the bytes after it are
-                # here, unless the line ends first (no secret spans a newline).
-                if not final and len(data) < cut + size - 1 and data.find(b"\n", cut) == -1:
-                    return None
-                hit = data.find(secret, max(start, cut - size + 1), cut + size - 1)
-                if hit != -1 and hit < cut:
-                    cut = hit if hit > start else hit + size
-                    moved = True
-            if not moved:
-                break
-        return cut
+        """Where the piece starting at ``start`` ends; None: wait for more bytes.
+
+        The cut is the last position at most ``limit`` bytes in that is neither
+        inside a UTF-8 character nor inside any occurrence of a protected byte
+        string. Secrets may overlap (one a prefix of another, or a secret
+        overlapping itself), so every occurrence near the limit is collected
+        first and the cut only ever moves back: moving it for one secret
+        cannot put it inside another one already passed. When every position
+        is inside an occurrence starting the piece, the piece is the longest
+        such occurrence (it is then masked whole).
+        """
+        limit_at = start + self._limit
+        # No secret spans a newline (each line of a value is registered too).
+        secrets = [secret for secret in self._protected() if len(secret) > 1 and b"\n" not in secret]
+        newline = data.find(b"\n", limit_at)
+        end = len(data) if newline == -1 else newline
+        longest = max(map(len, secrets), default=1)
+        if not final and newline == -1 and len(data) < limit_at + longest - 1:
+            return None  # a secret may straddle the limit: wait for the bytes after it
+        occurrences: list[tuple[int, int]] = []
+        for secret in secrets:
+            # Occurrences beginning before the limit; overlapping ones too.
+            stop = min(end, limit_at + len(secret) - 1)
+            at = data.find(secret, start, stop)
+            while at != -1:
+                occurrences.append((at, at + len(secret)))
+                at = data.find(secret, at + 1, stop)
+        cut = limit_at
+        while cut > start:
+            moved = _character_start(data, cut, start)
+            for begin, finish in occurrences:
+                if begin < moved < finish:
+                    moved = begin
+            if moved == cut:
+                return cut
+            cut = moved
+        whole = [finish for begin, finish in occurrences if begin == start]
+        if whole:
+            return max(whole)
+        # A limit shorter than one character: the piece is that character.
+        return _character_end(data, limit_at)
+
+
+def _character_start(data: bytes, at: int, floor: int) -> int:
+    """``at``, or the start of the UTF-8 character ``at`` falls inside (not
+    below ``floor``). Continuation bytes are 0b10xxxxxx; a run longer than a
+    character can hold is not UTF-8, and any position in it will do."""
+    back = at
+    while back > floor and at - back < 3 and data[back] & 0xC0 == 0x80:
+        back -= 1
+    return back if data[back] & 0xC0 != 0x80 else at
+
+
+def _character_end(data: bytes, at: int) -> int:
+    forward = at
+    while forward < len(data) and forward - at < 3 and data[forward] & 0xC0 == 0x80:
+        forward += 1
+    return forward
 
 
 @dataclass

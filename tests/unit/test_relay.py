@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections import deque
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,11 @@ def _context(work: Path, limit: int) -> RunContext:
     )
 
 
-secret_text = st.text(alphabet=SECRET_ALPHABET, min_size=4, max_size=40)
+secret_text = st.one_of(
+    st.text(alphabet=SECRET_ALPHABET, min_size=4, max_size=40),
+    # Few letters: secrets overlapping each other and themselves, one a prefix of another.
+    st.text(alphabet="ab0é", min_size=4, max_size=12),
+)
 plain_text = st.text(alphabet=TEXT_ALPHABET, max_size=30)
 
 
@@ -246,3 +251,53 @@ def test_waiting_for_a_secret_never_hides_the_next_line_from_the_length_check() 
     lines = out.split(b"\n")[:-1]
     assert b"".join(lines) == stream.replace(b"\n", b"")
     assert all(len(line) <= 16 for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("secrets", "stream", "limit", "expected"),
+    [
+        # A secret overlapping itself: the cut fell at the start of its second
+        # occurrence, inside the first, leaving 5 bytes of it on a 4-byte line.
+        (["bbabbbba"], "bbabbbbabbbba\n", 4, ["***", "bbbb", "a"]),
+        # One secret inside another and both overlapping a third: moving the cut
+        # back for one put it inside another, and after eight moves the cut was
+        # left where it was, 9 bytes of an 11-byte secret on a 5-byte line.
+        (["bbbaaaaaaab", "ababbaab", "abab"], "bbbaaaaaaababab\n", 5, ["***", "***"]),
+        # A secret that is a prefix of another: the longer one is kept whole.
+        (["TOKEN-1234", "TOKEN"], "xxTOKEN-1234yy\n", 8, ["xx", "***", "yy"]),
+        # Two secrets overlapping at the limit: the cut goes before both.
+        (["abcdef", "defghi"], "xxxabcdefghiyyy\n", 8, ["xxx", "***", "ghiyyy"]),
+    ],
+)
+@pytest.mark.parametrize("chunk", [1, 3, None])
+def test_overlapping_secrets_never_put_a_cut_inside_a_secret(
+    secrets: list[str], stream: str, limit: int, expected: list[str], chunk: int | None
+) -> None:
+    logs._replace_secrets_for_tests(secrets)
+    splitter = _LineSplitter(limit, logs.protected_bytes)
+    data = stream.encode()
+    size = chunk or limit
+    out = b"".join(splitter.feed(data[at : at + size]) for at in range(0, len(data), size)) + splitter.finish()
+    lines = [logs.redact(piece) for piece in out.decode().split("\n")[:-1]]
+    assert lines == expected
+    assert all(len(line.encode()) <= limit for line in lines), lines
+
+
+@pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
+def test_a_secret_reading_like_the_date_level_or_step_is_masked_in_relayed_lines(fmt: LogFormat) -> None:
+    """The relay writes the timestamp, level, step and source itself; they are
+    values of the event, masked as structlog's processor masks them."""
+    year = datetime.now(UTC).year
+    logs._replace_secrets_for_tests([str(year), str(year + 1), "info", "deploy"])
+    fast, slow = io.StringIO(), io.StringIO()
+    logs.configure(fmt, stream=fast)
+    logs.relay("one\ntwo\n", step="deploy", source="deploy.sh")
+    logs.flush_relay()
+    logs.configure(fmt, stream=slow)
+    log = logs.get_logger().bind(step="deploy")
+    for line in ("one", "two"):
+        log.info(line, source="deploy.sh")
+    stamp = re.compile(r"\*\*\*-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+    assert stamp.sub("T", fast.getvalue()) == stamp.sub("T", slow.getvalue())
+    for secret in (str(year), "info", "deploy"):
+        assert secret not in fast.getvalue()
