@@ -126,9 +126,12 @@ def redact(text: str) -> str:
     for secret, witness in _plan:
         if witness in absent:
             continue
-        if secret in text:
+        # The (shorter) witness first: usually absent, and then so is the secret.
+        if secret is not witness and witness not in text:
+            absent.add(witness)
+        elif secret in text:
             text = text.replace(secret, _MASK)
-        elif secret is witness or witness not in text:
+        elif secret is witness:
             absent.add(witness)
     return text
 

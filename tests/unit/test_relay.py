@@ -301,3 +301,11 @@ def test_a_secret_reading_like_the_date_level_or_step_is_masked_in_relayed_lines
     assert stamp.sub("T", fast.getvalue()) == stamp.sub("T", slow.getvalue())
     for secret in (str(year), "info", "deploy"):
         assert secret not in fast.getvalue()
+
+
+def test_an_over_long_line_inside_a_big_chunk_is_cut() -> None:
+    """Reads may be longer than the limit: every line in a chunk is checked, not
+    only the one continuing the held-back remainder."""
+    splitter = _LineSplitter(8, lambda: [])
+    out = splitter.feed(b"ab\n" + b"x" * 20 + b"\ncd\nefghijklmn") + splitter.finish()
+    assert out.split(b"\n")[:-1] == [b"ab", b"x" * 8, b"x" * 8, b"x" * 4, b"cd", b"efghijkl", b"mn"]
