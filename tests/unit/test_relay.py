@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import resource
 import subprocess
 import sys
 from collections import deque
@@ -297,7 +298,8 @@ def test_a_secret_reading_like_the_date_level_or_step_is_masked_in_relayed_lines
     log = logs.get_logger().bind(step="deploy")
     for line in ("one", "two"):
         log.info(line, source="deploy.sh")
-    stamp = re.compile(r"\*\*\*-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+    # The year may be masked inside the time too (microseconds 2026xx).
+    stamp = re.compile(r"\*\*\*-\d\d-\d\dT[0-9:.*]+Z")
     assert stamp.sub("T", fast.getvalue()) == stamp.sub("T", slow.getvalue())
     for secret in (str(year), "info", "deploy"):
         assert secret not in fast.getvalue()
@@ -309,3 +311,24 @@ def test_an_over_long_line_inside_a_big_chunk_is_cut() -> None:
     splitter = _LineSplitter(8, lambda: [])
     out = splitter.feed(b"ab\n" + b"x" * 20 + b"\ncd\nefghijklmn") + splitter.finish()
     assert out.split(b"\n")[:-1] == [b"ab", b"x" * 8, b"x" * 8, b"x" * 4, b"cd", b"efghijkl", b"mn"]
+
+
+def test_relaying_reuses_its_memory_instead_of_faulting_it_in_per_read(tmp_path: Path) -> None:
+    """With glibc's defaults every read's blocks were fresh pages from the
+    kernel: about 45 000 page faults for these 512 reads of 64 KiB in the JSON
+    format. The heap now keeps them: a few hundred faults in all."""
+    with (tmp_path / "pod.log").open("w") as pod_log:
+        logs.configure(LogFormat.JSON, stream=pod_log)
+        line = "helm.go:84: [debug] Created tunnel using local port: '40593' upgrade.go:142: preparing upgrade"
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        SubprocessRunner().run(
+            ["bash", "-c", f"yes '{line}' | head -c {32 * 1024 * 1024}"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            log_path=tmp_path / "deploy.log",
+            on_block=lambda text: logs.relay(text, step="deploy", source="deploy.sh"),
+        )
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        logs.flush_relay()
+    assert (tmp_path / "deploy.log").stat().st_size >= 32 * 1024 * 1024
+    assert faults < 2048, f"{faults} page faults relaying 512 reads"
