@@ -33,6 +33,7 @@ Every aicr and deploy.sh call goes through ``SubprocessRunner.run``:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import selectors
@@ -62,9 +63,10 @@ __all__ = [
 #: Credentials that only the publish call may see (anchor R-19).
 CREDENTIAL_VARIABLES = ("DOCKER_CONFIG", "COSIGN_IDENTITY_TOKEN")
 
-#: What a pipe holds by default. Bigger reads (a pipe widened with F_SETPIPE_SZ,
-#: 1 MiB reads) measured slower: each pass over a block then misses the cache.
-_READ_CHUNK = 64 * 1024
+#: The child's output pipe is widened to this where the kernel allows, so a
+#: chatty child rarely waits for the relay; reads take up to ``_READ_CHUNK``.
+_PIPE_BYTES = 1024 * 1024
+_READ_CHUNK = 256 * 1024
 #: The per-step log file is written a block at a time (one pipe read at most).
 _LOG_BUFFER_BYTES = 1 << 16
 
@@ -388,7 +390,7 @@ class SubprocessRunner:
         assert process.stdout is not None  # noqa: S101
         fd = process.stdout.fileno()
         os.set_blocking(fd, False)
-        read_size = _READ_CHUNK
+        _widen_pipe(fd)
         _keep_freed_memory()
         splitter = _LineSplitter(self.max_line_bytes, self.protected)
         pidfd = _pidfd(process)
@@ -406,7 +408,7 @@ class SubprocessRunner:
                     else:
                         for key, _ in selector.select(self.poll_seconds):
                             # A pidfd stays readable once the child is gone; EOF stays EOF.
-                            chunk = b"" if key.data == "exit" else _read(fd, read_size)
+                            chunk = b"" if key.data == "exit" else _read(fd, _READ_CHUNK)
                             if chunk == b"":
                                 eof = eof or key.data == "output"
                                 selector.unregister(key.fd)
@@ -503,6 +505,14 @@ def _start(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> subproc
         raise ToolError(f"cannot run {program}: not executable ({exc.strerror})") from exc
     except OSError as exc:
         raise ToolError(f"cannot run {program}: {exc.strerror or exc}") from exc
+
+
+def _widen_pipe(fd: int) -> None:
+    """Ask for a ``_PIPE_BYTES`` pipe. The kernel caps it at
+    /proc/sys/fs/pipe-max-size, or refuses past a user's pipe budget; the
+    default (64 KiB) then stays, which only costs speed."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
 
 
 def _read(fd: int, size: int) -> bytes | None:

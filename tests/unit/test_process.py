@@ -466,3 +466,20 @@ def test_the_shim_refuses_a_new_helm_operation_once_the_stop_was_requested(
     assert code == helmguard.REFUSED_EXIT
     assert "not starting helm upgrade x" in capsys.readouterr().out
     assert not journal.exists()
+
+
+def test_the_output_pipe_is_widened_as_far_as_the_kernel_allows() -> None:
+    """A chatty child fills a 64 KiB pipe in microseconds; a wider one lets it
+    run ahead and each read carry more lines."""
+    import fcntl
+
+    from aicr_runner.process import _PIPE_BYTES, _widen_pipe
+
+    read, write = os.pipe()
+    try:
+        _widen_pipe(read)
+        size = fcntl.fcntl(read, fcntl.F_GETPIPE_SZ)
+    finally:
+        os.close(read)
+        os.close(write)
+    assert size == min(_PIPE_BYTES, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
