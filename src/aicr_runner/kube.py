@@ -397,30 +397,29 @@ class ClientKubeApi:
     # -- the failure Event on the delivery tool's object ------------------------------
 
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        body = self.request(
-            f"reading Job {namespace}/{name}",
-            "GET",
-            "/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
-            path_params={"namespace": namespace, "name": name},
-            response_type="object",
-            missing_ok=True,
-            budget_seconds=_EVENT_BUDGET_SECONDS,
-        )
-        if body is None:
+        metadata = self._read_metadata("Job", "/apis/batch/v1/namespaces/{namespace}/jobs/{name}", namespace, name)
+        if metadata is None:
             return None
-        return {str(k): str(v) for k, v in ((body.get("metadata") or {}).get("labels") or {}).items()}
+        return {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
 
     def get_helmrelease_uid(self, namespace: str, name: str) -> str | None:
+        path = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/{namespace}/helmreleases/{name}"
+        metadata = self._read_metadata("HelmRelease", path, namespace, name)
+        return None if metadata is None else str(metadata.get("uid") or "") or None
+
+    def _read_metadata(self, kind: str, path: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """An object's metadata for the failure Event (None when it does not exist),
+        within the Event's short budget."""
         body = self.request(
-            f"reading HelmRelease {namespace}/{name}",
+            f"reading {kind} {namespace}/{name}",
             "GET",
-            "/apis/helm.toolkit.fluxcd.io/v2/namespaces/{namespace}/helmreleases/{name}",
+            path,
             path_params={"namespace": namespace, "name": name},
             response_type="object",
             missing_ok=True,
             budget_seconds=_EVENT_BUDGET_SECONDS,
         )
-        return None if body is None else str((body.get("metadata") or {}).get("uid") or "") or None
+        return None if body is None else dict(body.get("metadata") or {})
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         self.request(
