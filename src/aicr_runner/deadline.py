@@ -4,9 +4,11 @@ A release server or registry that sends a byte now and then keeps every
 per-read timeout happy, so timeouts alone do not bound a download. ``bounded``
 runs the work in a worker thread while the main thread watches the clock and
 the shutdown flag (the signal handler runs promptly there, as it only waits on
-an event). Past the budget, or on shutdown, the main thread stops waiting and
-raises at once; the worker is told through ``cancelled`` to stop at its next
-read and, being a daemon thread, never holds up the process's exit.
+an event). On shutdown the main thread stops waiting and raises at once; past
+the budget it lets the work end on its own for at most ``_SETTLE_SECONDS`` (so
+work that keeps its own budget reports its own reason), then raises. The
+worker is told through ``cancelled`` to stop at its next read and, being a
+daemon thread, never holds up the process's exit.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ T = TypeVar("T")
 
 #: How often the main thread looks at the clock and the shutdown flag.
 _POLL_SECONDS = 0.1
+#: Past the budget, how long the work may still end on its own. Work that keeps
+#: its own budget (the download's retry loop) gives up at about the same moment
+#: with the precise reason ("connection refused" is not "the server is slow");
+#: on a loaded node the two race, and the operator should get that reason.
+_SETTLE_SECONDS = 0.5
 
 
 def bounded(
@@ -62,8 +69,10 @@ def bounded(
             cancel.set()
             raise InterruptedRun(f"interrupted: a shutdown was requested during {what}; it was stopped")
         if clock() >= deadline:
-            cancel.set()
-            raise over_budget()
+            if not done.wait(_SETTLE_SECONDS):
+                cancel.set()
+                raise over_budget()
+            break
     if failure:
         raise failure[0]
     return outcome[0]
