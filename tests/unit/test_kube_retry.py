@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from aicr_runner import kube
-from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError
+from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
 from aicr_runner.kube import ClientKubeApi, LeaseRecord
 
 
@@ -166,40 +166,29 @@ def test_retry_after_beyond_the_budget_stops_at_once(server: tuple[str, Script])
 
 
 @pytest.mark.parametrize(
-    ("call", "hint"),
+    ("call", "error", "hint"),
     [
-        (lambda api: api.get_lease("ns", "l"), "may not read Leases"),
-        (lambda api: api.create_lease("ns", LeaseRecord(name="l")), "may not create Leases"),
-        (lambda api: api.replace_lease("ns", LeaseRecord(name="l", resource_version="1")), "may not update Leases"),
+        (lambda api: api.get_lease("ns", "l"), LeaseError, "may not read Leases"),
+        (lambda api: api.create_lease("ns", LeaseRecord(name="l")), LeaseError, "may not create Leases"),
+        (
+            lambda api: api.replace_lease("ns", LeaseRecord(name="l", resource_version="1")),
+            LeaseError,
+            "may not update Leases",
+        ),
+        (lambda api: api.get_job_labels("ns", "j"), CaptureError, "may not read Jobs"),
+        (lambda api: api.get_helmrelease_uid("ns", "hr"), CaptureError, "may not read HelmReleases"),
+        (lambda api: api.create_event("ns", {"kind": "Event"}), CaptureError, "may not create Events"),
     ],
 )
-def test_a_forbidden_lease_request_names_the_lease_rights_it_lacks(
-    server: tuple[str, Script], call: Callable[[ClientKubeApi], object], hint: str
+def test_a_forbidden_request_names_the_rights_it_lacks(
+    server: tuple[str, Script], call: Callable[[ClientKubeApi], object], error: type[RunnerError], hint: str
 ) -> None:
     url, script = server
     script.answers[:] = [(403, {})]
-    with pytest.raises(LeaseError) as caught:
+    with pytest.raises(error) as caught:
         call(api_for(url))
     assert hint in caught.value.message
     assert "ConfigMaps" not in caught.value.message
-
-
-@pytest.mark.parametrize(
-    ("call", "hint"),
-    [
-        (lambda api: api.get_job_labels("ns", "j"), "may not read Jobs"),
-        (lambda api: api.get_helmrelease_uid("ns", "hr"), "may not read HelmReleases"),
-        (lambda api: api.create_event("ns", {"kind": "Event"}), "may not create Events"),
-    ],
-)
-def test_a_forbidden_failure_event_call_names_the_rights_it_lacks(
-    server: tuple[str, Script], call: Callable[[ClientKubeApi], object], hint: str
-) -> None:
-    url, script = server
-    script.answers[:] = [(403, {})]
-    with pytest.raises(CaptureError) as caught:
-        call(api_for(url))
-    assert hint in caught.value.message
 
 
 def test_the_failure_event_calls_keep_their_own_short_budget(
