@@ -306,7 +306,8 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
             lease.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _announce(settings, mode, report, sink, args)
+    termination = _termination_line(report)
+    _announce(settings, mode, report, sink, args, line=termination)
     if report.phase is RunPhase.FAILED and api is not None and settings.lease.job_name:
         # After the capture and the termination message; never changes the exit code.
         from aicr_runner.failure_event import report_failure
@@ -316,7 +317,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
             job_namespace=settings.namespace or _pod_namespace(),
             job=settings.lease.job_name,
             pod=settings.lease.pod_name,
-            message=_termination_line(report),
+            message=termination,
         )
     return code
 
@@ -360,13 +361,13 @@ def _termination_line(report: RunReport) -> str:
     return line + with_supported(report.message, report.supported_combinations) + f" [aicr {report.aicr_version}]"
 
 
-def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any) -> None:
+def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any, *, line: str) -> None:
+    """Log the outcome, write the termination message ``line`` (redacted, bounded)
+    and, outside a Job, print the summary."""
     from aicr_runner import logs
     from aicr_runner.steps import Mode, component_table
 
     log = logs.get_logger()
-
-    line = _termination_line(report)
     if report.exit_code == 0:
         log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
     else:
