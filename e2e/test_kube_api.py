@@ -20,14 +20,6 @@ def admin_client(control_plane: ControlPlane) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(control_plane.kubeconfig))
 
 
-def token_client(control_plane: ControlPlane, token: str) -> client.ApiClient:
-    configuration = client.Configuration()
-    configuration.host = control_plane.url
-    configuration.ssl_ca_cert = str(control_plane.ca_file)
-    configuration.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(configuration)
-
-
 def test_server_side_apply_creates_then_takes_over(control_plane: ControlPlane, namespace: str) -> None:
     api = ClientKubeApi(admin_client(control_plane))
     sink = ConfigMapSink(api, namespace)
@@ -58,7 +50,7 @@ def test_forbidden_write_is_a_capture_error_naming_rbac(
 ) -> None:
     control_plane.admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "no-rights"}})
     token = control_plane.token(namespace, "no-rights")
-    api = ClientKubeApi(token_client(control_plane, token))
+    api = ClientKubeApi(control_plane.kubernetes_client(token))
     with pytest.raises(CaptureError) as caught:
         api.apply_configmap(namespace, "x", data={"k": "v"})
     assert caught.value.exit_code == 26

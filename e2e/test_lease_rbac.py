@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from aicr_runner.config import LeaseSettings
 from aicr_runner.errors import LeaseError
@@ -26,14 +25,6 @@ from e2e.scenarios import CHART
 pytestmark = pytest.mark.e2e
 
 RELEASE = "gpu"
-
-
-def token_api(control_plane: ControlPlane, token: str) -> ClientKubeApi:
-    configuration = client.Configuration()
-    configuration.host = control_plane.url
-    configuration.ssl_ca_cert = str(control_plane.ca_file)
-    configuration.api_key = {"authorization": f"Bearer {token}"}
-    return ClientKubeApi(client.ApiClient(configuration))
 
 
 def lease_rbac_only(helm: Helm, control_plane: ControlPlane, namespace: str) -> tuple[str, str]:
@@ -67,7 +58,7 @@ def test_the_lease_role_alone_covers_the_whole_lease_life_cycle(
     helm: Helm, control_plane: ControlPlane, namespace: str
 ) -> None:
     lease_name, token = lease_rbac_only(helm, control_plane, namespace)
-    api = token_api(control_plane, token)
+    api = ClientKubeApi(control_plane.kubernetes_client(token))
 
     first = InstallLease(api, namespace, settings(lease_name, "pod-a"), poll_seconds=0.1)
     assert first.acquire() < 1.0  # create, no waiting
@@ -88,7 +79,7 @@ def test_the_lease_role_alone_covers_the_whole_lease_life_cycle(
 
 def test_the_lease_role_grants_no_other_lease(helm: Helm, control_plane: ControlPlane, namespace: str) -> None:
     lease_name, token = lease_rbac_only(helm, control_plane, namespace)
-    api = token_api(control_plane, token)
+    api = ClientKubeApi(control_plane.kubernetes_client(token))
     other = f"{lease_name}-other"
     control_plane.admin.create(
         f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",

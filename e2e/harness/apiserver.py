@@ -75,6 +75,17 @@ class ControlPlane:
         """An API client that authenticates with ``token`` only."""
         return Kube(self.url, self.ca_file, token=token)
 
+    def kubernetes_client(self, token: str) -> Any:
+        """The Python ``kubernetes`` client the runtime uses, authenticating with
+        ``token`` only (what the runner's in-cluster config amounts to)."""
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.url
+        configuration.ssl_ca_cert = str(self.ca_file)
+        configuration.api_key = {"authorization": f"Bearer {token}"}
+        return client.ApiClient(configuration)
+
     def write_kubeconfig(self, path: Path, *, token: str, user: str = "token-user") -> Path:
         config = {
             "apiVersion": "v1",
