@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import os
 import shutil
 import tarfile
@@ -30,6 +29,7 @@ from aicr_runner.errors import (
     CaptureError,
     DownloadError,
     ExitCode,
+    HelmReleasePendingError,
     InterruptedRun,
     PackError,
     RunnerError,
@@ -40,6 +40,7 @@ from aicr_runner.lease import InstallLease
 from aicr_runner.machine import State, StepResult
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.provenance import CosignVerifier, SignatureVerifier, check_provenance
+from aicr_runner.recovery import PendingReleases
 from aicr_runner.report import RunReport, StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, Sink, payload_size
 
@@ -540,9 +541,10 @@ class Steps:
             return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
-        failure, recovered = self._settle_pending()
-        if failure is not None:
-            return failure
+        try:
+            recovered = self._pending_releases().settle(self.ctx.recipe_summary, self.ctx.lease)
+        except HelmReleasePendingError as exc:
+            return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
         if self.ctx.lease is not None and self.ctx.recipe_summary is not None:
             self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.ctx.recipe_summary.components)
         guard = self._helm_guard()
@@ -580,38 +582,16 @@ class Steps:
             return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
         return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
 
-    def _settle_pending(self) -> tuple[StepResult | None, list[str]]:
-        """Recover the pending releases a dead predecessor of this release left;
-        fail (exit 28) on pending releases nothing proves are its own."""
-        pending = self._pending_releases()
-        if not pending:
-            return None, []
-        lease = self.ctx.lease
-        proven = lease.announced_before if lease is not None else frozenset()
-        foreign = [p for p in pending if f"{p[0]}/{p[1]}" not in proven and f"/{p[1]}" not in proven]
-        if foreign:
-            listing = ", ".join(f"{ns}/{name} ({status})" for ns, name, status in foreign)
-            why = (
-                f"the install Lease {lease.where} has no record of a run of this release operating on them"
-                if lease is not None
-                else "without an install Lease the runner cannot tell who left them"
-            )
-            return StepResult.failed(
-                ExitCode.HELM_RELEASE_PENDING,
-                f"Helm release(s) of this bundle are pending from an interrupted helm operation: {listing}; "
-                f"{why}, so they are not touched, and deploy.sh would fail on them ('another operation is in "
-                "progress'). Make sure no other helm is operating on them, inspect with "
-                "`helm history <name> -n <namespace>`, then `helm rollback <name> <last deployed revision>` "
-                "(pending-upgrade, pending-rollback) or `helm uninstall <name>` (pending-install), and re-run",
-                classification="helm-release-pending",
-            ), []
-        recovered: list[str] = []
-        for ns, name, status in pending:
-            failure = self._recover(ns, name, status)
-            if failure is not None:
-                return failure, recovered
-            recovered.append(f"{ns}/{name}")
-        return None, recovered
+    def _pending_releases(self) -> PendingReleases:
+        return PendingReleases(
+            self.ctx.processes,
+            self.ctx.environ,
+            self.ctx.work,
+            relay=self._relay(State.DEPLOY, None, None),
+            recoveries=self.ctx.report.recoveries,
+            progress=self.ctx.progress,
+            step=State.DEPLOY.value,
+        )
 
     def _helm_guard(self) -> HelmGuard | None:
         """deploy.sh's helm behind aicr_runner.helmguard (None without a helm on PATH)."""
@@ -621,118 +601,6 @@ class Steps:
         guard = HelmGuard(self.ctx.work / "helm-guard")
         guard.install(str(Path(helm).absolute()))
         return guard
-
-    def _helm_json(self, argv: list[str], log_path: Path) -> tuple[ProcessResult, list[Any] | None, list[str]]:
-        """Run a helm query whose output is a JSON list; the list is None when helm
-        failed or printed something else. The output lines come back for messages."""
-        lines: list[str] = []
-        result = self.ctx.processes.run(
-            argv, env=child_env(self.ctx.environ), cwd=self.ctx.work, log_path=log_path, on_line=lines.append
-        )
-        try:
-            parsed = json.loads("".join(lines)) if result.exit_code == 0 else None
-        except ValueError:
-            parsed = None
-        return result, parsed if isinstance(parsed, list) else None, lines
-
-    def _recover(self, namespace: str, name: str, status: str) -> StepResult | None:
-        """Recover a pending release a dead predecessor of this release left, the way
-        Flux's helm-controller does: roll back to the last deployed revision, or
-        uninstall when there is none (a cut first install). None when it worked."""
-        helm = shutil.which("helm", path=self.ctx.environ.get("PATH")) or "helm"
-        log_path = self.ctx.work / "logs" / "deploy-recovery.log"
-        history, revisions, _ = self._helm_json(
-            [helm, "history", name, "--namespace", namespace, "--output", "json"], log_path
-        )
-        if revisions is None:
-            return StepResult.failed(
-                ExitCode.HELM_RELEASE_PENDING,
-                f"cannot recover {namespace}/{name} ({status}): `helm history` failed (exit {history.exit_code}); "
-                "repair it by hand (`helm rollback` or `helm uninstall`) and re-run",
-                classification="helm-release-pending",
-            )
-        pending_revision = max((int(r.get("revision", 0)) for r in revisions if isinstance(r, dict)), default=0)
-        settled = [
-            int(r.get("revision", 0))
-            for r in revisions
-            if isinstance(r, dict)
-            and str(r.get("status")) in ("deployed", "superseded")
-            and int(r.get("revision", 0)) < pending_revision
-        ]
-        if status == "pending-install" or not settled:
-            argv = [helm, "uninstall", name, "--namespace", namespace]
-            action = "uninstalled (a cut first install; deploy.sh installs it again)"
-        else:
-            target = max(settled)
-            argv = [helm, "rollback", name, str(target), "--namespace", namespace]
-            action = f"rolled back from revision {pending_revision} to {target}"
-        self.log.warning(
-            f"recovering Helm release {namespace}/{name} ({status}) left by a run of this release that was stopped",
-            action=argv[1],
-            step=State.DEPLOY.value,
-        )
-        result = self.ctx.processes.run(
-            argv,
-            env=child_env(self.ctx.environ),
-            cwd=self.ctx.work,
-            log_path=self.ctx.work / "logs" / f"deploy-recovery-{name}.log",
-            on_block=self._relay(State.DEPLOY, None, None),
-        )
-        if result.exit_code != 0:
-            return StepResult.failed(
-                ExitCode.HELM_RELEASE_PENDING,
-                f"recovering {namespace}/{name} ({status}) failed: `{' '.join(argv[1:])}` exited {result.exit_code}; "
-                "repair it by hand and re-run",
-                classification="helm-release-pending",
-            )
-        self.ctx.report.recoveries.append(
-            {
-                "release": f"{namespace}/{name}",
-                "status": status,
-                "action": action,
-                "at": utcnow().isoformat(timespec="seconds").replace("+00:00", "Z"),
-            }
-        )
-        self.log.info(f"recovered Helm release {namespace}/{name}: {action}", step=State.DEPLOY.value)
-        self.ctx.progress()
-        return None
-
-    def _pending_releases(self) -> list[tuple[str, str, str]]:
-        """Releases of this bundle's components left pending-* by an interrupted helm.
-
-        Advisory when it cannot look (no helm on PATH, cluster unreachable): it says
-        so in the log and deploy.sh runs, reporting whatever it finds itself.
-        """
-        helm = shutil.which("helm", path=self.ctx.environ.get("PATH"))
-        summary = self.ctx.recipe_summary
-        if summary is None:
-            return []
-        if helm is None:
-            self.log.warning("pending-release check skipped: helm is not on PATH", step=State.DEPLOY.value)
-            return []
-        result, releases, lines = self._helm_json(
-            [helm, "list", "--all-namespaces", "--pending", "--output", "json"],
-            self.ctx.work / "logs" / "deploy-preflight.log",
-        )
-        if releases is None:
-            self.log.warning(
-                "pending-release check skipped: helm list failed",
-                exit_code=result.exit_code,
-                detail=logs.redact(lines[-1] if lines else ""),
-                step=State.DEPLOY.value,
-            )
-            return []
-        # A release is ours when it has a component's name, in that component's
-        # namespace (any namespace when the recipe names none).
-        namespace_of = {c.name: c.namespace for c in summary.components}
-        pending: list[tuple[str, str, str]] = []
-        for release in releases:
-            if not isinstance(release, dict):
-                continue
-            ns, name, status = (str(release.get(key, "")) for key in ("namespace", "name", "status"))
-            if name in namespace_of and namespace_of[name] in ("", ns) and status.startswith("pending"):
-                pending.append((ns, name, status))
-        return pending
 
     def validate(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:
