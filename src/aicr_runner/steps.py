@@ -41,6 +41,7 @@ from aicr_runner.machine import State, StepResult
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.provenance import CosignVerifier, SignatureVerifier, check_provenance
 from aicr_runner.recovery import PendingReleases
+from aicr_runner.relays import aicr_relay, deploy_relay
 from aicr_runner.report import RunReport, StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, Sink, payload_size
 
@@ -52,8 +53,6 @@ __all__ = ["Mode", "RunContext", "Steps"]
 
 #: Lines of a failing command kept to explain the failure (never the whole output).
 _TAIL_LINES = 60
-#: aicr records at these levels are logged as events of that level, not relayed as text.
-_AICR_LEVELS = {"ERROR": "error", "WARN": "warning", "WARNING": "warning"}
 
 
 def pull_pack(*args: Any, **kwargs: Any) -> PulledPack:
@@ -191,53 +190,6 @@ class Steps:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _relay(
-        self, state: State, tail: deque[str] | None, on_line: Callable[[str], None] | None
-    ) -> Callable[[str], None]:
-        """The pod-log relay for an aicr call: its output is small, so each line
-        is looked at (JSON records re-rendered, errors and warnings logged as
-        such, the tail kept); plain lines go straight to the pod log."""
-        step = state.value
-        log = self.log.bind(step=step)
-
-        def on_block(text: str) -> None:
-            plain: list[str] = []
-            for line in text[:-1].split("\n"):
-                if tail is not None:
-                    tail.append(line)
-                if on_line is not None:
-                    on_line(line)
-                shown = logs.format_relayed_line(line)
-                level = _AICR_LEVELS.get(shown.split(" ", 1)[0])
-                if level is None:
-                    plain.append(shown)
-                    continue
-                if plain:
-                    logs.relay("\n".join(plain), step=step, source="aicr")
-                    plain.clear()
-                getattr(log, level)(shown, source="aicr")
-            if plain:
-                logs.relay("\n".join(plain), step=step, source="aicr")
-
-        return on_block
-
-    def _deploy_relay(self, markers: classify.DeployMarkers) -> Callable[[str], None]:
-        """The pod-log relay for deploy.sh, which may print gigabytes: blocks go
-        straight to the pod log; only the lines that mean something (progress
-        and failure markers, errors) become structured events."""
-        step = State.DEPLOY.value
-        log = self.log.bind(step=step)
-
-        def on_block(text: str) -> None:
-            written = 0
-            for start, end, level in markers.scan(text):
-                logs.relay(text[written:start], step=step, source="deploy.sh")
-                getattr(log, level)(text[start:end], source="deploy.sh")
-                written = end + 1
-            logs.relay(text[written:], step=step, source="deploy.sh")
-
-        return on_block
-
     def _aicr(
         self,
         state: State,
@@ -250,7 +202,7 @@ class Steps:
         cwd: Path | None = None,
         safe_stop: HelmGuard | None = None,
     ) -> ProcessResult:
-        relay = on_block or self._relay(state, tail, on_line)
+        relay = on_block or aicr_relay(state.value, tail, on_line)
         child = env if env is not None else child_env(self.ctx.environ)
         log_path = self.ctx.log_path(state)
         run = self.ctx.processes.run
@@ -558,7 +510,7 @@ class Steps:
             State.DEPLOY,
             argv,
             env=env,
-            on_block=self._deploy_relay(markers),
+            on_block=deploy_relay(State.DEPLOY.value, markers),
             cwd=self.ctx.bundle_dir,
             safe_stop=guard,
         )
@@ -587,7 +539,7 @@ class Steps:
             self.ctx.processes,
             self.ctx.environ,
             self.ctx.work,
-            relay=self._relay(State.DEPLOY, None, None),
+            relay=aicr_relay(State.DEPLOY.value),
             recoveries=self.ctx.report.recoveries,
             progress=self.ctx.progress,
             step=State.DEPLOY.value,

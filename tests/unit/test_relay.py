@@ -29,6 +29,7 @@ from aicr_runner import classify, logs
 from aicr_runner.config import LogFormat, load
 from aicr_runner.machine import Machine, State
 from aicr_runner.process import SubprocessRunner, _LineSplitter
+from aicr_runner.relays import deploy_relay
 from aicr_runner.sink import DirectorySink
 from aicr_runner.steps import Mode, RunContext, Steps
 
@@ -106,7 +107,7 @@ def test_random_secrets_never_reach_any_output(
     ctx = _context(work, limit)
     steps = Steps(ctx)
     markers = classify.DeployMarkers()
-    steps._aicr(State.DEPLOY, ["bash", str(bundle / "deploy.sh")], on_block=steps._deploy_relay(markers))
+    steps._aicr(State.DEPLOY, ["bash", str(bundle / "deploy.sh")], on_block=deploy_relay(State.DEPLOY.value, markers))
     tail: deque[str] = deque(maxlen=60)
     seen: list[str] = []
     steps._aicr(State.RECIPE, ["cat", str(work / "stream.bin")], tail=tail, on_line=seen.append)
