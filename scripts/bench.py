@@ -179,10 +179,10 @@ def _run_context(env: dict[str, str], work: Path) -> Any:
     Imported here, in the child interpreter, so the parent never pays for the runner's import."""
     from aicr_runner import logs
     from aicr_runner.config import load
+    from aicr_runner.context import Mode, RunContext
     from aicr_runner.machine import Machine
     from aicr_runner.process import SubprocessRunner
     from aicr_runner.sink import DirectorySink
-    from aicr_runner.steps import Mode, RunContext
 
     settings = load(env)
     logs.configure(settings.log_format)
@@ -322,12 +322,10 @@ def call_harness(repeat: int, work: Path, result: Path) -> None:
     """Run in a child interpreter: a Go child through the runner's step path
     against ``subprocess.run``, alternating, in one warm process."""
     from aicr_runner.machine import State
-    from aicr_runner.steps import Steps
 
     env = {f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()}
     env |= {"AICR_RUNNER_WORK_DIR": str(work), "PATH": os.environ["PATH"]}
     ctx = _run_context(env, work)
-    steps = Steps(ctx)
     argv = [str(ORAS), "version"]
     through_runner: list[float] = []
     direct: list[float] = []
@@ -336,7 +334,7 @@ def call_harness(repeat: int, work: Path, result: Path) -> None:
         for side in ("direct", "runner") if index % 2 == 0 else ("runner", "direct"):
             started = time.perf_counter()
             if side == "runner":
-                code = steps._aicr(State.FETCH, argv).exit_code
+                code = ctx.run_child(State.FETCH, argv).exit_code
             else:
                 code = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False).returncode
             elapsed = time.perf_counter() - started

@@ -22,13 +22,13 @@ from aicr_runner.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSI
 
 if TYPE_CHECKING:
     from aicr_runner.config import RunnerSettings
+    from aicr_runner.context import Mode
     from aicr_runner.errors import ConfigError
     from aicr_runner.kube import KubeApi
     from aicr_runner.lease import InstallLease
     from aicr_runner.process import ShutdownController
     from aicr_runner.report import RunReport
     from aicr_runner.sink import Sink
-    from aicr_runner.steps import Mode
 
 __all__ = ["main"]
 
@@ -124,8 +124,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"aicr-runner: {refused}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     from aicr_runner import logs
+    from aicr_runner.context import Mode
     from aicr_runner.errors import RunnerError
-    from aicr_runner.steps import Mode
 
     mode = Mode(args.command)
     logs.configure(settings.log_format)
@@ -182,8 +182,8 @@ def _register_credentials(settings: RunnerSettings) -> None:
 
 
 def _make_sink(settings: RunnerSettings, mode: Mode, args: Any, api: KubeApi | None) -> Sink:
+    from aicr_runner.context import Mode
     from aicr_runner.sink import ConfigMapSink, DirectorySink
-    from aicr_runner.steps import Mode
 
     if mode is Mode.PLAN:
         return DirectorySink(args.output.resolve())
@@ -194,7 +194,7 @@ def _make_sink(settings: RunnerSettings, mode: Mode, args: Any, api: KubeApi | N
 
 def _make_api(settings: RunnerSettings, mode: Mode, args: Any) -> KubeApi | None:
     """The cluster's API for a Job run; None for plan and ``run --results-dir``."""
-    from aicr_runner.steps import Mode
+    from aicr_runner.context import Mode
 
     if mode is Mode.PLAN or args.results_dir is not None:
         return None
@@ -222,11 +222,12 @@ def _pod_namespace() -> str:
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
     from aicr_runner import logs
+    from aicr_runner.context import Mode, RunContext
     from aicr_runner.errors import ExitCode, RunnerError
     from aicr_runner.machine import Machine
     from aicr_runner.process import ShutdownController, SubprocessRunner
     from aicr_runner.report import RunPhase, StepStatus
-    from aicr_runner.steps import Mode, RunContext, Steps
+    from aicr_runner.steps import Steps
 
     log = logs.get_logger()
     _register_credentials(settings)
@@ -365,7 +366,8 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
     """Log the outcome, write the termination message ``line`` (redacted, bounded)
     and, outside a Job, print the summary."""
     from aicr_runner import logs
-    from aicr_runner.steps import Mode, component_table
+    from aicr_runner.context import Mode
+    from aicr_runner.recipe import component_table
 
     log = logs.get_logger()
     if report.exit_code == 0:
