@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from aicr_runner.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSI
 
 if TYPE_CHECKING:
     from aicr_runner.config import RunnerSettings
-    from aicr_runner.context import Mode
+    from aicr_runner.context import Mode, RunContext
     from aicr_runner.errors import ConfigError
     from aicr_runner.kube import KubeApi
     from aicr_runner.lease import InstallLease
@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write results to this directory instead of ConfigMaps (a full run outside a pod)",
     )
+    _add_plan_options(plan)
+    return parser
+
+
+def _add_plan_options(plan: argparse.ArgumentParser) -> None:
+    """What only ``plan`` takes: its output, a values file, a local pack, the criteria as flags."""
     plan.add_argument(
         "--output",
         type=Path,
@@ -88,7 +94,6 @@ def _parser() -> argparse.ArgumentParser:
         plan.add_argument(
             f"--{name}", metavar="VALUE", help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})"
         )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -99,23 +104,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 0
     from aicr_runner.config import load
     from aicr_runner.errors import ConfigError, ExitCode
-    from aicr_runner.values import env_from_values, load_values_file
 
-    if args.aicr_binary is not None:
-        # The flag is the binary setting: every check that reads the setting sees it.
-        env[f"{ENV_PREFIX}AICR__BINARY"] = str(args.aicr_binary.absolute())
-    if args.command == "plan":
-        if args.values is not None:
-            try:
-                from_values = env_from_values(load_values_file(args.values))
-            except ConfigError as exc:
-                return _bad_input(exc)
-            env = {**from_values, **env}
-        for name in CRITERIA_FLAG_ORDER:
-            if getattr(args, name) is not None:
-                env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
-        env.setdefault(f"{ENV_PREFIX}WORK_DIR", str(args.output.resolve() / "work"))
     try:
+        env = _command_environment(args, env)
         settings = load(env, local_pack=_local_pack(args) is not None)
     except ConfigError as exc:
         return _bad_input(exc)
@@ -136,6 +127,25 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return exc.exit_code
     finally:
         logs.flush_relay()
+
+
+def _command_environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]:
+    """The environment the settings load from: the flags set their variables; a
+    plan adds its values file (under the environment) and its work directory."""
+    from aicr_runner.values import env_from_values, load_values_file
+
+    if args.aicr_binary is not None:
+        # The flag is the binary setting: every check that reads the setting sees it.
+        env[f"{ENV_PREFIX}AICR__BINARY"] = str(args.aicr_binary.absolute())
+    if args.command != "plan":
+        return env
+    if args.values is not None:
+        env = {**env_from_values(load_values_file(args.values)), **env}
+    for name in CRITERIA_FLAG_ORDER:
+        if getattr(args, name) is not None:
+            env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
+    env.setdefault(f"{ENV_PREFIX}WORK_DIR", str(args.output.resolve() / "work"))
+    return env
 
 
 def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace) -> str | None:
@@ -221,29 +231,64 @@ def _pod_namespace() -> str:
 
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
-    from aicr_runner import logs
-    from aicr_runner.context import Mode, RunContext
-    from aicr_runner.errors import ExitCode, RunnerError
+    from aicr_runner.context import Mode
     from aicr_runner.machine import Machine
-    from aicr_runner.process import ShutdownController, SubprocessRunner
-    from aicr_runner.report import RunPhase, StepStatus
+    from aicr_runner.process import ShutdownController
     from aicr_runner.steps import Steps
 
-    log = logs.get_logger()
-    _register_credentials(settings)
-    settings.work_path.mkdir(parents=True, exist_ok=True)
-    if not os.access(settings.work_path, os.W_OK):
-        raise RunnerError(f"work directory {settings.work_path} is not writable", exit_code=ExitCode.BAD_INPUT)
+    _prepare_work(settings)
     api = _make_api(settings, mode, args)
     sink = _make_sink(settings, mode, args, api)
     shutdown = ShutdownController()
     lease = _make_lease(settings, api, shutdown)
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
+    ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
+    report = ctx.report
+    publish_status = _status_publisher(settings, sink)
+    ctx.lease = lease
+    ctx.progress = lambda: publish_status(report)
+    ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
+    machine = Machine(Steps(ctx).functions(), report, on_change=publish_status, interrupted=shutdown.requested)
+    try:
+        machine.run()
+        code = machine.finish(
+            validate_gate=settings.validate.fail_on_error,
+            publish_gate=settings.validate.publish.fail_on_error,
+            success=_PLAN_COMPLETE if mode is Mode.PLAN else "AICR Job complete",
+        )
+    finally:
+        if lease is not None:
+            lease.release()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _conclude(settings, mode, report, sink, args, api=api)
+    return code
+
+
+def _prepare_work(settings: RunnerSettings) -> None:
+    """Credentials registered before anything can log them; a writable work directory."""
+    from aicr_runner.errors import ExitCode, RunnerError
+
+    _register_credentials(settings)
+    settings.work_path.mkdir(parents=True, exist_ok=True)
+    if not os.access(settings.work_path, os.W_OK):
+        raise RunnerError(f"work directory {settings.work_path} is not writable", exit_code=ExitCode.BAD_INPUT)
+
+
+def _run_context(
+    settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str], *, sink: Sink, shutdown: ShutdownController
+) -> RunContext:
+    """The run's context and report, after the start line said what runs."""
+    from aicr_runner import logs
+    from aicr_runner.context import RunContext
+    from aicr_runner.machine import Machine
+    from aicr_runner.process import SubprocessRunner
+
     aicr_version, version_output = _aicr_version_before_fetch(settings, env)
     report = Machine.new_report(
         runner_version=__version__, aicr_version=aicr_version, criteria=settings.criteria.stated()
     )
-    log.info(
+    logs.get_logger().info(
         "aicr-runner starting",
         mode=mode.value,
         runner=__version__,
@@ -252,7 +297,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         criteria=settings.criteria.summary(),
         pack=settings.pack.ref or str(_local_pack(args) or ""),
     )
-    ctx = RunContext(
+    return RunContext(
         settings=settings,
         mode=mode,
         sink=sink,
@@ -266,6 +311,14 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         interrupted=shutdown.requested,
         version_output=version_output,
     )
+
+
+def _status_publisher(settings: RunnerSettings, sink: Sink) -> Callable[[RunReport], None]:
+    """Writes the run report to the status ConfigMap; a failed write is logged once."""
+    from aicr_runner import logs
+    from aicr_runner.errors import RunnerError
+    from aicr_runner.report import RunPhase, StepStatus
+
     status_warned: list[str] = []
 
     def publish_status(current: RunReport) -> None:
@@ -284,29 +337,28 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
         except RunnerError as exc:
             if not status_warned:  # say it once, not at every step
                 status_warned.append(exc.message)
-                log.warning("run status not written", reason=exc.message)
+                logs.get_logger().warning("run status not written", reason=exc.message)
+
+    return publish_status
+
+
+def _stop_when_lease_lost(shutdown: ShutdownController) -> Callable[[str], None]:
+    from aicr_runner import logs
 
     def lease_lost(reason: str) -> None:
         # Another run may take over: stop deploy.sh at the next safe point.
-        log.error("lost the install Lease; stopping at the next safe point", reason=reason)
+        logs.get_logger().error("lost the install Lease; stopping at the next safe point", reason=reason)
         shutdown.request()
 
-    ctx.lease = lease
-    ctx.progress = lambda: publish_status(report)
-    ctx.on_lease_lost = lease_lost
-    machine = Machine(Steps(ctx).functions(), report, on_change=publish_status, interrupted=shutdown.requested)
-    try:
-        machine.run()
-        code = machine.finish(
-            validate_gate=settings.validate.fail_on_error,
-            publish_gate=settings.validate.publish.fail_on_error,
-            success=_PLAN_COMPLETE if mode is Mode.PLAN else "AICR Job complete",
-        )
-    finally:
-        if lease is not None:
-            lease.release()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return lease_lost
+
+
+def _conclude(
+    settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any, *, api: KubeApi | None
+) -> None:
+    """The outcome announced; a failed Job run also reported on its HelmRelease."""
+    from aicr_runner.report import RunPhase
+
     termination = _termination_line(report)
     _announce(settings, mode, report, sink, args, line=termination)
     if report.phase is RunPhase.FAILED and api is not None and settings.lease.job_name:
@@ -320,7 +372,6 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
             pod=settings.lease.pod_name,
             message=termination,
         )
-    return code
 
 
 def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str]) -> tuple[str, list[str] | None]:
