@@ -98,39 +98,32 @@ def fetch_aicr(
     budget or a shutdown (see ``deadline.bounded``) stops the download there.
     """
     archive_url, checksums_url = release_urls(settings)
-    archive_name = archive_url.rsplit("/", 1)[1]
     dest_dir.mkdir(parents=True, exist_ok=True)
     downloader = _Downloader(settings, client, sleep=sleep, clock=clock, cancelled=cancelled)
     try:
-        checksums_path = dest_dir / CHECKSUMS_NAME
-        downloader.download(checksums_url, checksums_path, max_bytes=MAX_CHECKSUMS_BYTES)
-        expected = expected_sha256(checksums_path.read_text(errors="replace"), archive_name, checksums_url)
-
-        archive_path = dest_dir / archive_name
-        actual = downloader.download(archive_url, archive_path, max_bytes=MAX_ARCHIVE_BYTES)
+        archive_path, actual, expected = _download_archive(downloader, dest_dir, archive_url, checksums_url)
     finally:
         downloader.close()
 
     try:
         _verify(settings, actual, expected, archive_url, checksums_url)
-        found = extract_members(
-            archive_path, dest_dir, {BINARY_NAME, ATTESTATION_NAME}, max_member_bytes=MAX_BINARY_BYTES
-        )
-        if BINARY_NAME not in found:
-            for stray in found.values():
-                stray.unlink()
-            raise ArchiveError(f"{archive_url}: the archive has no '{BINARY_NAME}' at its root")
+        found = _unpack(archive_path, dest_dir, archive_url)
     finally:
         # Verified or not, the archive has served its purpose; a rejected one must
         # not stay where something could pick it up.
         archive_path.unlink(missing_ok=True)
+    return _installed(settings, found, tarball_sha256=actual, source_url=archive_url)
+
+
+def _installed(settings: AicrSettings, found: dict[str, Path], *, tarball_sha256: str, source_url: str) -> AicrBinary:
+    """The unpacked, verified release as the run uses it (the binary made executable)."""
     binary = found[BINARY_NAME]
     binary.chmod(0o755)
     attestation = found.get(ATTESTATION_NAME)
     log.info(
         "aicr release verified",
-        url=archive_url,
-        sha256=actual,
+        url=source_url,
+        sha256=tarball_sha256,
         pinned=bool(settings.pin),
         attestation=attestation is not None,
     )
@@ -138,10 +131,35 @@ def fetch_aicr(
         path=binary,
         attestation_path=attestation,
         version=settings.version,
-        tarball_sha256=actual,
-        source_url=archive_url,
+        tarball_sha256=tarball_sha256,
+        source_url=source_url,
         binary_sha256=sha256_file(binary),
     )
+
+
+def _download_archive(
+    downloader: _Downloader, dest_dir: Path, archive_url: str, checksums_url: str
+) -> tuple[Path, str, str]:
+    """The checksums file, then the archive: the archive's path, its sha256, and
+    the sha256 the checksums file lists for it."""
+    archive_name = archive_url.rsplit("/", 1)[1]
+    checksums_path = dest_dir / CHECKSUMS_NAME
+    downloader.download(checksums_url, checksums_path, max_bytes=MAX_CHECKSUMS_BYTES)
+    expected = expected_sha256(checksums_path.read_text(errors="replace"), archive_name, checksums_url)
+
+    archive_path = dest_dir / archive_name
+    actual = downloader.download(archive_url, archive_path, max_bytes=MAX_ARCHIVE_BYTES)
+    return archive_path, actual, expected
+
+
+def _unpack(archive_path: Path, dest_dir: Path, archive_url: str) -> dict[str, Path]:
+    """The binary and its attestation from the archive's root; no binary, nothing kept."""
+    found = extract_members(archive_path, dest_dir, {BINARY_NAME, ATTESTATION_NAME}, max_member_bytes=MAX_BINARY_BYTES)
+    if BINARY_NAME not in found:
+        for stray in found.values():
+            stray.unlink()
+        raise ArchiveError(f"{archive_url}: the archive has no '{BINARY_NAME}' at its root")
+    return found
 
 
 def _verify(settings: AicrSettings, actual: str, expected: str, archive_url: str, checksums_url: str) -> None:
