@@ -138,17 +138,7 @@ def parse_recipe(text: str, *, where: str = "recipe") -> RecipeSummary:
     criteria = doc.get("criteria") or {}
     constraints = doc.get("constraints") or []
     return RecipeSummary(
-        components=tuple(
-            Component(
-                name=_text(ref["name"]),
-                namespace=_text(ref.get("namespace")),
-                chart=_text(ref.get("chart")),
-                version=_text(ref.get("version")),
-                source=_text(ref.get("source")),
-                type=_text(ref.get("type")),
-            )
-            for ref in refs
-        ),
+        components=tuple(_component(ref) for ref in refs),
         applied_overlays=tuple(_text(name) for name in metadata.get("appliedOverlays") or []),
         criteria={_text(key): _text(value) for key, value in criteria.items()} if isinstance(criteria, dict) else {},
         api_version=api_version,
@@ -156,6 +146,18 @@ def parse_recipe(text: str, *, where: str = "recipe") -> RecipeSummary:
         constraints={
             _text(item.get("name")): _text(item.get("value")) for item in constraints if isinstance(item, dict)
         },
+    )
+
+
+def _component(ref: Mapping[str, Any]) -> Component:
+    """One entry of a recipe's componentRefs."""
+    return Component(
+        name=_text(ref["name"]),
+        namespace=_text(ref.get("namespace")),
+        chart=_text(ref.get("chart")),
+        version=_text(ref.get("version")),
+        source=_text(ref.get("source")),
+        type=_text(ref.get("type")),
     )
 
 
