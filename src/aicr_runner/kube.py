@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import structlog
 import tenacity
@@ -207,6 +207,18 @@ class _OutOfBudget(Exception):
     pass
 
 
+class _Call(NamedTuple):
+    """One API request, as ``ClientKubeApi.request`` was given it."""
+
+    path: str
+    method: str
+    path_params: Mapping[str, str]
+    query_params: Sequence[tuple[str, str]]
+    content_type: str
+    body: Any
+    response_type: str | None
+
+
 def _failure(exc: Any, *, what: str, method: str, path: str, error: type[RunnerError], missing_ok: bool) -> None:
     """What an API error (``ApiException``) means: 429 and 5xx are retryable, a 404
     of a read that may miss is None, 409 is ``ApiConflictError``, the rest ``error``
@@ -303,19 +315,10 @@ class ClientKubeApi:
         """
         budget = self.write_budget_seconds if budget_seconds is None else budget_seconds
         deadline = self._clock() + budget
-        call = {
-            "path_params": dict(path_params),
-            "query_params": list(query_params),
-            "header_params": {"Content-Type": content_type, "Accept": "application/json"},
-            "body": body,
-            "auth_settings": ["BearerToken"],
-            # None: read (keeps the pooled connection usable), no model decode.
-            "response_type": response_type,
-            "_return_http_data_only": True,
-        }
+        call = _Call(path, method, path_params, query_params, content_type, body, response_type)
         failed = functools.partial(_failure, what=what, method=method, path=path, error=error, missing_ok=missing_ok)
         try:
-            return self._retrying(what, deadline)(self._attempt, path, method, call, deadline, failed)
+            return self._retrying(what, deadline)(self._attempt, call, deadline, failed)
         except _OutOfBudget as exc:
             last = exc.__cause__
             reason = last.reason if isinstance(last, _Retryable) else repr(last)
@@ -324,9 +327,7 @@ class ClientKubeApi:
                 f"{budget:g}s API write budget; last error: {reason}"
             ) from last
 
-    def _attempt(
-        self, path: str, method: str, call: Mapping[str, Any], deadline: float, failed: Callable[[Any], Any]
-    ) -> Any:
+    def _attempt(self, call: _Call, deadline: float, failed: Callable[[Any], Any]) -> Any:
         """One try, bounded by what is left of the budget: a connection error is
         retryable; an API error is ``failed``'s to sort out."""
         from kubernetes.client.exceptions import ApiException
@@ -334,7 +335,19 @@ class ClientKubeApi:
 
         timeout = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
         try:
-            return self._api_client.call_api(path, method, **call, _request_timeout=timeout)
+            return self._api_client.call_api(
+                call.path,
+                call.method,
+                path_params=dict(call.path_params),
+                query_params=list(call.query_params),
+                header_params={"Content-Type": call.content_type, "Accept": "application/json"},
+                body=call.body,
+                auth_settings=["BearerToken"],
+                # None: read (keeps the pooled connection usable), no model decode.
+                response_type=call.response_type,
+                _return_http_data_only=True,
+                _request_timeout=timeout,
+            )
         except ApiException as exc:
             return failed(exc)
         except (HTTPError, OSError) as exc:
