@@ -8,6 +8,9 @@ cd "$root"
 
 bash scripts/setup.sh
 export PATH="$root/.tools/bin:$PATH"
+# The real aicr release (v0.11.1, GitHub's layout) the real-aicr tests run; CI
+# provides it beside the checkout. A test that needs it and does not find it fails.
+export AICR_TEST_RELEASES_DIR="${AICR_TEST_RELEASES_DIR:-$root/../shared/testdata/aicr-releases}"
 
 echo "== ruff"
 .venv/bin/ruff check src tests e2e scripts

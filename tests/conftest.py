@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary
+
 
 @pytest.fixture(autouse=True)
 def _reset_logging() -> Iterator[None]:
@@ -16,3 +18,16 @@ def _reset_logging() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     logging.getLogger().handlers.clear()
+
+
+@pytest.fixture(scope="session")
+def real_aicr(tmp_path_factory: pytest.TempPathFactory) -> RealAicr:
+    """The real aicr v0.11.1 from ``AICR_TEST_RELEASES_DIR``, extracted once per
+    session after its archive matched the release's checksums. Missing: the test
+    fails with the reason (never skips)."""
+    workdir = tmp_path_factory.mktemp("real-aicr")
+    try:
+        binary = extract_binary(workdir / "bin")
+    except RealAicrMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return RealAicr(binary, workdir)
