@@ -104,9 +104,9 @@ def refusal(criteria: Mapping[str, str], aicr_version: str, catalog: Mapping[str
     stated = ", ".join(f"{d}={v}" for d, v in _stated(criteria).items())
     return (
         f"criteria ({stated}) are not supported by aicr {version}: {'; '.join(found)}. State a supported "
-        "combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same), "
-        "give a data pack (--pack-dir, or AICR_RUNNER_PACK__REF) if your pack provides this combination, "
-        f"or plan with --aicr-binary if your aicr {version} accepts it."
+        "combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same, "
+        f"{catalog['source']}), give a data pack (--pack-dir, or AICR_RUNNER_PACK__REF) if your pack provides "
+        f"this combination, or plan with --aicr-binary if your aicr {version} accepts it."
     )
 
 

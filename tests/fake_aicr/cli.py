@@ -88,7 +88,10 @@ def render_help(command: str, flags: Sequence[Flag], values: dict[str, list[str]
     rows.append(("--help, -h", "show help"))
     width = max(len(name) for name, _ in rows)
     lines = [f"   {name.ljust(width)}  {usage}".rstrip() for name, usage in rows]
-    return f"NAME:\n   aicr {command}\n\nUSAGE:\n   aicr {command} [options]\n\nOPTIONS:\n" + "\n".join(lines) + "\n"
+    head = f"NAME:\n   aicr {command}\n\nUSAGE:\n   aicr {command} [options]\n\n"
+    if command == "recipe" and not legacy():
+        head += "COMMANDS:\n   list  List the embedded (and --data) overlays: the criteria catalog\n\n"
+    return head + "OPTIONS:\n" + "\n".join(lines) + "\n"
 
 
 def _command_flags(command: str) -> list[Flag]:

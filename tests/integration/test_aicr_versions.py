@@ -180,3 +180,15 @@ def test_an_aicr_built_without_release_version_data_is_probed_not_taken_for_the_
     assert warning["behaves_as"] == "aicr >= v1.0.0"
     assert "closed-world" in str(r.step("verify")["message"]), "every 1.x flag: the 1.x behaviour"
     assert (r.work / "logs" / "help-bundle.log").is_file(), "the probe's answers are kept, not relayed"
+
+
+def test_a_preinstalled_aicrs_criteria_refusal_follows_the_version_it_reports(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(fake, tmp_path, capsys, FAKE_AICR_VERSION="0.11.1", AICR_RUNNER_CRITERIA__SERVICE="self-managed")
+    assert r.code == 2, r.output[-3000:]
+    fetch = r.step("fetch")
+    assert (fetch["status"], fetch["classification"]) == ("failed", "criteria-refused")
+    assert "aicr v0.11.1 maps this alias to 'any'" in str(fetch["message"])
+    assert r.termination.startswith("Failed (exit 2): criteria refused: AICR_RUNNER_CRITERIA__SERVICE='self-managed'")
+    assert r.step("recipe")["status"] == "skipped"
