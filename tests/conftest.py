@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
 
-from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary
+from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +32,13 @@ def real_aicr(tmp_path_factory: pytest.TempPathFactory) -> RealAicr:
     except RealAicrMissing as exc:
         pytest.fail(str(exc), pytrace=False)
     return RealAicr(binary, workdir)
+
+
+@pytest.fixture(scope="session")
+def real_aicr_release() -> Path:
+    """The folder of the real release (``<AICR_TEST_RELEASES_DIR>/v0.11.1``), checked;
+    missing: the test fails with the reason."""
+    try:
+        return release_dir()
+    except RealAicrMissing as exc:
+        pytest.fail(str(exc), pytrace=False)

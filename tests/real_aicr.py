@@ -15,19 +15,24 @@ the same outputs (the comparisons below rely on it, and a test checks it once).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.server
 import os
 import subprocess
 import tarfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "ARCHIVE",
     "RELEASES_ENV",
     "TAG",
     "AicrCall",
+    "FolderMirror",
     "RealAicr",
     "RealAicrMissing",
     "criteria_words",
@@ -163,3 +168,40 @@ def criteria_words(criteria: Mapping[str, str]) -> list[str]:
         if criteria.get(name):
             words += [f"--{name}", criteria[name]]
     return words
+
+
+class FolderMirror:
+    """Serves a folder over HTTP the way a release mirror does (``<base>/<tag>/<file>``),
+    recording each path asked for. ``host`` is where the server listens and what
+    ``base_url`` names: loopback for local runs; a pod network passes its own."""
+
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
+        self.requests: list[str] = []
+        mirror = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(self) -> None:
+                mirror.requests.append(self.path)
+                super().do_GET()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        handler = functools.partial(Handler, directory=str(root))
+        self._server = http.server.ThreadingHTTPServer((host, 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> FolderMirror:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)

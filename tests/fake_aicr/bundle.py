@@ -469,8 +469,8 @@ def _inventory_errors(root: Path) -> tuple[list[str], int]:
         path = root / rel
         if not path.is_file():
             errors.append(f"missing file: {rel}")
-        elif sha256_file(path) != digest:
-            errors.append(f"checksum mismatch: {rel}")
+        elif (actual := sha256_file(path)) != digest:
+            errors.append(f"checksum mismatch: {rel}" + (f" (expected {digest}, got {actual})" if legacy() else ""))
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():
@@ -503,6 +503,8 @@ def cmd_verify(args: list[str], log: Logger) -> int:
     minimum = str(parsed.get("min-trust-level"))
     if minimum not in (*TRUST_ORDER, "max"):
         raise AicrError("INVALID_REQUEST", f'invalid --min-trust-level "{minimum}"')
+    if legacy():
+        log.info("verifying bundle", dir=str(root))
     errors, count = _inventory_errors(root)
     external = (root / "data").is_dir()
     level = "unknown" if errors else "unverified"
@@ -532,10 +534,14 @@ def cmd_verify(args: list[str], log: Logger) -> int:
         lines = []
         lines.append(f"  ✓ Checksums verified ({count} files)" if not errors else "  ✗ Checksum verification failed")
         lines.append(f"  Trust level: {level}")
-        lines.append(f"    ↳ {reason}")
+        if not legacy():
+            lines.append(f"    ↳ {reason}")  # 1.x only; 0.11.1 leaves a blank line instead
+        else:
+            lines.append("")
         if errors:
             lines.append("Details:")
             lines += [f"  - {error}" for error in errors]
+            lines += [""] if legacy() else []
         lines.append(f"Bundle verification: {'PASSED' if passed else 'FAILED'}")
         sys.stdout.write("\n".join(lines) + "\n")
     if errors:

@@ -325,9 +325,11 @@ class Catalog:
     def resolve(self, criteria: dict[str, str]) -> Resolution:
         stated = {dim: value for dim, value in criteria.items() if value != "any"}
         if not stated:
+            more = ", --nodes, --criteria, or use --snapshot to load from a snapshot file" if legacy() else ""
             refused = AicrError(
                 "INVALID_REQUEST",
-                "no criteria provided: specify at least one of --service, --accelerator, --intent, --os, --platform",
+                "no criteria provided: specify at least one of --service, --accelerator, --intent, --os, "
+                f"--platform{more}",
             )
             raise AicrError("INTERNAL", "error building recipe", refused) if legacy() else refused
         matched = [
