@@ -467,7 +467,13 @@ def _inventory_errors(root: Path) -> tuple[list[str], int]:
         listed[match.group(2)] = match.group(1)
     for rel, digest in listed.items():
         path = root / rel
-        if not path.is_file():
+        if not path.is_file() and legacy():
+            absolute = path.absolute()
+            errors.append(
+                f"failed to read {rel}: [INTERNAL] failed to open file for digest: {absolute}: "
+                f"open {absolute}: no such file or directory"
+            )
+        elif not path.is_file():
             errors.append(f"missing file: {rel}")
         elif (actual := sha256_file(path)) != digest:
             errors.append(f"checksum mismatch: {rel}" + (f" (expected {digest}, got {actual})" if legacy() else ""))
