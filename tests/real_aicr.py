@@ -29,12 +29,16 @@ from typing import Any
 
 __all__ = [
     "ARCHIVE",
+    "LEAVES",
     "RELEASES_ENV",
     "TAG",
+    "THIN",
+    "UNKNOWN",
     "AicrCall",
     "FolderMirror",
     "RealAicr",
     "RealAicrMissing",
+    "combo",
     "criteria_words",
     "extract_binary",
     "release_dir",
@@ -46,6 +50,41 @@ ARCHIVE = "aicr_0.11.1_linux_amd64.tar.gz"
 CHECKSUMS = "aicr_checksums.txt"
 #: What the README of the release folder says ``aicr --version`` prints.
 VERSION_LINE = "aicr version 0.11.1 (commit: bc05c6b, date: 2026-03-21T10:02:14Z)"
+
+
+def combo(**criteria: str) -> dict[str, str]:
+    return criteria
+
+
+#: Criteria v0.11.1 resolves, each to the overlays that carry every stated value.
+LEAVES = [
+    combo(service="eks", accelerator="h100", intent="training", os="ubuntu"),
+    combo(service="eks", accelerator="h100", intent="training", os="ubuntu", platform="kubeflow"),
+    combo(service="eks", accelerator="h100", intent="inference", os="ubuntu", platform="dynamo"),
+    combo(service="eks", accelerator="gb200", intent="training", os="ubuntu"),
+    combo(service="eks", accelerator="gb200", intent="inference", os="ubuntu", platform="dynamo"),
+    combo(service="eks", accelerator="h100", intent="inference"),
+    combo(service="aks", accelerator="h100", intent="training", os="ubuntu"),
+    combo(service="aks", accelerator="h100", intent="inference", os="ubuntu", platform="dynamo"),
+    combo(service="gke", accelerator="h100", intent="training", os="cos", platform="kubeflow"),
+    combo(service="gke", accelerator="h100", intent="inference", os="cos"),
+    combo(service="kind", accelerator="h100", intent="training"),
+    combo(service="kind", accelerator="h100", intent="inference", platform="dynamo"),
+    combo(service="gke", intent="training", os="cos"),
+]
+#: Criteria v0.11.1 resolves without a stated value (exit 0, the criteria echoed back).
+THIN = [
+    combo(service="eks", accelerator="a100", intent="training", os="ubuntu"),
+    combo(service="aks", accelerator="gb200", intent="inference"),
+    combo(service="gke", accelerator="h100", intent="training", os="ubuntu"),
+]
+#: Criteria with a value v0.11.1 does not know (aicr exits 8).
+UNKNOWN = [
+    (combo(service="lke", accelerator="h100", intent="training"), "service", "lke"),
+    (combo(service="eks", accelerator="h200", intent="training"), "accelerator", "h200"),
+    (combo(service="eks", accelerator="h100", intent="training", os="ol"), "os", "ol"),
+    (combo(service="eks", accelerator="h100", intent="inference", os="ubuntu", platform="nim"), "platform", "nim"),
+]
 
 
 class RealAicrMissing(RuntimeError):

@@ -13,7 +13,7 @@ minus its own AICR_RUNNER_* settings, so they reach aicr and deploy.sh):
 
 FAKE_AICR_VERSION=0.11.1          behave as aicr 0.11.1 (checked against the real one): --version says so,
                                   no bundle --storage-class, no validate
-                                  --emit-attestation/--data, no `evidence` command
+                                  --emit-attestation, no `evidence` command
                                   ("No help topic", exit 3), verify not closed-world,
                                   deploy.sh's 0.11 markers (no per-component result
                                   lines), 0.11 text logs

@@ -36,7 +36,7 @@ from aicr_runner import catalog as runtime_catalog
 from aicr_runner.cli import main
 from aicr_runner.config import Criteria
 from aicr_runner.recipe import dropped_values, parse_recipe
-from tests.real_aicr import ARCHIVE, TAG, FolderMirror, RealAicr, release_dir
+from tests.real_aicr import ARCHIVE, LEAVES, TAG, THIN, UNKNOWN, FolderMirror, RealAicr, combo, release_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 V0_11_CATALOG = ROOT / "tests" / "data" / "criteria-catalog-v0.11.1.json"
@@ -49,41 +49,6 @@ KNOWN = {
     "os": ["amazonlinux", "cos", "rhel", "ubuntu"],
     "platform": ["dynamo", "kubeflow"],
 }
-
-
-def combo(**criteria: str) -> dict[str, str]:
-    return criteria
-
-
-#: Criteria v0.11.1 resolves, each to the overlays that carry every stated value.
-LEAVES = [
-    combo(service="eks", accelerator="h100", intent="training", os="ubuntu"),
-    combo(service="eks", accelerator="h100", intent="training", os="ubuntu", platform="kubeflow"),
-    combo(service="eks", accelerator="h100", intent="inference", os="ubuntu", platform="dynamo"),
-    combo(service="eks", accelerator="gb200", intent="training", os="ubuntu"),
-    combo(service="eks", accelerator="gb200", intent="inference", os="ubuntu", platform="dynamo"),
-    combo(service="eks", accelerator="h100", intent="inference"),
-    combo(service="aks", accelerator="h100", intent="training", os="ubuntu"),
-    combo(service="aks", accelerator="h100", intent="inference", os="ubuntu", platform="dynamo"),
-    combo(service="gke", accelerator="h100", intent="training", os="cos", platform="kubeflow"),
-    combo(service="gke", accelerator="h100", intent="inference", os="cos"),
-    combo(service="kind", accelerator="h100", intent="training"),
-    combo(service="kind", accelerator="h100", intent="inference", platform="dynamo"),
-    combo(service="gke", intent="training", os="cos"),
-]
-#: Criteria v0.11.1 resolves without a stated value (exit 0, the criteria echoed back).
-THIN = [
-    combo(service="eks", accelerator="a100", intent="training", os="ubuntu"),
-    combo(service="aks", accelerator="gb200", intent="inference"),
-    combo(service="gke", accelerator="h100", intent="training", os="ubuntu"),
-]
-#: Criteria with a value v0.11.1 does not know (aicr exits 8).
-UNKNOWN = [
-    (combo(service="lke", accelerator="h100", intent="training"), "service", "lke"),
-    (combo(service="eks", accelerator="h200", intent="training"), "accelerator", "h200"),
-    (combo(service="eks", accelerator="h100", intent="training", os="ol"), "os", "ol"),
-    (combo(service="eks", accelerator="h100", intent="inference", os="ubuntu", platform="nim"), "platform", "nim"),
-]
 
 
 def label(criteria: dict[str, str]) -> str:
