@@ -20,6 +20,7 @@ give the same outputs, which the byte-for-byte comparisons below also show.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -167,8 +168,6 @@ def test_provenance_off_or_warn_fetches_checks_and_runs_the_real_release(
         assert (fetch["status"], fetch["classification"]) == ("warned", "provenance-unverified")
         assert "no aicr-attestation.sigstore.json" in fetch["message"]
     binary = result.work / "aicr-release" / "aicr"
-    import hashlib
-
     assert hashlib.sha256(binary.read_bytes()).hexdigest() == BINARY_SHA256, "the archive's binary runs"
     assert report["message"].startswith("AICR plan complete")
 
