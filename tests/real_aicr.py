@@ -20,6 +20,7 @@ import hashlib
 import http.server
 import os
 import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Mapping
@@ -216,6 +217,8 @@ class FolderMirror:
 
     def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.requests: list[str] = []
+        #: Requests that ended in an error (a client hanging up mid-answer).
+        self.errors: list[str] = []
         mirror = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -226,8 +229,14 @@ class FolderMirror:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A client that hangs up early (a download cut short) is not the
+                # test's output: keep it instead of printing a traceback to stderr.
+                mirror.errors.append(f"{client_address}: {sys.exc_info()[1]!r}")
+
         handler = functools.partial(Handler, directory=str(root))
-        self._server = http.server.ThreadingHTTPServer((host, 0), handler)
+        self._server = Server((host, 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
