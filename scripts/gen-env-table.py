@@ -89,10 +89,7 @@ DESCRIPTIONS = {
 def _default(name: str) -> str:
     node: object = RunnerSettings.model_construct()
     for part in name.split("__"):
-        attr = part.lower()
-        if attr == "validate":
-            attr = "validate_"
-        node = getattr(node, attr)
+        node = getattr(node, part.lower())
     if name == "AICR__ARCH":
         return "host arch"
     value = getattr(node, "value", node)
