@@ -82,11 +82,13 @@ _K8S_NAME = re.compile(_DNS_LABEL)
 _K8S_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _CRITERION = re.compile(r"[a-z0-9]([-a-z0-9._]*[a-z0-9])?")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-_VERSION = re.compile(r"v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?")
-_INTEGER = re.compile(r"[+-]?\d{1,12}")
-_NUMBER = re.compile(r"[+-]?(\d{1,12}(\.\d*)?|\.\d+)([eE][+-]?\d{1,3})?")
+#: ASCII digits only: ``\d`` takes any Unicode digit (fullwidth ones), which int() reads.
+_VERSION = re.compile(r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,12}")
+_NUMBER = re.compile(r"[+-]?([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?")
-_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
+_IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+_PORT = re.compile(r"[0-9]{1,5}")
 _TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
 _FALSE = frozenset({"false", "0", "no", "off", "f", "n"})
 #: C0 and C1 controls and DEL; a line break in a one-line value is the usual one.
@@ -291,7 +293,7 @@ def _host(host: str) -> None:
 
 
 def _port(text: str) -> None:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    if not _PORT.fullmatch(text) or not 1 <= int(text) <= 65535:
         raise Invalid(f"port {text!r} must be a number from 1 to 65535")
 
 
@@ -390,8 +392,8 @@ def _integer(low: int, high: int) -> Callable[[object], int]:
 
 
 def _seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
-    low = 0.0 if zero else MIN_SECONDS
-    allowed = f"allowed: a number of seconds from {low:g} to {high:g}"
+    """A finite number of seconds from MIN_SECONDS to ``high`` (``zero``: or 0)."""
+    allowed = f"allowed: {'0 or ' if zero else ''}a number of seconds from {MIN_SECONDS:g} to {high:g}"
 
     def check(value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -401,7 +403,7 @@ def _seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
                 raise Invalid(f"{allowed} (a plain decimal number; not nan, inf or a unit)")
             value = float(value)
         number = float(value)
-        if not math.isfinite(number) or not low <= number <= high:
+        if not math.isfinite(number) or not (MIN_SECONDS <= number <= high or (zero and number == 0)):
             raise Invalid(allowed)
         return number
 
@@ -926,9 +928,14 @@ def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> lis
             f"{p}AICR__BINARY_SHA256 is set but {p}AICR__BINARY is empty: the hash pins a "
             "preinstalled binary; give its path or drop the hash"
         )
-    if (s.pack.plain_http or s.pack.insecure_tls or s.pack.credentials_file) and not s.pack.ref:
+    transport = [
+        f"{p}PACK__{name.upper()}"
+        for name in ("plain_http", "insecure_tls", "credentials_file")
+        if getattr(s.pack, name)
+    ]
+    if transport and not s.pack.ref:
         problems.append(
-            f"{p}PACK__PLAIN_HTTP/INSECURE_TLS/CREDENTIALS_FILE are set but {p}PACK__REF is empty: "
+            f"{' and '.join(transport)} {'is' if len(transport) == 1 else 'are'} set but {p}PACK__REF is empty: "
             "pack transport settings need a pack"
         )
     if c.service == "k0s" and _version_tuple(s.aicr.version) < (0, 22, 0):

@@ -6,12 +6,22 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aicr_runner.errors import CaptureError
-from aicr_runner.kube import KubeApi
 
-__all__ = ["CONFIGMAP_BUDGET_BYTES", "RESULT_LABELS", "ConfigMapSink", "DirectorySink", "Sink", "payload_size"]
+if TYPE_CHECKING:  # the Kubernetes API module (and its retry stack) only where a cluster is written
+    from aicr_runner.kube import KubeApi
+
+__all__ = [
+    "CONFIGMAP_BUDGET_BYTES",
+    "RESULT_LABELS",
+    "ConfigMapSink",
+    "DirectorySink",
+    "Sink",
+    "encoded",
+    "payload_size",
+]
 
 #: The anchor's budget: a ConfigMap holds at most 1 MiB; keep headroom for metadata.
 CONFIGMAP_BUDGET_BYTES = 921_600
@@ -24,8 +34,14 @@ RESULT_LABELS = {
 }
 
 
+def encoded(text: str) -> bytes:
+    """``text`` as UTF-8; what is not (bytes that were not UTF-8, kept by Python as
+    lone surrogates) is written as an escape instead of failing the write."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def payload_size(data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> int:
-    return sum(len(v.encode()) for v in data.values()) + sum(len(v) for v in (binary_data or {}).values())
+    return sum(len(encoded(v)) for v in data.values()) + sum(len(v) for v in (binary_data or {}).values())
 
 
 class Sink(Protocol):
@@ -66,11 +82,11 @@ class DirectorySink:
         try:
             target.mkdir(parents=True, exist_ok=True)
             for key, text in data.items():
-                _atomic_write(target / key, text.encode())
+                _atomic_write(target / key, encoded(text))
             for key, blob in (binary_data or {}).items():
                 _atomic_write(target / key, blob)
         except OSError as exc:
-            raise CaptureError(f"writing {target} failed: {exc.strerror or exc}") from exc
+            raise CaptureError(f"writing {encoded(str(target)).decode()} failed: {exc.strerror or exc}") from exc
 
     def describe(self, name: str) -> str:
         return str(self.root / name)
