@@ -5,8 +5,8 @@ Variables use the prefix ``AICR_RUNNER_``; nested groups are joined with ``__``
 string is a value, not "unset" (an empty ConfigMap name turns that capture off, as
 in the chart this replaces).
 
-One validation layer: every setting is a field of a frozen dataclass whose
-metadata carries its check. ``load`` reads each variable on its own, so a problem
+One validation layer: every setting is a field of a frozen settings group
+(typed like a dataclass) that carries its check. ``load`` reads each variable on its own, so a problem
 names the variable that is actually wrong, with its value (cut and escaped) and
 what is allowed; the same checks run when code builds a group directly
 (``AicrSettings(version="1.2.0")``). Every pattern is matched whole
@@ -20,15 +20,15 @@ of every run, and a plan's own time is mostly start-up.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 from aicr_runner import names
 from aicr_runner.errors import ConfigError
@@ -77,29 +77,31 @@ MAX_LIST_ITEMS = 512
 #: Shortest duration a setting takes: smaller is a typo (or a denormal like 1e-320).
 MIN_SECONDS = 0.001
 
+# Patterns are strings, compiled by ``re``'s cache on first use: a run that
+# sets few variables compiles few of them.
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_K8S_NAME = re.compile(_DNS_LABEL)
-_K8S_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
-_CRITERION = re.compile(r"[a-z0-9]([-a-z0-9._]*[a-z0-9])?")
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_K8S_NAME = _DNS_LABEL
+_K8S_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+_CRITERION = r"[a-z0-9]([-a-z0-9._]*[a-z0-9])?"
+_SHA256 = r"[0-9a-fA-F]{64}"
 #: ASCII digits only: ``\d`` takes any Unicode digit (fullwidth ones), which int() reads.
-_VERSION = re.compile(r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?")
-_INTEGER = re.compile(r"[+-]?[0-9]{1,12}")
-_NUMBER = re.compile(r"[+-]?([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
-_HOST_LABEL = re.compile(r"[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?")
-_IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
-_PORT = re.compile(r"[0-9]{1,5}")
+_VERSION = r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?"
+_INTEGER = r"[+-]?[0-9]{1,12}"
+_NUMBER = r"[+-]?([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?"
+_HOST_LABEL = r"[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?"
+_IPV4 = r"[0-9]{1,3}(\.[0-9]{1,3}){3}"
+_PORT = r"[0-9]{1,5}"
 _TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
 _FALSE = frozenset({"false", "0", "no", "off", "f", "n"})
 #: C0 and C1 controls and DEL; a line break in a one-line value is the usual one.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BUT_SPACE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_CONTROL = r"[\x00-\x1f\x7f-\x9f]"
+_CONTROL_BUT_SPACE = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
 #: How ``os.environ`` holds bytes that are not UTF-8 (PEP 383), and lone surrogates.
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SURROGATE = r"[\ud800-\udfff]"
 _E = TypeVar("_E", bound=Enum)
 _T = TypeVar("_T")
 _G = TypeVar("_G")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?([^/?#@\s]*)@", re.DOTALL)
+_USERINFO = r"(?s)^([A-Za-z][A-Za-z0-9+.-]*://)?([^/?#@\s]*)@"
 
 
 class Arch(StrEnum):
@@ -159,7 +161,7 @@ def _escape_char(char: str) -> str:
 
 def mask_userinfo(text: str) -> str:
     """``text`` with the ``user:password@`` of a URL or registry reference masked."""
-    return _USERINFO.sub(lambda m: f"{m.group(1) or ''}***@", text, count=1)
+    return re.sub(_USERINFO, lambda m: f"{m.group(1) or ''}***@", text, count=1)
 
 
 def shown(value: object, *, limit: int = SHOW_CHARS, secret_userinfo: bool = True) -> str:
@@ -183,9 +185,9 @@ def _text(value: object, *, limit: int = MAX_TEXT_CHARS, whitespace: bool = Fals
         raise Invalid(f"must be a string, not {type(value).__name__}")
     if len(value) > limit:
         raise Invalid(f"at most {limit} characters are allowed (this value has {len(value)})")
-    if bad := _SURROGATE.search(value):
+    if bad := re.search(_SURROGATE, value):
         raise Invalid(f"not valid UTF-8 (the byte or character {_escape_char(bad.group())} at position {bad.start()})")
-    if bad := (_CONTROL_BUT_SPACE if whitespace else _CONTROL).search(value):
+    if bad := re.search(_CONTROL_BUT_SPACE if whitespace else _CONTROL, value):
         what = "a line break" if bad.group() in "\r\n" else "a control character"
         raise Invalid(
             f"{what} ({_escape_char(bad.group())}) at position {bad.start()}; the value must be one plain line"
@@ -193,10 +195,10 @@ def _text(value: object, *, limit: int = MAX_TEXT_CHARS, whitespace: bool = Fals
     return value
 
 
-def _pattern(regex: re.Pattern[str], allowed: str, *, limit: int = MAX_TEXT_CHARS) -> Callable[[object], str]:
+def _pattern(regex: str, allowed: str, *, limit: int = MAX_TEXT_CHARS) -> Callable[[object], str]:
     def check(value: object) -> str:
         text = _text(value, limit=limit)
-        if text and (len(text) > limit or not regex.fullmatch(text)):
+        if text and (len(text) > limit or not re.fullmatch(regex, text)):
             raise Invalid(f"must be empty or {allowed}")
         return text
 
@@ -229,14 +231,14 @@ def _criterion(value: object) -> str:
 
 def _sha256_or_empty(value: object) -> str:
     text = _text(value)
-    if text and not _SHA256.fullmatch(text):
+    if text and not re.fullmatch(_SHA256, text):
         raise Invalid("must be empty or 64 hex characters (a sha256 digest)")
     return text.lower()
 
 
 def _version(value: object) -> str:
     text = _text(value, limit=128)
-    if not _VERSION.fullmatch(text):
+    if not re.fullmatch(_VERSION, text):
         raise Invalid("must be a release tag such as v1.2.0 (the leading 'v' is optional)")
     return text if text.startswith("v") else f"v{text}"
 
@@ -275,7 +277,7 @@ def _host(host: str) -> None:
         except ValueError:
             raise Invalid(f"{host!r} is not a valid [IPv6] address") from None
         return
-    if _IPV4.fullmatch(host):
+    if re.fullmatch(_IPV4, host):
         if any(int(part) > 255 for part in host.split(".")):
             raise Invalid(f"{host!r} is not a valid IPv4 address")
         return
@@ -288,12 +290,12 @@ def _host(host: str) -> None:
         except idna.IDNAError as exc:
             raise Invalid(f"the host is not a valid internationalised domain name ({exc})") from None
     labels = host.removesuffix(".").split(".")
-    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+    if len(host) > 253 or not all(re.fullmatch(_HOST_LABEL, label) for label in labels):
         raise Invalid("the host must be a DNS name (letters, digits, '-' per label, at most 63 characters each)")
 
 
 def _port(text: str) -> None:
-    if not _PORT.fullmatch(text) or not 1 <= int(text) <= 65535:
+    if not re.fullmatch(_PORT, text) or not 1 <= int(text) <= 65535:
         raise Invalid(f"port {text!r} must be a number from 1 to 65535")
 
 
@@ -381,7 +383,7 @@ def _integer(low: int, high: int) -> Callable[[object], int]:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise Invalid(allowed)
         if isinstance(value, str):
-            if not _INTEGER.fullmatch(value):
+            if not re.fullmatch(_INTEGER, value):
                 raise Invalid(allowed)
             value = int(value)
         if not low <= value <= high:
@@ -399,7 +401,7 @@ def _seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise Invalid(allowed)
         if isinstance(value, str):
-            if not _NUMBER.fullmatch(value):
+            if not re.fullmatch(_NUMBER, value):
                 raise Invalid(f"{allowed} (a plain decimal number; not nan, inf or a unit)")
             value = float(value)
         number = float(value)
@@ -474,7 +476,7 @@ def _argument(value: object) -> str:
         raise Invalid(f"must be a string, not {type(value).__name__}")
     if "\x00" in value:
         raise Invalid(f"a NUL character (\\x00) at position {value.index(chr(0))}; no argument can carry one")
-    if bad := _SURROGATE.search(value):
+    if bad := re.search(_SURROGATE, value):
         raise Invalid(f"not valid UTF-8 (the byte or character {_escape_char(bad.group())} at position {bad.start()})")
     return value
 
@@ -488,47 +490,103 @@ def _host_arch() -> Arch:
     return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64
 
 
-def _check(fn: Callable[[object], Any], default: Any = None, *, factory: Callable[[], Any] | None = None) -> Any:
-    """A field checked by ``fn`` (when loaded and when built in code)."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"check": fn})
-    return field(default=default, metadata={"check": fn})
+class _Field:
+    """One setting of a group: its check, and its default or a factory for it."""
+
+    __slots__ = ("check", "default", "factory", "group", "name")
+
+    def __init__(
+        self,
+        check: Callable[[object], Any] | None,
+        default: Any,
+        factory: Callable[[], Any] | None,
+        group: type[_Group] | None = None,
+    ) -> None:
+        self.name = ""
+        self.check = check
+        self.default = default
+        self.factory = factory
+        self.group = group
+
+    def initial(self) -> Any:
+        return self.factory() if self.factory is not None else self.default
 
 
-def _group(cls: type[_G]) -> _G:
+def _check(check: Callable[[object], Any], *, default: Any = None, factory: Callable[[], Any] | None = None) -> Any:
+    """A setting checked by ``check`` (when loaded and when built in code)."""
+    return _Field(check, default, factory)
+
+
+def _group(*, factory: Callable[[], _G]) -> _G:
     """A nested group of settings (its variables are ``<GROUP>__<NAME>``)."""
-    return field(default_factory=cls, metadata={"group": cls})
+    return _Field(None, None, factory, group=factory)  # type: ignore[arg-type,return-value]
 
 
-@dataclass(frozen=True)
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(_check, _group))
 class _Group:
-    """Frozen, checked settings: each field's ``check`` normalises its value or
-    raises ``Invalid``, whether it came from the environment or from code."""
+    """Frozen, checked settings: each field's check normalises its value or raises
+    ``Invalid``, whether it came from the environment or from code.
 
-    def __post_init__(self) -> None:
-        for spec in fields(self):
-            check = spec.metadata.get("check")
-            if check is not None:
-                object.__setattr__(self, spec.name, check(getattr(self, spec.name)))
+    Typed like a frozen dataclass (``dataclass_transform``: mypy checks every
+    constructor call), built without one: ``dataclasses`` generates and compiles
+    six methods per class, which for the 17 groups was most of this module's
+    import time, on the path of every run.
+    """
+
+    _fields: ClassVar[tuple[_Field, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = {spec.name: spec for spec in cls._fields}  # inherited ones first, in order
+        for name, annotation in inspect.get_annotations(cls).items():
+            if str(annotation).startswith(("ClassVar", "typing.ClassVar")):
+                continue
+            spec = cls.__dict__.get(name)
+            if not isinstance(spec, _Field):
+                raise TypeError(f"{cls.__name__}.{name}: a setting is declared with _check() or _group()")
+            spec.name = name
+            found[name] = spec  # an override keeps its place, as in a dataclass
+        cls._fields = tuple(found.values())
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values) - {spec.name for spec in self._fields}
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no setting {', '.join(sorted(unknown))}")
+        for spec in self._fields:
+            value = values[spec.name] if spec.name in values else spec.initial()
+            object.__setattr__(self, spec.name, spec.check(value) if spec.check is not None else value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"settings are frozen: cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"settings are frozen: cannot delete {name}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, spec.name) for spec in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Group) and type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{spec.name}={getattr(self, spec.name)!r}" for spec in self._fields)
+        return f"{type(self).__name__}({shown})"
 
     def model_copy(self, *, update: Mapping[str, Any]) -> Self:
         """A copy with ``update`` applied and checked (the pydantic spelling, kept
         for callers written against it)."""
-        return replace(self, **update)
+        return type(self)(**{**{spec.name: getattr(self, spec.name) for spec in self._fields}, **update})
 
     @classmethod
     def model_construct(cls, **values: Any) -> Self:
         """Build without checks: tests of a consumer's own defences against a
         value the settings would refuse (the pydantic spelling)."""
         made = object.__new__(cls)
-        for spec in fields(cls):
-            if spec.name in values:
-                value = values[spec.name]
-            elif spec.default_factory is not MISSING:
-                value = spec.default_factory()
-            else:
-                value = spec.default
-            object.__setattr__(made, spec.name, value)
+        for spec in cls._fields:
+            object.__setattr__(made, spec.name, values[spec.name] if spec.name in values else spec.initial())
         return made
 
     @classmethod
@@ -540,15 +598,14 @@ class _Group:
 # -- the settings ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Criteria(_Group):
     """Recipe criteria. Empty leaves the flag out."""
 
-    service: str = _check(_criterion, "")
-    accelerator: str = _check(_criterion, "")
-    intent: str = _check(_criterion, "")
-    os: str = _check(_criterion, "")
-    platform: str = _check(_criterion, "")
+    service: str = _check(_criterion, default="")
+    accelerator: str = _check(_criterion, default="")
+    intent: str = _check(_criterion, default="")
+    os: str = _check(_criterion, default="")
+    platform: str = _check(_criterion, default="")
 
     #: The anchor's flag order (R-07): service, accelerator, os, intent, platform.
     FLAG_ORDER: ClassVar[tuple[str, ...]] = names.CRITERIA_FLAG_ORDER
@@ -560,10 +617,9 @@ class Criteria(_Group):
         return ", ".join(f"{name}={getattr(self, name) or '-'}" for name in self.FLAG_ORDER)
 
 
-@dataclass(frozen=True)
 class Sha256Pins(_Group):
-    amd64: str = _check(_sha256_or_empty, "")
-    arm64: str = _check(_sha256_or_empty, "")
+    amd64: str = _check(_sha256_or_empty, default="")
+    arm64: str = _check(_sha256_or_empty, default="")
 
 
 #: Defaults from aicr's own install script (``cosign verify-blob-attestation`` of
@@ -573,17 +629,16 @@ GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 AICR_RELEASE_IDENTITY = "https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/{version}"
 
 
-@dataclass(frozen=True)
 class ProvenanceSettings(_Group):
     """How aicr's Sigstore provenance is verified before the binary runs."""
 
-    mode: ProvenanceMode = _check(_choice(ProvenanceMode), ProvenanceMode.REQUIRE)
+    mode: ProvenanceMode = _check(_choice(ProvenanceMode), default=ProvenanceMode.REQUIRE)
     #: Exact certificate identity (SAN URI); empty: NVIDIA's release workflow at
     #: the pinned tag. ``{version}`` is replaced by the pinned tag.
-    identity: str = _check(_plain_text, "")
-    issuer: str = _check(_issuer, GITHUB_ACTIONS_ISSUER)
+    identity: str = _check(_plain_text, default="")
+    issuer: str = _check(_issuer, default=GITHUB_ACTIONS_ISSUER)
     #: A Sigstore trusted_root.json; empty: the public-good root shipped with the runner.
-    trusted_root: str = _check(absolute_path(), "")
+    trusted_root: str = _check(absolute_path(), default="")
 
 
 _MIRROR_HINT = (
@@ -592,21 +647,20 @@ _MIRROR_HINT = (
 )
 
 
-@dataclass(frozen=True)
 class AicrSettings(_Group):
-    version: str = _check(_version, names.PINNED_AICR_VERSION)
+    version: str = _check(_version, default=names.PINNED_AICR_VERSION)
     arch: Arch = _check(_arch, factory=_host_arch)
-    sha256: Sha256Pins = _group(Sha256Pins)
-    release_base_url: str = _check(_url(("http", "https"), _MIRROR_HINT), DEFAULT_RELEASE_BASE_URL)
+    sha256: Sha256Pins = _group(factory=Sha256Pins)
+    release_base_url: str = _check(_url(("http", "https"), _MIRROR_HINT), default=DEFAULT_RELEASE_BASE_URL)
     #: A preinstalled aicr to use instead of downloading one.
-    binary: str = _check(absolute_path(), "")
+    binary: str = _check(absolute_path(), default="")
     #: sha256 of ``binary``; when set the binary must match it.
-    binary_sha256: str = _check(_sha256_or_empty, "")
-    download_attempts: int = _check(_integer(1, 20), 5)
-    download_timeout_seconds: float = _check(_seconds(3600), 60.0)
+    binary_sha256: str = _check(_sha256_or_empty, default="")
+    download_attempts: int = _check(_integer(1, 20), default=5)
+    download_timeout_seconds: float = _check(_seconds(3600), default=60.0)
     #: Upper bound on the whole download step, retries and back-off included.
-    download_budget_seconds: float = _check(_seconds(7200), 600.0)
-    provenance: ProvenanceSettings = _group(ProvenanceSettings)
+    download_budget_seconds: float = _check(_seconds(7200), default=600.0)
+    provenance: ProvenanceSettings = _group(factory=ProvenanceSettings)
 
     @property
     def pin(self) -> str:
@@ -620,29 +674,26 @@ class AicrSettings(_Group):
         return template.replace("{version}", self.version)
 
 
-@dataclass(frozen=True)
 class PackSettings(_Group):
     #: OCI reference without scheme: host/repo:tag or host/repo@sha256:...
-    ref: str = _check(_pack_reference, "")
+    ref: str = _check(_pack_reference, default="")
     #: Path to a dockerconfigjson file (a mounted Secret's config.json).
-    credentials_file: str = _check(absolute_path(), "")
-    plain_http: bool = _check(_boolean, False)
-    insecure_tls: bool = _check(_boolean, False)
+    credentials_file: str = _check(absolute_path(), default="")
+    plain_http: bool = _check(_boolean, default=False)
+    insecure_tls: bool = _check(_boolean, default=False)
     #: Wall-clock bound on the whole pack pull, however slowly the registry answers.
-    pull_budget_seconds: float = _check(_seconds(7200), 600.0)
+    pull_budget_seconds: float = _check(_seconds(7200), default=600.0)
 
 
-@dataclass(frozen=True)
 class StepArgs(_Group):
     """A legacy whitespace-split flags string plus an argv list (list wins, last)."""
 
-    flags: str = _check(_flags, "")
+    flags: str = _check(_flags, default="")
     args: list[str] = _check(_json_list(_argument), factory=list)
 
 
-@dataclass(frozen=True)
 class RecipeExpectations(_Group):
-    min_components: int = _check(_integer(0, 100_000), 0)
+    min_components: int = _check(_integer(0, 100_000), default=0)
     components: list[str] = _check(_json_list(_plain_text), factory=list)
     overlays: list[str] = _check(_json_list(_plain_text), factory=list)
 
@@ -651,21 +702,18 @@ class RecipeExpectations(_Group):
         return bool(self.min_components or self.components or self.overlays)
 
 
-@dataclass(frozen=True)
 class RecipeSettings(StepArgs):
-    configmap: str = _check(_k8s_name(), "aicr-recipe")
-    expect: RecipeExpectations = _group(RecipeExpectations)
+    configmap: str = _check(_k8s_name(), default="aicr-recipe")
+    expect: RecipeExpectations = _group(factory=RecipeExpectations)
 
 
-@dataclass(frozen=True)
 class BundleSettings(StepArgs):
-    storage_class: str = _check(_k8s_subdomain(), "")
+    storage_class: str = _check(_k8s_subdomain(), default="")
 
 
-@dataclass(frozen=True)
 class DeploySettings(StepArgs):
-    flags: str = _check(_flags, "--best-effort --no-wait")
-    enabled: bool = _check(_boolean, True)
+    flags: str = _check(_flags, default="--best-effort --no-wait")
+    enabled: bool = _check(_boolean, default=True)
 
     @property
     def best_effort(self) -> bool:
@@ -673,80 +721,75 @@ class DeploySettings(StepArgs):
         return "--best-effort" in self.flags.split() or "--best-effort" in self.args
 
 
-@dataclass(frozen=True)
 class EnvironmentSettings(_Group):
-    preinstalled_driver: bool = _check(_boolean, False)
+    preinstalled_driver: bool = _check(_boolean, default=False)
 
 
-@dataclass(frozen=True)
 class PublishSettings(_Group):
-    enabled: bool = _check(_boolean, False)
-    mode: PublishMode = _check(_choice(PublishMode), PublishMode.SIGNED)
-    ref: str = _check(_oci_reference, "")
-    fail_on_error: bool = _check(_boolean, False)
-    insecure_tls: bool = _check(_boolean, False)
-    plain_http: bool = _check(_boolean, False)
+    enabled: bool = _check(_boolean, default=False)
+    mode: PublishMode = _check(_choice(PublishMode), default=PublishMode.SIGNED)
+    ref: str = _check(_oci_reference, default="")
+    fail_on_error: bool = _check(_boolean, default=False)
+    insecure_tls: bool = _check(_boolean, default=False)
+    plain_http: bool = _check(_boolean, default=False)
     #: Directory holding a dockerconfigjson ``config.json`` (becomes DOCKER_CONFIG
     #: for the publish call only).
-    registry_config_dir: str = _check(absolute_path(), "")
+    registry_config_dir: str = _check(absolute_path(), default="")
     #: File holding the short-lived OIDC token for signed mode; read at publish time.
-    identity_token_file: str = _check(absolute_path(), "")
+    identity_token_file: str = _check(absolute_path(), default="")
 
 
-@dataclass(frozen=True)
 class ValidateSettings(StepArgs):
-    enabled: bool = _check(_boolean, False)
+    enabled: bool = _check(_boolean, default=False)
     phases: list[Phase] = _check(_json_list(_choice(Phase)), factory=lambda: [Phase.DEPLOYMENT])
-    fail_on_error: bool = _check(_boolean, False)
-    emit_evidence: bool = _check(_boolean, False)
-    result_configmap: str = _check(_k8s_name(), "aicr-validate-result")
-    evidence_configmap: str = _check(_k8s_name(), "aicr-evidence-bundle")
-    publish: PublishSettings = _group(PublishSettings)
+    fail_on_error: bool = _check(_boolean, default=False)
+    emit_evidence: bool = _check(_boolean, default=False)
+    result_configmap: str = _check(_k8s_name(), default="aicr-validate-result")
+    evidence_configmap: str = _check(_k8s_name(), default="aicr-evidence-bundle")
+    publish: PublishSettings = _group(factory=PublishSettings)
 
 
-@dataclass(frozen=True)
 class LeaseSettings(_Group):
     """The install Lease: one installer at a time per chart release."""
 
     #: Lease name in the namespace; empty runs without a Lease (local runs).
-    name: str = _check(_k8s_name(), "")
+    name: str = _check(_k8s_name(), default="")
     #: This pod's name and its Job's name: together the holder identity. A failed
     #: run also reads its Job's labels to find the Flux HelmRelease that rendered it.
-    pod_name: str = _check(_k8s_subdomain(), "")
-    job_name: str = _check(_k8s_subdomain(63), "")
+    pod_name: str = _check(_k8s_subdomain(), default="")
+    job_name: str = _check(_k8s_subdomain(63), default="")
     #: A holder that stops renewing loses the Lease after this long.
-    duration_seconds: int = _check(_integer(5, 3600), 60)
+    duration_seconds: int = _check(_integer(5, 3600), default=60)
     #: How long a run waits for another run's Lease before it gives up (exit 31).
-    wait_seconds: float = _check(_seconds(86400, zero=True), 7200.0)
+    wait_seconds: float = _check(_seconds(86400, zero=True), default=7200.0)
 
     @property
     def holder(self) -> str:
         return "/".join(part for part in (self.job_name, self.pod_name) if part) or "aicr-runner"
 
 
-@dataclass(frozen=True)
 class RunnerSettings(_Group):
     """Every runtime input. Field docs are the README's environment table."""
 
-    criteria: Criteria = _group(Criteria)
-    pack: PackSettings = _group(PackSettings)
-    aicr: AicrSettings = _group(AicrSettings)
-    recipe: RecipeSettings = _group(RecipeSettings)
-    bundle: BundleSettings = _group(BundleSettings)
-    deploy: DeploySettings = _group(DeploySettings)
-    environment: EnvironmentSettings = _group(EnvironmentSettings)
-    lease: LeaseSettings = _group(LeaseSettings)
-    validate: ValidateSettings = _group(ValidateSettings)
-    status_configmap: str = _check(_k8s_name(), "aicr-run-status")
+    criteria: Criteria = _group(factory=Criteria)
+    pack: PackSettings = _group(factory=PackSettings)
+    aicr: AicrSettings = _group(factory=AicrSettings)
+    recipe: RecipeSettings = _group(factory=RecipeSettings)
+    bundle: BundleSettings = _group(factory=BundleSettings)
+    deploy: DeploySettings = _group(factory=DeploySettings)
+    environment: EnvironmentSettings = _group(factory=EnvironmentSettings)
+    lease: LeaseSettings = _group(factory=LeaseSettings)
+    validate: ValidateSettings = _group(factory=ValidateSettings)
+    status_configmap: str = _check(_k8s_name(), default="aicr-run-status")
     #: Namespace of the result ConfigMaps; empty: the pod's.
-    namespace: str = _check(_k8s_name(63), "")
-    work_dir: str = _check(absolute_path(required=True), "/tmp/aicr-runner")  # noqa: S108 - the pod mounts an emptyDir there
-    log_format: LogFormat = _check(_choice(LogFormat), LogFormat.CONSOLE)
-    termination_message_path: str = _check(absolute_path(required=True), "/dev/termination-log")
+    namespace: str = _check(_k8s_name(63), default="")
+    work_dir: str = _check(absolute_path(required=True), default="/tmp/aicr-runner")  # noqa: S108 - the pod mounts an emptyDir there
+    log_format: LogFormat = _check(_choice(LogFormat), default=LogFormat.CONSOLE)
+    termination_message_path: str = _check(absolute_path(required=True), default="/dev/termination-log")
     #: How long a running child (helm inside deploy.sh) may finish after SIGTERM.
-    shutdown_grace_seconds: float = _check(_seconds(3600, zero=True), 60.0)
+    shutdown_grace_seconds: float = _check(_seconds(3600, zero=True), default=60.0)
     #: How long one Kubernetes API write may keep retrying (429, 5xx, connection errors).
-    kube_write_budget_seconds: float = _check(_seconds(3600), 120.0)
+    kube_write_budget_seconds: float = _check(_seconds(3600), default=120.0)
 
     @property
     def work_path(self) -> Path:
@@ -756,22 +799,23 @@ class RunnerSettings(_Group):
 # -- the environment ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class _Leaf:
     """One variable: where its value goes and how it is checked."""
 
-    name: str
-    path: tuple[str, ...]
-    check: Callable[[object], Any]
+    __slots__ = ("check", "name", "path")
+
+    def __init__(self, name: str, path: tuple[str, ...], check: Callable[[object], Any]) -> None:
+        self.name = name
+        self.path = path
+        self.check = check
 
 
 def _leaves(cls: type[_Group], prefix: str, path: tuple[str, ...]) -> Iterator[_Leaf]:
-    for spec in fields(cls):
-        group = spec.metadata.get("group")
-        if group is not None:
-            yield from _leaves(group, f"{prefix}{spec.name.upper()}__", (*path, spec.name))
-        else:
-            yield _Leaf(f"{prefix}{spec.name.upper()}", (*path, spec.name), spec.metadata["check"])
+    for spec in cls._fields:
+        if spec.group is not None:
+            yield from _leaves(spec.group, f"{prefix}{spec.name.upper()}__", (*path, spec.name))
+        elif spec.check is not None:
+            yield _Leaf(f"{prefix}{spec.name.upper()}", (*path, spec.name), spec.check)
 
 
 _LEAVES: dict[str, _Leaf] = {leaf.name: leaf for leaf in _leaves(RunnerSettings, ENV_PREFIX, ())}
@@ -785,11 +829,9 @@ def env_var_names() -> list[str]:
 
 def _build(cls: type[_Group], values: Mapping[str, Any]) -> Any:
     kwargs: dict[str, Any] = {}
-    for spec in fields(cls):
-        if spec.name not in values:
-            continue
-        group = spec.metadata.get("group")
-        kwargs[spec.name] = _build(group, values[spec.name]) if group is not None else values[spec.name]
+    for spec in cls._fields:
+        if spec.name in values:
+            kwargs[spec.name] = _build(spec.group, values[spec.name]) if spec.group is not None else values[spec.name]
     return cls(**kwargs)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 __all__ = ["binary_digest", "file_digest", "sha256_file"]
@@ -13,6 +12,8 @@ _binary_digests: dict[tuple[int, int, int, int, int, str], str] = {}
 
 def file_digest(path: Path, algorithm: str) -> str:
     """Hex digest of a file with a hashlib algorithm, read in chunks (never whole into memory)."""
+    import hashlib  # OpenSSL's bindings: only a run that hashes loads them
+
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, algorithm).hexdigest()
 
