@@ -20,6 +20,7 @@ EXPECTED_ROWS = [
     "one aicr-like call (Go `oras version`), wall",
     "`aicr-runner version`, wall",
     "`aicr-runner --help`, wall",
+    "whole `plan` (4 aicr calls, real aicr v0.11.1), wall",
     "whole `plan` (",
     "pack pull, 0.02 MB in 3 file layers (2 files), whole process",
     "pack pull, 2 MB in 22 file layers (21 files), whole process",
