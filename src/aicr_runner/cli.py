@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"aicr-runner: {refused}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     try:
-        _check_places(settings, args, origins)
+        _check_places(settings, args)
     except ConfigError as exc:
         return _bad_input(exc, origins)
     return _run(settings, args, env)
@@ -180,7 +180,7 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
     return env
 
 
-def _check_places(settings: RunnerSettings, args: argparse.Namespace, origins: dict[str, str]) -> None:
+def _check_places(settings: RunnerSettings, args: argparse.Namespace) -> None:
     """Every directory the run writes exists or is created now, and takes a file;
     a local pack directory exists. Before any step: a run never reports success
     with results that went nowhere."""
@@ -271,7 +271,7 @@ def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace
 def _local_pack(args: argparse.Namespace) -> Path | None:
     """``plan --pack-dir``: a local pack standing in for a pack ref."""
     pack_dir: Path | None = getattr(args, "pack_dir", None)
-    return pack_dir.resolve() if pack_dir is not None else None
+    return Path(os.path.abspath(pack_dir)) if pack_dir is not None else None
 
 
 def _bad_input(exc: ConfigError, origins: Mapping[str, str] | None = None) -> int:
