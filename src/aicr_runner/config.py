@@ -752,8 +752,9 @@ class ValidateSettings(StepArgs):
 class LeaseSettings(_Group):
     """The install Lease: one installer at a time per chart release."""
 
-    #: Lease name in the namespace; empty runs without a Lease (local runs).
-    name: str = _check(_k8s_name(), default="")
+    #: Lease name in the namespace; empty runs without a Lease (local runs). The
+    #: chart derives it from the release name, which may hold dots.
+    name: str = _check(_k8s_subdomain(), default="")
     #: This pod's name and its Job's name: together the holder identity. A failed
     #: run also reads its Job's labels to find the Flux HelmRelease that rendered it.
     pod_name: str = _check(_k8s_subdomain(), default="")

@@ -71,7 +71,7 @@ KINDS: dict[str, str] = {
     "DEPLOY__ARGS": "args",
     "DEPLOY__ENABLED": "bool",
     "ENVIRONMENT__PREINSTALLED_DRIVER": "bool",
-    "LEASE__NAME": "name",
+    "LEASE__NAME": "subdomain",
     "LEASE__POD_NAME": "subdomain",
     "LEASE__JOB_NAME": "job_name",
     "LEASE__DURATION_SECONDS": "lease_duration",
