@@ -24,7 +24,7 @@ import oras.provider
 import pytest
 
 from aicr_runner import pack
-from aicr_runner.config import PackSettings, load
+from aicr_runner.config import PackSettings, load, shown
 from aicr_runner.errors import (
     ConfigError,
     ExitCode,
@@ -481,7 +481,8 @@ def test_bad_references_are_refused_when_settings_load(ref: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load({"AICR_RUNNER_PACK__REF": ref})
     assert len(caught.value.problems) == 1
-    assert caught.value.problems[0].startswith(f"AICR_RUNNER_PACK__REF={ref!r}")
+    # The value as messages show it: quoted, escaped, a user or password masked.
+    assert caught.value.problems[0].startswith(f"AICR_RUNNER_PACK__REF={shown(ref)}")
 
 
 # --- credentials file -----------------------------------------------------------------------
