@@ -184,6 +184,8 @@ def load_values_file(path: Path) -> dict[str, Any]:
         raise ConfigError([f"{where}: not valid YAML ({_cut(str(exc))})"]) from None
     except RecursionError:
         raise ConfigError([f"{where}: nested too deeply to be chart values"]) from None
+    except (ValueError, OverflowError) as exc:  # a value PyYAML cannot build (an integer of 5,000 digits)
+        raise ConfigError([f"{where}: a value cannot be read ({_cut(str(exc))})"]) from None
     if document is None:
         return {}
     if not isinstance(document, dict):

@@ -129,12 +129,16 @@ def _json_type(value: Any) -> str:
 def _is_type(value: Any, name: str) -> bool:
     kind = _json_type(value)
     if name == "integer":
-        return kind == "number" and float(value).is_integer()
+        return kind == "number" and (isinstance(value, int) or float(value).is_integer())
     return kind == name
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() and abs(value) < 1e21 else repr(float(value))
+    if isinstance(value, int):  # however large: no float conversion
+        text = str(value)
+    else:
+        text = str(int(value)) if value.is_integer() and abs(value) < 1e21 else repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
 
 
 def _literal(value: Any) -> str:

@@ -362,6 +362,10 @@ def cli_cases() -> list[Case]:
         ("over 1 MiB", b"# " + b"x" * (1024 * 1024 + 10) + b"\n", "larger than"),
         ("a long line of typos", b"".join(f"k{i}: 1\n".encode() for i in range(2000)), "additional properties"),
         ("runtime refuses", b"accelerator: h100\nnamespace: x\nlogFormat: xml\n", "/logFormat"),
+        ("an integer of 5000 digits", b"accelerator: h100\na: " + b"1" * 5000 + b"\n", "a value cannot be read"),
+        ("a number of 400 digits", b"accelerator: h100\nkubeWriteBudgetSeconds: " + b"9" * 400 + b"\n", "digits)"),
+        ("a list key", b"accelerator: h100\n? [a, b]\n: c\n", "not valid YAML"),
+        ("a timestamp for a string", b"accelerator: h100\naicrVersion: 2024-01-01\n", "/aicrVersion"),
     ]
     for label, body, names in values:
         files = (("values.yaml", body),) if label != "missing" else ()
