@@ -483,3 +483,37 @@ def refusal(env: dict[str, str]) -> list[str] | None:
     except ConfigError as exc:
         return exc.problems
     return None
+
+
+_YAMLISH = st.lists(
+    st.sampled_from([*"ab01:- \n\t[]{},&*!|>'\"#%@`?.~\\e+", "\x00", "\udcff", "é", "1" * 50, "accelerator: "]),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.binary(max_size=200), _YAMLISH.map(lambda text: text.encode("utf-8", "surrogateescape"))))
+def test_any_values_file_is_read_or_refused_with_a_bounded_message(body: bytes) -> None:
+    """A property over values files: read (a mapping that meets the schema) or
+    refused with ConfigError lines of bounded size; nothing else escapes."""
+    import tempfile
+
+    from aicr_runner.values import load_values_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "values.yaml"
+        path.write_bytes(body)
+        problems = values_refusal(load_values_file, path)
+        if problems is not None:
+            assert sum(len(line) for line in problems) <= MAX_OUTPUT_BYTES
+            assert problems[0].startswith(f"--values {path}")
+
+
+def values_refusal(read: Callable[[Path], dict[str, object]], path: Path) -> list[str] | None:
+    """The problems a values file is refused with; None when it is read (as a mapping)."""
+    try:
+        document = read(path)
+    except ConfigError as exc:
+        return exc.problems
+    assert isinstance(document, dict)
+    return None
