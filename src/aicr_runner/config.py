@@ -24,6 +24,7 @@ import inspect
 import json
 import math
 import os
+import platform
 import re
 from collections.abc import Callable, Iterator, Mapping
 from enum import Enum, StrEnum
@@ -486,7 +487,7 @@ def _issuer(value: object) -> str:
 
 
 def _host_arch() -> Arch:
-    machine = os.uname().machine.lower()
+    machine = platform.machine().lower()
     return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64
 
 

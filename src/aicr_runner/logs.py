@@ -1,4 +1,4 @@
-"""Logging: structlog, human-readable by default, JSON with one setting.
+"""Logging: structlog's format, human-readable by default, JSON with one setting.
 
 Every string that reaches a log line passes through ``redact``: credentials read by
 the runner (pack and publish registry auth, the identity token) are registered
@@ -6,7 +6,7 @@ with ``register_secret`` when they are read, and replaced by ``***`` wherever th
 would appear, including in relayed child output.
 
 Relayed child output (deploy.sh can print gigabytes) does not go through
-structlog line by line: ``relay`` writes already-redacted blocks of lines
+the event path line by line: ``relay`` writes already-redacted blocks of lines
 straight to the pod log, rendered the way structlog renders an event in the
 configured format (same timestamp, level, ``step`` and ``source``), buffered and
 flushed at least every 100 ms (``flush_relay_if_due``), before every structured
@@ -215,7 +215,7 @@ class _Relay:
             return
         if not text.endswith("\n"):
             text += "\n"
-        # Every value is redacted, as structlog's processor does for an event:
+        # Every value is redacted, as render_event does for an event:
         # a secret that happens to read like the date, the level or the step
         # name is masked there too.
         stamp = redact(datetime.now(UTC).isoformat().replace("+00:00", "Z"))
@@ -420,7 +420,7 @@ def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) 
 
     _relay.flush()
     _relay = _Relay(fmt, stream)
-    _output = _Output(fmt, stream if stream is not None else sys.stderr)
+    _output = _Output(fmt, stream)
     if "structlog" in sys.modules:
         _configure_structlog(sys.modules["structlog"])
     elif not any(isinstance(finder, _ConfigureStructlogOnImport) for finder in sys.meta_path):
