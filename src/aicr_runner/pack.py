@@ -31,6 +31,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import http.cookiejar
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -51,6 +52,7 @@ import requests.adapters
 import structlog
 import urllib3
 import urllib3.connection
+import urllib3.util
 from requests.models import PreparedRequest
 
 from aicr_runner.archive import safe_extract_all
@@ -68,6 +70,8 @@ from aicr_runner.oraspy import oras
 from aicr_runner.reference import DIGEST, InvalidReference, PackReference
 
 if TYPE_CHECKING:
+    from requests.sessions import _Settings as RequestSettings
+
     from aicr_runner.config import PackSettings
 
 __all__ = [
@@ -692,6 +696,38 @@ class _Adapter(requests.adapters.HTTPAdapter):
         return super().send(request, stream, timeout or self._timeout, verify, cert, proxies)
 
 
+class _Session(requests.Session):
+    """A session that reads the proxy environment once per host, not on every request.
+
+    requests scans the whole environment (``*_proxy``, ``no_proxy``, the CA bundle
+    variables) for each request it sends: with a pod's many variables that is a
+    good part of a small blob's cost. The environment does not change during a
+    pull, so the answer is kept per scheme and host.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # As oras-py does: some registries set cookies and then expect a browser.
+        self.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        self._environment: dict[tuple[str, object, object, object], RequestSettings] = {}
+
+    def merge_environment_settings(
+        self,
+        url: str | bytes | None,
+        proxies: MutableMapping[str, str] | None,
+        stream: bool | None,
+        verify: bool | str | None,
+        cert: str | tuple[str, str] | None,
+    ) -> RequestSettings:
+        if proxies:  # an explicit per-request setting: nothing to cache
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+        where = urllib3.util.parse_url(url.decode() if isinstance(url, bytes) else url or "")
+        key = (f"{where.scheme}://{where.netloc}", stream, verify, cert)
+        if key not in self._environment:
+            self._environment[key] = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        return self._environment[key].copy()
+
+
 class _ChallengeAuth(oras.auth.TokenAuth):  # type: ignore[misc]
     """oras-py's token flow, plus Basic challenges, with no config-file discovery."""
 
@@ -754,6 +790,7 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         watch: _SocketWatch,
     ) -> None:
         super().__init__(hostname=host, insecure=plain_http, tls_verify=verify_tls, auth_backend="token")
+        self.session = _Session()
         adapter = _Adapter(timeout_seconds, watch)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)

@@ -878,6 +878,39 @@ def test_a_blob_download_is_cut_one_byte_past_its_declared_size(tmp_path: Path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "no pack and no staging directory left"
 
 
+def test_the_proxy_environment_is_honoured_on_every_request(
+    tmp_path: Path, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session reads *_proxy/no_proxy once per host; it must still use them."""
+    served.auth = "none"
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{served.port}")
+    monkeypatch.setenv("NO_PROXY", "")
+    settings = PackSettings(ref="registry.invalid:5000/acme/pack:1.0", plain_http=True)
+    registry = OrasRegistry(settings, sleep=Sleeps())
+
+    for _ in range(2):  # the second request takes the kept answer
+        with pytest.raises(PackNotFoundError):
+            registry.get_manifest(settings.ref)
+
+    # A proxy is sent the absolute URL; the registry's own name never resolved.
+    assert [path for path, _ in served.requests] == ["http://registry.invalid:5000/v2/acme/pack/manifests/1.0"] * 2
+
+
+def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes() -> None:
+    """oras-py's jsonschema (its push-side validation) loads only when used."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import aicr_runner.pack; import oras.provider, oras.schemas; "
+        "print('jsonschema.validators' in sys.modules); "
+        "oras.provider.jsonschema.validate({'schemaVersion': 2}, schema={'type': 'object'}); "
+        "print('jsonschema.validators' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"], result.stderr
+
+
 def test_oras_py_still_exposes_its_unretried_request_function() -> None:
     # pack.py bypasses oras-py's @retry via __wrapped__; an oras-py upgrade that
     # drops it would silently bring back minutes-long retries.
