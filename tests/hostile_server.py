@@ -53,11 +53,14 @@ def release_archive(binary: bytes) -> bytes:
 
 
 class ReleaseServer:
-    """``/drip/...`` drips, ``/redirect/<n>/...`` redirects slowly, anything else is a file."""
+    """``/drip/...`` drips, ``/stall/...`` sends one byte and falls silent,
+    ``/redirect/<n>/...`` redirects slowly, anything else is a file."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.requests: list[str] = []
+        #: Set when a client of ``/stall/`` closed its connection.
+        self.stalled_client_left = threading.Event()
         self._stop = threading.Event()
         server = self
 
@@ -68,6 +71,8 @@ class ReleaseServer:
                 server.requests.append(self.path)
                 if self.path.startswith("/drip/"):
                     self._drip()
+                elif self.path.startswith("/stall/"):
+                    self._stall()
                 elif self.path.startswith("/redirect/"):
                     self._redirect()
                 else:
@@ -94,6 +99,20 @@ class ReleaseServer:
                         self.wfile.write(b"x")
                         self.wfile.flush()
                         time.sleep(DRIP_INTERVAL)
+
+            def _stall(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(10**9))
+                self.end_headers()
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                self.close_connection = True
+                while not server._stop.is_set():
+                    readable, _, _ = select.select([self.connection], [], [], 0.05)
+                    with contextlib.suppress(OSError):
+                        if readable and not self.connection.recv(4096):
+                            server.stalled_client_left.set()
+                            return
 
             def _redirect(self) -> None:
                 hop = int(self.path.split("/")[2])

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from aicr_runner.cli import main
-from aicr_runner.config import PackSettings
-from aicr_runner.deadline import bounded
-from aicr_runner.errors import PackError
+from aicr_runner.config import AicrSettings, PackSettings
+from aicr_runner.deadline import Cancellation, bounded
+from aicr_runner.errors import DownloadError, PackError
 from aicr_runner.pack import pull_pack
+from aicr_runner.release import fetch_aicr
 from tests.fake_aicr import install_fake_aicr
 from tests.hostile_server import HostileRegistry, ReleaseServer, StalledListener, release_archive
 from tests.integration.test_runs import clean_env
@@ -120,6 +121,32 @@ def test_the_download_budget_bounds_the_fetch_whatever_the_server_does(
     report = json.loads((tmp_path / "results" / "aicr-run-status" / "report.json").read_text())
     assert report["steps"][0]["state"] == "fetch"
     assert report["steps"][0]["status"] == "failed"
+
+
+def test_a_stalled_download_is_broken_off_when_the_bound_gives_up(server: ReleaseServer, tmp_path: Path) -> None:
+    """The server sends one byte and falls silent (the read timeout is 60 s): the
+    cancellation shuts the socket down, so the download has ended, and its
+    connection is closed, by the time ``bounded`` raises."""
+    settings = AicrSettings(version="1.2.0", release_base_url=f"{server.url}/stall", download_timeout_seconds=60)
+    ended = threading.Event()
+
+    def work(cancelled: Cancellation) -> None:
+        try:
+            fetch_aicr(settings, tmp_path / "aicr", cancelled=cancelled)
+        finally:
+            ended.set()
+
+    with pytest.raises(DownloadError, match="over budget"):
+        bounded(
+            work,
+            budget_seconds=1.0,
+            interrupted=lambda: False,
+            over_budget=lambda: DownloadError("over budget"),
+            what="the aicr download",
+        )
+    assert ended.is_set(), "the download had ended when the bound returned"
+    assert server.stalled_client_left.wait(1.0), "its connection was closed"
+    assert server.requests == ["/stall/v1.2.0/aicr_checksums.txt"], "not retried after the cancel"
 
 
 def test_sigterm_during_a_dripping_download_stops_it_and_exits_143(server: ReleaseServer, tmp_path: Path) -> None:
