@@ -758,6 +758,21 @@ def test_valid_credential_pulls_with_basic_and_bearer_challenges(tmp_path: Path,
 
 
 @pytest.mark.parametrize("auth", ["basic", "bearer"])
+def test_only_the_first_request_is_challenged(tmp_path: Path, served: Served, auth: str) -> None:
+    """Once the registry asked for credentials, every later request carries them:
+    no 401 round trip (and no dropped connection) per blob."""
+    served.auth = auth
+    push_default(served)
+
+    local_pull(tmp_path, served, user="alice", password=served.password)
+
+    registry_requests = [authorization for path, authorization in served.requests if path.startswith("/v2/")]
+    assert len(registry_requests) == 1 + 1 + 2, "the manifest twice (challenged, then with credentials), two blobs"
+    assert registry_requests[0] == ""
+    assert all(registry_requests[1:]), registry_requests
+
+
+@pytest.mark.parametrize("auth", ["basic", "bearer"])
 def test_wrong_credential_is_an_auth_error_at_once(
     tmp_path: Path, served: Served, auth: str, caplog: pytest.LogCaptureFixture
 ) -> None:
