@@ -154,6 +154,8 @@ class Placement(StrEnum):
 
 @dataclass(frozen=True)
 class PackLayer:
+    """One manifest layer and how it was placed (a docstring also spares dataclass an inspect.signature at import)."""
+
     digest: str
     size: int
     media_type: str
@@ -163,6 +165,8 @@ class PackLayer:
 
 @dataclass(frozen=True)
 class PulledPack:
+    """The pulled pack: where it is and what it was pulled from."""
+
     path: Path
     ref: str
     manifest_digest: str
@@ -237,6 +241,8 @@ def _pull(registry: Registry, ref_text: str, dest: Path, stop: Cancellation) -> 
 
 @dataclass(frozen=True)
 class _Descriptor:
+    """A manifest layer descriptor, checked."""
+
     digest: str
     size: int
     media_type: str
