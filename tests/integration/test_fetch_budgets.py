@@ -269,6 +269,22 @@ def test_a_cancelled_pull_has_ended_its_workers_and_sockets_when_the_bound_retur
     assert list(tmp_path.iterdir()) == [], "no pack and no staging directory"
 
 
+def test_a_pull_stuck_in_a_tls_handshake_is_broken_off_when_the_bound_gives_up(tmp_path: Path) -> None:
+    """The socket is watched from the moment TCP connects, before the handshake
+    that would take it over: a registry that never says a word is let go at once."""
+    with StalledListener() as stalled:
+        settings = PackSettings(ref=f"127.0.0.1:{stalled.port}/acme/aicr-pack:1.0.0")
+        with pytest.raises(PackError, match="over budget"):
+            bounded(
+                lambda cancelled: pull_pack(settings, tmp_path / "pack", cancelled=cancelled),
+                budget_seconds=1.0,
+                interrupted=lambda: False,
+                over_budget=lambda: PackError("over budget"),
+                what="the data pack pull",
+            )
+        assert [t.name for t in threading.enumerate() if t.name.startswith("bounded")] == []
+
+
 def test_a_pack_pulled_from_the_hostile_registry_when_it_behaves(tmp_path: Path) -> None:
     """The same registry serving properly: the three layers land (the fixture is a real pack)."""
     with HostileRegistry("serve") as registry:
