@@ -236,8 +236,10 @@ class HostileRegistry:
     REPOSITORY = "acme/aicr-pack"
     TAG = "1.0.0"
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, *, connection_close: bool = False) -> None:
         self.mode = mode
+        #: Answer blobs with ``Connection: close`` (HTTP/1.0 proxies do).
+        self.connection_close = connection_close
         self.requests: list[str] = []
         #: When the first request arrived (``time.monotonic``): the pull's start.
         self.first_request_at: float | None = None
@@ -311,6 +313,8 @@ class HostileRegistry:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("Content-Length", str(len(data)))
+                if registry.connection_close:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(data[:1])
                 self.wfile.flush()

@@ -41,6 +41,7 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -587,51 +588,55 @@ class _KeepRequestAuth(requests.auth.AuthBase):
 
 
 class _SocketWatch:
-    """The sockets of one session's connections, so ``abort`` can break any read.
+    """The sockets of one session, so ``abort`` can break any read on them.
 
-    Each connection's socket is registered as a duplicate descriptor as soon
-    as TCP connects (before a TLS handshake, which would take the original
-    over). ``shutdown`` acts on the socket, not the descriptor, so shutting the
-    duplicate down makes a read blocked on the original return at once, in
-    whatever thread it is, whether it waits for a handshake, a status line or
-    the next byte of a body. The duplicate is closed with its connection, so a
-    descriptor number is never shut down after it has been reused.
+    Each socket is registered as a duplicate descriptor: the raw socket as soon
+    as TCP connects (a TLS handshake can stall too), the TLS socket once the
+    handshake is done. ``shutdown`` acts on the socket, not the descriptor, so
+    shutting the duplicate down makes a read blocked on the original return at
+    once, in whatever thread it is, whether it waits for a handshake, a status
+    line or the next byte of a body. A duplicate lives exactly as long as its
+    socket object (a weak-reference finalizer closes it): a response may read on
+    after http.client has closed the connection object (``Connection: close``),
+    and only this watch ever closes a duplicate, so it is never shut down after
+    its descriptor number was reused.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sockets: dict[int, socket.socket] = {}
+        self._duplicates: dict[int, socket.socket] = {}
+        self._next_key = 0
         self._aborted = False
 
-    def add(self, owner: object, sock: socket.socket) -> None:
+    def watch(self, sock: socket.socket) -> None:
         duplicate = sock.dup()
         with self._lock:
-            self._drop(owner)
-            self._sockets[id(owner)] = duplicate
+            key = self._next_key
+            self._next_key += 1
+            self._duplicates[key] = duplicate
             aborted = self._aborted
+        weakref.finalize(sock, self._forget, key)
         if aborted:
             _shut(duplicate)
 
-    def discard(self, owner: object) -> None:
+    def _forget(self, key: int) -> None:
         with self._lock:
-            self._drop(owner)
-
-    def _drop(self, owner: object) -> None:
-        duplicate = self._sockets.pop(id(owner), None)
+            duplicate = self._duplicates.pop(key, None)
         if duplicate is not None:
             duplicate.close()
 
     def abort(self) -> None:
         with self._lock:
             self._aborted = True
-            for duplicate in self._sockets.values():
+            for duplicate in self._duplicates.values():
                 _shut(duplicate)
 
     def close(self) -> None:
         with self._lock:
-            for duplicate in self._sockets.values():
-                duplicate.close()
-            self._sockets.clear()
+            duplicates = list(self._duplicates.values())
+            self._duplicates.clear()
+        for duplicate in duplicates:
+            duplicate.close()
 
 
 def _shut(sock: socket.socket) -> None:
@@ -645,22 +650,19 @@ def _watched_pool_classes(watch: _SocketWatch) -> dict[str, type[urllib3.HTTPCon
     class Watched(urllib3.connection.HTTPConnection):
         def _new_conn(self) -> socket.socket:
             sock = super()._new_conn()
-            watch.add(self, sock)
+            watch.watch(sock)
             return sock
-
-        def close(self) -> None:
-            watch.discard(self)
-            super().close()
 
     class WatchedTls(urllib3.connection.HTTPSConnection):
         def _new_conn(self) -> socket.socket:
             sock = super()._new_conn()
-            watch.add(self, sock)
+            watch.watch(sock)  # the handshake reads on it
             return sock
 
-        def close(self) -> None:
-            watch.discard(self)
-            super().close()
+        def connect(self) -> None:
+            super().connect()
+            if isinstance(self.sock, socket.socket):  # not TLS-in-TLS through a proxy
+                watch.watch(self.sock)  # the TLS socket that took the descriptor over
 
     class Pool(urllib3.HTTPConnectionPool):
         ConnectionCls = Watched

@@ -249,11 +249,17 @@ def test_sigterm_ends_a_multi_layer_pull_within_2s_whatever_the_registry_does(mo
     assert "during the data pack pull" in step["message"]
 
 
-@pytest.mark.parametrize("mode", PACK_MODES)
-def test_a_cancelled_pull_has_ended_its_workers_and_sockets_when_the_bound_returns(mode: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("mode", "connection_close"), [*((mode, False) for mode in PACK_MODES), ("drip", True), ("stall", True)]
+)
+def test_a_cancelled_pull_has_ended_its_workers_and_sockets_when_the_bound_returns(
+    mode: str, connection_close: bool, tmp_path: Path
+) -> None:
     """In process: by the time ``bounded`` raises, every fetch thread has ended and
-    every connection is closed (the sockets were shut down, not left to time out)."""
-    with HostileRegistry(mode) as registry:
+    every connection is closed (the sockets were shut down, not left to time out),
+    also when the registry answers ``Connection: close`` (http.client then hands
+    the socket from the connection to the response)."""
+    with HostileRegistry(mode, connection_close=connection_close) as registry:
         settings = PackSettings(ref=registry.ref, plain_http=True)
         with pytest.raises(PackError, match="over budget"):
             bounded(
