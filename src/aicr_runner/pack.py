@@ -796,6 +796,7 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         sleep: Callable[[float], object],
         timeout_seconds: float,
         watch: _SocketWatch,
+        aborted: Callable[[], bool],
     ) -> None:
         super().__init__(hostname=host, insecure=plain_http, tls_verify=verify_tls, auth_backend="token")
         self.session = _Session()
@@ -811,6 +812,7 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         self._attempts = attempts
         self._backoff_seconds = backoff_seconds
         self._sleep = sleep
+        self._aborted = aborted
 
     def do_request(  # noqa: PLR0917 - the signature is oras-py's
         self,
@@ -836,11 +838,11 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
             except requests.exceptions.SSLError:
                 raise  # a certificate problem does not heal by waiting
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if last:
+                if last or self._aborted():  # an abort broke it on purpose: no retry
                     raise
                 reason = f"{type(exc).__name__}: {exc}"
             else:
-                if last or response.status_code not in _RETRYABLE_STATUS:
+                if last or response.status_code not in _RETRYABLE_STATUS or self._aborted():
                     return response
                 response.close()
                 reason = f"HTTP {response.status_code}"
@@ -894,6 +896,7 @@ class OrasRegistry:
             sleep=sleep or self._aborted.wait,
             timeout_seconds=timeout_seconds,
             watch=self._watch,
+            aborted=self._aborted.is_set,
         )
         self._scheme = "http" if settings.plain_http else "https"
         self._api_host = _DOCKER_HUB_API.get(self._ref.registry.lower(), self._ref.registry)

@@ -926,6 +926,39 @@ def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes
     assert result.stdout.split() == ["False", "True"], result.stderr
 
 
+def test_an_abort_breaks_a_hung_request_at_once_and_is_not_retried() -> None:
+    from tests.hostile_server import HostileRegistry
+
+    with HostileRegistry("hang") as hostile:
+        settings = PackSettings(ref=hostile.ref, plain_http=True)
+        sleeps = Sleeps()
+        registry = OrasRegistry(settings, sleep=sleeps)
+        digest = next(iter(hostile.blobs))
+        failure: list[BaseException] = []
+
+        def fetch() -> None:
+            try:
+                list(registry.blob_chunks(settings.ref, digest, len(hostile.blobs[digest])))
+            except BaseException as exc:  # noqa: BLE001 - inspected below
+                failure.append(exc)
+
+        worker = threading.Thread(target=fetch)
+        worker.start()
+        assert hostile.wait_for_blob_requests(1, timeout=30)
+        registry.abort()
+        worker.join(timeout=5)
+
+        assert not worker.is_alive(), "the read waiting for a status line returned"
+        assert isinstance(failure[0], PackError)
+        assert f"the blob {digest} request to registry {hostile.host} was stopped" in str(failure[0])
+        assert sleeps.waits == [], "an abort is not a fault to retry"
+        assert [path for path in hostile.requests if "/blobs/" in path] == [f"/v2/{hostile.REPOSITORY}/blobs/{digest}"]
+        with pytest.raises(PackError, match="was stopped"):
+            registry.get_manifest(settings.ref)  # later requests fail at once
+        registry.close()
+        assert hostile.wait_until_released(timeout=5)
+
+
 def test_oras_py_still_exposes_its_unretried_request_function() -> None:
     # pack.py bypasses oras-py's @retry via __wrapped__; an oras-py upgrade that
     # drops it would silently bring back minutes-long retries.
