@@ -116,10 +116,23 @@ def _paired(repeat: int, runner: Callable[[], float], shell: Callable[[], float]
     return row
 
 
-def _wall(argv: Sequence[str], **kwargs: object) -> float:
+def _wall(argv: Sequence[str], cpu: list[float] | None = None, **kwargs: object) -> float:
+    """Wall time of ``argv``; its CPU time (user + system, children included) goes to ``cpu``.
+
+    CPU time moves far less than wall time with the load of a shared machine, so
+    the rows that spawn whole processes show both."""
     started = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return wall
+
+
+def _cpu_note(runner_cpu: list[float], shell_cpu: list[float]) -> str:
+    return f"CPU medians {statistics.median(runner_cpu):.3f} s vs {statistics.median(shell_cpu):.3f} s"
 
 
 def _free_port() -> int:
@@ -525,15 +538,24 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
                 "pull_pack(PackSettings(ref=sys.argv[1], plain_http=True), Path(sys.argv[2]))"
             )
             runner_env = _base_env()
+            runner_cpu: list[float] = []
+            shell_cpu: list[float] = []
 
-            def runner(ref: str = ref, dest: Path = dest, pull: str = pull, env: dict[str, str] = runner_env) -> float:
+            def runner(
+                ref: str = ref,
+                dest: Path = dest,
+                pull: str = pull,
+                env: dict[str, str] = runner_env,
+                cpu: list[float] = runner_cpu,
+            ) -> float:
                 shutil.rmtree(dest, ignore_errors=True)
-                return _wall([PYTHON, "-c", pull, ref, str(dest)], env=env)
+                return _wall([PYTHON, "-c", pull, ref, str(dest)], cpu, env=env)
 
-            def shell(ref: str = ref, dest: Path = dest) -> float:
+            def shell(ref: str = ref, dest: Path = dest, cpu: list[float] = shell_cpu) -> float:
                 shutil.rmtree(dest, ignore_errors=True)
                 return _wall(
                     [str(ORAS), "pull", "--plain-http", ref, "-o", str(dest)],
+                    cpu,
                     env={**os.environ, "HOME": str(home)},
                 )
 
@@ -551,7 +573,7 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
             )
             rows.append(_paired(repeat, runner, shell, row))
             overhead = statistics.median(row.runner) - statistics.median(row.shell)
-            row.note = f"overhead {overhead:+.3f} s (medians)"
+            row.note = f"overhead {overhead:+.3f} s (medians); {_cpu_note(runner_cpu, shell_cpu)}"
     return rows
 
 
@@ -622,14 +644,17 @@ def bench_release(size_bytes: int, repeat: int, tmp: Path) -> Row:
         'tar -xzf "$4" aicr; rm -f "$4"'
     )
 
+    runner_cpu: list[float] = []
+    shell_cpu: list[float] = []
+
     def runner() -> float:
         shutil.rmtree(dest, ignore_errors=True)
-        return _wall([PYTHON, "-c", fetch, version, base_url, arch, str(dest)], env=runner_env)
+        return _wall([PYTHON, "-c", fetch, version, base_url, arch, str(dest)], runner_cpu, env=runner_env)
 
     def shell() -> float:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir()
-        return _wall(["bash", "-c", shell_script, "fetch", str(dest), base_url, version, archive_name])
+        return _wall(["bash", "-c", shell_script, "fetch", str(dest), base_url, version, archive_name], shell_cpu)
 
     what = f"the real aicr v{version}" if real else "a synthetic"
     row = Row(
@@ -643,7 +668,7 @@ def bench_release(size_bytes: int, repeat: int, tmp: Path) -> Row:
     with _server(http_server, f"{base_url}/v{version}/aicr_checksums.txt", tmp / "http.log"):
         _paired(repeat, runner, shell, row)
     overhead = statistics.median(row.runner) - statistics.median(row.shell)
-    row.note = f"overhead {overhead:+.3f} s (medians)"
+    row.note = f"overhead {overhead:+.3f} s (medians); {_cpu_note(runner_cpu, shell_cpu)}"
     return row
 
 
