@@ -757,6 +757,33 @@ def test_valid_credential_pulls_with_basic_and_bearer_challenges(tmp_path: Path,
     assert tree(pulled.path)["overlays/acme.yaml"] == OVERLAY
 
 
+def test_a_manifest_over_the_bound_is_refused_unread_when_announced_and_cut_when_not(
+    tmp_path: Path, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served.auth = "none"
+    push_default(served)
+    raw = served.manifests["acme/pack:1.0"]
+    limit = len(raw) - 1
+    monkeypatch.setattr(pack, "MAX_MANIFEST_BYTES", limit)
+
+    with pytest.raises(PackIntegrityError, match=rf"the manifest is {len(raw)} bytes, over the limit of {limit}"):
+        local_pull(tmp_path, served)
+
+    chunked = OrasRegistry(PackSettings(ref=f"127.0.0.1:{served.port}/acme/pack:1.0", plain_http=True))
+
+    def unannounced(url: str, method: str = "GET", **_: Any) -> Any:
+        import requests
+
+        response = requests.Response()
+        response.status_code = 200
+        response.raw = io.BytesIO(raw)  # no Content-Length: read until the bound
+        return response
+
+    monkeypatch.setattr(chunked._provider, "do_request", unannounced)
+    with pytest.raises(PackIntegrityError, match=rf"the manifest exceeds {limit} bytes"):
+        chunked.get_manifest(f"127.0.0.1:{served.port}/acme/pack:1.0")
+
+
 @pytest.mark.parametrize("auth", ["basic", "bearer"])
 def test_only_the_first_request_is_challenged(tmp_path: Path, served: Served, auth: str) -> None:
     """Once the registry asked for credentials, every later request carries them:
