@@ -15,12 +15,15 @@ still holds open, so a test can see the client let go of every socket.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import io
 import json
+import os
 import re
 import select
 import socket
+import ssl
 import tarfile
 import threading
 import time
@@ -34,7 +37,9 @@ __all__ = [
     "ReleaseServer",
     "StalledListener",
     "release_archive",
+    "self_signed_certificate",
     "serve_release",
+    "tls_context",
 ]
 
 #: One byte every this many seconds: each read succeeds well within any timeout.
@@ -189,6 +194,44 @@ def serve_release(root: Path) -> Iterator[ReleaseServer]:
         yield server
 
 
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files in ``directory``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path = directory / "cert.pem"
+    key_path = directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    os.chmod(key_path, 0o600)
+    return cert_path, key_path
+
+
+def tls_context(directory: Path) -> ssl.SSLContext:
+    """A server context with a fresh self-signed certificate for 127.0.0.1."""
+    cert, key = self_signed_certificate(directory)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
 # --- a registry that misbehaves on every blob ------------------------------------------------
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -236,7 +279,7 @@ class HostileRegistry:
     REPOSITORY = "acme/aicr-pack"
     TAG = "1.0.0"
 
-    def __init__(self, mode: str, *, connection_close: bool = False) -> None:
+    def __init__(self, mode: str, *, connection_close: bool = False, tls: ssl.SSLContext | None = None) -> None:
         self.mode = mode
         #: Answer blobs with ``Connection: close`` (HTTP/1.0 proxies do).
         self.connection_close = connection_close
@@ -345,6 +388,8 @@ class HostileRegistry:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        if tls is not None:  # https: the handshake runs as each connection is accepted
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self.host = f"127.0.0.1:{self._httpd.server_address[1]}"
         self.ref = f"{self.host}/{self.REPOSITORY}:{self.TAG}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

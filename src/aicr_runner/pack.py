@@ -609,7 +609,8 @@ class _SocketWatch:
         self._aborted = False
 
     def watch(self, sock: socket.socket) -> None:
-        duplicate = sock.dup()
+        # A plain socket on a duplicate descriptor (SSLSocket refuses dup()).
+        duplicate = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
         with self._lock:
             key = self._next_key
             self._next_key += 1

@@ -204,7 +204,9 @@ def _shut_down(response: httpx.Response) -> None:
     sock = stream.get_extra_info("socket") if stream is not None else None
     if isinstance(sock, socket.socket):
         with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+            # The plain socket's shutdown, also for TLS: SSLSocket.shutdown would
+            # drop the TLS state under the reading thread's feet.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _Transient(Exception):

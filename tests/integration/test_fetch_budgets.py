@@ -23,7 +23,7 @@ from aicr_runner.errors import DownloadError, PackError
 from aicr_runner.pack import pull_pack
 from aicr_runner.release import fetch_aicr
 from tests.fake_aicr import install_fake_aicr
-from tests.hostile_server import HostileRegistry, ReleaseServer, StalledListener, release_archive
+from tests.hostile_server import HostileRegistry, ReleaseServer, StalledListener, release_archive, tls_context
 from tests.integration.test_runs import clean_env
 
 ARM64 = "aicr_1.2.0_linux_arm64.tar.gz"
@@ -289,6 +289,29 @@ def test_a_pull_stuck_in_a_tls_handshake_is_broken_off_when_the_bound_gives_up(t
                 what="the data pack pull",
             )
         assert [t.name for t in threading.enumerate() if t.name.startswith("bounded")] == []
+
+
+@pytest.mark.parametrize("mode", ["serve", "stall"])
+def test_over_https_the_pull_works_and_a_stalled_one_is_broken_off(mode: str, tmp_path: Path) -> None:
+    """The TLS socket is watched as well as the raw one under it: a pull over
+    https lands, and one whose blobs stall is let go when the bound gives up."""
+    with HostileRegistry(mode, tls=tls_context(tmp_path)) as registry:
+        settings = PackSettings(ref=registry.ref, insecure_tls=True)  # a self-signed lab registry
+        if mode == "serve":
+            pulled = pull_pack(settings, tmp_path / "pack")
+            assert (pulled.path / "overlays" / "gpu.yaml").is_file()
+            assert (pulled.path / "values.yaml").is_file()
+        else:
+            with pytest.raises(PackError, match="over budget"):
+                bounded(
+                    lambda cancelled: pull_pack(settings, tmp_path / "pack", cancelled=cancelled),
+                    budget_seconds=1.0,
+                    interrupted=lambda: False,
+                    over_budget=lambda: PackError("over budget"),
+                    what="the data pack pull",
+                )
+            assert [t.name for t in threading.enumerate() if t.name.startswith(("pack fetch", "bounded"))] == []
+        assert registry.wait_until_released(timeout=5)
 
 
 def test_a_pack_pulled_from_the_hostile_registry_when_it_behaves(tmp_path: Path) -> None:
