@@ -162,9 +162,16 @@ def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace
 
 
 def _local_pack(args: argparse.Namespace) -> Path | None:
-    """``plan --pack-dir``: a local pack standing in for a pack ref."""
+    """``plan --pack-dir``: a local pack standing in for a pack ref; ConfigError when it is no directory."""
     pack_dir: Path | None = getattr(args, "pack_dir", None)
-    return pack_dir.resolve() if pack_dir is not None else None
+    if pack_dir is None:
+        return None
+    if not pack_dir.is_dir():
+        from aicr_runner.errors import ConfigError
+
+        state = "is not a directory" if pack_dir.exists() else "the directory does not exist"
+        raise ConfigError([f"--pack-dir {str(pack_dir)!r}: {state}; give a data pack directory with registry.yaml"])
+    return pack_dir.resolve()
 
 
 def _bad_input(exc: ConfigError) -> int:
