@@ -20,12 +20,22 @@ entries come from the 1.x documentation and source. Releases between 0.11.1 and
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from aicr_runner import logs
 from aicr_runner.config import ENV_PREFIX, RunnerSettings
 
-__all__ = ["BEHAVIOURS", "FEATURES", "AicrVersion", "Behaviour", "Feature", "behaviour_of", "unsupported"]
+__all__ = [
+    "BEHAVIOURS",
+    "FEATURES",
+    "AicrVersion",
+    "Behaviour",
+    "Feature",
+    "behaviour_of",
+    "reported_version",
+    "unsupported",
+]
 
 _VERSION_LINE = re.compile(r"aicr version v?(\d+)\.(\d+)\.(\d+)([-+][0-9A-Za-z.-]+)?")
 
@@ -60,6 +70,15 @@ class AicrVersion:
                 major, minor, patch = (int(g) for g in match.groups()[:3])
                 return cls((major, minor, patch), line)
         return None
+
+
+def reported_version(printed: Sequence[str], pinned: str) -> AicrVersion:
+    """The version in what ``aicr --version`` printed; when it names none (a build
+    without release version data), the ``pinned`` version, marked assumed."""
+    version = AicrVersion.parse("\n".join(printed))
+    if version is not None:
+        return version
+    return AicrVersion.assume(pinned, logs.redact(" ".join(printed)))
 
 
 def _v(text: str) -> Version:

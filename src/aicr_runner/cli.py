@@ -27,13 +27,13 @@ from aicr_runner.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSI
 
 if TYPE_CHECKING:
     from aicr_runner.config import RunnerSettings
+    from aicr_runner.context import Mode, RunContext
     from aicr_runner.errors import ConfigError
     from aicr_runner.kube import KubeApi
     from aicr_runner.lease import InstallLease
     from aicr_runner.process import ShutdownController
     from aicr_runner.report import RunReport
     from aicr_runner.sink import Sink
-    from aicr_runner.steps import Mode
 
 __all__ = ["main"]
 
@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write results to this directory instead of ConfigMaps (a full run outside a pod)",
     )
+    _add_plan_options(plan)
+    return parser
+
+
+def _add_plan_options(plan: argparse.ArgumentParser) -> None:
+    """What only ``plan`` takes: its output, a values file, a local pack, the criteria as flags."""
     plan.add_argument(
         "--output",
         type=Path,
@@ -93,7 +99,6 @@ def _parser() -> argparse.ArgumentParser:
         plan.add_argument(
             f"--{name}", metavar="VALUE", help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})"
         )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -126,8 +131,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 def _run(settings: RunnerSettings, args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """The run itself, once every input is known good."""
     from aicr_runner import logs
+    from aicr_runner.context import Mode
     from aicr_runner.errors import RunnerError
-    from aicr_runner.steps import Mode
 
     mode = Mode(args.command)
     logs.configure(settings.log_format)
@@ -181,9 +186,8 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
 
 
 def _check_places(settings: RunnerSettings, args: argparse.Namespace) -> None:
-    """Every directory the run writes exists or is created now, and takes a file;
-    a local pack directory exists. Before any step: a run never reports success
-    with results that went nowhere."""
+    """Every directory the run writes exists or is created now, and takes a file.
+    Before any step: a run never reports success with results that went nowhere."""
     from aicr_runner.config import Invalid, problem_line
     from aicr_runner.errors import ConfigError
 
@@ -197,9 +201,6 @@ def _check_places(settings: RunnerSettings, args: argparse.Namespace) -> None:
             _writable_directory(place)
         except Invalid as exc:
             problems.append(problem_line(name, place, exc))
-    pack_dir = _local_pack(args)
-    if pack_dir is not None and not pack_dir.is_dir():
-        problems.append(problem_line("--pack-dir", str(pack_dir), Invalid("does not exist or is not a directory")))
     if problems:
         raise ConfigError(problems)
 
@@ -269,9 +270,19 @@ def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace
 
 
 def _local_pack(args: argparse.Namespace) -> Path | None:
-    """``plan --pack-dir``: a local pack standing in for a pack ref."""
+    """``plan --pack-dir``: a local pack standing in for a pack ref; ConfigError when it is no directory."""
     pack_dir: Path | None = getattr(args, "pack_dir", None)
-    return Path(os.path.abspath(pack_dir)) if pack_dir is not None else None
+    if pack_dir is None:
+        return None
+    if not pack_dir.is_dir():
+        from aicr_runner.config import Invalid, problem_line
+        from aicr_runner.errors import ConfigError
+
+        state = "is not a directory" if pack_dir.exists() else "the directory does not exist"
+        reason = Invalid(f"{state}; give a data pack directory with registry.yaml")
+        raise ConfigError([problem_line("--pack-dir", str(pack_dir), reason)])
+    # Absolute, symlinks kept: the path the user gave is the one messages show.
+    return Path(os.path.abspath(pack_dir))
 
 
 def _bad_input(exc: ConfigError, origins: Mapping[str, str] | None = None) -> int:
@@ -325,7 +336,7 @@ def _make_sink(settings: RunnerSettings, mode: Mode, args: Any, api: KubeApi | N
 
 def _make_api(settings: RunnerSettings, mode: Mode, args: Any) -> KubeApi | None:
     """The cluster's API for a Job run; None for plan and ``run --results-dir``."""
-    from aicr_runner.steps import Mode
+    from aicr_runner.context import Mode
 
     if mode is Mode.PLAN or args.results_dir is not None:
         return None
@@ -352,59 +363,23 @@ def _pod_namespace() -> str:
 
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
-    from aicr_runner import logs
-    from aicr_runner.errors import ExitCode
+    from aicr_runner.context import Mode
     from aicr_runner.machine import Machine
-    from aicr_runner.process import ShutdownController, SubprocessRunner
-    from aicr_runner.report import RunPhase
-    from aicr_runner.steps import Mode, RunContext, Steps
+    from aicr_runner.process import ShutdownController
+    from aicr_runner.steps import Steps
 
-    log = logs.get_logger()
-    _register_credentials(settings)
-    settings.work_path.mkdir(parents=True, exist_ok=True)  # checked writable by _check_places
+    _prepare_work(settings)
     api = _make_api(settings, mode, args)
     sink = _make_sink(settings, mode, args, api)
     shutdown = ShutdownController()
     lease = _make_lease(settings, api, shutdown)
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
-    aicr_version, version_output = _aicr_version_before_fetch(settings, env)
-    report = Machine.new_report(
-        runner_version=__version__, aicr_version=aicr_version, criteria=settings.criteria.stated()
-    )
-    log.info(
-        "aicr-runner starting",
-        mode=mode.value,
-        runner=__version__,
-        aicr=aicr_version,
-        arch=settings.aicr.arch.value,
-        criteria=settings.criteria.summary(),
-        pack=settings.pack.ref or str(_local_pack(args) or ""),
-    )
-    ctx = RunContext(
-        settings=settings,
-        mode=mode,
-        sink=sink,
-        processes=SubprocessRunner(
-            grace_seconds=settings.shutdown_grace_seconds, shutdown=shutdown, redact=logs.redact
-        ),
-        environ=env,
-        report=report,
-        aicr_binary=args.aicr_binary,
-        pack_dir=_local_pack(args),
-        interrupted=shutdown.requested,
-        version_output=version_output,
-    )
-    live = api is not None
-    publish_status, status_warned = _status_publisher(settings, sink, live=live)
-
-    def lease_lost(reason: str) -> None:
-        # Another run may take over: stop deploy.sh at the next safe point.
-        log.error("lost the install Lease; stopping at the next safe point", reason=reason)
-        shutdown.request()
-
+    ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
+    report = ctx.report
+    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None)
     ctx.lease = lease
     ctx.progress = lambda: publish_status(report)
-    ctx.on_lease_lost = lease_lost
+    ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
     machine = Machine(Steps(ctx).functions(), report, on_change=publish_status, interrupted=shutdown.requested)
     try:
         machine.run()
@@ -418,26 +393,67 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
             lease.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if status_warned and not live and code == 0:
-        # Outside a cluster the results directory is the product: a run whose
-        # report did not land there did not succeed.
-        code = report.exit_code = int(ExitCode.CAPTURE_FAILED)
-        report.message = f"the run report was not written: {status_warned[0]}"
-        report.phase = RunPhase.FAILED
-    termination = _termination_line(report)
-    _announce(settings, mode, report, sink, args, line=termination)
-    if report.phase is RunPhase.FAILED and api is not None and settings.lease.job_name:
-        # After the capture and the termination message; never changes the exit code.
-        from aicr_runner.failure_event import report_failure
-
-        report_failure(
-            api,
-            job_namespace=settings.namespace or _pod_namespace(),
-            job=settings.lease.job_name,
-            pod=settings.lease.pod_name,
-            message=termination,
-        )
+    if status_warned and api is None and code == 0:
+        code = _report_not_written(report, status_warned[0])
+    _conclude(settings, mode, report, sink, args, api=api)
     return code
+
+
+def _report_not_written(report: RunReport, reason: str) -> int:
+    """Outside a cluster the results directory is the product: a run whose
+    report did not land there did not succeed."""
+    from aicr_runner.errors import ExitCode
+    from aicr_runner.report import RunPhase
+
+    code = report.exit_code = int(ExitCode.CAPTURE_FAILED)
+    report.message = f"the run report was not written: {reason}"
+    report.phase = RunPhase.FAILED
+    return code
+
+
+def _prepare_work(settings: RunnerSettings) -> None:
+    """Credentials registered before anything can log them; the work directory
+    (already checked writable by ``_check_places``)."""
+    _register_credentials(settings)
+    settings.work_path.mkdir(parents=True, exist_ok=True)
+
+
+def _run_context(
+    settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str], *, sink: Sink, shutdown: ShutdownController
+) -> RunContext:
+    """The run's context and report, after the start line said what runs."""
+    from aicr_runner import logs
+    from aicr_runner.context import RunContext
+    from aicr_runner.machine import Machine
+    from aicr_runner.process import SubprocessRunner
+
+    aicr_version, version_output = _aicr_version_before_fetch(settings, env)
+    report = Machine.new_report(
+        runner_version=__version__, aicr_version=aicr_version, criteria=settings.criteria.stated()
+    )
+    logs.get_logger().info(
+        "aicr-runner starting",
+        mode=mode.value,
+        runner=__version__,
+        aicr=aicr_version,
+        arch=settings.aicr.arch.value,
+        criteria=settings.criteria.summary(),
+        pack=settings.pack.ref or str(_local_pack(args) or ""),
+    )
+    return RunContext(
+        settings=settings,
+        mode=mode,
+        sink=sink,
+        processes=SubprocessRunner(
+            grace_seconds=settings.shutdown_grace_seconds, shutdown=shutdown, redact=logs.redact
+        ),
+        environ=env,
+        report=report,
+        aicr_binary=args.aicr_binary,
+        pack_dir=_local_pack(args),
+        interrupted=shutdown.requested,
+        version_output=version_output,
+    )
 
 
 def _status_publisher(
@@ -454,7 +470,6 @@ def _status_publisher(
     from aicr_runner.errors import RunnerError
     from aicr_runner.report import RunPhase, StepStatus
 
-    log = logs.get_logger()
     status_warned: list[str] = []
 
     def publish_status(current: RunReport) -> None:
@@ -475,9 +490,41 @@ def _status_publisher(
         except RunnerError as exc:
             if not status_warned:  # say it once, not at every step
                 status_warned.append(exc.message)
-                log.warning("run status not written", reason=exc.message)
+                logs.get_logger().warning("run status not written", reason=exc.message)
 
     return publish_status, status_warned
+
+
+def _stop_when_lease_lost(shutdown: ShutdownController) -> Callable[[str], None]:
+    from aicr_runner import logs
+
+    def lease_lost(reason: str) -> None:
+        # Another run may take over: stop deploy.sh at the next safe point.
+        logs.get_logger().error("lost the install Lease; stopping at the next safe point", reason=reason)
+        shutdown.request()
+
+    return lease_lost
+
+
+def _conclude(
+    settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any, *, api: KubeApi | None
+) -> None:
+    """The outcome announced; a failed Job run also reported on its HelmRelease."""
+    from aicr_runner.report import RunPhase
+
+    termination = _termination_line(report)
+    _announce(settings, mode, report, sink, args, line=termination)
+    if report.phase is RunPhase.FAILED and api is not None and settings.lease.job_name:
+        # After the capture and the termination message; never changes the exit code.
+        from aicr_runner.failure_event import report_failure
+
+        report_failure(
+            api,
+            job_namespace=settings.namespace or _pod_namespace(),
+            job=settings.lease.job_name,
+            pod=settings.lease.pod_name,
+            message=termination,
+        )
 
 
 def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str]) -> tuple[str, list[str] | None]:
@@ -523,7 +570,8 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
     """Log the outcome, write the termination message ``line`` (redacted, bounded)
     and, outside a Job, print the summary."""
     from aicr_runner import logs
-    from aicr_runner.steps import Mode, component_table
+    from aicr_runner.context import Mode
+    from aicr_runner.recipe import component_table
 
     log = logs.get_logger()
     if report.exit_code == 0:

@@ -903,11 +903,21 @@ def load(environ: Mapping[str, str] | None = None, *, local_pack: bool = False) 
     return settings
 
 
-def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:  # noqa: PLR0912 - one branch per guard reads best
+def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
     """The chart's render-time guards, repeated so ``docker run`` users get them too.
 
     ``local_pack``: ``plan --pack-dir`` supplies a pack without a ref.
     """
+    return [
+        *_criteria_problems(s, local_pack=local_pack),
+        *_run_problems(s),
+        *_publish_problems(s),
+        *_input_problems(s),
+    ]
+
+
+def _criteria_problems(s: RunnerSettings, *, local_pack: bool) -> list[str]:
+    """Criteria aicr would refuse or misread."""
     p = ENV_PREFIX
     c = s.criteria
     problems: list[str] = []
@@ -934,6 +944,13 @@ def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> lis
             "intent needs a service whose overlays declare it (aks, eks, gke, k0s, oke, ...); "
             "name the service or leave the intent empty"
         )
+    return problems
+
+
+def _run_problems(s: RunnerSettings) -> list[str]:
+    """What the run does: deploy, validate, or both."""
+    p = ENV_PREFIX
+    problems: list[str] = []
     v = s.validate
     if not s.deploy.enabled and not v.enabled:
         problems.append(
@@ -945,6 +962,14 @@ def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> lis
             f"{p}VALIDATE__PHASES=[]: name at least one phase (deployment, performance, conformance); "
             "an empty list makes aicr run every phase, performance included"
         )
+    return problems
+
+
+def _publish_problems(s: RunnerSettings) -> list[str]:
+    """Publishing the evidence needs a validation with evidence, a target and, signed, a token."""
+    p = ENV_PREFIX
+    problems: list[str] = []
+    v = s.validate
     pub = v.publish
     if pub.enabled:
         if not v.enabled:
@@ -967,6 +992,14 @@ def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> lis
                 "OIDC token and give its path, or use mode=unsigned and sign later with "
                 "'aicr evidence sign <pointer> --relocate'"
             )
+    return problems
+
+
+def _input_problems(s: RunnerSettings) -> list[str]:
+    """Settings that need another one: the binary's hash, the pack's transport, k0s's aicr."""
+    p = ENV_PREFIX
+    c = s.criteria
+    problems: list[str] = []
     if s.aicr.binary_sha256 and not s.aicr.binary:
         problems.append(
             f"{p}AICR__BINARY_SHA256 is set but {p}AICR__BINARY is empty: the hash pins a "

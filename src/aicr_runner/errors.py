@@ -24,6 +24,7 @@ __all__ = [
     "DownloadError",
     "ExitCode",
     "ExpectationError",
+    "HelmReleasePendingError",
     "InterruptedRun",
     "LeaseError",
     "PackAuthError",
@@ -192,6 +193,12 @@ class LeaseError(RunnerError):
     """The install Lease could not be taken (waited too long, or the API failed)."""
 
     exit_code = ExitCode.LEASE_WAIT_EXPIRED
+
+
+class HelmReleasePendingError(RunnerError):
+    """A Helm release of the bundle is pending and the runner may not, or could not, recover it."""
+
+    exit_code = ExitCode.HELM_RELEASE_PENDING
 
 
 class InterruptedRun(RunnerError):

@@ -25,13 +25,14 @@ import contextlib
 import fcntl
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["MUTATING_COMMANDS", "HelmGuard", "main"]
+__all__ = ["MUTATING_COMMANDS", "HelmGuard", "install_guard", "main"]
 
 #: helm subcommands (and aliases) that change a release.
 MUTATING_COMMANDS = frozenset({"install", "upgrade", "rollback", "uninstall", "delete", "del", "un"})
@@ -40,6 +41,17 @@ STOP_NAME = "stop"
 #: deploy.sh's own "interrupted" code: the shim refused to start an operation.
 REFUSED_EXIT = 130
 PREFIX = "aicr-runner helm-guard:"
+
+
+def install_guard(search_path: str | None, state_dir: Path) -> HelmGuard | None:
+    """deploy.sh's helm (the one on ``search_path``) behind the guard, its state in
+    ``state_dir``; None without a helm on that path."""
+    helm = shutil.which("helm", path=search_path)
+    if helm is None:
+        return None
+    guard = HelmGuard(state_dir)
+    guard.install(str(Path(helm).absolute()))
+    return guard
 
 
 class HelmGuard:

@@ -27,11 +27,12 @@ its way out and the failure is already recorded.
 from __future__ import annotations
 
 import base64
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from aicr_runner import logs
 from aicr_runner.backoff import parse_retry_after
@@ -205,6 +206,36 @@ class _OutOfBudget(Exception):
     pass
 
 
+class _Call(NamedTuple):
+    """One API request, as ``ClientKubeApi.request`` was given it."""
+
+    path: str
+    method: str
+    path_params: Mapping[str, str]
+    query_params: Sequence[tuple[str, str]]
+    content_type: str
+    body: Any
+    response_type: str | None
+
+
+def _failure(exc: Any, *, what: str, method: str, path: str, error: type[RunnerError], missing_ok: bool) -> None:
+    """What an API error (``ApiException``) means: 429 and 5xx are retryable, a 404
+    of a read that may miss is None, 409 is ``ApiConflictError``, the rest ``error``
+    with a hint."""
+    status = exc.status or 0
+    if status == 429 or status >= 500:
+        headers = exc.headers or {}
+        raise _Retryable(
+            f"HTTP {status} {exc.reason}", retry_after=parse_retry_after(headers.get("Retry-After"))
+        ) from exc
+    if status == 404 and missing_ok:
+        return None
+    if status == 409:
+        raise ApiConflictError(f"{what} failed: HTTP 409 Conflict ({exc.body or exc.reason})") from exc
+    hint = _forbidden_hint(method, path) if status == 403 else _STATUS_HINTS.get(status, "")
+    raise error(f"{what} failed: HTTP {status} {exc.reason}" + (f" ({hint})" if hint else "")) from exc
+
+
 class ClientKubeApi:
     """The official client. In a pod it uses the ServiceAccount; elsewhere kubeconfig."""
 
@@ -283,43 +314,48 @@ class ClientKubeApi:
         ``missing_ok``: a 404 returns None (a read of something that may not exist).
         ``budget_seconds`` overrides ``write_budget_seconds`` for this call.
         """
+        budget = self.write_budget_seconds if budget_seconds is None else budget_seconds
+        deadline = self._clock() + budget
+        call = _Call(path, method, path_params, query_params, content_type, body, response_type)
+        failed = functools.partial(_failure, what=what, method=method, path=path, error=error, missing_ok=missing_ok)
+        try:
+            return self._retrying(what, deadline)(self._attempt, call, deadline, failed)
+        except _OutOfBudget as exc:
+            last = exc.__cause__
+            reason = last.reason if isinstance(last, _Retryable) else repr(last)
+            raise error(
+                f"{what} failed: gave up after {exc.args[0]} attempt(s) within the "
+                f"{budget:g}s API write budget; last error: {reason}"
+            ) from last
+
+    def _attempt(self, call: _Call, deadline: float, failed: Callable[[Any], Any]) -> Any:
+        """One try, bounded by what is left of the budget: a connection error is
+        retryable; an API error is ``failed``'s to sort out."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        budget = self.write_budget_seconds if budget_seconds is None else budget_seconds
-        deadline = self._clock() + budget
+        timeout = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
+        try:
+            return self._api_client.call_api(
+                call.path,
+                call.method,
+                path_params=dict(call.path_params),
+                query_params=list(call.query_params),
+                header_params={"Content-Type": call.content_type, "Accept": "application/json"},
+                body=call.body,
+                auth_settings=["BearerToken"],
+                # None: read (keeps the pooled connection usable), no model decode.
+                response_type=call.response_type,
+                _return_http_data_only=True,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            return failed(exc)
+        except (HTTPError, OSError) as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
-        def attempt() -> Any:
-            timeout = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
-            try:
-                return self._api_client.call_api(
-                    path,
-                    method,
-                    path_params=dict(path_params),
-                    query_params=list(query_params),
-                    header_params={"Content-Type": content_type, "Accept": "application/json"},
-                    body=body,
-                    auth_settings=["BearerToken"],
-                    # None: read (keeps the pooled connection usable), no model decode.
-                    response_type=response_type,
-                    _return_http_data_only=True,
-                    _request_timeout=timeout,
-                )
-            except ApiException as exc:
-                status = exc.status or 0
-                if status == 429 or status >= 500:
-                    headers = exc.headers or {}
-                    raise _Retryable(
-                        f"HTTP {status} {exc.reason}", retry_after=parse_retry_after(headers.get("Retry-After"))
-                    ) from exc
-                if status == 404 and missing_ok:
-                    return None
-                if status == 409:
-                    raise ApiConflictError(f"{what} failed: HTTP 409 Conflict ({exc.body or exc.reason})") from exc
-                hint = _forbidden_hint(method, path) if status == 403 else _STATUS_HINTS.get(status, "")
-                raise error(f"{what} failed: HTTP {status} {exc.reason}" + (f" ({hint})" if hint else "")) from exc
-            except (HTTPError, OSError) as exc:
-                raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+    def _retrying(self, what: str, deadline: float) -> tenacity.Retrying:
+        """Retries ``_Retryable`` after Retry-After or the back-off, until the deadline."""
 
         def wait(state: tenacity.RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None
@@ -341,7 +377,7 @@ class ClientKubeApi:
 
         import tenacity
 
-        retrying = tenacity.Retrying(
+        return tenacity.Retrying(
             stop=tenacity.stop_never,
             wait=wait,
             retry=tenacity.retry_if_exception_type(_Retryable),
@@ -349,15 +385,6 @@ class ClientKubeApi:
             sleep=self._sleep,
             reraise=True,
         )
-        try:
-            return retrying(attempt)
-        except _OutOfBudget as exc:
-            last = exc.__cause__
-            reason = last.reason if isinstance(last, _Retryable) else repr(last)
-            raise error(
-                f"{what} failed: gave up after {exc.args[0]} attempt(s) within the "
-                f"{budget:g}s API write budget; last error: {reason}"
-            ) from last
 
     # -- the install Lease -------------------------------------------------------------
 

@@ -98,33 +98,44 @@ class InstallLease:
             duration = current.duration_seconds or self.settings.duration_seconds
             free = not current.holder or current.holder == self.holder
             if free or now - observed[1] >= duration:
-                if not free:
-                    self._log.warning(
-                        "install Lease expired: its holder stopped renewing it; taking it over",
-                        previous_holder=current.holder,
-                        silent_seconds=round(now - observed[1], 1),
-                    )
-                taken = self._mine(current)
-                if self._try(lambda: self._api.replace_lease(self.namespace, taken)):  # noqa: B023 - called at once
+                if self._take(current, expired_after=None if free else now - observed[1]):
                     return now - started
                 continue
             waited = now - started
-            if waited >= self.settings.wait_seconds:
-                raise LeaseError(
-                    f"gave up waiting for the install Lease {self.where} after {waited:.0f}s "
-                    f"(lease.waitSeconds={self.settings.wait_seconds:g}): it is held by {current.holder}; "
-                    "another run of this release is installing. Re-run once it has finished, or raise lease.waitSeconds"
-                )
+            self._give_up_past_the_wait(current.holder, waited)
             if last_said is None or now - last_said >= self._log_every:
                 last_said = now
-                self._log.info(
-                    f"waiting for the install Lease {self.where}: held by {current.holder}",
-                    waited_s=round(waited),
-                    gives_up_after_s=self.settings.wait_seconds,
-                )
-                if on_wait is not None:
-                    on_wait(current.holder, waited)
+                self._say_waiting(current.holder, waited, on_wait)
             self._sleep_checking(min(self._poll, max(duration / 4, 0.2)))
+
+    def _take(self, current: LeaseRecord, *, expired_after: float | None) -> bool:
+        """Replace ``current`` with this run's; ``expired_after``: how long a holder
+        that is not this run was silent (None when the Lease was free)."""
+        if expired_after is not None:
+            self._log.warning(
+                "install Lease expired: its holder stopped renewing it; taking it over",
+                previous_holder=current.holder,
+                silent_seconds=round(expired_after, 1),
+            )
+        taken = self._mine(current)
+        return self._try(lambda: self._api.replace_lease(self.namespace, taken))
+
+    def _give_up_past_the_wait(self, holder: str, waited: float) -> None:
+        if waited >= self.settings.wait_seconds:
+            raise LeaseError(
+                f"gave up waiting for the install Lease {self.where} after {waited:.0f}s "
+                f"(lease.waitSeconds={self.settings.wait_seconds:g}): it is held by {holder}; "
+                "another run of this release is installing. Re-run once it has finished, or raise lease.waitSeconds"
+            )
+
+    def _say_waiting(self, holder: str, waited: float, on_wait: Callable[[str, float], None] | None) -> None:
+        self._log.info(
+            f"waiting for the install Lease {self.where}: held by {holder}",
+            waited_s=round(waited),
+            gives_up_after_s=self.settings.wait_seconds,
+        )
+        if on_wait is not None:
+            on_wait(holder, waited)
 
     def _sleep_checking(self, seconds: float) -> None:
         deadline = self._clock() + seconds

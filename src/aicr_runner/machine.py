@@ -1,6 +1,6 @@
 """The run as a state machine: a plain enum, a transition table, and a driver.
 
-Each state's code is ``steps.step_<state name>``. A step returns a ``StepResult``;
+Each state's code is ``steps.Steps.<state name>``. A step returns a ``StepResult``;
 the table says where the run goes next when the step went well (succeeded,
 skipped, warned) and when it failed. Validation and publish failures do not stop
 the run: their gates apply last, after the verdict and the evidence are captured

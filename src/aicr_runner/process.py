@@ -275,6 +275,50 @@ class _Escalation:
     safe_point: bool = False
 
 
+class _Delivery:
+    """Whole lines of a child's output (each block ending in a newline): decoded,
+    redacted, written to the log file and handed to the callbacks. A callback's
+    error is kept (``error``), to be raised once the child is done."""
+
+    def __init__(
+        self,
+        log: IO[bytes],
+        redact: Callable[[str], str],
+        *,
+        on_line: Callable[[str], None] | None,
+        on_block: Callable[[str], None] | None,
+    ) -> None:
+        self.log = log
+        self.redact = redact
+        self.on_line = on_line
+        self.on_block = on_block
+        self.error: BaseException | None = None
+
+    def __call__(self, raw: bytes) -> None:
+        if not raw:
+            return
+        if len(raw) >= _FLOOD_BYTES:
+            # Only a flood of output needs it (deploy.sh's helm); an aicr
+            # call's few lines never load ctypes. Cached: runs once.
+            _keep_freed_memory()
+        text = raw.decode("utf-8", errors="replace")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n")
+        text = self.redact(text)
+        # Bytes: a text-mode file costs about five times the CPU per byte.
+        self.log.write(text.encode())
+        if self.error is not None:
+            return
+        try:
+            if self.on_block is not None:
+                self.on_block(text)
+            if self.on_line is not None:
+                for line in text[:-1].split("\n"):
+                    self.on_line(line)
+        except Exception as exc:  # noqa: BLE001 - re-raised once the child is done
+            self.error = exc
+
+
 class SubprocessRunner:
     def __init__(
         self,
@@ -325,50 +369,15 @@ class SubprocessRunner:
             raise InterruptedRun(f"shutdown requested ({self.shutdown.signal_name}); {argv[0]} was not started")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         process = _start(argv, env=env, cwd=cwd)
-        assert process.stdout is not None  # noqa: S101 - stdout=PIPE above
-        callback_error: BaseException | None = None
-        redact = self.redact
-
-        def deliver(raw: bytes, log: IO[bytes]) -> None:
-            """``raw``: whole lines, each ending in a newline."""
-            nonlocal callback_error
-            if not raw:
-                return
-            if len(raw) >= _FLOOD_BYTES:
-                # Only a flood of output needs it (deploy.sh's helm); an aicr
-                # call's few lines never load ctypes. Cached: runs once.
-                _keep_freed_memory()
-            text = raw.decode("utf-8", errors="replace")
-            if "\r" in text:
-                text = text.replace("\r\n", "\n")
-            text = redact(text)
-            # Bytes: a text-mode file costs about five times the CPU per byte.
-            log.write(text.encode())
-            if callback_error is not None:
-                return
-            try:
-                if on_block is not None:
-                    on_block(text)
-                if on_line is not None:
-                    for line in text[:-1].split("\n"):
-                        on_line(line)
-            except Exception as exc:  # noqa: BLE001 - re-raised once the child is done
-                callback_error = exc
-
         escalation = _Escalation()
         try:
             with log_path.open("wb", buffering=_LOG_BUFFER_BYTES) as log:
-                self._pump(process, lambda raw: deliver(raw, log), escalation, safe_stop)
+                delivery = _Delivery(log, self.redact, on_line=on_line, on_block=on_block)
+                self._pump(process, delivery, escalation, safe_stop)
         finally:
-            if process.poll() is None:
-                _signal_group(process, signal.SIGKILL)
-            process.wait()
-            process.stdout.close()
-            self.tick()
-            if safe_stop is not None:
-                safe_stop.release()
-        if callback_error is not None:
-            raise callback_error
+            self._reap(process, safe_stop)
+        if delivery.error is not None:
+            raise delivery.error
         code = process.returncode
         return ProcessResult(
             exit_code=128 - code if code < 0 else code,
@@ -377,6 +386,18 @@ class SubprocessRunner:
             stopped=escalation.kill_deadline is not None,
             safe_point=escalation.safe_point,
         )
+
+    def _reap(self, process: subprocess.Popen[bytes], safe_stop: HelmGuard | None) -> None:
+        """The child's group gone (killed if still there), its pipe closed, the pod
+        log flushed, the helm guard's lock let go."""
+        assert process.stdout is not None  # noqa: S101 - stdout=PIPE in _start
+        if process.poll() is None:
+            _signal_group(process, signal.SIGKILL)
+        process.wait()
+        process.stdout.close()
+        self.tick()
+        if safe_stop is not None:
+            safe_stop.release()
 
     def _pump(
         self,
@@ -393,10 +414,7 @@ class SubprocessRunner:
         the exit is waited for with ``Popen.wait``, whose polling starts at
         sub-millisecond intervals.
         """
-        assert process.stdout is not None  # noqa: S101
-        fd = process.stdout.fileno()
-        os.set_blocking(fd, False)
-        _widen_pipe(fd)
+        fd = _nonblocking_pipe(process)
         splitter = _LineSplitter(self.max_line_bytes, self.protected)
         pidfd = _pidfd(process)
         eof = False
@@ -411,14 +429,7 @@ class SubprocessRunner:
                         with contextlib.suppress(subprocess.TimeoutExpired):
                             process.wait(self.poll_seconds)
                     else:
-                        for key, _ in selector.select(self.poll_seconds):
-                            # A pidfd stays readable once the child is gone; EOF stays EOF.
-                            chunk = b"" if key.data == "exit" else _read(fd, _READ_CHUNK)
-                            if chunk == b"":
-                                eof = eof or key.data == "output"
-                                selector.unregister(key.fd)
-                            elif chunk:
-                                deliver(splitter.feed(chunk))
+                        eof = self._read_ready(selector, fd, splitter, deliver) or eof
                     self.tick()
                     now = time.monotonic()
                     if process.poll() is None:
@@ -435,6 +446,22 @@ class SubprocessRunner:
             if pidfd is not None:
                 os.close(pidfd)
         deliver(splitter.finish())
+
+    def _read_ready(
+        self, selector: selectors.BaseSelector, fd: int, splitter: _LineSplitter, deliver: Callable[[bytes], None]
+    ) -> bool:
+        """Read what is ready (output, or the child's exit), whole lines to ``deliver``;
+        True at the output's EOF. A source that is done is unregistered."""
+        eof = False
+        for key, _ in selector.select(self.poll_seconds):
+            # A pidfd stays readable once the child is gone; EOF stays EOF.
+            chunk = b"" if key.data == "exit" else _read(fd, _READ_CHUNK)
+            if chunk == b"":
+                eof = eof or key.data == "output"
+                selector.unregister(key.fd)
+            elif chunk:
+                deliver(splitter.feed(chunk))
+        return eof
 
     def _escalate(
         self,
@@ -510,6 +537,15 @@ def _start(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> subproc
         raise ToolError(f"cannot run {program}: not executable ({exc.strerror})") from exc
     except OSError as exc:
         raise ToolError(f"cannot run {program}: {exc.strerror or exc}") from exc
+
+
+def _nonblocking_pipe(process: subprocess.Popen[bytes]) -> int:
+    """The child's output pipe, non-blocking and widened."""
+    assert process.stdout is not None  # noqa: S101 - stdout=PIPE in _start
+    fd = process.stdout.fileno()
+    os.set_blocking(fd, False)
+    _widen_pipe(fd)
+    return fd
 
 
 def _widen_pipe(fd: int) -> None:

@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from aicr_runner.config import AicrSettings, ProvenanceMode
+from aicr_runner.config import AicrSettings, ProvenanceMode, ProvenanceSettings
 from aicr_runner.digests import binary_digest
 from aicr_runner.errors import ProvenanceError, ToolError
 from aicr_runner.process import ProcessRunner, child_env
@@ -441,18 +441,8 @@ def _verify(
     binary: Path, attestation: Path | None, settings: AicrSettings, verifier: SignatureVerifier, work: Path
 ) -> Provenance:
     provenance = settings.provenance
-    if attestation is None or not attestation.is_file():
-        raise ProvenanceError(
-            f"aicr provenance: no aicr-attestation.sigstore.json beside {binary}; every aicr release archive "
-            "carries one (a mirror must serve the archive unmodified). For a preinstalled binary without it, "
-            f"set {_ENV_PREFIX}MODE=warn or off explicitly"
-        )
-    trusted_root = Path(provenance.trusted_root) if provenance.trusted_root else default_trusted_root()
-    if not trusted_root.is_file():
-        raise ProvenanceError(
-            f"aicr provenance: trusted root {trusted_root} does not exist ({_ENV_PREFIX}TRUSTED_ROOT); "
-            "give a Sigstore trusted_root.json or leave it empty for the shipped public-good root"
-        )
+    attestation = _present_attestation(binary, attestation)
+    trusted_root = _present_trusted_root(provenance)
     claims = read_attestation(attestation)
     if claims.predicate_type != SLSA_PROVENANCE_V1:
         raise _refuse(
@@ -479,3 +469,23 @@ def _verify(
         log_index=entry.log_index,
         integrated_time=entry.integrated_time,
     )
+
+
+def _present_attestation(binary: Path, attestation: Path | None) -> Path:
+    if attestation is None or not attestation.is_file():
+        raise ProvenanceError(
+            f"aicr provenance: no aicr-attestation.sigstore.json beside {binary}; every aicr release archive "
+            "carries one (a mirror must serve the archive unmodified). For a preinstalled binary without it, "
+            f"set {_ENV_PREFIX}MODE=warn or off explicitly"
+        )
+    return attestation
+
+
+def _present_trusted_root(provenance: ProvenanceSettings) -> Path:
+    trusted_root = Path(provenance.trusted_root) if provenance.trusted_root else default_trusted_root()
+    if not trusted_root.is_file():
+        raise ProvenanceError(
+            f"aicr provenance: trusted root {trusted_root} does not exist ({_ENV_PREFIX}TRUSTED_ROOT); "
+            "give a Sigstore trusted_root.json or leave it empty for the shipped public-good root"
+        )
+    return trusted_root

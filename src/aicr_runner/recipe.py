@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from aicr_runner.config import Criteria, RecipeExpectations
+from aicr_runner.config import Criteria, RecipeExpectations, RunnerSettings
 from aicr_runner.errors import ExitCode, RunnerError
 
 __all__ = [
@@ -31,10 +31,12 @@ __all__ = [
     "RecipeFormatError",
     "RecipeSummary",
     "check_expectations",
+    "component_table",
     "load_recipe",
     "parse_completion_line",
     "parse_recipe",
     "parse_rejection",
+    "summary_text",
     "thin_resolution_warnings",
 ]
 
@@ -136,17 +138,7 @@ def parse_recipe(text: str, *, where: str = "recipe") -> RecipeSummary:
     criteria = doc.get("criteria") or {}
     constraints = doc.get("constraints") or []
     return RecipeSummary(
-        components=tuple(
-            Component(
-                name=_text(ref["name"]),
-                namespace=_text(ref.get("namespace")),
-                chart=_text(ref.get("chart")),
-                version=_text(ref.get("version")),
-                source=_text(ref.get("source")),
-                type=_text(ref.get("type")),
-            )
-            for ref in refs
-        ),
+        components=tuple(_component(ref) for ref in refs),
         applied_overlays=tuple(_text(name) for name in metadata.get("appliedOverlays") or []),
         criteria={_text(key): _text(value) for key, value in criteria.items()} if isinstance(criteria, dict) else {},
         api_version=api_version,
@@ -154,6 +146,18 @@ def parse_recipe(text: str, *, where: str = "recipe") -> RecipeSummary:
         constraints={
             _text(item.get("name")): _text(item.get("value")) for item in constraints if isinstance(item, dict)
         },
+    )
+
+
+def _component(ref: Mapping[str, Any]) -> Component:
+    """One entry of a recipe's componentRefs."""
+    return Component(
+        name=_text(ref["name"]),
+        namespace=_text(ref.get("namespace")),
+        chart=_text(ref.get("chart")),
+        version=_text(ref.get("version")),
+        source=_text(ref.get("source")),
+        type=_text(ref.get("type")),
     )
 
 
@@ -330,3 +334,30 @@ def thin_resolution_warnings(summary: RecipeSummary, criteria: Criteria) -> list
             "to make a thin recipe an error"
         )
     return warnings
+
+
+def summary_text(
+    settings: RunnerSettings, *, pack: str | Path | None, completion_line: str, summary: RecipeSummary | None
+) -> str:
+    """The recipe ConfigMap's summary.txt: what was asked (criteria, flags, pack)
+    and what was resolved (aicr's completion line, overlays, components)."""
+    s = settings
+    lines = [f"criteria: {s.criteria.summary()}"]
+    if s.recipe.flags or s.recipe.args:
+        lines.append(f"recipeFlags: {' '.join([*s.recipe.flags.split(), *s.recipe.args])}")
+    if pack:
+        lines.append(f"dataPack: {pack}")
+    if completion_line:
+        lines.append(completion_line)
+    if summary is not None:
+        lines.append(f"appliedOverlays: {', '.join(summary.applied_overlays)}")
+        lines.append("")
+        lines.append(component_table(summary))
+    return "\n".join(lines) + "\n"
+
+
+def component_table(summary: RecipeSummary) -> str:
+    rows = [("NAME", "VERSION", "NAMESPACE", "CHART")]
+    rows += [(c.name, c.version or "-", c.namespace or "-", c.chart or "-") for c in summary.components]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(col.ljust(widths[i]) for i, col in enumerate(r)).rstrip() for r in rows)

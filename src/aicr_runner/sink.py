@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
+import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +23,9 @@ __all__ = [
     "DirectorySink",
     "Sink",
     "encoded",
+    "fit",
     "payload_size",
+    "tar_gz",
 ]
 
 #: The anchor's budget: a ConfigMap holds at most 1 MiB; keep headroom for metadata.
@@ -103,3 +108,26 @@ def _atomic_write(path: Path, content: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def fit(key: str, raw: bytes, budget: int) -> tuple[dict[str, str], dict[str, bytes]] | None:
+    """``raw`` as text under ``key``; over ``budget``, gzip-compressed in binaryData
+    under ``key.gz`` rather than dropped; None when even that does not fit."""
+    if len(raw) <= budget:
+        return {key: raw.decode(errors="replace")}, {}
+    packed = gzip.compress(raw, mtime=0)
+    if len(packed) <= budget:
+        return {}, {f"{key}.gz": packed}
+    return None
+
+
+def tar_gz(directory: Path, budget: int) -> bytes | None:
+    """The directory as tar+gzip, or None when it would exceed ``budget`` bytes."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(directory.parent)), recursive=False)
+            if buffer.tell() > budget:
+                return None
+    data = buffer.getvalue()
+    return data if len(data) <= budget else None

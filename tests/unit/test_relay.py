@@ -1,7 +1,7 @@
 """The fast relay keeps every guarantee of the line-by-line one.
 
 The property test drives the real path (a child process, ``SubprocessRunner``
-with the logs module's redaction, the deploy and aicr relays of ``Steps``, the
+with the logs module's redaction, the deploy and aicr relays (``relays``), the
 pod-log writer in both formats) with random secrets at random positions in
 random line streams, including lines longer than the split limit, and looks at
 every output: the pod log, the per-step log files, the deploy markers and the
@@ -27,10 +27,11 @@ from hypothesis import strategies as st
 
 from aicr_runner import classify, logs
 from aicr_runner.config import LogFormat, load
+from aicr_runner.context import Mode, RunContext
 from aicr_runner.machine import Machine, State
 from aicr_runner.process import SubprocessRunner, _LineSplitter
+from aicr_runner.relays import deploy_relay
 from aicr_runner.sink import DirectorySink
-from aicr_runner.steps import Mode, RunContext, Steps
 
 #: No "*": the mask must not be able to form a secret; no whitespace: secrets are stripped.
 SECRET_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_:=+/.é─✓"
@@ -104,12 +105,11 @@ def test_random_secrets_never_reach_any_output(
     bundle.mkdir()
     (bundle / "deploy.sh").write_text(f"cat {work / 'stream.bin'}\n")
     ctx = _context(work, limit)
-    steps = Steps(ctx)
     markers = classify.DeployMarkers()
-    steps._aicr(State.DEPLOY, ["bash", str(bundle / "deploy.sh")], on_block=steps._deploy_relay(markers))
+    ctx.run_child(State.DEPLOY, ["bash", str(bundle / "deploy.sh")], on_block=deploy_relay(State.DEPLOY.value, markers))
     tail: deque[str] = deque(maxlen=60)
     seen: list[str] = []
-    steps._aicr(State.RECIPE, ["cat", str(work / "stream.bin")], tail=tail, on_line=seen.append)
+    ctx.run_child(State.RECIPE, ["cat", str(work / "stream.bin")], tail=tail, on_line=seen.append)
     logs.flush_relay()
 
     outputs = {

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from aicr_runner.config import load
+from aicr_runner.context import Mode, RunContext
 from aicr_runner.errors import ExitCode
 from aicr_runner.machine import Machine, State
 from aicr_runner.process import ProcessResult
 from aicr_runner.report import StepStatus
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, ConfigMapSink, DirectorySink
-from aicr_runner.steps import Mode, RunContext, Steps
+from aicr_runner.steps import Steps
 from tests.fakes import FakeKubeApi
 
 

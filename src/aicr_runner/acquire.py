@@ -1,0 +1,113 @@
+"""The fetch step's work: the aicr binary the run uses, checked before it is trusted.
+
+A preinstalled binary (checked against its sha256 when one is given) or the
+pinned release, downloaded and verified within its download budget; then its
+Sigstore provenance, verified before aicr runs at all (``--version`` included)
+and recorded in the run report whatever the outcome; then its version, asked
+once (``aicr --version``) and recorded, so the run knows what it can do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aicr_runner import capabilities, deadline, logs
+from aicr_runner.config import ENV_PREFIX
+from aicr_runner.context import Mode, RunContext
+from aicr_runner.errors import DownloadError, RunnerError, ToolError
+from aicr_runner.machine import State
+from aicr_runner.provenance import CosignVerifier, ProvenanceCheck, check_provenance
+
+if TYPE_CHECKING:
+    from aicr_runner.binary import AicrBinary
+
+__all__ = ["detect_version", "obtain", "verify_provenance"]
+
+
+def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
+    """The aicr binary, how the step names it, and whether it was preinstalled."""
+    aicr = ctx.settings.aicr
+    override = ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
+    if override is not None:
+        from aicr_runner.binary import use_preinstalled
+
+        # Children run in the work directory: a relative path would point elsewhere there.
+        binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
+        return binary, f"preinstalled {binary.path}", True
+    try:
+        binary = _download(ctx, ctx.work / "aicr-release", aicr.download_budget_seconds)
+    except DownloadError as exc:
+        if ctx.mode is Mode.PLAN and "--aicr-binary" not in exc.message:
+            exc.message += (
+                f"; to plan without downloading, give a local aicr (--aicr-binary PATH) or a "
+                f"mirror of the releases ({ENV_PREFIX}AICR__RELEASE_BASE_URL)"
+            )
+        raise
+    return binary, f"{binary.source_url} (sha256 {binary.tarball_sha256})", False
+
+
+def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
+    aicr = ctx.settings.aicr
+    return deadline.bounded(
+        lambda cancelled: ctx.fetch(aicr, dest, cancelled=cancelled),
+        budget_seconds=budget,
+        interrupted=ctx.interrupted,
+        what="the aicr download",
+        over_budget=lambda: DownloadError(
+            f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
+            f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
+            f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
+            "(--aicr-binary / aicrBinary.path)"
+        ),
+    )
+
+
+def verify_provenance(ctx: RunContext, binary: AicrBinary) -> ProvenanceCheck:
+    """aicr's Sigstore provenance, recorded in the run report whatever the outcome."""
+    aicr = ctx.settings.aicr
+    verifier = ctx.verifier or CosignVerifier(ctx.processes, ctx.environ)
+    try:
+        provenance = check_provenance(binary.path, binary.attestation_path, aicr, verifier, ctx.work)
+    except RunnerError as exc:
+        ctx.report.provenance = {"mode": aicr.provenance.mode.value, "status": "failed", "reason": exc.message}
+        raise
+    ctx.report.provenance = provenance.to_dict()
+    return provenance
+
+
+def detect_version(ctx: RunContext, binary: Path, *, preinstalled: bool) -> capabilities.AicrVersion:
+    """What the binary says it is, recorded; a downloaded one that is not its tag is warned about."""
+    log = logs.get_logger()
+    pinned = ctx.settings.aicr.version
+    version = capabilities.reported_version(_version_lines(ctx, binary, preinstalled=preinstalled), pinned)
+    if version.assumed:
+        log.warning(
+            "aicr names no release version (a build without release version data?); "
+            "its capabilities are assumed to be the pinned version's",
+            step=State.FETCH.value,
+            pinned=pinned,
+            reported=version.line,
+        )
+    ctx.aicr_version = version
+    ctx.report.aicr_version = version.text
+    log.info("aicr version detected", step=State.FETCH.value, aicr=version.text, reported=version.line)
+    if not preinstalled and not version.assumed and version.text != pinned:
+        log.warning(
+            "the downloaded aicr reports another version than its release tag",
+            step=State.FETCH.value,
+            tag=pinned,
+            aicr=version.text,
+        )
+    return version
+
+
+def _version_lines(ctx: RunContext, binary: Path, *, preinstalled: bool) -> list[str]:
+    """What ``aicr --version`` prints; a preinstalled binary was asked for the start line already."""
+    if preinstalled and ctx.version_output is not None:
+        return list(ctx.version_output)
+    printed: list[str] = []
+    result = ctx.run_child(State.FETCH, [str(binary), "--version"], on_line=printed.append)
+    if result.exit_code != 0:
+        raise ToolError(f"{binary} --version exited {result.exit_code}")
+    return printed
