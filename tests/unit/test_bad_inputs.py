@@ -171,6 +171,8 @@ SPECIFIC: dict[str, list[str]] = {
         "reg.example/Acme/pack:1",
         "reg.example/acme/pack:-t",
         "reg.example/acme/pack@sha256:abc",
+        "reg.example:99999/acme/pack:1",
+        "reg.example:0/acme/pack:1",
         "reg example/acme/pack:1",
         "reg.example/",
         "/acme/pack:1",
