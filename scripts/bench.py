@@ -674,8 +674,8 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
 # --- release fetch -----------------------------------------------------------------------------
 
 
-#: The real release (tests/README: AICR_TEST_RELEASES_DIR) the release row serves when present.
-REAL_RELEASE_VERSION = "0.11.1"
+#: The real release the release row serves when present (the one the real-aicr plan row runs).
+REAL_RELEASE_VERSION = REAL_AICR_VERSION
 
 
 def _real_release(arch: str) -> Path | None:
