@@ -78,10 +78,13 @@ def problems(lock: Path, pyproject: Path) -> list[str]:
             found.append(f"{requirement.name} (pyproject.toml) is not pinned in {lock.name}: {regenerate}")
         elif not requirement.specifier.contains(version, prereleases=True):
             found.append(f"{requirement.name}=={version} in {lock.name} does not satisfy '{requirement}': {regenerate}")
-    unhashed = [
-        name for name in re.findall(r"^([A-Za-z0-9][^=\s]*)==\S+(?: ;[^\\\n]*)? \\\n(?!\s+--hash=sha256:)", text, re.M)
+    # Each pin's block runs to the next pin: it must carry at least one sha256.
+    blocks = re.split(r"^(?=[A-Za-z0-9])", text, flags=re.M)
+    found += [
+        f"{block.split('==')[0]} has no --hash=sha256 in {lock.name}: {regenerate}"
+        for block in blocks
+        if "==" in block.split("\n")[0] and "--hash=sha256:" not in block
     ]
-    found += [f"{name} has no --hash in {lock.name}: {regenerate}" for name in unhashed]
     return found
 
 
@@ -93,11 +96,8 @@ def uv() -> Path:
     stamp = home / ".version"
     if not (binary.is_file() and stamp.is_file() and stamp.read_text() == version):
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
-        subprocess.run(
-            [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-             f"uv=={version}"],  # fmt: skip
-            check=True,
-        )
+        pip = [str(home / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*pip, f"uv=={version}"], check=True)
         stamp.write_text(version)
     return binary
 
@@ -107,17 +107,15 @@ def regenerate(lock: Path, pyproject: Path) -> None:
     if lock.is_file():  # uv keeps the versions of an existing output file where they still fit
         body.write_text(lock.read_text())
     try:
-        subprocess.run(
-            [str(uv()), "pip", "compile", str(pyproject), "--universal", "--generate-hashes", "--quiet",
-             "--no-progress", "--custom-compile-command", COMMAND, "--output-file", str(body)],  # fmt: skip
-            check=True,
-            cwd=pyproject.parent,
-        )
+        compile_ = [str(uv()), "pip", "compile", str(pyproject), "--universal", "--generate-hashes"]
+        options = ["--quiet", "--no-progress", "--custom-compile-command", COMMAND, "--output-file", str(body)]
+        subprocess.run([*compile_, *options], check=True, cwd=pyproject.parent)
         text = body.read_text()
     finally:
         body.unlink(missing_ok=True)
     lines = [line for line in text.splitlines() if not DIGEST_LINE.fullmatch(line)]
-    lock.write_text(f"# pyproject.toml dependencies sha256: {dependencies_digest(pyproject)}\n" + "\n".join(lines) + "\n")
+    header = f"# pyproject.toml dependencies sha256: {dependencies_digest(pyproject)}"
+    lock.write_text("\n".join([header, *lines]) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
