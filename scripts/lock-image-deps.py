@@ -4,7 +4,8 @@ with the sha256 of each of its published files (all platforms, so the linux/amd6
 and linux/arm64 builds install from one lock with ``pip install --require-hashes``).
 
 The lock is made by uv (the version pinned in tools/versions.env, installed into
-.tools/uv on first use) from pyproject.toml's ``[project].dependencies``, and its
+.tools/uv on first use) from pyproject.toml's ``[project].dependencies`` plus pip
+(the image's installer, run from its locked wheel: the base has no pip), and its
 first line records a digest of those dependencies and ``requires-python``.
 ``--check`` (CI, offline) fails when pyproject.toml changed since the lock was made
 or when a pin no longer satisfies its requirement; regenerate with no argument
@@ -31,6 +32,8 @@ PYPROJECT = ROOT / "pyproject.toml"
 #: The first line of the lock; the digest ties it to pyproject.toml.
 DIGEST_LINE = re.compile(r"^# pyproject\.toml dependencies sha256: (?P<digest>[0-9a-f]{64})$")
 COMMAND = "scripts/lock-image-deps.py"
+#: Locked besides the runtime's dependencies: what the image installs them with.
+INSTALLER = "pip"
 
 
 def pins() -> dict[str, str]:
@@ -71,6 +74,8 @@ def problems(lock: Path, pyproject: Path) -> list[str]:
     if match["digest"] != dependencies_digest(pyproject):
         found.append(f"{lock.name} is stale: pyproject.toml's dependencies changed since it was made; {regenerate}")
     versions = locked_versions(text)
+    if INSTALLER not in versions:
+        found.append(f"{INSTALLER} (the image's installer) is not pinned in {lock.name}: {regenerate}")
     for line in tomllib.loads(pyproject.read_text())["project"]["dependencies"]:
         requirement = Requirement(line)
         version = versions.get(_normalise(requirement.name))
@@ -104,15 +109,18 @@ def uv() -> Path:
 
 def regenerate(lock: Path, pyproject: Path) -> None:
     body = lock.with_suffix(".uv")
+    installer = lock.with_suffix(".in")
+    installer.write_text(f"{INSTALLER}\n")
     if lock.is_file():  # uv keeps the versions of an existing output file where they still fit
         body.write_text(lock.read_text())
     try:
-        compile_ = [str(uv()), "pip", "compile", str(pyproject), "--universal", "--generate-hashes"]
+        compile_ = [str(uv()), "pip", "compile", str(pyproject), str(installer), "--universal", "--generate-hashes"]
         options = ["--quiet", "--no-progress", "--custom-compile-command", COMMAND, "--output-file", str(body)]
         subprocess.run([*compile_, *options], check=True, cwd=pyproject.parent)
         text = body.read_text()
     finally:
         body.unlink(missing_ok=True)
+        installer.unlink(missing_ok=True)
     lines = [line for line in text.splitlines() if not DIGEST_LINE.fullmatch(line)]
     header = f"# pyproject.toml dependencies sha256: {dependencies_digest(pyproject)}"
     lock.write_text("\n".join([header, *lines]) + "\n")
