@@ -118,6 +118,18 @@ def test_the_image_runs_as_65532_with_the_pinned_helm_kubectl_cosign_and_tini(im
     assert env.startswith("/home/aicr /opt/venv/bin:")
 
 
+def test_the_supported_kubernetes_minors_fit_helms_skew(image: str) -> None:
+    """Helm supports the Kubernetes minor its client-go is built with and the three
+    before it; the image's helm reports that minor (KubeClientVersion)."""
+    proc = podman("run", "--rm", *RUN_LIMITS, "--entrypoint", "helm", image, "version")
+    assert proc.returncode == 0, proc.stderr
+    client = re.search(r'KubeClientVersion:"v1\.(\d+)"', proc.stdout)
+    assert client is not None, proc.stdout
+    newest = int(client.group(1))
+    for minor in pins()["IMAGE_KUBERNETES_MINORS"].split():
+        assert newest - 3 <= int(minor.split(".")[1]) <= newest, f"{minor} is outside helm's 1.{newest - 3}-1.{newest}"
+
+
 def test_the_tools_binary_names_the_tool_it_was_started_as_or_refuses(image: str) -> None:
     as_argument = podman("run", "--rm", *RUN_LIMITS, "--entrypoint", "image-tools", image, "kubectl", "version",
                          "--client", "-o", "json")  # fmt: skip
