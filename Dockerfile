@@ -69,6 +69,12 @@ RUN python3 -m venv --without-pip /opt/venv \
  && mv "${site}/aicr_runner" "${site}"/aicr_runner-*.dist-info "/app${site}/" \
  && mv /opt/venv/bin/aicr-runner /app/opt/venv/bin/
 
+# --- tools: the binary and its three names, as the runtime stage copies them ----------
+FROM base AS tools
+ARG TARGETARCH
+COPY tools/${TARGETARCH}/image-tools /out/usr/local/bin/image-tools
+RUN for tool in helm kubectl cosign; do ln /out/usr/local/bin/image-tools "/out/usr/local/bin/${tool}"; done
+
 # --- runtime -------------------------------------------------------------------------
 FROM base
 ARG TARGETARCH
@@ -83,14 +89,15 @@ LABEL org.opencontainers.image.title="aicr-runner" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.base.name="${BASE_NAME}"
-# helm, kubectl and cosign for aicr's deploy.sh and the provenance check: links to
-# the one binary that holds all three (it picks the tool by the name it runs as).
-COPY tools/${TARGETARCH}/image-tools /usr/local/bin/image-tools
+# helm, kubectl and cosign for aicr's deploy.sh and the provenance check: hard
+# links to the one binary that holds all three (it picks the tool by the name it
+# runs as), one layer. Hard, not symbolic: a file mounted over /usr/local/bin/helm
+# (a wrapper) then replaces helm alone, not the binary kubectl and cosign share.
+COPY --from=tools /out/ /
 # bash, jq (deploy.sh's webhook and APIService pre-flight checks) and tini (PID 1:
 # forwards signals, reaps) come with the base; the check fails the build if not.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN command -v bash jq tini python3 >/dev/null \
- && for tool in helm kubectl cosign; do ln -s image-tools "/usr/local/bin/${tool}"; done \
+RUN command -v bash jq tini python3 helm kubectl cosign >/dev/null \
  && mkdir -p /home/aicr /work \
  && chown 65532:65532 /home/aicr /work
 COPY --from=venv /opt/venv /opt/venv

@@ -65,7 +65,7 @@ def test_the_dockerfile_downloads_nothing_and_installs_only_locked_wheels() -> N
     """Every input is in the build context scripts/image-inputs.sh makes: no registry
     base image, no package manager, no download, no unpinned wheel."""
     froms = re.findall(r"^FROM (\S+)(?: AS ([\w-]+))?$", DOCKERFILE, re.M)
-    assert froms == [("scratch", "base"), ("base", "venv"), ("base", "")]
+    assert froms == [("scratch", "base"), ("base", "venv"), ("base", "tools"), ("base", "")]
     assert "ADD base-${TARGETARCH}.tar /" in DOCKERFILE
     for fetch in ("curl", "wget", "apt-get", "pip download", "https://", "http://", "git clone"):
         assert fetch not in DOCKERFILE, fetch
@@ -116,7 +116,8 @@ def test_the_tools_binary_is_helm_kubectl_and_cosign_at_their_pins() -> None:
         ("kubectl", "kubectl"),
         ("cosign", "cosign"),
     ]
-    assert re.search(r"for tool in helm kubectl cosign; do ln -s image-tools", DOCKERFILE)
+    assert re.search(r"for tool in helm kubectl cosign; do ln /out/usr/local/bin/image-tools ", DOCKERFILE)
+    assert "COPY --from=tools /out/ /" in DOCKERFILE
     bootstrap = (ROOT / "scripts" / "bootstrap-tools.sh").read_text()
     assert '"$HELM_MODULE@$HELM_VERSION" "$KUBERNETES_MODULE@$KUBERNETES_VERSION" "$COSIGN_MODULE@$COSIGN_VERSION"' in (
         bootstrap
@@ -190,7 +191,7 @@ def test_runtime_is_non_root_with_tini_and_the_runner_entrypoint() -> None:
     assert re.search(r"^USER 65532:65532$", DOCKERFILE, re.M)
     assert 'ENTRYPOINT ["tini", "--", "aicr-runner"]' in DOCKERFILE
     assert 'CMD ["run"]' in DOCKERFILE
-    assert "RUN command -v bash jq tini python3 >/dev/null" in DOCKERFILE
+    assert "RUN command -v bash jq tini python3 helm kubectl cosign >/dev/null" in DOCKERFILE
     inputs = (ROOT / "scripts" / "image-inputs.sh").read_text()
     assert re.search(r"^base_packages=python3,bash,ca-certificates,jq,tini$", inputs, re.M)
     for label in ("title", "description", "licenses", "version", "revision", "created", "base.name"):
