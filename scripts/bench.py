@@ -29,6 +29,11 @@ the medians (runner / shell):
   release from ``$AICR_TEST_RELEASES_DIR`` (scripts/test.sh sets it) is served
   when it is there for this machine's architecture; otherwise a synthetic
   archive of a Go binary's bytes of the same size stands in, and the row says so.
+* the image (``--image REF``, default what scripts/build-image.sh builds): its
+  size uncompressed and compressed against the budgets of tests/image_metrics.py,
+  and the wall time to pull it from a loopback ``docker-registry`` into an empty
+  podman store and run ``aicr-runner version``, against the same for its bare
+  Debian base (its first layer alone) running ``python3 -c``.
 
 Usage: scripts/bench.py [--quick] [--markdown] [--relay-mib 100,1024] [--repeat N]
 
@@ -107,8 +112,8 @@ def _fmt(value: float, unit: str) -> str:
         return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
     if unit == "ms":
         return f"{value * 1000:.1f} ms"
-    if unit == "MiB":
-        return f"{value:.1f} MiB"
+    if unit in ("MiB", "MB"):
+        return f"{value:.1f} {unit}"
     return f"{value:.3g} {unit}"
 
 
@@ -766,6 +771,84 @@ def bench_release(size_bytes: int, repeat: int, tmp: Path) -> Row:
     return row
 
 
+# --- image -------------------------------------------------------------------------------------
+
+
+def _image_ref(image: str | None) -> str:
+    if image:
+        return image
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-image.sh")], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"scripts/build-image.sh failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def bench_image(image: str | None, repeat: int, tmp: Path) -> list[Row]:
+    """The image's size against its budgets, and its pull + start from a loopback
+    registry against the same for its bare Debian base (python3, no tools, no venv)."""
+    from tests import image_metrics
+    from tests.podman import PODMAN
+
+    ref = _image_ref(image)
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+    inputs = tmp / "image-inputs"
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "image-inputs.sh"), "--arch", arch, "--out", str(inputs), "base"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"localhost/aicr-runner-bench-base:{secrets.token_hex(4)}"
+    subprocess.run(
+        [*PODMAN, "import", "--quiet", str(inputs / f"base-{arch}.tar"), base], check=True, stdout=subprocess.DEVNULL
+    )
+    registry = tmp / "image-registry"
+    registry.mkdir()
+    mb = 1e6
+    try:
+        with image_metrics.local_registry(registry) as host:
+            pushed = image_metrics.push(ref, host, tag="bench")
+            pushed_base = image_metrics.push(base, host, repository="base", tag="bench")
+            uncompressed = Row(
+                "image size, uncompressed (on disk after a pull)",
+                f"≤ {image_metrics.UNCOMPRESSED_BUDGET_BYTES / mb:.0f} MB",
+                "aicr-runner image",
+                "budget",
+                "MB",
+            )
+            uncompressed.runner.append(image_metrics.uncompressed_bytes(ref) / mb)
+            uncompressed.shell.append(image_metrics.UNCOMPRESSED_BUDGET_BYTES / mb)
+            compressed = Row(
+                "image size, compressed (gzip layers a registry serves)",
+                f"≤ {image_metrics.COMPRESSED_BUDGET_BYTES / mb:.0f} MB",
+                "aicr-runner image",
+                "budget",
+                "MB",
+            )
+            compressed.runner.append(image_metrics.compressed_bytes(pushed) / mb)
+            compressed.shell.append(image_metrics.COMPRESSED_BUDGET_BYTES / mb)
+            base_size = image_metrics.compressed_bytes(pushed_base) / mb
+            compressed.note = f"its Debian base alone: {base_size:.1f} MB compressed"
+            pull = Row(
+                "pull from a loopback registry into an empty store + start, wall",
+                "reported (no goal set)",
+                "pull + `aicr-runner version`",
+                "pull of the bare base + `python3 -c`",
+                "s",
+            )
+            _paired(
+                repeat,
+                lambda: image_metrics.pull_and_start_seconds(pushed),
+                lambda: image_metrics.pull_and_start_seconds(pushed_base, ("python3", "-c", "print('ok')"), "ok"),
+                pull,
+            )
+            return [uncompressed, compressed, pull]
+    finally:
+        subprocess.run([*PODMAN, "rmi", "--force", base], capture_output=True, check=False)
+
+
 # --- output -------------------------------------------------------------------------------------
 
 
@@ -808,14 +891,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--relay-formats", default="console,json", help="log formats to relay in")
     parser.add_argument("--relay-repeat", type=int, help="pairs per relay size (default 2; quick 1)")
     parser.add_argument("--repeat", type=int, help="pairs for the other metrics (default 7; quick 2)")
-    parser.add_argument("--only", help="comma separated: relay,call,startup,plan,pack,release")
+    parser.add_argument("--only", help="comma separated: relay,call,startup,plan,pack,release,image")
+    parser.add_argument("--image", help="the image to measure (default: what scripts/build-image.sh builds)")
     args = parser.parse_args(args_list)
     quick = args.quick
     relay_sizes = [float(s) for s in (args.relay_mib or ("1,8" if quick else "100,1024")).split(",")]
     relay_formats = args.relay_formats.split(",")
     relay_repeat = args.relay_repeat or (1 if quick else 2)
     repeat = args.repeat or (2 if quick else 7)
-    only = set((args.only or "relay,call,startup,plan,pack,release").split(","))
+    only = set((args.only or "relay,call,startup,plan,pack,release,image").split(","))
     if quick:
         packs = [("small", 2, 20_000, False), ("files", 21, 2_000_000, False), ("dir", 20, 2_000_000, True)]
         release_bytes = 4 * MIB
@@ -837,6 +921,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("plan", lambda: rows.extend([bench_plan_real(repeat, tmp), bench_plan(repeat, tmp)])),
             ("pack", lambda: rows.extend(bench_pack(packs, repeat, tmp))),
             ("release", lambda: rows.append(bench_release(release_bytes, repeat, tmp))),
+            ("image", lambda: rows.extend(bench_image(args.image, 1 if quick else 5, tmp))),
         ]
         for name, step in steps:
             if name in only:
