@@ -37,14 +37,19 @@ EVERYTHING = {
             "registrySecret": "push",
         },
     },
+    "global": {"imageRegistry": "mirror.example.com/ghcr", "imagePullSecrets": ["fleet-regcred"]},
+    "serviceAccount": {"name": "gpu-installer", "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
     "job": {
         "ttlSecondsAfterFinished": 86400,
         "nodeSelector": {"pool": "system"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "affinity": {"podAntiAffinity": {}},
         "priorityClassName": "high",
+        "podLabels": {"example.com/team": "gpu"},
         "podAnnotations": {"a": "b"},
         "extraEnv": [{"name": "AICR_NCCL_FABRIC", "value": "roce"}],
+        "extraVolumes": [{"name": "sigstore-root", "configMap": {"name": "sigstore-trusted-root"}}],
+        "extraVolumeMounts": [{"name": "sigstore-root", "mountPath": "/etc/sigstore", "readOnly": True}],
     },
 }
 
@@ -106,6 +111,15 @@ RENDERINGS = {
             "validate": {"publish": {"mode": "unsigned", "identityTokenSecret": {"name": ""}}},
         },
     ),
+    "least-privilege": {
+        "rbac": {
+            "clusterAdmin": False,
+            "extraRules": [
+                {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors"], "verbs": ["get", "create"]}
+            ],
+        }
+    },
+    "rbac-managed-elsewhere": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "installer"}},
 }
 
 
@@ -188,7 +202,7 @@ def _keys(values: Any, prefix: str = "") -> set[str]:
         for key, value in values.items():
             dotted = f"{prefix}.{key}" if prefix else key
             keys.add(dotted)
-            if key not in ("resources", "nodeSelector", "affinity", "podAnnotations"):
+            if key not in ("resources", "nodeSelector", "affinity", "podAnnotations", "podLabels", "annotations"):
                 keys |= _keys(value, dotted)
     return keys
 
@@ -197,7 +211,7 @@ def test_values_yaml_and_the_schema_describe_the_same_keys() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     in_values = _keys(values) | {"job.ttlSecondsAfterFinished"}  # null defaults vanish on load: kept here
     in_schema = {path for path, _ in _walk(schema()) if path and "[]" not in path and "{}" not in path}
-    removed = {"global", "runtimeImage", "orasImage", "environment.k0sContainerd"}
+    removed = {"runtimeImage", "orasImage", "environment.k0sContainerd"}
     assert in_values == in_schema - removed
     assert removed <= in_schema
 
@@ -208,8 +222,10 @@ def test_sub_objects_refuse_unknown_keys() -> None:
         "job.resources",
         "job.affinity",
         "job.nodeSelector",
+        "job.podLabels",
         "job.podAnnotations",
         "job.annotations",
+        "serviceAccount.annotations",
     }
     for path, node in _walk(schema()):
         if node.get("type") == "object" or (isinstance(node.get("type"), list) and "object" in node["type"]):
