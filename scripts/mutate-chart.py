@@ -366,7 +366,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "schema-accepts-a-tag-in-the-repository",
         "values.schema.json",
         '"pattern": "^([a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+',
-        '"pattern": "^([a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?/)?[:a-z0-9]+',
+        '"pattern": "^.*$|^([a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+',
         "test_guards.py",
         "repository",
     ),
