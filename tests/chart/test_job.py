@@ -140,7 +140,7 @@ def test_rbac_cluster_admin_false_binds_the_charts_narrower_cluster_role() -> No
         for resource in rule["resources"]
     }
     # What deploy.sh and helm need: namespaces, helm's release Secrets, CRDs, RBAC with escalate/bind.
-    assert rules[("", "namespaces")] == ["get", "list", "watch", "create"]
+    assert rules[("", "namespaces")] == ["get", "list", "watch", "create", "patch"], "no delete"  # patch: Helm 4's SSA
     assert "delete" in rules[("", "secrets")]
     assert "create" in rules[("apiextensions.k8s.io", "customresourcedefinitions")]
     assert {"escalate", "bind"} <= set(rules[("rbac.authorization.k8s.io", "clusterroles")])
