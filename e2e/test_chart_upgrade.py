@@ -68,7 +68,7 @@ def chart_at(version: str, tmp_path: Path, *, version_on_pod: bool = False) -> P
         versioned = label.replace("\n", '\nhelm.sh/chart: {{ include "nvidia-aicr.chart" . | quote }}\n', 1)
         identity = '{{- $identity := include "nvidia-aicr.immutableJobSpec" . -}}'
         assert text.count(identity) == 1
-        old_identity = '{{- $identity := include "nvidia-aicr.identityEnv" . -}}'
+        old_identity = '{{- $identity := include "nvidia-aicr.runtimeEnv" . -}}'
         helpers.write_text(text.replace(label, versioned).replace(identity, old_identity))
     return copy
 

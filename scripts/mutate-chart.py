@@ -202,7 +202,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "name-hashes-the-settings-not-the-pod-template",
         "templates/_helpers.tpl",
         '{{- $identity := include "nvidia-aicr.immutableJobSpec" . -}}',
-        '{{- $identity := include "nvidia-aicr.identityEnv" . -}}',
+        '{{- $identity := include "nvidia-aicr.runtimeEnv" . -}}',
         "test_job_identity.py",
         "tolerations or resources",
     ),

@@ -106,7 +106,7 @@ Credentials (Secret contents) and the settings that may change without a new Job
 (logFormat, lease timing, download retries: the runner-settings ConfigMap) are
 not in it.
 */}}
-{{- define "nvidia-aicr.identityEnv" -}}
+{{- define "nvidia-aicr.runtimeEnv" -}}
 {{- $v := .Values -}}
 {{- $packSecret := include "nvidia-aicr.packSecretName" . -}}
 {{- $publish := $v.validate.publish -}}

@@ -110,7 +110,7 @@ spec:
           value: /home/aicr/.kube/cache
         # The runtime's settings that define the install (aicr_runner.config;
         # lists are JSON arrays).
-        {{- range $name, $value := include "nvidia-aicr.identityEnv" . | fromYaml }}
+        {{- range $name, $value := include "nvidia-aicr.runtimeEnv" . | fromYaml }}
         - name: {{ $name }}
           value: {{ $value | quote }}
         {{- end }}
