@@ -257,7 +257,7 @@ def test_rotating_the_pack_credential_keeps_the_job_name() -> None:
 
 
 @pytest.mark.parametrize(("what", "change", "renames"), CHANGES, ids=[c[0] for c in CHANGES])
-def test_a_value_change_renames_the_job_exactly_when_it_changes_the_install(
+def test_a_value_change_renames_the_job_exactly_when_it_changes_the_pod_template(
     what: str, change: dict[str, Any], renames: bool
 ) -> None:
     before = job_name_with(helm_binary(), BASE)
