@@ -3,8 +3,11 @@
 Users try the same values file they will give ``helm install``. This maps the keys
 that mean something outside a cluster onto the ``AICR_RUNNER_*`` environment the
 chart renders; a test renders every example through the real chart and checks the
-two agree. Cluster-only keys (Secrets, image, Job scheduling) are ignored: a local
-plan takes credentials from the environment (``AICR_RUNNER_PACK__CREDENTIALS_FILE``).
+two agree. Cluster-only keys (``CLUSTER_ONLY_VALUES``: Secrets, image, the Job's
+pod and scheduling, RBAC, the install Lease) are accepted and ignored: a local plan
+runs no pod and takes credentials from the environment
+(``AICR_RUNNER_PACK__CREDENTIALS_FILE``). A test holds every key of the chart's
+values.yaml to one of the two lists, so a new chart value must be classified.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 from aicr_runner.config import ENV_PREFIX
 from aicr_runner.errors import ConfigError
 
-__all__ = ["VALUE_TO_ENV", "env_from_values", "load_values_file"]
+__all__ = ["CLUSTER_ONLY_VALUES", "VALUE_TO_ENV", "env_from_values", "load_values_file"]
 
 #: chart value path -> runtime variable (without the prefix)
 VALUE_TO_ENV: dict[str, str] = {
@@ -75,6 +78,27 @@ VALUE_TO_ENV: dict[str, str] = {
     "logFormat": "LOG_FORMAT",
     "kubeWriteBudgetSeconds": "KUBE_WRITE_BUDGET_SECONDS",
 }
+
+
+#: Chart values (a key and everything under it) that mean something only in a
+#: cluster; ``plan --values`` accepts and ignores them.
+CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
+    {
+        "global",  # imageRegistry, imagePullSecrets: the pod's image
+        "image",
+        "imagePullSecrets",
+        "serviceAccount",
+        "rbac",
+        "job",  # the Job and its pod: scheduling, resources, labels, volumes, extraEnv
+        "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
+        "rerun",  # names a new Job
+        "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)
+        "dataPackSecret",  # Secrets: plan reads AICR_RUNNER_PACK__CREDENTIALS_FILE instead
+        "dataPackAuth",
+        "validate.publish.identityTokenSecret",
+        "validate.publish.registrySecret",
+    }
+)
 
 
 def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:

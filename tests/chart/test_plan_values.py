@@ -19,7 +19,7 @@ import yaml
 
 from aicr_runner import valueschema
 from aicr_runner.config import ENV_PREFIX, env_var_names
-from aicr_runner.values import VALUE_TO_ENV, env_from_values
+from aicr_runner.values import CLUSTER_ONLY_VALUES, VALUE_TO_ENV, env_from_values
 from tests.chart.helm import ROOT, merge, render, renders
 from tests.chart.test_contract import CASES
 
@@ -56,6 +56,38 @@ def test_every_setting_is_mapped_or_cluster_only() -> None:
     mapped = set(VALUE_TO_ENV.values())
     assert mapped.isdisjoint(CLUSTER_ONLY)
     assert mapped | CLUSTER_ONLY == names
+
+
+def leaf_keys(values: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of the leaves of a values mapping (an empty map is a leaf)."""
+    if not isinstance(values, dict) or not values:
+        return [prefix]
+    return [key for name, child in values.items() for key in leaf_keys(child, f"{prefix}.{name}" if prefix else name)]
+
+
+def test_every_chart_value_is_mapped_or_cluster_only() -> None:
+    """A new chart value must be classified: plan either maps it or ignores it on purpose."""
+
+    def cluster_only(key: str) -> bool:
+        return any(key == c or key.startswith(c + ".") for c in CLUSTER_ONLY_VALUES)
+
+    keys = [*leaf_keys(DEFAULTS), "job.ttlSecondsAfterFinished"]  # a null default vanishes on load
+    unclassified = [k for k in keys if k not in VALUE_TO_ENV and not cluster_only(k)]
+    assert not unclassified, f"neither in VALUE_TO_ENV nor CLUSTER_ONLY_VALUES: {unclassified}"
+    both = [k for k in VALUE_TO_ENV if cluster_only(k)]
+    assert not both, f"both mapped and cluster-only: {both}"
+    assert {c for c in CLUSTER_ONLY_VALUES if not any(k == c or k.startswith(c + ".") for k in keys)} == set()
+
+
+def test_cluster_only_values_are_accepted_and_ignored() -> None:
+    values = {
+        "accelerator": "h100",
+        "global": {"imageRegistry": "mirror.example.com"},
+        "serviceAccount": {"create": False, "name": "x"},
+        "rbac": {"create": False},
+        "job": {"podLabels": {"a": "b"}, "extraVolumes": [{"name": "ca", "emptyDir": {}}]},
+    }
+    assert env_from_values(values) == {ENV_PREFIX + "CRITERIA__ACCELERATOR": "h100"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
