@@ -8,8 +8,7 @@ cd "$root"
 
 bash scripts/setup.sh
 export PATH="$root/.tools/bin:$PATH"
-# The real aicr release (v0.11.1, GitHub's layout) the real-aicr tests run; CI
-# provides it beside the checkout. A test that needs it and does not find it fails.
+# The real aicr release the tests and the benchmark use (tests that need it fail, never skip, without it).
 export AICR_TEST_RELEASES_DIR="${AICR_TEST_RELEASES_DIR:-$root/../shared/testdata/aicr-releases}"
 
 echo "== ruff"
