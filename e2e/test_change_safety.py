@@ -9,7 +9,7 @@ pulling charts from the real registry. A retry of a failed pod is the Job
 controller's next pod, run with a second ``run_job``.
 
 Timings and the measured gap between the old run's last helm operation and the
-new run's first are printed (``-s``) and recorded in README "Change safety".
+new run's first are printed (``-s``) and recorded in docs/installing.md "Change safety".
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 server, Job controller and helm (issue 13).
 
 ``helm uninstall`` leaves the result ConfigMaps, the install Lease and every
-component release the runs installed (docs/chart.md "Uninstalling" says why).
+component release the runs installed (docs/installing.md "Uninstalling" says why).
 Here a Job installs an org pack's two component charts for real, with
 ``rbac.clusterAdmin: false`` (the chart's narrower ClusterRole, not cluster-admin),
-and then the bash block of docs/chart.md "Uninstalling" runs exactly as written
+and then the bash block of docs/installing.md "Uninstalling" runs exactly as written
 (only the release and namespace names set), under Helm 4 and Helm 3: everything
 it promises to remove is gone, and nothing else is.
 
@@ -48,15 +48,15 @@ from e2e.tools import REPO_ROOT, tool
 
 pytestmark = pytest.mark.e2e
 
-DOC = REPO_ROOT / "docs" / "chart.md"
+DOC = REPO_ROOT / "docs" / "installing.md"
 #: The first line of the documented block: the only line the test changes.
 NAMES_LINE = "NS=aicr RELEASE=aicr   # your chart release and its namespace"
 RESULT_CONFIGMAPS = ("aicr-recipe", "aicr-validate-result", "aicr-evidence-bundle", "aicr-run-status")
 
 
 def documented_uninstall() -> str:
-    """The bash block of docs/chart.md's "Uninstalling" section, verbatim."""
-    section = DOC.read_text().split("\n### Uninstalling\n", 1)[1].split("\n## ", 1)[0]
+    """The bash block of docs/installing.md's "Uninstalling" section, verbatim."""
+    section = DOC.read_text().split("\n## Uninstalling\n", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```bash\n(.*?)```", section, re.S)
     assert block.startswith(NAMES_LINE + "\n"), block
     return block

@@ -17,7 +17,7 @@ template, a Job name hashing the runtime settings only) fails step 1 with "field
 is immutable" against the same API server, so the scenario can tell a fix from a
 no-op.
 
-Timings are printed (``-s``) and recorded in docs/chart.md.
+Timings are printed (``-s``) and recorded in docs/installing.md.
 """
 
 from __future__ import annotations

@@ -114,8 +114,8 @@ def test_the_chart_source_is_verified_with_cosign_keyless(flux: ControlPlane) ->
     assert identity["subject"].startswith(
         r"^https://github\.com/nvidia-aicr/aicr-runner/\.github/workflows/release\.yaml@"
     )
-    # The README's snippet (from docs/chart.md) is this example's source, verbatim.
-    page = (REPO_ROOT / "docs" / "chart.md").read_text()
+    # The snippet in docs/supply-chain.md is this example's source, verbatim.
+    page = (REPO_ROOT / "docs" / "supply-chain.md").read_text()
     blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", page, re.S)]
     [snippet] = [b for b in blocks if isinstance(b, dict) and b.get("kind") == "OCIRepository"]
     assert snippet == source

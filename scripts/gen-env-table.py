@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the README's environment table from the runtime's settings model.
+"""Writes the environment table of docs/configuration.md from the runtime's settings model.
 
 Every variable the runtime reads must have a description here; `--check` fails
-when the README or this list drift from `aicr_runner.config.env_var_names()`.
+when the page or this list drift from `aicr_runner.config.env_var_names()`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from aicr_runner.config import RunnerSettings, env_var_names
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- env-table:start -->", "<!-- env-table:end -->"
+TARGET = ROOT / "docs" / "configuration.md"
 
 DESCRIPTIONS = {
     "CRITERIA__SERVICE": "recipe `--service` (aks, eks, gke, k0s, ..., a pack-registered value, or `any`); empty leaves the flag out",
@@ -111,23 +112,28 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def splice(document: str, generated: str) -> str:
+    head, _, rest = document.partition(START)
+    _, _, tail = rest.partition(END)
+    if not rest or END not in rest:
+        raise SystemExit(f"gen-env-table: {TARGET.relative_to(ROOT)} needs the markers {START} / {END}")
+    return f"{head}{START}\n{generated}\n{END}{tail}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if README.md is out of date")
+    parser.add_argument("--check", action="store_true", help="fail if docs/configuration.md is out of date")
     args = parser.parse_args()
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    head, _, rest = text.partition(START)
-    _, _, tail = rest.partition(END)
-    if not rest:
-        raise SystemExit(f"gen-env-table: README.md has no {START} marker")
-    updated = f"{head}{START}\n{table()}\n{END}{tail}"
+    text = TARGET.read_text()
+    updated = splice(text, table())
     if args.check:
         if updated != text:
-            print("README.md environment table is stale: run scripts/gen-env-table.py", file=sys.stderr)
+            print(
+                f"{TARGET.relative_to(ROOT)} environment table is stale: run scripts/gen-env-table.py", file=sys.stderr
+            )
             return 1
         return 0
-    readme.write_text(updated)
+    TARGET.write_text(updated)
     return 0
 
 

@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aicr-runner",
         description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
-        "environment variables, see README 'Environment').",
+        "environment variables, see docs/configuration.md 'Environment').",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,version}")
     run = sub.add_parser("run", help="the Kubernetes Job entrypoint: results go to ConfigMaps")

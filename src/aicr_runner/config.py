@@ -770,7 +770,7 @@ class LeaseSettings(_Group):
 
 
 class RunnerSettings(_Group):
-    """Every runtime input. Field docs are the README's environment table."""
+    """Every runtime input. Field docs are the environment table in docs/configuration.md."""
 
     criteria: Criteria = _group(factory=Criteria)
     pack: PackSettings = _group(factory=PackSettings)
@@ -857,14 +857,14 @@ def _unknown(key: str) -> str:
 
     guess = difflib.get_close_matches(key.upper(), _LEAVES, n=1, cutoff=0.85)
     hint = f" (did you mean {guess[0]}?)" if guess else ""
-    return f"{escaped(key)}: unknown setting{hint}; see README 'Environment' for the names"
+    return f"{escaped(key)}: unknown setting{hint}; see docs/configuration.md 'Environment' for the names"
 
 
 def load(environ: Mapping[str, str] | None = None, *, local_pack: bool = False) -> RunnerSettings:
     """Read settings from ``environ`` (default ``os.environ``).
 
     Raises ``ConfigError`` with one readable line per problem, unknown
-    variables first, then in the order of the README's table.
+    variables first, then in the order of the environment table.
     """
     env = os.environ if environ is None else environ
     unknown: list[str] = []

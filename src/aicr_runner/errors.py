@@ -38,7 +38,7 @@ __all__ = [
 
 
 class ExitCode(IntEnum):
-    """The runner's own exit codes. Documented in README "Exit codes"."""
+    """The runner's own exit codes. Documented in docs/configuration.md "Exit codes"."""
 
     OK = 0
     #: A setting is invalid (environment, flags, cross-field rules). Same meaning

@@ -266,11 +266,20 @@ def test_values_table_generator_reads_the_comments(tmp_path: Path) -> None:
 
 
 def test_docs_carry_the_generated_table_and_the_sections_the_readme_links_to() -> None:
-    docs = (ROOT / "docs" / "chart.md").read_text()
-    for heading in ("## Values", "## Which criteria?", "## Migration", "## Recommended settings per delivery path"):
-        assert f"\n{heading}\n" in docs, heading
-    assert '| `service` | string | `"any"` |' in docs
-    assert "docker run --rm --read-only --tmpfs /tmp --tmpfs /work --tmpfs /home/aicr" in docs
+    docs = ROOT / "docs"
+    sections = {
+        "configuration.md": ("## Values", "## Environment", "## Exit codes"),
+        "criteria.md": ("## What the chart refuses", "## Good starting points"),
+        "migration.md": ("# Migration from the bash chart",),
+        "installing.md": ("## Delivery paths", "### Argo CD", "### Flux", "### k0rdent", "## Change safety"),
+        "runs.md": ("## The steps", "## Where results land", "## Local dry runs"),
+    }
+    for page, headings in sections.items():
+        text = (docs / page).read_text()
+        for heading in headings:
+            assert f"\n{heading}\n" in f"\n{text}", f"{page}: {heading}"
+    assert '| `service` | string | `"any"` |' in (docs / "configuration.md").read_text()
+    assert "docker run --rm --read-only --tmpfs /tmp --tmpfs /work --tmpfs /home/aicr" in (docs / "runs.md").read_text()
 
 
 # -- examples -----------------------------------------------------------------------------------------------------

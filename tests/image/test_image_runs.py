@@ -12,7 +12,6 @@ import re
 import shlex
 import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
@@ -186,11 +185,14 @@ def test_plan_runs_read_only_as_the_chart_runs_it_and_writes_only_to_the_emptydi
     assert not any(line.split()[-1].startswith(("/opt/venv", "/usr/local/bin")) for line in written)
 
 
+#: Where the documentation shows `docker run` commands: the README and docs/.
+DOC_PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+
+
 def readme_docker_run_commands() -> list[list[str]]:
-    """Every `docker run ... plan` command in the README's bash blocks, as argv."""
-    readme = (ROOT / "README.md").read_text()
+    """Every `docker run ... plan` command in the bash blocks of the README and docs/, as argv."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", readme, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", "\n".join(p.read_text() for p in DOC_PAGES), re.S):
         joined = block.replace("\\\n", " ")
         for line in joined.splitlines():
             argv = shlex.split(line, comments=True)
@@ -199,7 +201,9 @@ def readme_docker_run_commands() -> list[list[str]]:
     return commands
 
 
-README_COMMANDS = readme_docker_run_commands()
+DOC_COMMANDS = readme_docker_run_commands()
+#: Each distinct command once (the README and docs/runs.md show the same one).
+README_COMMANDS = [list(argv) for argv in dict.fromkeys(tuple(argv) for argv in DOC_COMMANDS)]
 
 
 def test_the_readme_shows_the_docker_run_plan_command() -> None:
@@ -237,4 +241,4 @@ def test_the_readme_docker_run_plan_command_runs_with_podman(
     assert "criteria: service=eks, accelerator=h100, os=ubuntu, intent=training" in proc.stdout
     for component in PLAN_COMPONENTS:
         assert re.search(rf"^{component}\s", proc.stdout, re.M), proc.stdout
-    assert Path(ROOT / "README.md").read_text().count("docker run --rm --read-only") == len(README_COMMANDS)
+    assert sum(p.read_text().count("docker run --rm --read-only") for p in DOC_PAGES) == len(DOC_COMMANDS)
