@@ -68,17 +68,17 @@ def test_chart_metadata() -> None:
     assert chart["name"] == "nvidia-aicr"
     assert chart["type"] == "application"
     assert chart["version"] == "0.4.0"
-    assert chart["kubeVersion"] == ">= 1.32.0-0"
+    assert chart["kubeVersion"] == ">= 1.36.0-0"
     assert chart["appVersion"] == "0.1.0"
     assert 'appVersion: "0.1.0"' in (CHART / "Chart.yaml").read_text(), "appVersion is quoted"
 
 
 def test_kube_version_floor_is_enforced_by_helm() -> None:
-    proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", "1.31.0")
+    proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", "1.35.9")
     assert proc.returncode != 0
     assert "kubeVersion" in proc.stderr or "incompatible" in proc.stderr.lower(), proc.stderr
     # A managed-cluster pre-release version (EKS style) passes.
-    proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", "v1.34.3-eks-1")
+    proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", "v1.36.3-eks-1")
     assert proc.returncode == 0, proc.stderr
 
 

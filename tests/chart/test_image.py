@@ -138,6 +138,11 @@ def test_the_supported_kubernetes_minors_fit_kubectls_skew_and_include_the_e2e_s
         assert major == "1"
         assert abs(int(number) - kubectl_minor) <= 1, f"{minor} is outside kubectl v1.{kubectl_minor}'s skew"
     assert f"1.{kubectl_minor}" in supported, "the e2e API server (KUBERNETES_VERSION) is a supported minor"
+    # The chart refuses clusters older than the image supports (helm checks kubeVersion
+    # against the live server at install), so the two statements cannot drift apart.
+    lowest = min(supported, key=lambda minor: int(minor.split(".")[1]))
+    chart = (ROOT / "chart" / "Chart.yaml").read_text()
+    assert f'kubeVersion: ">= {lowest}.0-0"' in chart, f"chart/Chart.yaml's kubeVersion floor is not {lowest}"
 
 
 def test_the_lock_matches_pyproject() -> None:
