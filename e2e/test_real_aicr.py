@@ -150,6 +150,16 @@ def redirect_kubelet(
     )
 
 
+@pytest.fixture
+def component_releases_removed_after(helm: Helm, host_recipe: dict[str, Any]) -> Iterator[None]:
+    yield
+    # The control plane is the session's: a later scenario asserts that its run
+    # installed none of the embedded components, so this test's releases go with it.
+    for ref in host_recipe["recipe"]["componentRefs"]:
+        if ref["name"] in releases_in(helm, ref["namespace"]):
+            helm.uninstall(ref["name"], ref["namespace"])
+
+
 def snapshot_configmap(plane: ControlPlane, namespace: str) -> str:
     """A snapshot (aicr's format) with the API server's real version, in a ConfigMap
     validate reads through the API (``--snapshot cm://...``): the snapshot agent's
@@ -172,6 +182,7 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     release_mirror: FolderMirror,
     chart_repository: FolderMirror,
     host_recipe: dict[str, Any],
+    component_releases_removed_after: None,
 ) -> None:
     server_version = snapshot_configmap(control_plane, namespace)
     path = f"{HELM_REDIRECT_DIR}:{image_path(redirect_kubelet)}"
