@@ -192,6 +192,12 @@ def _render_cached(values_json: str, args: tuple[str, ...], release: str, namesp
     return Rendered(ok=proc.returncode == 0, stdout=proc.stdout, stderr=proc.stderr, docs=docs)
 
 
+def forget_renders() -> None:
+    """Drop the memoised renders: the chart's files changed under the same path
+    (scripts/mutate-chart.py edits its copy of the chart in place)."""
+    _render_cached.cache_clear()
+
+
 def render(
     values: Mapping[str, Any] | None = None,
     *,
