@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from aicr_runner.config import RunnerSettings
     from aicr_runner.context import Mode, RunContext
     from aicr_runner.errors import ConfigError
+    from aicr_runner.job_events import JobEvents
     from aicr_runner.kube import KubeApi
     from aicr_runner.lease import InstallLease
     from aicr_runner.process import ShutdownController
@@ -244,25 +246,58 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
     ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
     report = ctx.report
+    events = _make_events(settings, api)
     publish_status = _status_publisher(settings, sink)
     ctx.lease = lease
     ctx.progress = lambda: publish_status(report)
     ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
-    machine = Machine(Steps(ctx).functions(), report, on_change=publish_status, interrupted=shutdown.requested)
+    on_change = publish_status if events is None else _with_step_events(publish_status, events)
+    if events is not None:
+        ctx.on_deploy_progress = events.deploy_progress
+    machine = Machine(Steps(ctx).functions(), report, on_change=on_change, interrupted=shutdown.requested)
     try:
         machine.run()
         code = machine.finish(
             validate_gate=settings.validate.fail_on_error,
             publish_gate=settings.validate.publish.fail_on_error,
             success=_PLAN_COMPLETE if mode is Mode.PLAN else "AICR Job complete",
+            component_gate=settings.deploy.fail_on_component_failure,
         )
     finally:
         if lease is not None:
             lease.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _conclude(settings, mode, report, sink, args, api=api)
+    _conclude(settings, mode, report, sink, args, api=api, events=events)
     return code
+
+
+def _make_events(settings: RunnerSettings, api: KubeApi | None) -> JobEvents | None:
+    """Events on the runner's own Job: in a Job run that knows its Job's name."""
+    if api is None or not settings.lease.job_name:
+        return None
+    from aicr_runner.job_events import JobEvents
+
+    return JobEvents(
+        api,
+        namespace=settings.namespace or _pod_namespace(),
+        job=settings.lease.job_name,
+        pod=settings.lease.pod_name,
+    )
+
+
+def _with_step_events(publish_status: Callable[[RunReport], None], events: JobEvents) -> Callable[[RunReport], None]:
+    """The machine's ``on_change``: the status written, then an Event for each step that just ended."""
+    told: set[str] = set()
+
+    def on_change(current: RunReport) -> None:
+        publish_status(current)
+        for record in current.steps:
+            if record.ended_at is not None and record.state not in told:
+                told.add(record.state)
+                events.step_ended(record)
+
+    return on_change
 
 
 def _prepare_work(settings: RunnerSettings) -> None:
@@ -320,6 +355,8 @@ def _status_publisher(settings: RunnerSettings, sink: Sink) -> Callable[[RunRepo
     from aicr_runner.report import RunPhase, StepStatus
 
     status_warned: list[str] = []
+    # The deploy step's progress is written from a thread of its own: one write at a time.
+    one_at_a_time = threading.Lock()
 
     def publish_status(current: RunReport) -> None:
         if not settings.status_configmap:
@@ -330,10 +367,15 @@ def _status_publisher(settings: RunnerSettings, sink: Sink) -> Callable[[RunRepo
             # at once (half of the writes of a run).
             return
         try:
-            sink.put(
-                settings.status_configmap,
-                data={"report.json": current.to_json(), "summary.txt": current.summary_text()},
-            )
+            with one_at_a_time:
+                sink.put(
+                    settings.status_configmap,
+                    data={
+                        "report.json": current.to_json(),
+                        "summary.txt": current.summary_text(),
+                        "phase": current.phase.value,
+                    },
+                )
         except RunnerError as exc:
             if not status_warned:  # say it once, not at every step
                 status_warned.append(exc.message)
@@ -354,16 +396,27 @@ def _stop_when_lease_lost(shutdown: ShutdownController) -> Callable[[str], None]
 
 
 def _conclude(
-    settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any, *, api: KubeApi | None
+    settings: RunnerSettings,
+    mode: Mode,
+    report: RunReport,
+    sink: Sink,
+    args: Any,
+    *,
+    api: KubeApi | None,
+    events: JobEvents | None = None,
 ) -> None:
-    """The outcome announced; a failed Job run also reported on its HelmRelease."""
+    """The outcome announced and recorded on the Job; a failed Job run (or one
+    with failed components) also reported on its HelmRelease."""
     from aicr_runner.report import RunPhase
 
     termination = _termination_line(report)
     _announce(settings, mode, report, sink, args, line=termination)
-    if report.phase is RunPhase.FAILED and api is not None and settings.lease.job_name:
+    if events is not None:
+        events.run_ended(report, termination)
+    warned = (RunPhase.FAILED, RunPhase.SUCCEEDED_WITH_FAILURES)
+    if report.phase in warned and api is not None and settings.lease.job_name:
         # After the capture and the termination message; never changes the exit code.
-        from aicr_runner.failure_event import report_failure
+        from aicr_runner.failure_event import COMPONENTS_FAILED_REASON, EVENT_REASON, report_failure
 
         report_failure(
             api,
@@ -371,6 +424,7 @@ def _conclude(
             job=settings.lease.job_name,
             pod=settings.lease.pod_name,
             message=termination,
+            reason=EVENT_REASON if report.phase is RunPhase.FAILED else COMPONENTS_FAILED_REASON,
         )
 
 

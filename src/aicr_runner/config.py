@@ -280,6 +280,8 @@ class BundleSettings(StepArgs):
 class DeploySettings(StepArgs):
     enabled: bool = True
     flags: str = "--best-effort --no-wait"
+    #: A run whose deploy.sh reported failed components fails (exit 1) even under --best-effort.
+    fail_on_component_failure: bool = False
 
     @property
     def best_effort(self) -> bool:

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aicr_runner import classify, logs
+from aicr_runner import classify, logs, progress
 from aicr_runner.config import LogFormat, load
 from aicr_runner.context import Mode, RunContext
 from aicr_runner.machine import Machine, State
@@ -45,6 +45,12 @@ MARKER_FRAGMENTS = [
     "DRA kubelet plugin restart blocked, retry needed for: ",
     "Error: ",
     '{"level":"ERROR","msg":"command failed","error":"',
+    "  ↺ nfd: attempt 1/5 failed, retrying in 5s...",
+    "Installing nfd (node-feature-discovery)...",
+    "Applying manifests for skyhook-customizations...",
+    "RETRY: nfd helm install failed (attempt 1/5), retrying in 5s...",
+    "ERROR: nfd helm install failed after 6 attempts",
+    "Deployment complete.",
 ]
 
 
@@ -161,7 +167,8 @@ def test_every_marker_contains_a_scan_candidate() -> None:
         *classify._PREFLIGHT_FAILED,
         *classify._ERROR_PREFIXES,
     ]
-    patterns = [classify._STARTED, classify._INSTALLED, classify._FAILED, classify._CONTINUING]
+    literals.append("Deployment complete.")  # progress.component_line's one literal
+    patterns = [pattern for pattern, _kind, _legacy in progress._PATTERNS]
     for literal in literals:
         assert any(candidate in literal for candidate in classify.SCAN_CANDIDATES), literal
     for pattern in patterns:

@@ -76,14 +76,15 @@ if [[ "${FAKE_AICR_VERSION:-}" == 0.* ]]; then
   function _fail() {
     local prefix="Deployment completed with failures (--best-effort):"
     case "$*" in
-      "${prefix}"*) echo "WARNING: the following components failed:${*#"${prefix}"}" ;;
+      # 0.11 prints its closing line after the failure list too.
+      "${prefix}"*) echo "WARNING: the following components failed:${*#"${prefix}"}"; echo "Deployment complete." ;;
       *) echo "$*" ;;
     esac
   }
   function _warn_line() { echo "WARNING: $*"; }
   function _step_header() { echo "Installing $3 ($4)..."; }
   function _step_ok() { :; }
-  function _step_fail() { echo "ERROR: $1 failed after $2 attempts"; }
+  function _step_fail() { echo "ERROR: $1 helm install failed after $2 attempts"; }
   function _step_retry() { echo "RETRY: $1 helm install failed (attempt $2/$3), retrying in $4s..."; }
 fi
 
