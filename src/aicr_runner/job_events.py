@@ -9,8 +9,9 @@ components under --best-effort) or ``RunInterrupted``. They are
 ``kubectl describe`` selects by), reported by ``aicr-runner`` from the pod.
 
 Bounded: ``DeployProgress`` at most once every ``PROGRESS_INTERVAL_SECONDS``
-(the first when the first component ends), and at most ``MAX_EVENTS`` per run,
-so a run of any length writes tens of Events. The outcome is also written on the
+(the first when the first component ends) and ``MAX_PROGRESS_EVENTS`` times, and
+at most ``MAX_EVENTS`` per run besides the outcome, so a run of any length
+writes tens of Events. The outcome is also written on the
 Job as annotations (``OUTCOME_ANNOTATION``, ``FAILED_COMPONENTS_ANNOTATION``) for
 health checks (README "Where results land").
 
@@ -33,6 +34,7 @@ from aicr_runner.report import RunPhase, RunReport, StepRecord, StepStatus
 __all__ = [
     "FAILED_COMPONENTS_ANNOTATION",
     "MAX_EVENTS",
+    "MAX_PROGRESS_EVENTS",
     "OUTCOME_ANNOTATION",
     "PROGRESS_INTERVAL_SECONDS",
     "JobEvents",
@@ -42,8 +44,10 @@ __all__ = [
 OUTCOME_ANNOTATION = "aicr.nvidia.com/outcome"
 FAILED_COMPONENTS_ANNOTATION = "aicr.nvidia.com/failed-components"
 REPORTING_CONTROLLER = "aicr-runner"
-MAX_EVENTS = 40
+MAX_EVENTS = 60
+#: DeployProgress Events: at most one a minute, at most this many (a deploy's first half hour).
 PROGRESS_INTERVAL_SECONDS = 60.0
+MAX_PROGRESS_EVENTS = 30
 MAX_FAILURES = 2
 #: events.k8s.io/v1 bounds: note 1 KiB, reason/action/instance 128 characters.
 NOTE_LIMIT = 1024
@@ -129,6 +133,8 @@ class JobEvents:
         """``DeployProgress 9/13 components installed``, when a component ended and the
         last one is ``PROGRESS_INTERVAL_SECONDS`` old."""
         if not progress.get("done") or self._clock() - self._last_progress < PROGRESS_INTERVAL_SECONDS:
+            return
+        if sum(1 for _, reason in self.recorded if reason == "DeployProgress") >= MAX_PROGRESS_EVENTS:
             return
         self._last_progress = self._clock()
         note = f"{progress['installed']}/{progress['total']} components installed"

@@ -42,9 +42,30 @@ def test_defaults_render_the_service_account_bindings_settings_and_job_only() ->
         "ConfigMap",
         "Job",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "ServiceAccount",
     ]
+
+
+def test_the_events_role_grants_events_and_this_job_only() -> None:
+    """Events on the Job and its outcome annotations (aicr_runner.job_events), nothing more."""
+    result = renders()
+    role = next(d for d in result.docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-events"))
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+        {
+            "apiGroups": ["batch"],
+            "resources": ["jobs"],
+            "resourceNames": [result.job["metadata"]["name"]],
+            "verbs": ["get", "patch"],
+        },
+    ]
+    binding = next(d for d in result.docs if d["kind"] == "RoleBinding" and d["metadata"]["name"].endswith("-events"))
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}]
 
 
 def test_labels_follow_helm_conventions_on_every_object() -> None:
@@ -636,7 +657,18 @@ def notes(*sets: str) -> str:
 def test_notes_give_the_commands_to_follow_the_run() -> None:
     text = notes("--set", "validate.enabled=true", "--set", "validate.emitEvidence=true")
     job = job_name({"validate": {"enabled": True, "emitEvidence": True}})
-    assert f"kubectl logs -n {NAMESPACE} -f job/{job}" in text
+    # The log follow waits for the container first (a Pending pod has no log yet).
+    assert (
+        f"kubectl wait -n {NAMESPACE} pod -l job-name={job} --for=create "
+        f"--for=jsonpath='{{.status.containerStatuses[0].containerID}}' --timeout=30m "
+        f"&& kubectl logs -n {NAMESPACE} -f job/{job}"
+    ) in text
+    assert f"kubectl events -n {NAMESPACE} --for job/{job}" in text
+    assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.phase}}'" in text
+    # The wait ends on failure too (e2e/test_run_events.py runs it against a real API server).
+    assert f"kubectl wait -n {NAMESPACE} job/{job} --for=condition=Failed --timeout=0" in text
+    assert "--for=condition=Complete --timeout=10800s" not in text
+    assert f"kubectl get pod -n {NAMESPACE} -l job-name={job} -o jsonpath=" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.report\\.json}}'" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.summary\\.txt}}'" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-recipe -o jsonpath='{{.data.summary\\.txt}}'" in text

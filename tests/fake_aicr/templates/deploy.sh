@@ -14,7 +14,8 @@
 # Test knobs (environment): FAKE_AICR_DEPLOY_REAL=1 runs real helm in each
 # install.sh; otherwise installs are simulated. FAKE_AICR_DEPLOY_FAIL,
 # FAKE_AICR_DEPLOY_DRA_DEFERRED, FAKE_AICR_DEPLOY_PREFLIGHT_FAIL,
-# FAKE_AICR_DEPLOY_SLEEP, FAKE_AICR_DEPLOY_OUTPUT_BYTES, FAKE_AICR_DEPLOY_BACKOFF.
+# FAKE_AICR_DEPLOY_SLEEP, FAKE_AICR_DEPLOY_OUTPUT_BYTES, FAKE_AICR_DEPLOY_BACKOFF,
+# FAKE_AICR_DEPLOY_HOLD_AT with FAKE_AICR_DEPLOY_HOLD_FIFO or _HOLD_CONFIGMAP (<ns>/<name>).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -112,6 +113,20 @@ function backoff_seconds() {
 
 ASYNC_COMPONENTS="kai-scheduler"
 
+# A test holds the install of one component (its start line printed) until it
+# has seen what it waits for: a line written to a FIFO (a local run), or the
+# ConfigMap <namespace>/<name> created (in a pod: kubectl's watch). In the
+# background plus wait, so the INT/TERM trap runs at once.
+function hold_until_released() {
+  if [[ -n "${FAKE_AICR_DEPLOY_HOLD_FIFO:-}" ]]; then
+    head -n 1 "${FAKE_AICR_DEPLOY_HOLD_FIFO}" >/dev/null &
+  else
+    local gate="${FAKE_AICR_DEPLOY_HOLD_CONFIGMAP}"
+    kubectl wait --for=create "configmap/${gate#*/}" -n "${gate%%/*}" --timeout=600s >/dev/null &
+  fi
+  wait $!
+}
+
 # folder release namespace, in deployment order
 COMPONENTS=(
 __COMPONENTS__
@@ -162,6 +177,9 @@ for entry in "${COMPONENTS[@]}"; do
   read -r dir name namespace <<< "${entry}"
   index=$((index + 1))
   _step_header "${index}" "${TOTAL}" "${name}" "${namespace}" "${SCRIPT_DIR}/${dir}"
+  if [[ "${name}" == "${FAKE_AICR_DEPLOY_HOLD_AT:-}" ]]; then
+    hold_until_released
+  fi
   COMPONENT_MAX_RETRIES="${MAX_RETRIES}"
   if [[ "${NO_WAIT}" == "true" ]]; then
     COMPONENT_WAIT_ARGS="--timeout ${HELM_TIMEOUT}"
