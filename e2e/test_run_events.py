@@ -76,9 +76,14 @@ class Run:
         return self.plane.admin.get(f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{self.job}")
 
     def events(self) -> list[dict[str, Any]]:
-        """The events.k8s.io Events regarding this Job."""
+        """The events.k8s.io Events the runner recorded regarding this Job (the Job
+        controller records its own too)."""
         items = self.plane.admin.get(f"/apis/events.k8s.io/v1/namespaces/{self.namespace}/events")["items"]
-        return [e for e in items if (e.get("regarding") or {}).get("name") == self.job]
+        return [
+            e
+            for e in items
+            if (e.get("regarding") or {}).get("name") == self.job and e.get("reportingController") == "aicr-runner"
+        ]
 
     def status(self) -> dict[str, str]:
         cm = self.plane.configmap(self.namespace, STATUS)
@@ -162,7 +167,8 @@ def watch_status(run: Run) -> Iterator[Callable[[], None]]:
             if kind in ("ADDED", "MODIFIED"):
                 run.status_writes.append(version)
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
 
     def final_write_seen() -> None:
         final = run.plane.configmap(run.namespace, STATUS)
@@ -175,6 +181,9 @@ def watch_status(run: Run) -> Iterator[Callable[[], None]]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        reader.join(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def wait_until(what: str, seen: Callable[[], Any], timeout: float = 300) -> Any:
@@ -241,7 +250,7 @@ def test_a_50_component_run_shows_progress_mid_deploy_and_bounded_events_on_its_
     reasons = [e["reason"] for e in events]
     print(f"\n50 components: {len(events)} Events on the Job, {len(run.status_writes)} status ConfigMap writes")
     assert {e["regarding"]["uid"] for e in events} == {job["metadata"]["uid"]}
-    assert {e["reportingController"] for e in events} == {"aicr-runner"}
+    assert {e["reportingInstance"] for e in events} == {pod.pod_name}
     assert {e["type"] for e in events} == {"Normal"}
     assert {"FetchSucceeded", "RecipeSucceeded", "DeploySucceeded", "DeployProgress", "RunSucceeded"} <= set(reasons)
     assert len(events) <= 60, reasons
@@ -338,3 +347,48 @@ def test_the_documented_wait_returns_non_zero_within_seconds_of_a_failed_job(
     why = documented(notes, "kubectl get pod -n")
     shown = subprocess.run(["sh", "-c", why], env=run.kubectl_env(), capture_output=True, text=True, check=True)
     assert f"{pod.pod_name}: Failed (exit 1): Components FAILED (acme-c05)" in shown.stdout
+
+
+# -- the chart's events Role alone is enough -----------------------------------------------------
+
+
+def test_the_charts_events_role_alone_lets_the_runner_record_events_and_annotate_only_its_job(
+    helm: Helm, control_plane: ControlPlane, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ServiceAccount with only the chart's events Role bound (not the
+    cluster-admin binding): the runner's own JobEvents, through the Python client it
+    uses, records Events on its Job and annotates it; another Job it may not touch."""
+    from aicr_runner.job_events import OUTCOME_ANNOTATION, JobEvents
+    from aicr_runner.kube import ClientKubeApi
+    from aicr_runner.machine import Machine
+    from aicr_runner.report import RunPhase, StepRecord, StepStatus
+
+    docs = helm.template(RELEASE, CHART, namespace, values={"accelerator": "h100"})
+    [account] = [d for d in docs if d["kind"] == "ServiceAccount"]
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-events")]
+    [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"].endswith("-events")]
+    [job] = [d for d in docs if d["kind"] == "Job"]
+    admin = control_plane.admin
+    admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", account)
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles", role)
+    admin.create(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", binding)
+    for name in (job["metadata"]["name"], "someone-elses-job"):
+        suspended = {**job, "metadata": {**job["metadata"], "name": name}, "spec": {**job["spec"], "suspend": True}}
+        admin.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", suspended)
+    token = control_plane.token(namespace, account["metadata"]["name"])
+    api = ClientKubeApi(control_plane.kubernetes_client(token))
+    report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
+    report.phase = RunPhase.SUCCEEDED
+
+    ours = JobEvents(api, namespace=namespace, job=job["metadata"]["name"], pod="p")
+    ours.step_ended(StepRecord("fetch", StepStatus.SUCCEEDED, message="aicr v1.2.0"))
+    ours.run_ended(report, "Succeeded (exit 0): AICR Job complete")
+    assert ours.recorded == [("Normal", "FetchSucceeded"), ("Normal", "RunSucceeded")]
+    metadata = admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job['metadata']['name']}")["metadata"]
+    assert metadata["annotations"][OUTCOME_ANNOTATION] == "Succeeded"
+
+    theirs = JobEvents(api, namespace=namespace, job="someone-elses-job", pod="p")
+    theirs.run_ended(report, "Succeeded (exit 0)")  # never raises
+    assert theirs.recorded == []
+    out = capsys.readouterr()
+    assert "may not read Jobs" in out.out + out.err

@@ -164,11 +164,25 @@ def _base_env() -> dict[str, str]:
 # --- relay -------------------------------------------------------------------------------
 
 
+#: Components the relay's deploy.sh reports, each with aicr 1.x's start and result lines.
+RELAY_COMPONENTS = 50
+
+
 def _write_generator(directory: Path, size: int) -> Path:
-    """A deploy.sh that prints ``size`` bytes of helm-debug-like lines."""
+    """A deploy.sh that prints ``size`` bytes of helm-debug-like lines, as
+    ``RELAY_COMPONENTS`` components each framed by its start and result line (so
+    the runner's per-component progress is parsed and written as in a deploy)."""
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / "deploy.sh"
-    script.write_text(f"#!/usr/bin/env bash\nyes {RELAY_LINE!r} | head -c {size}\n")
+    n, share = RELAY_COMPONENTS, size // RELAY_COMPONENTS
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f"for i in $(seq 1 {n}); do\n"
+        f'  echo "┌─ [$i/{n}] component-$i  →  ns-$i"\n'
+        f"  yes {RELAY_LINE!r} | head -c {share}\n"
+        '  echo; echo "└─ ✓ component-$i installed"\n'
+        "done\n"
+    )
     script.chmod(0o755)
     return script
 

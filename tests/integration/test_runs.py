@@ -483,9 +483,7 @@ def test_plan_refuses_a_values_file_that_is_not_a_mapping(
     assert "Traceback" not in err
 
 
-def test_the_status_shows_per_component_progress_while_deploy_sh_is_still_running(
-    fake: Path, tmp_path: Path
-) -> None:
+def test_the_status_shows_per_component_progress_while_deploy_sh_is_still_running(fake: Path, tmp_path: Path) -> None:
     """deploy.sh holds gpu-operator's install (its start line printed) until the test,
     having seen the progress in the status report, writes to the FIFO."""
     fifo = tmp_path / "release-deploy"
