@@ -206,18 +206,25 @@ class ProgressPublisher:
     """Publishes a step's progress off the relay thread.
 
     The relay only calls ``changed`` (a flag and a notify under a lock: it never
-    waits for the API). A thread of its own writes: at once when a component
-    ended, otherwise at most every ``interval`` seconds; changes that arrive
-    while a write is in flight are coalesced into the next one. ``close`` stops
+    waits for the API). A thread of its own writes: when a component ended (but
+    at most once per ``min_gap`` seconds, so components ending in quick
+    succession share a write), otherwise at most every ``interval`` seconds;
+    changes that arrive while a write is in flight are coalesced into the next one. ``close`` stops
     it before the step's own end is written, so no progress write can land
     after it (a write already in flight is serialised by the status writer).
     """
 
     def __init__(
-        self, publish: Callable[[], None], *, interval: float = 5.0, clock: Callable[[], float] = time.monotonic
+        self,
+        publish: Callable[[], None],
+        *,
+        interval: float = 5.0,
+        min_gap: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._publish = publish
         self._interval = interval
+        self._min_gap = min_gap
         self._clock = clock
         self._wake = threading.Condition()
         self._dirty = self._urgent = self._closed = False
@@ -249,9 +256,8 @@ class ProgressPublisher:
         """0 when a write is due, the seconds until it is, or None (nothing changed)."""
         if not self._dirty:
             return None
-        if self._urgent:
-            return 0.0
-        return max(0.0, self._last + self._interval - self._clock())
+        gap = self._min_gap if self._urgent else self._interval
+        return max(0.0, self._last + gap - self._clock())
 
     def _run(self) -> None:
         while True:

@@ -245,7 +245,7 @@ def test_the_publisher_writes_at_each_component_end_and_coalesces_what_comes_whi
         writing.set()
         assert release.wait(10)
 
-    with ProgressPublisher(publish, interval=3600) as publisher:
+    with ProgressPublisher(publish, interval=3600, min_gap=0) as publisher:
         publisher.changed(False)  # a start: not due for an hour
         publisher.changed(True)  # a component ended: due now
         assert writing.wait(10)
@@ -258,7 +258,7 @@ def test_the_publisher_writes_at_each_component_end_and_coalesces_what_comes_whi
     assert publisher.writes == 2
 
 
-def test_the_publisher_writes_a_change_without_an_end_after_the_interval() -> None:
+def test_the_publisher_spaces_writes_by_the_gap_after_an_end_and_the_interval_otherwise() -> None:
     done = threading.Event()
     clock = Clock()
     calls: list[float] = []
@@ -267,14 +267,20 @@ def test_the_publisher_writes_a_change_without_an_end_after_the_interval() -> No
         calls.append(clock())
         done.set()
 
-    with ProgressPublisher(publish, interval=5, clock=clock) as publisher:
+    with ProgressPublisher(publish, interval=5, min_gap=1, clock=clock) as publisher:
         publisher.changed(True)
         assert done.wait(10)
         done.clear()
-        publisher.changed(False)  # 0 s after the last write: waits
-        clock.seconds += 5
+        publisher.changed(True)  # an end 0 s after the last write: waits for the gap
+        clock.seconds += 1
         assert done.wait(10)  # the timed wait re-reads the clock
-    assert calls == [1000.0, 1005.0]
+        done.clear()
+        publisher.changed(False)  # a start: waits for the interval
+        clock.seconds += 4
+        assert not done.wait(0.3)
+        clock.seconds += 1
+        assert done.wait(10)
+    assert calls == [1000.0, 1001.0, 1006.0]
 
 
 def test_a_publish_that_raises_is_logged_and_the_step_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
