@@ -36,16 +36,10 @@ _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
 _ERROR_PREFIXES = ("Error", "ERROR")
 #: Every line ``feed`` reacts to contains one of these (checked in
 #: tests/unit/test_relay.py), so ``scan`` looks only at the lines around them.
-SCAN_CANDIDATES = (
-    "─",
-    "fail",
-    "DRA kubelet",
-    "Error",
-    "ERROR",
-    "Installing ",
-    "Applying manifests for ",
-    "Deployment complete",
-)
+SCAN_CANDIDATES = ("─", "fail", "DRA kubelet", "Error", "ERROR")
+#: And for aicr 0.11's deploy.sh: each candidate is one more pass over every block,
+#: so these only when the running aicr prints no per-component results.
+LEGACY_CANDIDATES = ("Installing ", "Applying manifests for ", "Deployment complete")
 
 
 class Outcome(StrEnum):
@@ -157,7 +151,8 @@ class DeployMarkers:
                 newline = text.find("\n", at)
                 at = len(text) if newline == -1 else newline + 1
         else:
-            for candidate in SCAN_CANDIDATES:
+            candidates = SCAN_CANDIDATES if self.results_reported else SCAN_CANDIDATES + LEGACY_CANDIDATES
+            for candidate in candidates:
                 at = text.find(candidate)
                 while at != -1:
                     found.add(text.rfind("\n", 0, at) + 1)
