@@ -349,13 +349,13 @@ def test_the_documented_wait_returns_non_zero_within_seconds_of_a_failed_job(
     assert f"{pod.pod_name}: Failed (exit 1): Components FAILED (acme-c05)" in shown.stdout
 
 
-# -- the chart's events Role alone is enough -----------------------------------------------------
+# -- the chart's namespaced Role alone is enough for the Events -----------------------------------
 
 
-def test_the_charts_events_role_alone_lets_the_runner_record_events_and_annotate_only_its_job(
+def test_the_charts_namespaced_role_alone_lets_the_runner_record_events_and_annotate_only_its_job(
     helm: Helm, control_plane: ControlPlane, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The ServiceAccount with only the chart's events Role bound (not the
+    """The ServiceAccount with only the chart's namespaced Role bound (not the
     cluster-admin binding): the runner's own JobEvents, through the Python client it
     uses, records Events on its Job and annotates it; another Job it may not touch."""
     from aicr_runner.job_events import OUTCOME_ANNOTATION, JobEvents
@@ -365,8 +365,8 @@ def test_the_charts_events_role_alone_lets_the_runner_record_events_and_annotate
 
     docs = helm.template(RELEASE, CHART, namespace, values={"accelerator": "h100"})
     [account] = [d for d in docs if d["kind"] == "ServiceAccount"]
-    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-events")]
-    [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"].endswith("-events")]
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == f"{RELEASE}-installer"]
+    [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == f"{RELEASE}-installer"]
     [job] = [d for d in docs if d["kind"] == "Job"]
     admin = control_plane.admin
     admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", account)

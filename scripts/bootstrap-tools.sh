@@ -9,8 +9,12 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-controller-manager|kubectl|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian ...]
-#        (no argument: everything)
+#        kube-controller-manager|kubectl|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian|
+#        image-tools ...]
+#        (no argument: every test tool; image-tools, the image's binary, only when named)
+#
+# IMAGE_TOOLS_ARCH (amd64 or arm64; default this machine's) picks the architecture
+# image-tools is built for, into .tools/image/linux-<arch>/.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -159,6 +163,53 @@ kube_ldflags() {
   printf '%s' "${out% }"
 }
 
+# helm, kubectl and cosign as one binary for the image (tools/image-tools/main.go):
+# the three share most of their code, which one binary holds once. One wrapper
+# module requires the three pinned modules (go.sum-verified against the checksum
+# database, as every build here); kubectl's staging modules are pinned to its
+# release as for the API server, and Go's minimal version selection picks one
+# version of every shared dependency (the newest any of the three requires). The
+# version stamps are those of each tool's release build.
+image_tools() {
+  local arch=${IMAGE_TOOLS_ARCH:-$(go env GOARCH)}
+  case "$arch" in
+    amd64 | arm64) ;;
+    *) log "image-tools: IMAGE_TOOLS_ARCH must be amd64 or arm64, not '$arch'"; exit 2 ;;
+  esac
+  local version="helm-$HELM_VERSION.kubectl-$KUBERNETES_VERSION.cosign-$COSIGN_VERSION"
+  local xflags
+  xflags="$(helm_ldflags v4 "$HELM_VERSION") $(kube_ldflags) -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
+  local recipe
+  recipe=$(recipe_id "$xflags $(sha256sum "$root/tools/image-tools/main.go" | cut -c1-64) linux/$arch")
+  local dest="$root/.tools/image/linux-$arch" cached
+  cached=$(cache_name image-tools "$version" "$recipe")
+  if [[ -x "$dest/image-tools" && "$(cat "$dest/.image-tools.recipe" 2>/dev/null || true)" == "$version $recipe" ]]; then
+    log "image-tools linux/$arch (up to date)"
+    return 0
+  fi
+  mkdir -p "$dest"
+  if [[ ! -x "$cached" ]]; then
+    log "building image-tools ($version) for linux/$arch (this takes a while the first time)"
+    (
+      started=$SECONDS
+      work=$(mktemp -d)
+      trap 'rm -rf "$work"' EXIT
+      cd "$work"
+      cp "$root/tools/image-tools/main.go" .
+      go mod init aicr-runner-tools/image-tools >/dev/null 2>&1
+      gomod=$(go mod download -json "$KUBERNETES_MODULE@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+      sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\1#p' "$gomod" |
+        while read -r m; do echo "replace $m => $m v0.${KUBERNETES_VERSION#v1.}"; done >>go.mod
+      go get "$HELM_MODULE@$HELM_VERSION" "$KUBERNETES_MODULE@$KUBERNETES_VERSION" "$COSIGN_MODULE@$COSIGN_VERSION" >/dev/null
+      GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w $xflags" -o "$work/image-tools" .
+      cp "$work/image-tools" "$cached.tmp" && mv "$cached.tmp" "$cached"
+      log "image-tools linux/$arch built in $((SECONDS - started))s"
+    )
+  fi
+  cp "$cached" "$dest/image-tools.tmp" && mv "$dest/image-tools.tmp" "$dest/image-tools"
+  printf '%s' "$version $recipe" >"$dest/.image-tools.recipe"
+}
+
 debian() {
   local missing=()
   for p in $DEBIAN_PACKAGES; do
@@ -297,9 +348,10 @@ for t in "${want[@]}"; do
     etcd | kube-apiserver) kube_apiserver ;;
     aicr) aicr ;;
     debian) debian ;;
+    image-tools) image_tools ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-controller-manager kubectl source-controller helm-controller flux-crds argocd-crds npm)" >&2
+        "kube-controller-manager kubectl source-controller helm-controller flux-crds argocd-crds npm image-tools)" >&2
       exit 2
       ;;
   esac

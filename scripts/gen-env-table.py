@@ -31,7 +31,7 @@ DESCRIPTIONS = {
     "AICR__ARCH": "release architecture, `amd64` or `arm64`; empty or unset: this machine's",
     "AICR__SHA256__AMD64": "strict sha256 pin of the amd64 release tarball (the checksums file is verified regardless)",
     "AICR__SHA256__ARM64": "strict sha256 pin of the arm64 release tarball; never inherits the amd64 pin",
-    "AICR__RELEASE_BASE_URL": "where releases are served: `<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz` (a mirror for air-gapped clusters)",
+    "AICR__RELEASE_BASE_URL": "where releases are served: `<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz` (a mirror for air-gapped clusters); http(s), no user or password in it",
     "AICR__BINARY": "use this preinstalled aicr instead of downloading one",
     "AICR__BINARY_SHA256": "sha256 the preinstalled binary must match",
     "AICR__DOWNLOAD_ATTEMPTS": "download attempts for transient failures (timeouts, resets, 408/429/5xx)",
@@ -72,8 +72,8 @@ DESCRIPTIONS = {
     "VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR": "directory holding a dockerconfigjson `config.json`; `DOCKER_CONFIG` for the publish call only",
     "VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE": "file holding the OIDC token for signed mode; read at publish time, given to the publish call only",
     "STATUS_CONFIGMAP": "ConfigMap with the live run report (`report.json`, `summary.txt`); empty turns it off",
-    "NAMESPACE": "namespace of the result ConfigMaps (default: the pod's)",
-    "WORK_DIR": "writable work directory (downloads, recipe, bundle, per-step logs)",
+    "NAMESPACE": "namespace of the result ConfigMaps (default: the pod's); a DNS-1123 label",
+    "WORK_DIR": "absolute work directory (downloads, recipe, bundle, per-step logs); created, and checked writable before any step",
     "LOG_FORMAT": "`console` (readable) or `json`",
     "TERMINATION_MESSAGE_PATH": "where the one-line outcome is written for the pod status",
     "KUBE_WRITE_BUDGET_SECONDS": "how long one Kubernetes API write (a result ConfigMap) keeps retrying 429, 5xx and connection errors, honouring Retry-After",
@@ -90,10 +90,7 @@ DESCRIPTIONS = {
 def _default(name: str) -> str:
     node: object = RunnerSettings.model_construct()
     for part in name.split("__"):
-        attr = part.lower()
-        if attr == "validate":
-            attr = "validate_"
-        node = getattr(node, attr)
+        node = getattr(node, part.lower())
     if name == "AICR__ARCH":
         return "host arch"
     value = getattr(node, "value", node)

@@ -48,10 +48,10 @@ def m(name: str, file: str, old: str, new: str, tests: str, select: str) -> Muta
     return Mutation(name, file, ((old, new),), tests, select)
 
 
-EXTRA_ENV = """            {{- with $v.job.extraEnv }}
-            # job.extraEnv, verbatim, after the chart's own entries.
-            {{- toYaml . | nindent 12 }}
-            {{- end }}
+EXTRA_ENV = """        {{- with $v.job.extraEnv }}
+        # job.extraEnv, verbatim, after the chart's own entries.
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
 """
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -186,59 +186,81 @@ MUTATIONS: tuple[Mutation, ...] = (
         "test_criteria.py",
         "another_aicr_version",
     ),
-    # -- the Job ------------------------------------------------------------------------------------------
+    # -- the Job and its name ------------------------------------------------------------------------------
     m(
         "name-by-release-revision",
         "templates/_helpers.tpl",
-        '(include "nvidia-aicr.identity" . | sha256sum | trunc 10)',
+        "($identity | sha256sum | trunc 10)",
         "(.Release.Revision | toString)",
         "test_job.py",
         "job_name",
     ),
-    # appVersion reaches the name only through the default image tag.
+    # The identity before issue 13: a list of run-defining settings instead of the
+    # pod template, so a change to scheduling or resources kept the name and the
+    # upgrade failed with "field is immutable".
     m(
-        "name-ignores-the-image",
+        "name-hashes-the-settings-not-the-pod-template",
         "templates/_helpers.tpl",
-        ' "image" (include "nvidia-aicr.image" .)',
-        "",
-        "test_job.py",
-        "app_version",
+        '{{- $identity := include "nvidia-aicr.immutableJobSpec" . -}}',
+        '{{- $identity := include "nvidia-aicr.runtimeEnv" . -}}',
+        "test_job_identity.py",
+        "tolerations or resources",
+    ),
+    # The bug of issue 13: the chart version on the pod template. Same values, new
+    # chart version: the same Job name with another template ("field is immutable").
+    m(
+        "pod-template-carries-the-chart-version",
+        "templates/_helpers.tpl",
+        "app.kubernetes.io/component: installer\n{{- with .Values.job.podLabels }}",
+        'app.kubernetes.io/component: installer\nhelm.sh/chart: {{ include "nvidia-aicr.chart" . | quote }}\n'
+        "{{- with .Values.job.podLabels }}",
+        "test_job_identity.py",
+        "chart_version",
+    ),
+    m(
+        "pod-template-carries-the-app-version",
+        "templates/_helpers.tpl",
+        "app.kubernetes.io/component: installer\n{{- with .Values.job.podLabels }}",
+        "app.kubernetes.io/component: installer\napp.kubernetes.io/version: {{ .Chart.AppVersion | quote }}\n"
+        "{{- with .Values.job.podLabels }}",
+        "test_job_identity.py",
+        "chart_version",
     ),
     # The bug of issue 9: hashing raw values splits the name between Helm 3 and Helm 4
     # (Helm 4 drops null defaults) and renames the Job on every TTL or credential change.
     m(
         "name-hashes-raw-values",
         "templates/_helpers.tpl",
-        '"rerun" (toString (default "" .Values.rerun))',
-        '"rerun" (toString (default "" .Values.rerun)) "values" .Values',
+        '{{- $identity := include "nvidia-aicr.immutableJobSpec" . -}}',
+        '{{- $identity := printf "%s%s" (include "nvidia-aicr.immutableJobSpec" .) (toJson .Values) -}}',
         "test_job_identity.py",
-        "TTL or helm3",
+        "TTL or helm3 or rotating",
     ),
     m(
         "name-ignores-the-rerun-token",
         "templates/_helpers.tpl",
-        ' "rerun" (toString (default "" .Values.rerun))',
-        "",
+        '(toString (default "" .Values.rerun))',
+        '""',
         "test_job_identity.py",
         "rerun",
     ),
     m(
         "drop-pod-failure-policy",
-        "templates/job.yaml",
-        "  podFailurePolicy:\n",
-        "  podFailurePolicyX:\n",
+        "templates/_pod.tpl",
+        "\npodFailurePolicy:\n",
+        "\npodFailurePolicyX:\n",
         "test_job.py",
         "pod_failure_policy",
     ),
     m(
         "drop-read-only-root",
-        "templates/job.yaml",
-        "            readOnlyRootFilesystem: true\n",
+        "templates/_pod.tpl",
+        "        readOnlyRootFilesystem: true\n",
         "",
         "test_job.py",
         "locked_down",
     ),
-    m("drop-run-as-non-root", "templates/job.yaml", "        runAsNonRoot: true\n", "", "test_job.py", "locked_down"),
+    m("drop-run-as-non-root", "templates/_pod.tpl", "    runAsNonRoot: true\n", "", "test_job.py", "locked_down"),
     m(
         "always-render-ttl",
         "templates/job.yaml",
@@ -258,22 +280,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     m(
         "drop-pack-auth-mount",
-        "templates/job.yaml",
-        "            - name: pack-auth\n              mountPath: /etc/aicr-runner/pack-auth\n"
-        "              readOnly: true\n",
+        "templates/_pod.tpl",
+        "        - name: pack-auth\n          mountPath: /etc/aicr-runner/pack-auth\n          readOnly: true\n",
         "",
         "test_job.py",
         "pack",
     ),
     m(
         "identity-token-as-env",
-        "templates/job.yaml",
-        "            - name: AICR_RUNNER_SHUTDOWN_GRACE_SECONDS\n",
-        '            {{- if eq $identityToken "true" }}\n            - name: COSIGN_IDENTITY_TOKEN\n'
-        "              valueFrom:\n                secretKeyRef:\n"
-        "                  name: {{ $publish.identityTokenSecret.name | quote }}\n"
-        "                  key: {{ $publish.identityTokenSecret.key | quote }}\n            {{- end }}\n"
-        "            - name: AICR_RUNNER_SHUTDOWN_GRACE_SECONDS\n",
+        "templates/_pod.tpl",
+        "        - name: AICR_RUNNER_SHUTDOWN_GRACE_SECONDS\n",
+        '        {{- if eq $identityToken "true" }}\n        - name: COSIGN_IDENTITY_TOKEN\n'
+        "          valueFrom:\n            secretKeyRef:\n"
+        "              name: {{ $publish.identityTokenSecret.name | quote }}\n"
+        "              key: {{ $publish.identityTokenSecret.key | quote }}\n        {{- end }}\n"
+        "        - name: AICR_RUNNER_SHUTDOWN_GRACE_SECONDS\n",
         "test_job.py",
         "signed",
     ),
@@ -287,8 +308,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "extra-env-before-chart-env",
-        "templates/job.yaml",
-        ((EXTRA_ENV, ""), ("          env:\n", "          env:\n" + EXTRA_ENV)),
+        "templates/_pod.tpl",
+        ((EXTRA_ENV, ""), ("      env:\n", "      env:\n" + EXTRA_ENV)),
         "test_job.py",
         "extra_env",
     ),
@@ -323,6 +344,95 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
         "test_contract.py",
         "every_runtime_setting",
+    ),
+    # -- chart knobs --------------------------------------------------------------------------------------
+    m(
+        "global-image-registry-ignored",
+        "templates/_helpers.tpl",
+        "{{- if $registry -}}",
+        "{{- if false -}}",
+        "test_job.py",
+        "image_registry",
+    ),
+    m(
+        "global-pull-secrets-ignored",
+        "templates/_helpers.tpl",
+        "{{- $global = default list .Values.global.imagePullSecrets -}}",
+        "",
+        "test_job.py",
+        "pull_secrets",
+    ),
+    m(
+        "schema-accepts-a-tag-in-the-repository",
+        "values.schema.json",
+        '"pattern": "^([a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+',
+        '"pattern": "^.*$|^([a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?(:[0-9]+)?/)?[a-z0-9]+',
+        "test_guards.py",
+        "repository",
+    ),
+    m(
+        "drop-repository-tag-guard",
+        "templates/_validate.tpl",
+        '{{- else if contains ":" $lastPart -}}',
+        "{{- else if false -}}",
+        "test_guards.py",
+        "repository",
+    ),
+    m(
+        "service-account-name-ignored",
+        "templates/_helpers.tpl",
+        "{{- if .Values.serviceAccount.name -}}",
+        "{{- if false -}}",
+        "test_job.py",
+        "service_account",
+    ),
+    m(
+        "rbac-always-cluster-admin",
+        "templates/clusterrolebinding.yaml",
+        "{{ if .Values.rbac.clusterAdmin }}cluster-admin{{ else }}",
+        "{{ if true }}cluster-admin{{ else }}",
+        "test_job.py",
+        "rbac",
+    ),
+    m(
+        "narrow-role-without-escalate-and-bind",
+        "templates/clusterrole.yaml",
+        '"delete", "escalate", "bind"]',
+        '"delete"]',
+        "test_job.py",
+        "rbac",
+    ),
+    m(
+        "role-loses-the-result-configmaps",
+        "templates/role.yaml",
+        "    resourceNames: {{ toJson $configMaps }}\n",
+        '    resourceNames: ["aicr-run-status"]\n',
+        "test_job.py",
+        "rbac",
+    ),
+    m(
+        "extra-volumes-dropped",
+        "templates/_pod.tpl",
+        "    {{- with $v.job.extraVolumes }}",
+        "    {{- with false }}",
+        "test_job.py",
+        "extra_volumes",
+    ),
+    m(
+        "extra-volume-may-replace-a-chart-volume",
+        "templates/_validate.tpl",
+        "{{- if has $name $chartVolumes -}}",
+        "{{- if false -}}",
+        "test_guards.py",
+        "extra_volume",
+    ),
+    m(
+        "pod-labels-dropped",
+        "templates/_helpers.tpl",
+        "{{- with .Values.job.podLabels }}",
+        "{{- with false }}",
+        "test_job.py",
+        "pod_labels",
     ),
     # -- values and schema --------------------------------------------------------------------------------
     m(
@@ -359,7 +469,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     m(
         "provenance-fail-closed-not-in-pod-failure-policy",
-        "templates/job.yaml",
+        "templates/_pod.tpl",
         "values: [2, 4, 21, 24, 25, 29]",
         "values: [2, 4, 21, 24, 25]",
         "test_job.py",

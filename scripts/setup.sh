@@ -14,10 +14,16 @@ fi
 if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)
 if [[ ! -f $stamp ]]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  # The runtime dependencies at the versions the image ships (requirements.lock,
+  # without its hashes: pip takes hashes in a constraints file as --require-hashes
+  # for every test tool too).
+  constraints=$(mktemp)
+  trap 'rm -f "$constraints"' EXIT
+  sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*==[^ ;\\]*\).*/\1/p' requirements.lock >"$constraints"
+  .venv/bin/python -m pip install -q -e '.[test]' --constraint "$constraints"
   rm -f .venv/.installed-* && touch "$stamp"
 fi
 if [[ ${1:-} != --python-only ]]; then

@@ -8,6 +8,8 @@ cd "$root"
 
 bash scripts/setup.sh
 export PATH="$root/.tools/bin:$PATH"
+# The real aicr release the tests and the benchmark use (tests that need it fail, never skip, without it).
+export AICR_TEST_RELEASES_DIR="${AICR_TEST_RELEASES_DIR:-$root/../shared/testdata/aicr-releases}"
 
 echo "== ruff"
 .venv/bin/ruff check src tests e2e scripts

@@ -1,18 +1,29 @@
-"""A loopback server that serves aicr releases and OCI answers slowly on purpose.
+"""Loopback servers that serve aicr releases and OCI packs slowly on purpose.
 
 ``ReleaseServer`` serves real release archives and ``aicr_checksums.txt`` from a
 directory (``/<tag>/<file>``), or, per path prefix, misbehaves the ways a real
 server can: drip a body one byte at a time, redirect slowly in a chain, or
 accept the connection and never answer (a stalled TLS handshake when the client
 speaks https). Every request path is recorded.
+
+``HostileRegistry`` serves a real multi-layer pack: the manifest promptly, then
+every blob the way a broken registry does (``drip``, ``stall`` after one
+byte, ``hang`` without a status line). It counts the connections its client
+still holds open, so a test can see the client let go of every socket.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import io
+import json
+import os
+import re
+import select
 import socket
+import ssl
 import tarfile
 import threading
 import time
@@ -20,7 +31,16 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-__all__ = ["DRIP_INTERVAL", "ReleaseServer", "StalledListener", "release_archive", "serve_release"]
+__all__ = [
+    "DRIP_INTERVAL",
+    "HostileRegistry",
+    "ReleaseServer",
+    "StalledListener",
+    "release_archive",
+    "self_signed_certificate",
+    "serve_release",
+    "tls_context",
+]
 
 #: One byte every this many seconds: each read succeeds well within any timeout.
 DRIP_INTERVAL = 0.2
@@ -38,13 +58,14 @@ def release_archive(binary: bytes) -> bytes:
 
 
 class ReleaseServer:
-    """``/drip/...`` drips, ``/redirect/<n>/...`` redirects slowly, anything else is a file."""
+    """``/drip/...`` drips, ``/stall/...`` sends one byte and falls silent,
+    ``/redirect/<n>/...`` redirects slowly, anything else is a file."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.requests: list[str] = []
-        #: Drip every answer (a registry that stalls a pack pull).
-        self.drip_everything = False
+        #: Set when a client of ``/stall/`` closed its connection.
+        self.stalled_client_left = threading.Event()
         self._stop = threading.Event()
         server = self
 
@@ -53,8 +74,10 @@ class ReleaseServer:
 
             def do_GET(self) -> None:
                 server.requests.append(self.path)
-                if self.path.startswith("/drip/") or server.drip_everything:
+                if self.path.startswith("/drip/"):
                     self._drip()
+                elif self.path.startswith("/stall/"):
+                    self._stall()
                 elif self.path.startswith("/redirect/"):
                     self._redirect()
                 else:
@@ -81,6 +104,20 @@ class ReleaseServer:
                         self.wfile.write(b"x")
                         self.wfile.flush()
                         time.sleep(DRIP_INTERVAL)
+
+            def _stall(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(10**9))
+                self.end_headers()
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                self.close_connection = True
+                while not server._stop.is_set():
+                    readable, _, _ = select.select([self.connection], [], [], 0.05)
+                    with contextlib.suppress(OSError):
+                        if readable and not self.connection.recv(4096):
+                            server.stalled_client_left.set()
+                            return
 
             def _redirect(self) -> None:
                 hop = int(self.path.split("/")[2])
@@ -155,3 +192,233 @@ class StalledListener:
 def serve_release(root: Path) -> Iterator[ReleaseServer]:
     with ReleaseServer(root) as server:
         yield server
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files in ``directory``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path = directory / "cert.pem"
+    key_path = directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    os.chmod(key_path, 0o600)
+    return cert_path, key_path
+
+
+def tls_context(directory: Path) -> ssl.SSLContext:
+    """A server context with a fresh self-signed certificate for 127.0.0.1."""
+    cert, key = self_signed_certificate(directory)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+# --- a registry that misbehaves on every blob ------------------------------------------------
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+_TITLE = "org.opencontainers.image.title"
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _pack_layers() -> list[tuple[str, str, bytes, dict[str, str]]]:
+    """(title, media type, bytes, extra annotations) of a 3-layer pack shaped like the Go oras CLI's."""
+    overlays = io.BytesIO()
+    with tarfile.open(fileobj=overlays, mode="w:gz") as tar:
+        folder = tarfile.TarInfo("overlays")
+        folder.type = tarfile.DIRTYPE
+        folder.mode = 0o755
+        tar.addfile(folder)
+        body = b"kind: RecipeMetadata\nmetadata: {name: gpu}\n"
+        info = tarfile.TarInfo("overlays/gpu.yaml")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    plain = "application/vnd.oci.image.layer.v1.tar"
+    return [
+        ("registry.yaml", plain, b"apiVersion: aicr.run/v1beta1\nkind: ComponentRegistry\ncomponents: []\n", {}),
+        ("values.yaml", plain, b"# site values\ngpu-operator: {enabled: true}\n", {}),
+        (
+            "overlays",
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            overlays.getvalue(),
+            {"io.deis.oras.content.unpack": "true"},
+        ),
+    ]
+
+
+class HostileRegistry:
+    """An OCI registry on loopback whose blobs ``drip``, ``stall`` or ``hang``.
+
+    ``drip``: the right headers, then one byte every ``DRIP_INTERVAL``;
+    ``stall``: the headers and one byte, then silence with the connection open;
+    ``hang``: the request is read and never answered. ``mode = "serve"`` serves
+    blobs properly. The manifest is always served at once.
+    """
+
+    REPOSITORY = "acme/aicr-pack"
+    TAG = "1.0.0"
+
+    def __init__(self, mode: str, *, connection_close: bool = False, tls: ssl.SSLContext | None = None) -> None:
+        self.mode = mode
+        #: Answer blobs with ``Connection: close`` (HTTP/1.0 proxies do).
+        self.connection_close = connection_close
+        self.requests: list[str] = []
+        #: When the first request arrived (``time.monotonic``): the pull's start.
+        self.first_request_at: float | None = None
+        self.blobs: dict[str, bytes] = {}
+        descriptors = []
+        for title, media_type, data, extra in _pack_layers():
+            digest = _sha256(data)
+            self.blobs[digest] = data
+            descriptors.append(
+                {"mediaType": media_type, "digest": digest, "size": len(data), "annotations": {_TITLE: title, **extra}}
+            )
+        self.manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "artifactType": "application/vnd.unknown.artifact.v1",
+                "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": _sha256(b"{}"), "size": 2},
+                "layers": descriptors,
+            }
+        ).encode()
+        self._lock = threading.Lock()
+        self._open = 0
+        self._blob_requests = 0
+        self._changed = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                registry._count(open_delta=1)
+
+            def finish(self) -> None:
+                with contextlib.suppress(OSError):
+                    super().finish()
+                registry._count(open_delta=-1)
+
+            def do_GET(self) -> None:
+                with registry._lock:
+                    registry.requests.append(self.path)
+                    if registry.first_request_at is None:
+                        registry.first_request_at = time.monotonic()
+                match = re.fullmatch(r"/v2/(.+)/(manifests|blobs)/(.+)", self.path)
+                if match is None or match.group(1) != registry.REPOSITORY:
+                    self._answer(404, b'{"errors": [{"code": "NAME_UNKNOWN"}]}')
+                elif match.group(2) == "manifests":
+                    self._answer(200, registry.manifest, OCI_MANIFEST)
+                elif match.group(3) not in registry.blobs:
+                    self._answer(404, b'{"errors": [{"code": "BLOB_UNKNOWN"}]}')
+                else:
+                    registry._count(blob_delta=1)
+                    self._blob(registry.blobs[match.group(3)])
+
+            def _answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _blob(self, data: bytes) -> None:
+                if registry.mode == "serve":
+                    self._answer(200, data, "application/octet-stream")
+                    return
+                if registry.mode == "hang":
+                    self._until_the_client_leaves()
+                    self.close_connection = True
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                if registry.connection_close:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data[:1])
+                self.wfile.flush()
+                self.close_connection = True
+                if registry.mode == "stall":
+                    self._until_the_client_leaves()
+                    return
+                with contextlib.suppress(OSError):
+                    for offset in range(1, len(data)):
+                        if registry._stop.wait(DRIP_INTERVAL):
+                            return
+                        self.wfile.write(data[offset : offset + 1])
+                        self.wfile.flush()
+
+            def _until_the_client_leaves(self) -> None:
+                """Say nothing; return when the client closes (or the server stops)."""
+                while not registry._stop.is_set():
+                    readable, _, _ = select.select([self.connection], [], [], 0.05)
+                    if readable:
+                        try:
+                            if not self.connection.recv(4096):
+                                return
+                        except OSError:
+                            return
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        if tls is not None:  # https: the handshake runs as each connection is accepted
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+        self.host = f"127.0.0.1:{self._httpd.server_address[1]}"
+        self.ref = f"{self.host}/{self.REPOSITORY}:{self.TAG}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def layer_count(self) -> int:
+        return len(self.blobs)
+
+    def _count(self, *, open_delta: int = 0, blob_delta: int = 0) -> None:
+        with self._changed:
+            self._open += open_delta
+            self._blob_requests += blob_delta
+            self._changed.notify_all()
+
+    def wait_for_blob_requests(self, count: int, timeout: float) -> bool:
+        """True once ``count`` blob requests have arrived."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._blob_requests >= count, timeout)
+
+    def wait_until_released(self, timeout: float) -> bool:
+        """True once the client holds no connection open any more."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._open == 0, timeout)
+
+    def __enter__(self) -> HostileRegistry:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()

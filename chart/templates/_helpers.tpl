@@ -14,12 +14,29 @@ app.kubernetes.io/name: nvidia-aicr
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
-{{/* Common labels on every object the chart renders. */}}
+{{/*
+Common labels on every object the chart renders, except the Job's pod template:
+the versions change with every chart release, and a Job's pod template cannot
+change (see "nvidia-aicr.podLabels").
+*/}}
 {{- define "nvidia-aicr.labels" -}}
 {{ include "nvidia-aicr.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ include "nvidia-aicr.chart" . | quote }}
+{{- end -}}
+
+{{/*
+Labels of the installer pod: only what stays the same from one chart version to
+the next (no helm.sh/chart, no app.kubernetes.io/version), then job.podLabels.
+*/}}
+{{- define "nvidia-aicr.podLabels" -}}
+{{ include "nvidia-aicr.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+app.kubernetes.io/component: installer
+{{- with .Values.job.podLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -30,25 +47,66 @@ label value (63 characters; the Job controller labels pods with the Job name).
 {{- printf "%s-install" .Release.Name | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+The image repository with global.imageRegistry applied: it replaces the
+registry of image.repository (the first path component when it names a host:
+it holds a "." or a ":" or is "localhost", as Docker decides), or is prefixed
+to a repository without one.
+*/}}
+{{- define "nvidia-aicr.imageRepository" -}}
+{{- $repository := toString .Values.image.repository -}}
+{{- $registry := "" -}}
+{{- if kindIs "map" .Values.global -}}{{- $registry = toString (default "" .Values.global.imageRegistry) | trimSuffix "/" -}}{{- end -}}
+{{- if $registry -}}
+{{- $parts := splitn "/" 2 $repository -}}
+{{- $first := $parts._0 -}}
+{{- if and $parts._1 (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- printf "%s/%s" $registry $parts._1 -}}
+{{- else -}}
+{{- printf "%s/%s" $registry $repository -}}
+{{- end -}}
+{{- else -}}
+{{- $repository -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The runner image reference: by digest when image.digest is set. */}}
 {{- define "nvidia-aicr.image" -}}
 {{- $img := .Values.image -}}
 {{- if $img.digest -}}
-{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- printf "%s@%s" (include "nvidia-aicr.imageRepository" .) $img.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag | toString) -}}
+{{- printf "%s:%s" (include "nvidia-aicr.imageRepository" .) (default .Chart.AppVersion $img.tag | toString) -}}
 {{- end -}}
 {{- end -}}
 
 {{/*
-The runtime settings that define the install, as a map of environment variable
-name -> string. The Job's env renders from it and the Job name hashes it, so the
-two cannot drift. Every value is a string made here (toString, int64, toJson of
-lists), so Helm 3 and Helm 4 give the same bytes: no nulls, no number formats.
-Credentials (Secret contents), logFormat, lease timing, TTL, resources and
-scheduling are deliberately not in it (README "What re-runs the install").
+Pull Secrets: global.imagePullSecrets (names or {name: ...}), then
+imagePullSecrets, each name once. Returns YAML (a list of {name: ...}) or "".
 */}}
-{{- define "nvidia-aicr.identityEnv" -}}
+{{- define "nvidia-aicr.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- $global := list -}}
+{{- if kindIs "map" .Values.global -}}{{- $global = default list .Values.global.imagePullSecrets -}}{{- end -}}
+{{- range (concat $global (default list .Values.imagePullSecrets)) -}}
+{{- $name := "" -}}
+{{- if kindIs "map" . -}}{{- $name = toString (default "" .name) -}}{{- else -}}{{- $name = toString . -}}{{- end -}}
+{{- if and $name (not (has $name $names)) -}}{{- $names = append $names $name -}}{{- end -}}
+{{- end -}}
+{{- $references := list -}}
+{{- range $names }}{{ $references = append $references (dict "name" .) }}{{ end -}}
+{{- if $references }}{{ toYaml $references }}{{ end -}}
+{{- end -}}
+
+{{/*
+The runtime settings the Job's env carries, as a map of environment variable
+name -> string. Every value is a string made here (toString, int64, toJson of
+lists), so Helm 3 and Helm 4 give the same bytes: no nulls, no number formats.
+Credentials (Secret contents) and the settings that may change without a new Job
+(logFormat, lease timing, download retries: the runner-settings ConfigMap) are
+not in it.
+*/}}
+{{- define "nvidia-aicr.runtimeEnv" -}}
 {{- $v := .Values -}}
 {{- $packSecret := include "nvidia-aicr.packSecretName" . -}}
 {{- $publish := $v.validate.publish -}}
@@ -111,26 +169,23 @@ AICR_RUNNER_TERMINATION_MESSAGE_PATH: /dev/termination-log
 {{- end -}}
 
 {{/*
-Content-addressed Job name: "<fullname>-<sha256 cut to 10>" of the identity: the
-identityEnv map, the image, job.extraEnv, the names of the mounted Secrets (not
-their contents) and the rerun token, as JSON (maps are
-key-sorted). The same install always gives the same name, under Helm 3 and Helm 4,
-so a re-sync or a Helm upgrade is a no-op; a change to what is installed gives a
-new Job. Never .Values as a whole (Helm 4 drops null defaults that Helm 3 keeps)
-and never .Release.Revision (always 1 under `helm template`, which Argo CD uses).
+Content-addressed Job name: "<fullname>-<sha256 cut to 10>" of the Job's
+immutable spec as rendered (the pod template and podFailurePolicy, see
+_pod.tpl) and the rerun token. Everything that reaches the pod template is in
+the name by construction: a value that changes the template gives a new Job
+(never "field is immutable" on upgrade), and the same template gives the same
+Job, whatever the chart version, the Helm major (3 or 4) or the delivery tool.
+So nothing in the template may vary on its own: no chart version, no
+.Release.Revision (always 1 under Argo CD), no raw .Values (Helm 4 drops null
+defaults that Helm 3 keeps), and not the Job's own name (the pod reads it from
+the label the Job controller sets). Credentials are Secret names in the
+template, never their contents; the settings that may change without a new Job
+live in the runner-settings ConfigMap, outside the template.
 */}}
-{{- define "nvidia-aicr.identity" -}}
-{{- $extraEnv := default list .Values.job.extraEnv -}}
-{{- $publish := .Values.validate.publish -}}
-{{- $secrets := list (include "nvidia-aicr.packSecretName" .) -}}
-{{- if include "nvidia-aicr.publishAuthMounted" . }}{{ $secrets = append $secrets (toString $publish.registrySecret) }}{{ end -}}
-{{- if include "nvidia-aicr.identityTokenMounted" . }}{{ $secrets = append $secrets (printf "%s/%s" $publish.identityTokenSecret.name $publish.identityTokenSecret.key) }}{{ end -}}
-{{- $inputs := dict "env" (include "nvidia-aicr.identityEnv" . | fromYaml) "image" (include "nvidia-aicr.image" .) "extraEnv" (toJson $extraEnv) "secretNames" (join "," $secrets) "rerun" (toString (default "" .Values.rerun)) -}}
-{{- toJson $inputs -}}
-{{- end -}}
-
 {{- define "nvidia-aicr.jobName" -}}
-{{- printf "%s-%s" (include "nvidia-aicr.fullname" .) (include "nvidia-aicr.identity" . | sha256sum | trunc 10) -}}
+{{- $identity := include "nvidia-aicr.immutableJobSpec" . -}}
+{{- $identity = printf "%s\n---\nrerun: %s\n" $identity (toString (default "" .Values.rerun)) -}}
+{{- printf "%s-%s" (include "nvidia-aicr.fullname" .) ($identity | sha256sum | trunc 10) -}}
 {{- end -}}
 
 {{/* The install Lease: one per release, in the release namespace. */}}
@@ -143,7 +198,17 @@ and never .Release.Revision (always 1 under `helm template`, which Argo CD uses)
 {{- printf "%s-runner-settings" .Release.Name | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The installer's ServiceAccount: serviceAccount.name, or "<release>-installer". */}}
 {{- define "nvidia-aicr.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- toString .Values.serviceAccount.name -}}
+{{- else -}}
+{{- printf "%s-installer" .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the chart's Role, RoleBinding and (rbac.clusterAdmin=false) ClusterRole base. */}}
+{{- define "nvidia-aicr.roleName" -}}
 {{- printf "%s-installer" .Release.Name | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 

@@ -60,13 +60,13 @@ def _normalised_name(member: tarfile.TarInfo) -> str | None:
 class _Checker:
     """Shared per-member checks; raises the caller's error type with context."""
 
-    def __init__(self, tar_path: Path, error_type: type[RunnerError]) -> None:
-        self._tar_path = tar_path
+    def __init__(self, label: str, error_type: type[RunnerError]) -> None:
+        self._label = label
         self._error_type = error_type
         self._seen: set[str] = set()
 
     def fail(self, member_name: str, why: str) -> RunnerError:
-        return self._error_type(f"archive {self._tar_path.name}: member {member_name!r} {why}")
+        return self._error_type(f"{self._label}: member {member_name!r} {why}")
 
     def require_regular_file(self, member: tarfile.TarInfo) -> None:
         if not member.isreg():
@@ -90,11 +90,11 @@ class _Checker:
         return name
 
 
-def _open(tar_path: Path, error_type: type[RunnerError], mode: str = "r:*") -> tarfile.TarFile:
+def _open(tar_path: Path, label: str, error_type: type[RunnerError], mode: str = "r:*") -> tarfile.TarFile:
     try:
         return cast(tarfile.TarFile, tarfile.open(tar_path, mode=mode))  # type: ignore[call-overload]
     except (tarfile.TarError, OSError, EOFError) as exc:
-        raise error_type(f"archive {tar_path.name} cannot be read as tar or tar.gz: {exc}") from exc
+        raise error_type(f"{label} cannot be read as tar or tar.gz: {exc}") from exc
 
 
 def extract_members(
@@ -114,10 +114,11 @@ def extract_members(
     files get mode 0644 (the caller sets the executable bit where it belongs).
     """
     dest.mkdir(parents=True, exist_ok=True)
-    checker = _Checker(tar_path, error_type)
+    label = f"archive {tar_path.name}"
+    checker = _Checker(label, error_type)
     extracted: dict[str, Path] = {}
     try:
-        with _open(tar_path, error_type) as tar:
+        with _open(tar_path, label, error_type) as tar:
             for member in tar:
                 name = checker.check(member, max_member_bytes=max_member_bytes)
                 if name not in allowed:
@@ -129,7 +130,7 @@ def extract_members(
         for path in extracted.values():
             path.unlink(missing_ok=True)
         if isinstance(exc, tarfile.TarError | EOFError | OSError):
-            raise error_type(f"archive {tar_path.name} is corrupt or truncated: {exc}") from exc
+            raise error_type(f"{label} is corrupt or truncated: {exc}") from exc
         raise
     return extracted
 
@@ -157,6 +158,7 @@ def safe_extract_all(
     *,
     root: str | None = None,
     error_type: type[RunnerError] = ArchiveError,
+    label: str | None = None,
 ) -> list[str]:
     """Extract a whole archive of regular files and directories into ``dest``.
 
@@ -165,11 +167,13 @@ def safe_extract_all(
     wrote, so a refused archive leaves ``dest`` as it was. ``root``, when given,
     is the one top-level directory every member must live in (the Go oras CLI
     packs a pushed directory that way and checks the same on pull). Returns the
-    normalised names of the extracted files.
+    normalised names of the extracted files. ``label`` is what refusals call the
+    archive (default ``archive <file name>``), e.g. the pack layer it came from.
     """
-    extraction = _Extraction(tar_path, dest, max_total_bytes, max_members, root, error_type)
+    label = label or f"archive {tar_path.name}"
+    extraction = _Extraction(label, dest, max_total_bytes, max_members, root, error_type)
     try:
-        with _open(tar_path, error_type, mode="r|*") as tar:
+        with _open(tar_path, label, error_type, mode="r|*") as tar:
             extraction.begin()
             for member in tar:
                 extraction.add(tar, member)
@@ -177,9 +181,9 @@ def safe_extract_all(
         extraction.undo()
         filter_error = getattr(tarfile, "FilterError", None)  # Python 3.11.4+ (PEP 706)
         if filter_error is not None and isinstance(exc, filter_error):
-            raise error_type(f"archive {tar_path.name}: {exc}") from exc
+            raise error_type(f"{label}: {exc}") from exc
         if isinstance(exc, tarfile.TarError | EOFError | OSError):
-            raise error_type(f"archive {tar_path.name} is corrupt, truncated or could not be extracted: {exc}") from exc
+            raise error_type(f"{label} is corrupt, truncated or could not be extracted: {exc}") from exc
         raise
     return extraction.files
 
@@ -189,20 +193,20 @@ class _Extraction:
 
     def __init__(  # noqa: PLR0917 - safe_extract_all's arguments, passed on
         self,
-        tar_path: Path,
+        label: str,
         dest: Path,
         max_total_bytes: int,
         max_members: int,
         root: str | None,
         error_type: type[RunnerError],
     ) -> None:
-        self._tar_path = tar_path
+        self._label = label
         self._dest = dest
         self._max_total_bytes = max_total_bytes
         self._max_members = max_members
         self._root = root
         self._error_type = error_type
-        self._checker = _Checker(tar_path, error_type)
+        self._checker = _Checker(label, error_type)
         self.files: list[str] = []
         #: What this call created, in order; removed in reverse on a refusal.
         self._created: list[Path] = []
@@ -235,12 +239,9 @@ class _Extraction:
             _write_member(tar, member, target, self._checker).chmod((member.mode & 0o755) | 0o600)
 
     def _check(self, member: tarfile.TarInfo) -> str:
-        archive = self._tar_path.name
         self._members += 1
         if self._members > self._max_members:
-            raise self._error_type(
-                f"archive {archive} has {self._members} members, over the limit of {self._max_members}"
-            )
+            raise self._error_type(f"{self._label} has {self._members} members, over the limit of {self._max_members}")
         name = self._checker.check(member, max_member_bytes=None)
         if self._root is not None and name.split("/", 1)[0] != self._root:
             raise self._checker.fail(member.name, f"is outside the archive's directory {self._root!r}")
@@ -251,7 +252,7 @@ class _Extraction:
             self._total += member.size
             if self._total > self._max_total_bytes:
                 raise self._error_type(
-                    f"archive {archive} unpacks to {self._total} bytes, over the limit of {self._max_total_bytes}"
+                    f"{self._label} unpacks to {self._total} bytes, over the limit of {self._max_total_bytes}"
                 )
             self.files.append(name)
         return name

@@ -6,7 +6,6 @@ server's ``Retry-After`` the same way and neither sleeps past its budget.
 
 from __future__ import annotations
 
-import email.utils
 from datetime import UTC, datetime
 
 __all__ = ["parse_retry_after"]
@@ -19,6 +18,8 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     value = value.strip()
     if value.isdigit():
         return float(value)
+    import email.utils  # only for an HTTP-date (it imports socket): a rare answer
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from aicr_runner.digests import sha256_file
+from aicr_runner.digests import binary_digest
 from aicr_runner.errors import ChecksumError, ToolError
 
 __all__ = ["ATTESTATION_NAME", "AicrBinary", "use_preinstalled"]
@@ -29,7 +29,8 @@ class AicrBinary:
     tarball_sha256: str
     #: Where the archive came from, or the preinstalled binary's path.
     source_url: str
-    #: sha256 of the binary that will run.
+    #: sha256 of the binary that will run; empty for a preinstalled binary
+    #: without a pin (the provenance check hashes it when it verifies).
     binary_sha256: str = ""
 
 
@@ -40,8 +41,8 @@ def use_preinstalled(path: str | Path, sha256: str) -> AicrBinary:
         raise ToolError(f"preinstalled aicr {binary} does not exist or is not a file")
     if not os.access(binary, os.X_OK):
         raise ToolError(f"preinstalled aicr {binary} is not executable")
-    actual = sha256_file(binary)
     expected = sha256.strip().lower()
+    actual = binary_digest(binary) if expected else ""
     if expected and actual != expected:
         raise ChecksumError(f"preinstalled aicr {binary}: sha256 mismatch: expected {expected}, got {actual}")
     sidecar = binary.with_name(ATTESTATION_NAME)

@@ -1,9 +1,14 @@
 """Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``version``.
 
 Imports are staged: ``version`` and ``--help`` need only ``names``; reading the
-settings (and refusing bad input, exit 2) needs pydantic but never the
-Kubernetes client, oras, httpx or requests; those come with the steps, and the
-Kubernetes client only when results go to ConfigMaps.
+settings (and refusing bad input, exit 2) needs only the standard library and
+never the Kubernetes client, oras, httpx or requests; those come with the steps,
+and the Kubernetes client only when results go to ConfigMaps.
+
+Every input is checked before any step runs: the settings (``config.load``),
+a ``--values`` file against the chart's schema, and every directory the run
+writes (created now, and must take a file). A bad input is one line per problem
+on stderr naming the variable or flag, and exit 2; never a traceback.
 """
 
 from __future__ import annotations
@@ -104,18 +109,29 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.command == "version":
         print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
         return 0
+    _never_fail_on_encoding()
     from aicr_runner.config import load
     from aicr_runner.errors import ConfigError, ExitCode
 
+    origins: dict[str, str] = {}
     try:
-        env = _command_environment(args, env)
+        env = _command_environment(args, env, origins)
         settings = load(env, local_pack=_local_pack(args) is not None)
     except ConfigError as exc:
-        return _bad_input(exc)
+        return _bad_input(exc, origins)
     # Before the heavy imports: a refused plan answers in milliseconds, offline.
     if args.command == "plan" and (refused := _criteria_refused_offline(settings, args)):
         print(f"aicr-runner: {refused}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
+    try:
+        _check_places(settings, args)
+    except ConfigError as exc:
+        return _bad_input(exc, origins)
+    return _run(settings, args, env)
+
+
+def _run(settings: RunnerSettings, args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """The run itself, once every input is known good."""
     from aicr_runner import logs
     from aicr_runner.context import Mode
     from aicr_runner.errors import RunnerError
@@ -127,27 +143,119 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except RunnerError as exc:
         logs.get_logger().error(exc.message, exit_code=int(exc.exit_code))
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - a run ends with one line and an exit code, never a traceback
+        return _internal_error(exc, settings)
     finally:
         logs.flush_relay()
 
 
-def _command_environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str]:
-    """The environment the settings load from: the flags set their variables; a
-    plan adds its values file (under the environment) and its work directory."""
-    from aicr_runner.values import env_from_values, load_values_file
+def _never_fail_on_encoding() -> None:
+    """Print what cannot be encoded as escapes: a summary line quoting bytes that
+    are not UTF-8 must not end the run with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream: nothing to print to anyway
+                continue
 
+
+def _command_environment(args: argparse.Namespace, env: dict[str, str], origins: dict[str, str]) -> dict[str, str]:
+    """The settings' environment with the command line's flags applied; ``origins``
+    learns which variable came from which flag or values key (for messages)."""
     if args.aicr_binary is not None:
         # The flag is the binary setting: every check that reads the setting sees it.
-        env[f"{ENV_PREFIX}AICR__BINARY"] = str(args.aicr_binary.absolute())
+        env[f"{ENV_PREFIX}AICR__BINARY"] = os.path.abspath(args.aicr_binary)
+        origins[f"{ENV_PREFIX}AICR__BINARY"] = "--aicr-binary"
     if args.command != "plan":
         return env
     if args.values is not None:
-        env = {**env_from_values(load_values_file(args.values)), **env}
+        from aicr_runner.values import VALUE_TO_ENV, env_from_values, load_values_file
+
+        from_values = env_from_values(load_values_file(args.values))
+        keys = {ENV_PREFIX + name: dotted for dotted, name in VALUE_TO_ENV.items()}
+        origins.update({name: f"--values key {keys[name]}" for name in from_values if name not in env})
+        env = {**from_values, **env}
     for name in CRITERIA_FLAG_ORDER:
         if getattr(args, name) is not None:
             env[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = getattr(args, name)
-    env.setdefault(f"{ENV_PREFIX}WORK_DIR", str(args.output.resolve() / "work"))
+            origins[f"{ENV_PREFIX}CRITERIA__{name.upper()}"] = f"--{name}"
+    if f"{ENV_PREFIX}WORK_DIR" not in env:
+        env[f"{ENV_PREFIX}WORK_DIR"] = os.path.join(os.path.abspath(args.output), "work")
+        origins[f"{ENV_PREFIX}WORK_DIR"] = "--output"
     return env
+
+
+def _check_places(settings: RunnerSettings, args: argparse.Namespace) -> None:
+    """Every directory the run writes exists or is created now, and takes a file.
+    Before any step: a run never reports success with results that went nowhere."""
+    from aicr_runner.config import Invalid, problem_line
+    from aicr_runner.errors import ConfigError
+
+    places: list[tuple[str, str]] = [(f"{ENV_PREFIX}WORK_DIR", settings.work_dir)]
+    output = _results_dir(args)
+    if output is not None:
+        places.append(("--output" if args.command == "plan" else "--results-dir", os.path.abspath(output)))
+    problems: list[str] = []
+    for name, place in places:
+        try:
+            _writable_directory(place)
+        except Invalid as exc:
+            problems.append(problem_line(name, place, exc))
+    if problems:
+        raise ConfigError(problems)
+
+
+def _writable_directory(place: str) -> None:
+    """``place`` is (now) a directory this process can create files in; raises ``Invalid``."""
+    import tempfile
+
+    from aicr_runner.config import Invalid, absolute_path
+
+    absolute_path(required=True)(place)  # UTF-8, no control characters, absolute
+    path = Path(place)
+    try:
+        if path.exists() and not path.is_dir():
+            raise Invalid("exists and is not a directory")
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Invalid(f"cannot be created ({exc.strerror or exc})") from None
+    try:
+        handle, probe = tempfile.mkstemp(dir=path, prefix=".aicr-runner-probe-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise Invalid(f"is not writable ({exc.strerror or exc})") from None
+
+
+def _results_dir(args: argparse.Namespace) -> Path | None:
+    """Where results land outside a cluster: ``plan --output``, ``run --results-dir``."""
+    if args.command == "plan":
+        return Path(os.path.abspath(args.output))
+    results: Path | None = getattr(args, "results_dir", None)
+    return Path(os.path.abspath(results)) if results is not None else None
+
+
+def _internal_error(exc: Exception, settings: RunnerSettings) -> int:
+    """An unexpected error outside the steps: one line, the traceback in the work directory."""
+    import traceback
+
+    from aicr_runner import logs
+    from aicr_runner.errors import ExitCode
+
+    details = settings.work_path / "logs" / "traceback.txt"
+    try:
+        details.parent.mkdir(parents=True, exist_ok=True)
+        details.write_text(logs.redact(traceback.format_exc()), errors="backslashreplace")
+        where = f"traceback in {details}"
+    except OSError:
+        where = "no traceback written (the work directory is not writable)"
+    logs.get_logger().error(
+        f"internal error: {type(exc).__name__}: {logs.redact(str(exc))[:500]} ({where})",
+        exit_code=int(ExitCode.INTERNAL),
+    )
+    return int(ExitCode.INTERNAL)
 
 
 def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace) -> str | None:
@@ -164,16 +272,39 @@ def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace
 
 
 def _local_pack(args: argparse.Namespace) -> Path | None:
-    """``plan --pack-dir``: a local pack standing in for a pack ref."""
+    """``plan --pack-dir``: a local pack standing in for a pack ref; ConfigError when it is no directory."""
     pack_dir: Path | None = getattr(args, "pack_dir", None)
-    return pack_dir.resolve() if pack_dir is not None else None
+    if pack_dir is None:
+        return None
+    if not pack_dir.is_dir():
+        from aicr_runner.config import Invalid, problem_line
+        from aicr_runner.errors import ConfigError
+
+        state = "is not a directory" if pack_dir.exists() else "the directory does not exist"
+        reason = Invalid(f"{state}; give a data pack directory with registry.yaml")
+        raise ConfigError([problem_line("--pack-dir", str(pack_dir), reason)])
+    # Absolute, symlinks kept: the path the user gave is the one messages show.
+    return Path(os.path.abspath(pack_dir))
 
 
-def _bad_input(exc: ConfigError) -> int:
+def _bad_input(exc: ConfigError, origins: Mapping[str, str] | None = None) -> int:
+    """One line per problem on stderr (at most MAX_PROBLEMS, each bounded), naming
+    the flag or values key a variable came from; exit 2."""
+    from aicr_runner.config import MAX_PROBLEMS
     from aicr_runner.errors import ExitCode
 
-    for problem in exc.problems:
-        print(f"aicr-runner: invalid setting: {problem}", file=sys.stderr)
+    if exc.report:
+        print(
+            "\n".join(f"aicr-runner: {line}" if i == 0 else line for i, line in enumerate(exc.problems)),
+            file=sys.stderr,
+        )
+        return int(ExitCode.BAD_INPUT)
+    for problem in exc.problems[:MAX_PROBLEMS]:
+        name = problem.split("=", 1)[0].split(":", 1)[0]
+        origin = (origins or {}).get(name)
+        print(f"aicr-runner: invalid setting: {problem}{f' (from {origin})' if origin else ''}", file=sys.stderr)
+    if len(exc.problems) > MAX_PROBLEMS:
+        print(f"aicr-runner: ... and {len(exc.problems) - MAX_PROBLEMS} more problems", file=sys.stderr)
     return int(ExitCode.BAD_INPUT)
 
 
@@ -194,14 +325,15 @@ def _register_credentials(settings: RunnerSettings) -> None:
 
 
 def _make_sink(settings: RunnerSettings, mode: Mode, args: Any, api: KubeApi | None) -> Sink:
-    from aicr_runner.context import Mode
+    from aicr_runner.errors import RunnerError
     from aicr_runner.sink import ConfigMapSink, DirectorySink
 
-    if mode is Mode.PLAN:
-        return DirectorySink(args.output.resolve())
-    if api is None:
-        return DirectorySink(args.results_dir.resolve())
-    return ConfigMapSink(api, settings.namespace or _pod_namespace())
+    if api is not None:
+        return ConfigMapSink(api, settings.namespace or _pod_namespace())
+    results = _results_dir(args)
+    if results is None:  # a run without the API is a plan or a run --results-dir
+        raise RunnerError("no results directory and no cluster to write results to")
+    return DirectorySink(results)
 
 
 def _make_api(settings: RunnerSettings, mode: Mode, args: Any) -> KubeApi | None:
@@ -233,10 +365,7 @@ def _pod_namespace() -> str:
 
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
-    from aicr_runner.context import Mode
-    from aicr_runner.machine import Machine
     from aicr_runner.process import ShutdownController
-    from aicr_runner.steps import Steps
 
     _prepare_work(settings)
     api = _make_api(settings, mode, args)
@@ -247,29 +376,41 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
     report = ctx.report
     events = _make_events(settings, api)
-    publish_status = _status_publisher(settings, sink)
+    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None)
     ctx.lease = lease
     ctx.progress = lambda: publish_status(report)
     ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
-    on_change = publish_status if events is None else _with_step_events(publish_status, events)
     if events is not None:
         ctx.on_deploy_progress = events.deploy_progress
-    machine = Machine(Steps(ctx).functions(), report, on_change=on_change, interrupted=shutdown.requested)
+    on_change = publish_status if events is None else _with_step_events(publish_status, events)
     try:
-        machine.run()
-        code = machine.finish(
-            validate_gate=settings.validate.fail_on_error,
-            publish_gate=settings.validate.publish.fail_on_error,
-            success=_PLAN_COMPLETE if mode is Mode.PLAN else "AICR Job complete",
-            component_gate=settings.deploy.fail_on_component_failure,
-        )
+        code = _run_machine(ctx, on_change, shutdown)
     finally:
         if lease is not None:
             lease.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if status_warned and api is None and code == 0:
+        code = _report_not_written(report, status_warned[0])
     _conclude(settings, mode, report, sink, args, api=api, events=events)
     return code
+
+
+def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdown: ShutdownController) -> int:
+    """The steps run, and the run's exit code under its gates."""
+    from aicr_runner.context import Mode
+    from aicr_runner.machine import Machine
+    from aicr_runner.steps import Steps
+
+    settings = ctx.settings
+    machine = Machine(Steps(ctx).functions(), ctx.report, on_change=on_change, interrupted=shutdown.requested)
+    machine.run()
+    return machine.finish(
+        validate_gate=settings.validate.fail_on_error,
+        publish_gate=settings.validate.publish.fail_on_error,
+        success=_PLAN_COMPLETE if ctx.mode is Mode.PLAN else "AICR Job complete",
+        component_gate=settings.deploy.fail_on_component_failure,
+    )
 
 
 def _make_events(settings: RunnerSettings, api: KubeApi | None) -> JobEvents | None:
@@ -300,14 +441,23 @@ def _with_step_events(publish_status: Callable[[RunReport], None], events: JobEv
     return on_change
 
 
-def _prepare_work(settings: RunnerSettings) -> None:
-    """Credentials registered before anything can log them; a writable work directory."""
-    from aicr_runner.errors import ExitCode, RunnerError
+def _report_not_written(report: RunReport, reason: str) -> int:
+    """Outside a cluster the results directory is the product: a run whose
+    report did not land there did not succeed."""
+    from aicr_runner.errors import ExitCode
+    from aicr_runner.report import RunPhase
 
+    code = report.exit_code = int(ExitCode.CAPTURE_FAILED)
+    report.message = f"the run report was not written: {reason}"
+    report.phase = RunPhase.FAILED
+    return code
+
+
+def _prepare_work(settings: RunnerSettings) -> None:
+    """Credentials registered before anything can log them; the work directory
+    (already checked writable by ``_check_places``)."""
     _register_credentials(settings)
     settings.work_path.mkdir(parents=True, exist_ok=True)
-    if not os.access(settings.work_path, os.W_OK):
-        raise RunnerError(f"work directory {settings.work_path} is not writable", exit_code=ExitCode.BAD_INPUT)
 
 
 def _run_context(
@@ -348,8 +498,16 @@ def _run_context(
     )
 
 
-def _status_publisher(settings: RunnerSettings, sink: Sink) -> Callable[[RunReport], None]:
-    """Writes the run report to the status ConfigMap; a failed write is logged once."""
+def _status_publisher(
+    settings: RunnerSettings, sink: Sink, *, live: bool
+) -> tuple[Callable[[RunReport], None], list[str]]:
+    """The run report's writer, and the first write failure it saw (warned once).
+
+    A ConfigMap shows a Job's progress live (kubectl get cm); a results
+    directory (``live`` false) is read once the run is over, and the final
+    report is what lands there (each write is two atomic file replacements:
+    most of a quick plan's own time went to writes nobody read).
+    """
     from aicr_runner import logs
     from aicr_runner.errors import RunnerError
     from aicr_runner.report import RunPhase, StepStatus
@@ -361,7 +519,9 @@ def _status_publisher(settings: RunnerSettings, sink: Sink) -> Callable[[RunRepo
     def publish_status(current: RunReport) -> None:
         if not settings.status_configmap:
             return
-        if current.phase is RunPhase.RUNNING and not any(r.status is StepStatus.RUNNING for r in current.steps):
+        if current.phase is RunPhase.RUNNING and (
+            not live or not any(r.status is StepStatus.RUNNING for r in current.steps)
+        ):
             # A step just ended: the next step's start (or the final report) is
             # written next anyway and shows it, so this write would be overwritten
             # at once (half of the writes of a run).
@@ -381,7 +541,7 @@ def _status_publisher(settings: RunnerSettings, sink: Sink) -> Callable[[RunRepo
                 status_warned.append(exc.message)
                 logs.get_logger().warning("run status not written", reason=exc.message)
 
-    return publish_status
+    return publish_status, status_warned
 
 
 def _stop_when_lease_lost(shutdown: ShutdownController) -> Callable[[str], None]:
@@ -491,7 +651,6 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
         from aicr_runner.recipe import RecipeSummary
 
         print(component_table(RecipeSummary.from_rows(report.components)))
-    results = args.output if mode is Mode.PLAN else args.results_dir
-    print(f"\nresults in {results.resolve()}")
+    print(f"\nresults in {_results_dir(args)}")
     if report.supported_combinations:
         print("criteria rejected; supported combinations:\n  " + "\n  ".join(report.supported_combinations))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-__all__ = ["file_digest", "sha256_file"]
+__all__ = ["binary_digest", "file_digest", "sha256_file"]
+
+#: (device, inode, size, mtime, ctime, algorithm) -> hex digest, for this process.
+_binary_digests: dict[tuple[int, int, int, int, int, str], str] = {}
 
 
 def file_digest(path: Path, algorithm: str) -> str:
     """Hex digest of a file with a hashlib algorithm, read in chunks (never whole into memory)."""
+    import hashlib  # OpenSSL's bindings: only a run that hashes loads them
+
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, algorithm).hexdigest()
 
@@ -17,3 +21,16 @@ def file_digest(path: Path, algorithm: str) -> str:
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file."""
     return file_digest(path, "sha256")
+
+
+def binary_digest(path: Path, algorithm: str = "sha256") -> str:
+    """``file_digest`` of the aicr binary, computed once per run: the pin check
+    and the provenance check both need it, and it is 60 MB. Keyed by the file's
+    identity and change times (a rewrite or chmod changes ctime), so a replaced
+    file is hashed again. Only for a file the run does not write itself."""
+    stat = path.stat()
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, algorithm)
+    digest = _binary_digests.get(key)
+    if digest is None:
+        digest = _binary_digests[key] = file_digest(path, algorithm)
+    return digest

@@ -108,13 +108,17 @@ class RunnerError(Exception):
 
 
 class ConfigError(RunnerError):
-    """One or more settings are invalid. ``problems`` holds one line each."""
+    """One or more settings are invalid. ``problems`` holds one line each.
+
+    ``report``: the lines are one report (a heading and its items, such as Helm's
+    schema report), printed as they are rather than one "invalid setting" each."""
 
     exit_code = ExitCode.BAD_INPUT
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], *, report: bool = False) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
+        self.report = report
 
 
 class DownloadError(RunnerError):

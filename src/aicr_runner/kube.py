@@ -32,11 +32,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-import structlog
-import tenacity
-
+from aicr_runner import logs
 from aicr_runner.backoff import parse_retry_after
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
 
@@ -76,7 +74,8 @@ _JOB = "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
 #: must not hold a write past its budget.
 _REQUEST_TIMEOUT_SECONDS = 15.0
 
-log = structlog.get_logger()
+if TYPE_CHECKING:  # tenacity (and the asyncio it imports) only where the API is written
+    import tenacity
 
 
 @dataclass(frozen=True)
@@ -282,6 +281,8 @@ class ClientKubeApi:
         self.write_budget_seconds = write_budget_seconds
         self._sleep = sleep
         self._clock = clock
+        import tenacity
+
         self._backoff = tenacity.wait_exponential(
             multiplier=_BACKOFF_INITIAL_SECONDS, max=_BACKOFF_MAX_SECONDS
         ) + tenacity.wait_random(0, _BACKOFF_JITTER_SECONDS)
@@ -382,13 +383,15 @@ class ClientKubeApi:
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            log.warning(
+            logs.get_logger().warning(
                 "Kubernetes API write retry",
                 what=what,
                 attempt=state.attempt_number,
                 reason=exc.reason if isinstance(exc, _Retryable) else repr(exc),
                 wait=round(state.upcoming_sleep, 3),
             )
+
+        import tenacity
 
         return tenacity.Retrying(
             stop=tenacity.stop_never,

@@ -1,4 +1,4 @@
-"""Logging: structlog, human-readable by default, JSON with one setting.
+"""Logging: structlog's format, human-readable by default, JSON with one setting.
 
 Every string that reaches a log line passes through ``redact``: credentials read by
 the runner (pack and publish registry auth, the identity token) are registered
@@ -6,21 +6,26 @@ with ``register_secret`` when they are read, and replaced by ``***`` wherever th
 would appear, including in relayed child output.
 
 Relayed child output (deploy.sh can print gigabytes) does not go through
-structlog line by line: ``relay`` writes already-redacted blocks of lines
+the event path line by line: ``relay`` writes already-redacted blocks of lines
 straight to the pod log, rendered the way structlog renders an event in the
 configured format (same timestamp, level, ``step`` and ``source``), buffered and
 flushed at least every 100 ms (``flush_relay_if_due``), before every structured
 event (so the order holds) and at exit. Lines that mean something (deploy
 markers, errors) are logged as structured events by the caller.
 
-structlog is imported on first use, not with this module: ``aicr-runner
-version`` and ``--help`` never pay for it.
+Events are rendered here the way structlog renders them (console without colours,
+or JSON; level, ISO UTC timestamp, every value redacted), without importing
+structlog: its import (and asyncio's) was a large part of a quick plan's own
+time. Modules that log through structlog directly (the pack pull, the release
+download) get the same rendering: structlog is configured the moment it is
+imported.
 """
 
 from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import json
 import sys
 import threading
@@ -152,10 +157,6 @@ def _redact_value(value: Any) -> Any:
     return value
 
 
-def _redact_processor(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Mapping[str, Any]:
-    return {key: _redact_value(value) for key, value in event_dict.items()}
-
-
 def format_relayed_line(line: str) -> str:
     """aicr logs JSON with ``--log-json``; show such lines as ``msg k=v`` for people.
 
@@ -214,7 +215,7 @@ class _Relay:
             return
         if not text.endswith("\n"):
             text += "\n"
-        # Every value is redacted, as structlog's processor does for an event:
+        # Every value is redacted, as render_event does for an event:
         # a secret that happens to read like the date, the level or the step
         # name is masked there too.
         stamp = redact(datetime.now(UTC).isoformat().replace("+00:00", "Z"))
@@ -277,57 +278,165 @@ def flush_relay_if_due() -> None:
     _relay.flush_if_due()
 
 
-def _flush_relay_processor(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Mapping[str, Any]:
-    # Relayed lines buffered so far come before this event in the pod log.
+#: Longest level name structlog's console renderer pads to ("exception").
+_LEVEL_WIDTH = 9
+#: Methods and the level each logs at; debug is below the INFO threshold.
+_LEVELS = {"info": "info", "warning": "warning", "warn": "warning", "error": "error", "exception": "error"}
+_LEVELS |= {"critical": "critical", "fatal": "critical", "msg": "info"}
+
+
+class _Output:
+    """Where structured events go and how they look (set by ``configure``)."""
+
+    def __init__(self, fmt: LogFormat, stream: TextIO | None) -> None:
+        self.fmt = fmt
+        #: None: whatever sys.stderr is at write time.
+        self.stream = stream
+        self.lock = threading.Lock()
+
+
+_output = _Output(LogFormat.CONSOLE, None)
+
+
+def _console_value(value: Any) -> str:
+    """structlog's ConsoleRenderer: plain strings bare, others (and strings with
+    spaces, quotes or '=') as repr."""
+    if isinstance(value, str) and not (set(value) & {" ", "\t", "=", "\r", "\n", '"', "'"}):
+        return value
+    return repr(value)
+
+
+def render_event(level: str, event: Any, context: Mapping[str, Any], fmt: LogFormat | None = None) -> str:
+    """One event as structlog renders it in this runner's configuration (the same
+    processors: level, ISO UTC timestamp, every value redacted; then the console
+    renderer without colours or the JSON renderer), relayed lines flushed first."""
     _relay.flush()
-    return event_dict
+    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    values = {**context, "event": event, "level": level, "timestamp": stamp}
+    values = {key: _redact_value(value) for key, value in values.items()}
+    if (fmt or _output.fmt) is LogFormat.JSON:
+        return json.dumps(values, default=repr)
+    head = [str(values.pop("timestamp")), f"[{values.pop('level'):<{_LEVEL_WIDTH}}]", str(values.pop("event"))]
+    rest = [f"{key}={_console_value(values[key])}" for key in sorted(values)]
+    return " ".join(part for part in head + rest if part).rstrip(" ")
+
+
+def _write(line: str) -> None:
+    stream = _output.stream if _output.stream is not None else sys.stderr
+    with _output.lock:
+        stream.write(line + "\n")
+        stream.flush()
+
+
+class BoundLogger:
+    """structlog's bound-logger API, filtering at INFO, without importing
+    structlog: its import (asyncio with it) cost a quick plan 0.1-0.2 s of CPU."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: Mapping[str, Any]) -> None:
+        self._context = dict(context)
+
+    def bind(self, **values: Any) -> BoundLogger:
+        return BoundLogger({**self._context, **values})
+
+    def debug(self, event: Any = None, **values: Any) -> None:
+        return
+
+    def __getattr__(self, method: str) -> Any:
+        level = _LEVELS.get(method)
+        if level is None:
+            raise AttributeError(method)
+
+        def log(event: Any = None, **values: Any) -> None:
+            _write(render_event(level, event, {**self._context, **values}))
+
+        return log
+
+
+def _structlog_renderer(_logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
+    """The one processor of structlog's configuration: modules that log with
+    structlog directly (the pack pull, the release download) look the same."""
+    event = event_dict.pop("event", None)
+    return render_event(_LEVELS.get(method, method), event, event_dict)
+
+
+def _configure_structlog(structlog: Any) -> None:
+    import logging
+
+    stream = _output.stream if _output.stream is not None else sys.stderr
+    structlog.configure(
+        processors=[_structlog_renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+class _ConfigureStructlogOnImport:
+    """A meta path finder that configures structlog the moment something imports
+    it: the pack pull and the release download log with structlog, and a run
+    that needs neither never pays for importing it."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "structlog":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            _configure_structlog(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _log_record(record: Any) -> None:
+    """A stdlib logging record (oras, urllib3), rendered like an event."""
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError):
+        message = str(record.msg)
+    if record.exc_info:
+        import traceback
+
+        message += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+    _write(render_event(record.levelname.lower(), message, {}))
 
 
 def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) -> None:
-    """Configure structlog (and route stdlib loggers such as oras/urllib3 through it)."""
-    global _relay  # noqa: PLW0603 - one pod log per process
+    """Configure events and relayed output, the stdlib loggers (oras, urllib3)
+    and, once anything imports it, structlog."""
+    global _relay, _output  # noqa: PLW0603 - one pod log per process
     import logging
-
-    import structlog
 
     _relay.flush()
     _relay = _Relay(fmt, stream)
-    output = stream if stream is not None else sys.stderr
-    shared: list[Any] = [
-        _flush_relay_processor,
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        _redact_processor,
-    ]
-    renderer: Any
-    if fmt is LogFormat.JSON:
-        renderer = structlog.processors.JSONRenderer()
-        shared.append(structlog.processors.dict_tracebacks)
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
-    structlog.configure(
-        processors=[*shared, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=output),
-        cache_logger_on_first_use=False,
-    )
-    handler = logging.StreamHandler(output)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=shared,
-        )
-    )
+    _output = _Output(fmt, stream)
+    if "structlog" in sys.modules:
+        _configure_structlog(sys.modules["structlog"])
+    elif not any(isinstance(finder, _ConfigureStructlogOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ConfigureStructlogOnImport())
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            _log_record(record)
+
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [Handler()]
     root.setLevel(logging.WARNING)
 
 
-def get_logger(**initial: Any) -> Any:
-    import structlog
-
-    return structlog.get_logger(**initial)
+def get_logger(**initial: Any) -> BoundLogger:
+    return BoundLogger(initial)
 
 
 def secrets_snapshot() -> Iterable[str]:

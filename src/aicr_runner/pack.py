@@ -29,31 +29,35 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
+import http.cookiejar
 import json
 import logging
+import os
 import re
 import shutil
+import socket
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import weakref
+from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import oras.auth
-import oras.logger
-import oras.provider
 import requests
 import requests.adapters
 import structlog
+import urllib3
+import urllib3.connection
+import urllib3.util
 from requests.models import PreparedRequest
 
 from aicr_runner.archive import safe_extract_all
-from aicr_runner.config import PackSettings
-from aicr_runner.digests import sha256_file
+from aicr_runner.deadline import Cancellation
 from aicr_runner.errors import (
     ConfigError,
     PackAuthError,
@@ -63,7 +67,13 @@ from aicr_runner.errors import (
     RunnerError,
 )
 from aicr_runner.logs import register_dockerconfig_secrets, register_secret
+from aicr_runner.oraspy import oras
 from aicr_runner.reference import DIGEST, InvalidReference, PackReference
+
+if TYPE_CHECKING:
+    from requests.sessions import _Settings as RequestSettings
+
+    from aicr_runner.config import PackSettings
 
 __all__ = [
     "OrasRegistry",
@@ -125,8 +135,14 @@ class Registry(Protocol):
         """The manifest and the sha256 digest of the bytes it came in."""
         ...
 
-    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
-        """Write the blob's bytes to ``dest`` (unverified; ``pull_pack`` verifies)."""
+    def blob_chunks(self, ref: str, digest: str, size: int) -> Generator[bytes]:
+        """The blob's bytes as they arrive, unverified: ``pull_pack`` hashes them and
+        cuts the stream past ``size`` (the declared size), so a read should ask for
+        no more than ``size + 1`` bytes. Closing the iterator ends the request."""
+        ...
+
+    def abort(self) -> None:
+        """Break every request in flight (a blocked read returns at once) and fail later ones."""
         ...
 
 
@@ -139,6 +155,8 @@ class Placement(StrEnum):
 
 @dataclass(frozen=True)
 class PackLayer:
+    """One manifest layer and how it was placed (a docstring also spares dataclass an inspect.signature at import)."""
+
     digest: str
     size: int
     media_type: str
@@ -148,6 +166,8 @@ class PackLayer:
 
 @dataclass(frozen=True)
 class PulledPack:
+    """The pulled pack: where it is and what it was pulled from."""
+
     path: Path
     ref: str
     manifest_digest: str
@@ -157,16 +177,42 @@ class PulledPack:
 # --- pulling -------------------------------------------------------------------------------
 
 
-def pull_pack(settings: PackSettings, dest: Path, registry: Registry | None = None) -> PulledPack:
-    """Pull ``settings.ref`` into ``dest`` (absent or empty), verifying everything."""
+def pull_pack(
+    settings: PackSettings,
+    dest: Path,
+    registry: Registry | None = None,
+    *,
+    cancelled: Cancellation | None = None,
+) -> PulledPack:
+    """Pull ``settings.ref`` into ``dest`` (absent or empty), verifying everything.
+
+    ``cancelled`` (``deadline.bounded``'s, for the pull budget and SIGTERM)
+    aborts the registry's requests in flight and stops every fetch worker; the
+    staging directory is removed before this returns.
+    """
     if not settings.ref:
         raise ValueError("pull_pack needs a pack reference")
-    ref = _parse_ref(settings.ref)
-    where = f"pack {settings.ref} (registry {ref.registry})"
+    _parse_ref(settings.ref)  # a malformed ref is a ConfigError before anything is opened
+    owned: OrasRegistry | None = None
     if registry is None:
-        registry = OrasRegistry(settings)
+        registry = owned = OrasRegistry(settings)
+    # The pull's own stop: set by the caller's cancellation or by the first
+    # failing fetch; either way every request in flight is broken off.
+    stop = Cancellation()
+    stop.on_cancel(registry.abort)
+    forget = cancelled.on_cancel(stop.cancel) if cancelled is not None else (lambda: None)
+    try:
+        return _pull(registry, settings.ref, dest, stop)
+    finally:
+        forget()
+        if owned is not None:
+            owned.close()
 
-    manifest, manifest_digest = registry.get_manifest(settings.ref)
+
+def _pull(registry: Registry, ref_text: str, dest: Path, stop: Cancellation) -> PulledPack:
+    ref = _parse_ref(ref_text)
+    where = f"pack {ref_text} (registry {ref.registry})"
+    manifest, manifest_digest = registry.get_manifest(ref_text)
     if ref.digest and manifest_digest != ref.digest:
         raise PackIntegrityError(f"{where}: manifest digest {manifest_digest} does not match the pinned {ref.digest}")
     layers = _layers(manifest, where)
@@ -176,26 +222,28 @@ def pull_pack(settings: PackSettings, dest: Path, registry: Registry | None = No
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     try:
-        assembler = _Assembler(registry, settings.ref, where, staging)
+        assembler = _Assembler(registry, ref_text, where, staging, stop)
         assembler.prefetch(layers)
         placed = tuple(assembler.place(layer) for layer in layers)
-        _require_registry_yaml(assembler.content, settings.ref, ref.registry)
+        _require_registry_yaml(assembler.content, ref_text, ref.registry)
         _publish(assembler.content, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
     log.info(
         "pack pulled",
-        ref=settings.ref,
+        ref=ref_text,
         manifest_digest=manifest_digest,
         layers=len(placed),
         pinned=ref.digest is not None,
     )
-    return PulledPack(path=dest, ref=settings.ref, manifest_digest=manifest_digest, layers=placed)
+    return PulledPack(path=dest, ref=ref_text, manifest_digest=manifest_digest, layers=placed)
 
 
 @dataclass(frozen=True)
 class _Descriptor:
+    """A manifest layer descriptor, checked."""
+
     digest: str
     size: int
     media_type: str
@@ -222,7 +270,7 @@ def _layers(manifest: Mapping[str, Any], where: str) -> list[_Descriptor]:
             raise PackIntegrityError(f"{where}: layer {index} is not a descriptor")
         digest, size, layer_type = raw.get("digest"), raw.get("size"), raw.get("mediaType")
         annotations = raw.get("annotations") or {}
-        if not isinstance(digest, str) or not DIGEST.match(digest):
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
             raise PackIntegrityError(f"{where}: layer {index} digest {digest!r} is not sha256:<64 hex>")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise PackIntegrityError(f"{where}: layer {index} size {size!r} is not a byte count")
@@ -238,10 +286,11 @@ def _layers(manifest: Mapping[str, Any], where: str) -> list[_Descriptor]:
 class _Assembler:
     """Fetches, verifies and places layers into ``staging/pack``."""
 
-    def __init__(self, registry: Registry, ref: str, where: str, staging: Path) -> None:
+    def __init__(self, registry: Registry, ref: str, where: str, staging: Path, stop: Cancellation) -> None:
         self._registry = registry
         self._ref = ref
         self._where = where
+        self._stop = stop
         self._blobs = staging / "blobs"
         self._blobs.mkdir()
         self.content = staging / "pack"
@@ -259,8 +308,13 @@ class _Assembler:
         """Fetch and verify every blob that will be placed, a few at a time.
 
         Every title is checked first: a hostile one fails before anything is
-        fetched. Each blob is verified against its digest as it lands; the first
-        failure cancels the fetches that have not started and is raised.
+        fetched. Each blob is verified as it streams in. The first failure stops
+        the pull (the other workers' requests are broken off, no new fetch
+        starts) and is raised once the workers have ended.
+
+        The workers are daemon threads, not an executor's: the interpreter
+        joins an executor's workers at exit, so one blocked read could hold the
+        process past its budget and past SIGTERM.
         """
         wanted: dict[str, tuple[_Descriptor, str]] = {}
         for layer in layers:
@@ -269,15 +323,34 @@ class _Assembler:
                 wanted.setdefault(layer.digest, (layer, title))
         if len(wanted) < 2:
             return
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_FETCHES, len(wanted))) as pool:
-            futures = [pool.submit(self._verified_blob, layer, title) for layer, title in wanted.values()]
-            try:
-                for future in as_completed(futures):
-                    future.result()
-            except BaseException:
-                for pending in futures:
-                    pending.cancel()
-                raise
+        jobs = iter(list(wanted.values()))
+        lock = threading.Lock()
+        failures: list[BaseException] = []
+
+        def worker() -> None:
+            while not self._stop():
+                with lock:
+                    job = next(jobs, None)
+                if job is None:
+                    return
+                try:
+                    self._verified_blob(*job)
+                except BaseException as exc:  # noqa: BLE001 - raised by the pulling thread
+                    with lock:
+                        failures.append(exc)
+                    self._stop.cancel()
+                    return
+
+        workers = [
+            threading.Thread(target=worker, name=f"pack fetch {index}", daemon=True)
+            for index in range(min(MAX_PARALLEL_FETCHES, len(wanted)))
+        ]
+        for thread in workers:
+            thread.start()
+        _join(workers, self._stop)
+        if failures:
+            raise failures[0]
+        self._raise_if_stopped("the pull")
 
     def place(self, layer: _Descriptor) -> PackLayer:
         title, unpack, is_directory, relative = self._placement(layer)
@@ -297,26 +370,67 @@ class _Assembler:
             # members outside it on pull; so do we.
             root=relative.as_posix() if unpack and relative else None,
             error_type=PackIntegrityError,
+            label=f"{self._where}: {_layer_name(layer.digest, title)}",
         )
         return PackLayer(layer.digest, layer.size, layer.media_type, title, Placement.DIRECTORY)
 
+    def _raise_if_stopped(self, what: str) -> None:
+        if self._stop():
+            raise PackError(f"{self._where}: {what} was stopped")
+
     def _verified_blob(self, layer: _Descriptor, title: str) -> Path:
+        """The blob, fetched once: hashed as it streams, cut off past its declared size."""
         blob = self._blobs / layer.digest.removeprefix("sha256:")
         if blob.exists():  # the same content under two titles: fetched and verified once
             return blob
+        name = _layer_name(layer.digest, title)
+        self._raise_if_stopped(f"the fetch of {name}")
         partial = blob.with_suffix(".partial")
-        self._registry.fetch_blob(self._ref, layer.digest, partial)
-        name = f"layer {title or layer.digest}"
-        actual_size = partial.stat().st_size
-        if actual_size != layer.size:
-            raise PackIntegrityError(
-                f"{self._where}: {name} is {actual_size} bytes, the manifest says {layer.size} ({layer.digest})"
-            )
-        actual = "sha256:" + sha256_file(partial)
+        hasher = hashlib.sha256()
+        received = 0
+        with (
+            partial.open("wb") as out,
+            contextlib.closing(self._registry.blob_chunks(self._ref, layer.digest, layer.size)) as chunks,
+        ):
+            for chunk in chunks:
+                self._raise_if_stopped(f"the fetch of {name}")
+                received += len(chunk)
+                if received > layer.size:
+                    raise PackIntegrityError(
+                        f"{self._where}: {name} runs past the {layer.size} bytes the manifest declares; "
+                        f"cut off at {received} bytes"
+                    )
+                hasher.update(chunk)
+                out.write(chunk)
+        if received != layer.size:
+            raise PackIntegrityError(f"{self._where}: {name} is {received} bytes, the manifest says {layer.size}")
+        actual = "sha256:" + hasher.hexdigest()
         if actual != layer.digest:
             raise PackIntegrityError(f"{self._where}: {name} digest mismatch: expected {layer.digest}, got {actual}")
         partial.replace(blob)
         return blob
+
+
+#: After a stop, how long the pulling thread waits for its fetch workers: one
+#: blocked in a TCP connect or DNS lookup (which no socket shutdown reaches)
+#: is left to its timeout; it is a daemon and holds nothing the pull needs.
+_STOPPED_WORKERS_GRACE_SECONDS = 1.0
+
+
+def _join(workers: list[threading.Thread], stop: Cancellation) -> None:
+    stopped_at: float | None = None
+    for thread in workers:
+        while thread.is_alive():
+            thread.join(0.05)
+            if stop():
+                stopped_at = stopped_at or time.monotonic()
+                if time.monotonic() - stopped_at > _STOPPED_WORKERS_GRACE_SECONDS:
+                    return
+
+
+def _layer_name(digest: str, title: str) -> str:
+    """How messages name a layer: by its title, which the user pushed, when it has one."""
+    return f"layer {title!r} ({digest})" if title else f"layer {digest}"
 
 
 def _safe_title(title: str, where: str) -> PurePosixPath:
@@ -338,7 +452,15 @@ def _place_file(blob: Path, content: Path, relative: PurePosixPath, where: str) 
     if target.exists() or target.is_symlink():
         raise PackIntegrityError(f"{where}: two layers both provide {relative}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(blob, target)
+    # The verified blob becomes the file (one directory tree, so a hard link);
+    # a blob placed under a second title is copied, so no two pack files share an inode.
+    if blob.stat().st_nlink > 1:
+        shutil.copyfile(blob, target)
+    else:
+        try:
+            os.link(blob, target)
+        except OSError:
+            shutil.copyfile(blob, target)
     target.chmod(0o644)
 
 
@@ -465,12 +587,111 @@ class _KeepRequestAuth(requests.auth.AuthBase):
         return request
 
 
-class _TimeoutAdapter(requests.adapters.HTTPAdapter):
-    """oras-py passes no timeout; a silent registry must not hang the Job."""
+class _SocketWatch:
+    """The sockets of one session, so ``abort`` can break any read on them.
 
-    def __init__(self, timeout: float) -> None:
-        super().__init__()
+    Each socket is registered as a duplicate descriptor: the raw socket as soon
+    as TCP connects (a TLS handshake can stall too), the TLS socket once the
+    handshake is done. ``shutdown`` acts on the socket, not the descriptor, so
+    shutting the duplicate down makes a read blocked on the original return at
+    once, in whatever thread it is, whether it waits for a handshake, a status
+    line or the next byte of a body. A duplicate lives exactly as long as its
+    socket object (a weak-reference finalizer closes it): a response may read on
+    after http.client has closed the connection object (``Connection: close``),
+    and only this watch ever closes a duplicate, so it is never shut down after
+    its descriptor number was reused.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._duplicates: dict[int, socket.socket] = {}
+        self._next_key = 0
+        self._aborted = False
+
+    def watch(self, sock: socket.socket) -> None:
+        # A plain socket on a duplicate descriptor (SSLSocket refuses dup()).
+        duplicate = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
+        with self._lock:
+            key = self._next_key
+            self._next_key += 1
+            self._duplicates[key] = duplicate
+            aborted = self._aborted
+        weakref.finalize(sock, self._forget, key)
+        if aborted:
+            _shut(duplicate)
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            duplicate = self._duplicates.pop(key, None)
+        if duplicate is not None:
+            duplicate.close()
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            for duplicate in self._duplicates.values():
+                _shut(duplicate)
+
+    def close(self) -> None:
+        with self._lock:
+            duplicates = list(self._duplicates.values())
+            self._duplicates.clear()
+        for duplicate in duplicates:
+            duplicate.close()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _watched_pool_classes(watch: _SocketWatch) -> dict[str, type[urllib3.HTTPConnectionPool]]:
+    """urllib3 pools whose connections register their sockets with ``watch``."""
+
+    class Watched(urllib3.connection.HTTPConnection):
+        def _new_conn(self) -> socket.socket:
+            sock = super()._new_conn()
+            watch.watch(sock)
+            return sock
+
+    class WatchedTls(urllib3.connection.HTTPSConnection):
+        def _new_conn(self) -> socket.socket:
+            sock = super()._new_conn()
+            watch.watch(sock)  # the handshake reads on it
+            return sock
+
+        def connect(self) -> None:
+            super().connect()
+            if isinstance(self.sock, socket.socket):  # not TLS-in-TLS through a proxy
+                watch.watch(self.sock)  # the TLS socket that took the descriptor over
+
+    class Pool(urllib3.HTTPConnectionPool):
+        ConnectionCls = Watched
+
+    class TlsPool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = WatchedTls
+
+    return {"http": Pool, "https": TlsPool}
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    """oras-py passes no timeout (a silent registry must not hang the Job), and
+    every socket is watched so a cancelled pull can break its reads."""
+
+    def __init__(self, timeout: float, watch: _SocketWatch) -> None:
         self._timeout = timeout
+        self._watch = watch
+        super().__init__()
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = _watched_pool_classes(self._watch)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> urllib3.PoolManager:
+        manager: urllib3.PoolManager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if not proxy.lower().startswith("socks"):
+            manager.pool_classes_by_scheme = _watched_pool_classes(self._watch)
+        return manager
 
     def send(  # noqa: PLR0917 - the signature is HTTPAdapter.send's
         self,
@@ -484,6 +705,38 @@ class _TimeoutAdapter(requests.adapters.HTTPAdapter):
         return super().send(request, stream, timeout or self._timeout, verify, cert, proxies)
 
 
+class _Session(requests.Session):
+    """A session that reads the proxy environment once per host, not on every request.
+
+    requests scans the whole environment (``*_proxy``, ``no_proxy``, the CA bundle
+    variables) for each request it sends: with a pod's many variables that is a
+    good part of a small blob's cost. The environment does not change during a
+    pull, so the answer is kept per scheme and host.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # As oras-py does: some registries set cookies and then expect a browser.
+        self.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        self._environment: dict[tuple[str, object, object, object], RequestSettings] = {}
+
+    def merge_environment_settings(
+        self,
+        url: str | bytes | None,
+        proxies: MutableMapping[str, str] | None,
+        stream: bool | None,
+        verify: bool | str | None,
+        cert: str | tuple[str, str] | None,
+    ) -> RequestSettings:
+        if proxies:  # an explicit per-request setting: nothing to cache
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+        where = urllib3.util.parse_url(url.decode() if isinstance(url, bytes) else url or "")
+        key = (f"{where.scheme}://{where.netloc}", stream, verify, cert)
+        if key not in self._environment:
+            self._environment[key] = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        return self._environment[key].copy()
+
+
 class _ChallengeAuth(oras.auth.TokenAuth):  # type: ignore[misc]
     """oras-py's token flow, plus Basic challenges, with no config-file discovery."""
 
@@ -492,21 +745,32 @@ class _ChallengeAuth(oras.auth.TokenAuth):  # type: ignore[misc]
         if basic_credential:
             # TokenAuth tries an anonymous token only when this attribute is absent.
             self._basic_auth = basic_credential
+        #: Set once the registry asked for Basic: later requests send it up front
+        #: instead of paying a 401 round trip (and a connection) each.
+        self.basic_challenged = False
 
     def load_configs(self, container: Any, configs: list[str] | None = None) -> None:
         # oras-py would merge ~/.docker/config.json (and run credential helpers);
         # the runner's credentials file is the only source.
         return None
 
+    def preemptive_headers(self) -> dict[str, str]:
+        basic = getattr(self, "_basic_auth", None)
+        if self.basic_challenged and basic:
+            return {"Authorization": f"Basic {basic}"}
+        return {}
+
     def authenticate_request(
         self, original: requests.Response, headers: dict[str, str] | None, refresh: bool = False
     ) -> tuple[dict[str, str], bool]:
         challenge = original.headers.get("Www-Authenticate", "")
+        original.close()  # oras-py re-sends without closing it: give its connection back
         if challenge.split(" ", 1)[0].lower() == "basic":
             result = dict(headers or {})
             basic = getattr(self, "_basic_auth", None)
             if basic:
                 result["Authorization"] = f"Basic {basic}"
+                self.basic_challenged = True
             return result, True
         result, _ = super().authenticate_request(original, headers, refresh)
         # Always re-send: a second 401/403 is then reported by status, instead of
@@ -530,11 +794,14 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         basic_credential: str | None,
         attempts: int,
         backoff_seconds: float,
-        sleep: Callable[[float], None],
+        sleep: Callable[[float], object],
         timeout_seconds: float,
+        watch: _SocketWatch,
+        aborted: Callable[[], bool],
     ) -> None:
         super().__init__(hostname=host, insecure=plain_http, tls_verify=verify_tls, auth_backend="token")
-        adapter = _TimeoutAdapter(timeout_seconds)
+        self.session = _Session()
+        adapter = _Adapter(timeout_seconds, watch)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.auth = _KeepRequestAuth()
@@ -546,6 +813,7 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         self._attempts = attempts
         self._backoff_seconds = backoff_seconds
         self._sleep = sleep
+        self._aborted = aborted
 
     def do_request(  # noqa: PLR0917 - the signature is oras-py's
         self,
@@ -560,34 +828,43 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
             last = attempt == self._attempts
             try:
                 response = _UNRETRIED_DO_REQUEST(
-                    self, url, method, data, headers=dict(headers or {}), json=json, stream=stream
+                    self,
+                    url,
+                    method,
+                    data,
+                    headers={**self.auth.preemptive_headers(), **(headers or {})},
+                    json=json,
+                    stream=stream,
                 )
             except requests.exceptions.SSLError:
                 raise  # a certificate problem does not heal by waiting
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if last:
+                if last or self._aborted():  # an abort broke it on purpose: no retry
                     raise
                 reason = f"{type(exc).__name__}: {exc}"
             else:
-                if last or response.status_code not in _RETRYABLE_STATUS:
+                if last or response.status_code not in _RETRYABLE_STATUS or self._aborted():
                     return response
                 response.close()
                 reason = f"HTTP {response.status_code}"
-            wait = self._backoff_seconds * 2 ** (attempt - 1)
-            log.warning(
-                "pack registry retry",
-                attempt=attempt,
-                max_attempts=self._attempts,
-                url=url,
-                reason=reason,
-                wait=wait,
-            )
-            self._sleep(wait)
+            self._wait_before_retry(attempt, url, reason)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _wait_before_retry(self, attempt: int, url: str, reason: str) -> None:
+        wait = self._backoff_seconds * 2 ** (attempt - 1)
+        log.warning(
+            "pack registry retry", attempt=attempt, max_attempts=self._attempts, url=url, reason=reason, wait=wait
+        )
+        self._sleep(wait)
 
 
 class OrasRegistry:
-    """``Registry`` on oras-py for the one registry host of ``settings.ref``."""
+    """``Registry`` on oras-py for the one registry host of ``settings.ref``.
+
+    One session (so one pool of kept-alive connections) serves the manifest
+    and every blob. ``abort`` breaks every request in flight and makes later
+    ones fail at once; ``close`` releases the connections.
+    """
 
     def __init__(
         self,
@@ -595,9 +872,8 @@ class OrasRegistry:
         *,
         attempts: int = 3,
         backoff_seconds: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], object] | None = None,
         timeout_seconds: float = 60.0,
-        max_blob_bytes: int = MAX_PACK_BLOB_BYTES,
     ) -> None:
         self._ref = _parse_ref(settings.ref)
         self._credentials_file = Path(settings.credentials_file) if settings.credentials_file else None
@@ -606,7 +882,8 @@ class OrasRegistry:
         )
         route_oras_logging()
         self._attempts = attempts
-        self._max_blob_bytes = max_blob_bytes
+        self._aborted = threading.Event()
+        self._watch = _SocketWatch()
         self._provider = _OrasProvider(
             self._ref.registry,
             plain_http=settings.plain_http,
@@ -614,11 +891,22 @@ class OrasRegistry:
             basic_credential=credential,
             attempts=attempts,
             backoff_seconds=backoff_seconds,
-            sleep=sleep,
+            # A back-off between retries ends early on abort (the next attempt then fails at once).
+            sleep=sleep or self._aborted.wait,
             timeout_seconds=timeout_seconds,
+            watch=self._watch,
+            aborted=self._aborted.is_set,
         )
         self._scheme = "http" if settings.plain_http else "https"
         self._api_host = _DOCKER_HUB_API.get(self._ref.registry.lower(), self._ref.registry)
+
+    def abort(self) -> None:
+        self._aborted.set()
+        self._watch.abort()
+
+    def close(self) -> None:
+        self._provider.session.close()
+        self._watch.close()
 
     def get_manifest(self, ref: str) -> tuple[dict[str, Any], str]:
         parsed = self._same_registry(ref)
@@ -634,19 +922,13 @@ class OrasRegistry:
             raise PackIntegrityError(f"{where}: the manifest is not a JSON object")
         return manifest, "sha256:" + hashlib.sha256(raw).hexdigest()
 
-    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
+    def blob_chunks(self, ref: str, digest: str, size: int) -> Generator[bytes]:
         parsed = self._same_registry(ref)
         url = f"{self._scheme}://{self._api_host}/v2/{parsed.repository}/blobs/{digest}"
         with self._get(url, ref, f"blob {digest}", {}) as response:
-            received = 0
-            with dest.open("wb") as out:
-                for chunk in self._chunks(response, ref, f"blob {digest}"):
-                    received += len(chunk)
-                    if received > self._max_blob_bytes:
-                        raise PackIntegrityError(
-                            f"{self._where(ref)}: blob {digest} exceeds {self._max_blob_bytes} bytes"
-                        )
-                    out.write(chunk)
+            # Reads of at most one byte past the declared size: a blob that runs
+            # on is cut there by pull_pack, not after a whole chunk more.
+            yield from self._chunks(response, ref, f"blob {digest}", min(_CHUNK_BYTES, size + 1))
 
     # -- helpers --
 
@@ -664,26 +946,35 @@ class OrasRegistry:
             return "no credential was given (set AICR_RUNNER_PACK__CREDENTIALS_FILE for a private pack)"
         return f"the credential from {self._credentials_file} was rejected"
 
+    def _stopped(self, ref: str, what: str) -> PackError:
+        return PackError(f"{self._where(ref)}: the {what} request to registry {self._ref.registry} was stopped")
+
     def _get(self, url: str, ref: str, what: str, headers: dict[str, str]) -> requests.Response:
         where = self._where(ref)
         host = self._ref.registry
+        if self._aborted.is_set():
+            raise self._stopped(ref, what)
         try:
             response = self._provider.do_request(url, "GET", headers=headers, stream=True)
         except requests.exceptions.SSLError as exc:
+            if self._aborted.is_set():
+                raise self._stopped(ref, what) from exc
             raise PackNotFoundError(
                 f"{where}: TLS failure talking to registry {host} ({_short(exc)}); not retried. A plain-HTTP "
                 "registry needs AICR_RUNNER_PACK__PLAIN_HTTP=true; a private CA must be trusted by the image "
                 "(AICR_RUNNER_PACK__INSECURE_TLS=true skips verification, for lab registries only)"
             ) from exc
-        except requests.ConnectionError as exc:
-            raise PackNotFoundError(
-                f"{where}: registry {host} is unreachable after {self._attempts} attempt(s) ({_short(exc)})"
-            ) from exc
-        except requests.Timeout as exc:
-            raise PackNotFoundError(
-                f"{where}: registry {host} timed out after {self._attempts} attempt(s) ({_short(exc)})"
-            ) from exc
         except requests.RequestException as exc:
+            if self._aborted.is_set():
+                raise self._stopped(ref, what) from exc
+            if isinstance(exc, requests.ConnectionError):
+                raise PackNotFoundError(
+                    f"{where}: registry {host} is unreachable after {self._attempts} attempt(s) ({_short(exc)})"
+                ) from exc
+            if isinstance(exc, requests.Timeout):
+                raise PackNotFoundError(
+                    f"{where}: registry {host} timed out after {self._attempts} attempt(s) ({_short(exc)})"
+                ) from exc
             raise PackError(f"{where}: request to registry {host} failed ({_short(exc)})") from exc
         status = response.status_code
         if status == 200:
@@ -697,17 +988,22 @@ class OrasRegistry:
             raise PackNotFoundError(f"{where}: {what} not found on registry {host} ({detail})")
         raise PackError(f"{where}: registry {host} answered {detail} for the {what}")
 
-    def _chunks(self, response: requests.Response, ref: str, what: str) -> Iterator[bytes]:
+    def _chunks(self, response: requests.Response, ref: str, what: str, chunk_bytes: int) -> Iterator[bytes]:
         try:
-            yield from response.iter_content(_CHUNK_BYTES)
+            yield from response.iter_content(chunk_bytes)
         except requests.RequestException as exc:
+            if self._aborted.is_set():
+                raise self._stopped(ref, what) from exc
             raise PackNotFoundError(
                 f"{self._where(ref)}: the {what} download from registry {self._ref.registry} broke off ({_short(exc)})"
             ) from exc
 
     def _read_capped(self, response: requests.Response, ref: str, what: str, limit: int) -> bytes:
+        announced = response.headers.get("Content-Length", "")
+        if announced.isdigit() and int(announced) > limit:
+            raise PackIntegrityError(f"{self._where(ref)}: the {what} is {announced} bytes, over the limit of {limit}")
         buffer = bytearray()
-        for chunk in self._chunks(response, ref, what):
+        for chunk in self._chunks(response, ref, what, min(_CHUNK_BYTES, limit + 1)):
             buffer += chunk
             if len(buffer) > limit:
                 raise PackIntegrityError(f"{self._where(ref)}: the {what} exceeds {limit} bytes")

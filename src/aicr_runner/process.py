@@ -67,6 +67,8 @@ CREDENTIAL_VARIABLES = ("DOCKER_CONFIG", "COSIGN_IDENTITY_TOKEN")
 #: chatty child rarely waits for the relay; reads take up to ``_READ_CHUNK``.
 _PIPE_BYTES = 1024 * 1024
 _READ_CHUNK = 256 * 1024
+#: A read this big means the child floods its output: tune malloc for the relay.
+_FLOOD_BYTES = 64 * 1024
 #: The per-step log file is written a block at a time (one pipe read at most).
 _LOG_BUFFER_BYTES = 1 << 16
 
@@ -295,6 +297,10 @@ class _Delivery:
     def __call__(self, raw: bytes) -> None:
         if not raw:
             return
+        if len(raw) >= _FLOOD_BYTES:
+            # Only a flood of output needs it (deploy.sh's helm); an aicr
+            # call's few lines never load ctypes. Cached: runs once.
+            _keep_freed_memory()
         text = raw.decode("utf-8", errors="replace")
         if "\r" in text:
             text = text.replace("\r\n", "\n")
@@ -534,12 +540,11 @@ def _start(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> subproc
 
 
 def _nonblocking_pipe(process: subprocess.Popen[bytes]) -> int:
-    """The child's output pipe, non-blocking and widened; freed memory is kept for the reads."""
+    """The child's output pipe, non-blocking and widened."""
     assert process.stdout is not None  # noqa: S101 - stdout=PIPE in _start
     fd = process.stdout.fileno()
     os.set_blocking(fd, False)
     _widen_pipe(fd)
-    _keep_freed_memory()
     return fd
 
 

@@ -48,12 +48,11 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
 from aicr_runner.config import AicrSettings, ProvenanceMode, ProvenanceSettings
-from aicr_runner.digests import file_digest
+from aicr_runner.digests import binary_digest
 from aicr_runner.errors import ProvenanceError, ToolError
 from aicr_runner.process import ProcessRunner, child_env
 
@@ -87,6 +86,8 @@ _COSIGN_OVERRIDES = ("SIGSTORE_", "TUF_", "COSIGN_")
 
 def default_trusted_root() -> Path:
     """The public-good trusted root shipped inside the package."""
+    from importlib import resources  # only when provenance is verified: it costs imports
+
     return Path(str(resources.files("aicr_runner") / "data" / "sigstore-trusted-root.json"))
 
 
@@ -249,7 +250,7 @@ def _matching_subject(attestation: Attestation, binary: Path) -> str:
             if algorithm not in digests:
                 continue
             if algorithm not in computed:
-                computed[algorithm] = file_digest(binary, algorithm)
+                computed[algorithm] = binary_digest(binary, algorithm)
             if digests[algorithm] == computed[algorithm]:
                 return f"{algorithm}:{computed[algorithm]}"
             claimed.append(f"{algorithm}:{digests[algorithm]}")
@@ -419,9 +420,21 @@ def check_provenance(
         verified = _verify(binary, attestation, settings, verifier, work)
     except (ProvenanceError, ToolError) as exc:
         if mode is ProvenanceMode.REQUIRE:
+            _disarm(binary, work)
             raise
         return ProvenanceCheck(mode, warning=f"{exc.message} (not enforced: {_ENV_PREFIX}MODE=warn)")
     return ProvenanceCheck(mode, verified=verified)
+
+
+def _disarm(binary: Path, work: Path) -> None:
+    """A refused aicr the run downloaded stays in the work directory for a look,
+    but no longer runs (its execute bits are cleared). A preinstalled binary
+    elsewhere is the operator's and is left alone."""
+    try:
+        if binary.resolve().is_relative_to(work.resolve()):
+            binary.chmod(binary.stat().st_mode & ~0o111)
+    except OSError:
+        return
 
 
 def _verify(

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 __all__ = ["DIGEST", "InvalidReference", "PackReference"]
 
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]+)?$|^\[[0-9A-Fa-f:]+\](?::[0-9]+)?$")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_REPOSITORY = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_HOST = re.compile(r"(?P<name>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::(?P<port>[0-9]+))?")
 
 
 class InvalidReference(ValueError):
@@ -35,15 +35,19 @@ class PackReference:
         host, slash, rest = ref.partition("/")
         if "://" in ref:
             raise InvalidReference("must be an OCI reference without a scheme, like registry.example.com/org/pack:1.0")
-        if not slash or not _HOST.match(host):
+        host_match = _HOST.fullmatch(host) if slash else None
+        if host_match is None:
             raise InvalidReference("must start with a registry host such as ghcr.io or 127.0.0.1:5000")
+        port = host_match.group("port")
+        if port is not None and not 1 <= int(port) <= 65535:
+            raise InvalidReference(f"port {port} of {host!r} is not a TCP port (1-65535)")
         rest, at, digest = rest.partition("@")
-        if at and not DIGEST.match(digest):
+        if at and not DIGEST.fullmatch(digest):
             raise InvalidReference("a digest must be sha256:<64 lowercase hex characters>")
         repository, colon, tag = rest.rpartition(":") if ":" in rest else (rest, "", "")
-        if colon and not _TAG.match(tag):
+        if colon and not _TAG.fullmatch(tag):
             raise InvalidReference(f"{tag!r} is not a valid tag")
-        if not _REPOSITORY.match(repository):
+        if not _REPOSITORY.fullmatch(repository):
             raise InvalidReference(f"{repository!r} is not a valid repository name (lowercase path components)")
         return cls(host, repository, tag or None, digest or None)
 

@@ -16,8 +16,10 @@ into ``DownloadError`` or ``ChecksumError`` here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from aicr_runner.archive import extract_members
 from aicr_runner.backoff import parse_retry_after
 from aicr_runner.binary import ATTESTATION_NAME, AicrBinary, use_preinstalled
 from aicr_runner.config import AicrSettings
+from aicr_runner.deadline import Cancellation
 from aicr_runner.digests import sha256_file
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError
 
@@ -71,7 +74,7 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 log = structlog.get_logger()
 
-Sleep = Callable[[float], None]
+Sleep = Callable[[float], object]
 Clock = Callable[[], float]
 
 
@@ -88,18 +91,21 @@ def fetch_aicr(
     dest_dir: Path,
     client: httpx.Client | None = None,
     *,
-    sleep: Sleep = time.sleep,
+    sleep: Sleep | None = None,
     clock: Clock = time.monotonic,
-    cancelled: Callable[[], bool] = lambda: False,
+    cancelled: Cancellation | None = None,
 ) -> AicrBinary:
     """Download, verify and unpack the aicr release into ``dest_dir``.
 
-    ``cancelled`` is polled at every network read: the caller's wall-clock
-    budget or a shutdown (see ``deadline.bounded``) stops the download there.
+    ``cancelled`` (the caller's wall-clock budget or a shutdown, see
+    ``deadline.bounded``) is polled at every network read, and breaks a read
+    that waits on a silent server: the response's socket is shut down.
     """
     archive_url, checksums_url = release_urls(settings)
     dest_dir.mkdir(parents=True, exist_ok=True)
-    downloader = _Downloader(settings, client, sleep=sleep, clock=clock, cancelled=cancelled)
+    cancelled = cancelled or Cancellation()
+    # A back-off between attempts ends early on cancel; the next attempt then stops.
+    downloader = _Downloader(settings, client, sleep=sleep or cancelled.wait, clock=clock, cancelled=cancelled)
     try:
         archive_path, actual, expected = _download_archive(downloader, dest_dir, archive_url, checksums_url)
     finally:
@@ -204,6 +210,23 @@ def _names_file(line: str, name: str) -> bool:
 # --- the retrying downloader ----------------------------------------------------------
 
 
+def _shut_down(response: httpx.Response) -> None:
+    """Make a read blocked on ``response``'s connection return now (from another thread).
+
+    httpcore exposes the connection's socket; shutting it down (not closing it:
+    the reading thread still owns the descriptor) ends the read at once. A
+    request still waiting for its status line has no response yet; that wait
+    is bounded by the download timeout, in a daemon thread.
+    """
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            # The plain socket's shutdown, also for TLS: SSLSocket.shutdown would
+            # drop the TLS state under the reading thread's feet.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
 class _Transient(Exception):
     """One attempt failed in a way that waiting may fix."""
 
@@ -262,7 +285,7 @@ class _Downloader:
         *,
         sleep: Sleep,
         clock: Clock,
-        cancelled: Callable[[], bool],
+        cancelled: Cancellation,
     ) -> None:
         self._settings = settings
         self._cancelled = cancelled
@@ -291,7 +314,7 @@ class _Downloader:
             wait=self._wait,
             retry=tenacity.retry_if_exception_type(_Transient),
             before_sleep=lambda state: self._log_retry(url, state),
-            sleep=self._sleep,
+            sleep=self._pause,
             reraise=True,
         )
         try:
@@ -303,6 +326,9 @@ class _Downloader:
             ) from exc
         except _OutOfBudget as exc:
             raise DownloadError(f"download of {url} gave up: {exc}") from exc
+
+    def _pause(self, seconds: float) -> None:
+        self._sleep(seconds)
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         if state.attempt_number >= self._settings.download_attempts:
@@ -343,12 +369,18 @@ class _Downloader:
         partial = dest.with_name(f".{dest.name}.partial")
         try:
             with self._client.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
-                self._check_status(url, response)
-                # A fresh file and hasher on every attempt: a retry starts at byte 0.
-                with partial.open("wb") as out:
-                    digest = self._stream(url, response, out, max_bytes)
+                forget = self._cancelled.on_cancel(lambda: _shut_down(response))
+                try:
+                    self._check_status(url, response)
+                    # A fresh file and hasher on every attempt: a retry starts at byte 0.
+                    with partial.open("wb") as out:
+                        digest = self._stream(url, response, out, max_bytes)
+                finally:
+                    forget()
         except httpx.HTTPError as exc:
             partial.unlink(missing_ok=True)
+            if self._cancelled():  # the read was broken on purpose: not a fault to retry
+                raise DownloadError(f"download of {url} was stopped") from exc
             raise self._translate(url, exc) from exc
         except (httpx.InvalidURL, UnicodeError) as exc:  # UnicodeError: a host IDNA cannot encode
             partial.unlink(missing_ok=True)

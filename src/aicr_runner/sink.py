@@ -9,10 +9,12 @@ import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aicr_runner.errors import CaptureError
-from aicr_runner.kube import KubeApi
+
+if TYPE_CHECKING:  # the Kubernetes API module (and its retry stack) only where a cluster is written
+    from aicr_runner.kube import KubeApi
 
 __all__ = [
     "CONFIGMAP_BUDGET_BYTES",
@@ -20,6 +22,7 @@ __all__ = [
     "ConfigMapSink",
     "DirectorySink",
     "Sink",
+    "encoded",
     "fit",
     "payload_size",
     "tar_gz",
@@ -36,8 +39,14 @@ RESULT_LABELS = {
 }
 
 
+def encoded(text: str) -> bytes:
+    """``text`` as UTF-8; what is not (bytes that were not UTF-8, kept by Python as
+    lone surrogates) is written as an escape instead of failing the write."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def payload_size(data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> int:
-    return sum(len(v.encode()) for v in data.values()) + sum(len(v) for v in (binary_data or {}).values())
+    return sum(len(encoded(v)) for v in data.values()) + sum(len(v) for v in (binary_data or {}).values())
 
 
 class Sink(Protocol):
@@ -78,11 +87,11 @@ class DirectorySink:
         try:
             target.mkdir(parents=True, exist_ok=True)
             for key, text in data.items():
-                _atomic_write(target / key, text.encode())
+                _atomic_write(target / key, encoded(text))
             for key, blob in (binary_data or {}).items():
                 _atomic_write(target / key, blob)
         except OSError as exc:
-            raise CaptureError(f"writing {target} failed: {exc.strerror or exc}") from exc
+            raise CaptureError(f"writing {encoded(str(target)).decode()} failed: {exc.strerror or exc}") from exc
 
     def describe(self, name: str) -> str:
         return str(self.root / name)

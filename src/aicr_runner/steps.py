@@ -142,7 +142,7 @@ class Steps:
         shutil.rmtree(target, ignore_errors=True)
         budget = self.s.pack.pull_budget_seconds
         pulled = deadline.bounded(
-            lambda cancelled: self.ctx.pull(self.s.pack, target),
+            lambda cancelled: self.ctx.pull(self.s.pack, target, cancelled=cancelled),
             budget_seconds=budget,
             interrupted=self.ctx.interrupted,
             what="the data pack pull",

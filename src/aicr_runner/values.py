@@ -3,8 +3,11 @@
 Users try the same values file they will give ``helm install``. This maps the keys
 that mean something outside a cluster onto the ``AICR_RUNNER_*`` environment the
 chart renders; a test renders every example through the real chart and checks the
-two agree. Cluster-only keys (Secrets, image, Job scheduling) are ignored: a local
-plan takes credentials from the environment (``AICR_RUNNER_PACK__CREDENTIALS_FILE``).
+two agree. Cluster-only keys (``CLUSTER_ONLY_VALUES``: Secrets, image, the Job's
+pod and scheduling, RBAC, the install Lease) are accepted and ignored: a local plan
+runs no pod and takes credentials from the environment
+(``AICR_RUNNER_PACK__CREDENTIALS_FILE``). A test holds every key of the chart's
+values.yaml to one of the two lists, so a new chart value must be classified.
 """
 
 from __future__ import annotations
@@ -14,12 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from aicr_runner.config import ENV_PREFIX
 from aicr_runner.errors import ConfigError
 
-__all__ = ["VALUE_TO_ENV", "env_from_values", "load_values_file"]
+__all__ = ["CLUSTER_ONLY_VALUES", "VALUE_TO_ENV", "env_from_values", "load_values_file"]
 
 #: chart value path -> runtime variable (without the prefix)
 VALUE_TO_ENV: dict[str, str] = {
@@ -80,6 +81,27 @@ VALUE_TO_ENV: dict[str, str] = {
 }
 
 
+#: Chart values (a key and everything under it) that mean something only in a
+#: cluster; ``plan --values`` accepts and ignores them.
+CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
+    {
+        "global",  # imageRegistry, imagePullSecrets: the pod's image
+        "image",
+        "imagePullSecrets",
+        "serviceAccount",
+        "rbac",
+        "job",  # the Job and its pod: scheduling, resources, labels, volumes, extraEnv
+        "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
+        "rerun",  # names a new Job
+        "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)
+        "dataPackSecret",  # Secrets: plan reads AICR_RUNNER_PACK__CREDENTIALS_FILE instead
+        "dataPackAuth",
+        "validate.publish.identityTokenSecret",
+        "validate.publish.registrySecret",
+    }
+)
+
+
 def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
     node: Any = values
     for part in dotted.split("."):
@@ -110,15 +132,106 @@ def env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
+#: A values file is a few KiB; more than this is not one (``/dev/zero``, a log).
+MAX_VALUES_BYTES = 1024 * 1024
+#: Values after YAML aliases are expanded: an alias bomb stops here, not at 226 MB.
+MAX_VALUES_NODES = 100_000
+#: Longest cut of a parser's message that is printed.
+_MESSAGE_CHARS = 300
+
+
+def _helm_loader() -> type[Any]:
+    """PyYAML's safe loader reading numbers as Helm's YAML library does: ``1e3``
+    is a number there (YAML 1.2), a string in PyYAML's YAML 1.1."""
+    import re
+
+    import yaml
+
+    class HelmLoader(yaml.SafeLoader):
+        # A copy: add_implicit_resolver must not change PyYAML's own SafeLoader.
+        yaml_implicit_resolvers = {  # noqa: RUF012 - PyYAML keeps its resolvers in a class attribute
+            key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
+
+    HelmLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
+    return HelmLoader
+
+
+def _expanded_size(document: Any, budget: int) -> int:
+    """How many values ``document`` holds with every alias expanded, counting up
+    to ``budget`` + 1 (a cycle or a bomb stops there)."""
+    stack, count = [document], 0
+    while stack and count <= budget:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
+
+
 def load_values_file(path: Path) -> dict[str, Any]:
+    """The chart values in ``path``, checked against the chart's schema as
+    ``helm install -f`` checks them. Raises ``ConfigError``: one line for a file
+    that is not a values document, Helm's schema report otherwise."""
+    import yaml
+
+    from aicr_runner.config import escaped
+
+    where = f"--values {escaped(str(path), 200)}"
     try:
-        document = yaml.safe_load(path.read_text())
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_VALUES_BYTES + 1)
     except OSError as exc:
-        raise ConfigError([f"--values {path}: {exc.strerror or exc}"]) from exc
+        raise ConfigError([f"{where}: {exc.strerror or exc}"]) from exc
+    if len(raw) > MAX_VALUES_BYTES:
+        raise ConfigError([f"{where}: larger than {MAX_VALUES_BYTES} bytes; a chart values file is a few KiB"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"]
+        ) from None
+    try:
+        document = yaml.load(text, Loader=_helm_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError([f"--values {path}: not valid YAML ({exc})"]) from exc
+        raise ConfigError([f"{where}: not valid YAML ({_cut(str(exc))})"]) from None
+    except RecursionError:
+        raise ConfigError([f"{where}: nested too deeply to be chart values"]) from None
+    except (ValueError, OverflowError) as exc:  # a value PyYAML cannot build (an integer of 5,000 digits)
+        raise ConfigError([f"{where}: a value cannot be read ({_cut(str(exc))})"]) from None
     if document is None:
         return {}
     if not isinstance(document, dict):
-        raise ConfigError([f"--values {path}: must be a mapping of chart values, found {type(document).__name__}"])
+        raise ConfigError([f"{where}: must be a mapping of chart values, found {type(document).__name__}"])
+    if _expanded_size(document, MAX_VALUES_NODES) > MAX_VALUES_NODES:
+        raise ConfigError(
+            [f"{where}: more than {MAX_VALUES_NODES} values once YAML aliases are expanded (an alias bomb?)"]
+        )
+    _check_schema(document, where)
     return document
+
+
+def _check_schema(document: dict[str, Any], where: str) -> None:
+    from aicr_runner import valueschema
+
+    try:
+        found = valueschema.problems(document)
+    except ValueError as exc:  # what JSON cannot hold: Helm refuses to parse the file
+        raise ConfigError([f"{where}: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{where}: nested too deeply to be chart values"]) from None
+    if found:
+        lines = valueschema.render(found)
+        raise ConfigError([f"{where}: {lines[0]}", *lines[1:]], report=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -37,14 +38,19 @@ EVERYTHING = {
             "registrySecret": "push",
         },
     },
+    "global": {"imageRegistry": "mirror.example.com/ghcr", "imagePullSecrets": ["fleet-regcred"]},
+    "serviceAccount": {"name": "gpu-installer", "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
     "job": {
         "ttlSecondsAfterFinished": 86400,
         "nodeSelector": {"pool": "system"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "affinity": {"podAntiAffinity": {}},
         "priorityClassName": "high",
+        "podLabels": {"example.com/team": "gpu"},
         "podAnnotations": {"a": "b"},
         "extraEnv": [{"name": "AICR_NCCL_FABRIC", "value": "roce"}],
+        "extraVolumes": [{"name": "sigstore-root", "configMap": {"name": "sigstore-trusted-root"}}],
+        "extraVolumeMounts": [{"name": "sigstore-root", "mountPath": "/etc/sigstore", "readOnly": True}],
     },
 }
 
@@ -106,6 +112,15 @@ RENDERINGS = {
             "validate": {"publish": {"mode": "unsigned", "identityTokenSecret": {"name": ""}}},
         },
     ),
+    "least-privilege": {
+        "rbac": {
+            "clusterAdmin": False,
+            "extraRules": [
+                {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors"], "verbs": ["get", "create"]}
+            ],
+        }
+    },
+    "rbac-managed-elsewhere": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "installer"}},
 }
 
 
@@ -188,7 +203,7 @@ def _keys(values: Any, prefix: str = "") -> set[str]:
         for key, value in values.items():
             dotted = f"{prefix}.{key}" if prefix else key
             keys.add(dotted)
-            if key not in ("resources", "nodeSelector", "affinity", "podAnnotations"):
+            if key not in ("resources", "nodeSelector", "affinity", "podAnnotations", "podLabels", "annotations"):
                 keys |= _keys(value, dotted)
     return keys
 
@@ -197,7 +212,7 @@ def test_values_yaml_and_the_schema_describe_the_same_keys() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     in_values = _keys(values) | {"job.ttlSecondsAfterFinished"}  # null defaults vanish on load: kept here
     in_schema = {path for path, _ in _walk(schema()) if path and "[]" not in path and "{}" not in path}
-    removed = {"global", "runtimeImage", "orasImage", "environment.k0sContainerd"}
+    removed = {"runtimeImage", "orasImage", "environment.k0sContainerd"}
     assert in_values == in_schema - removed
     assert removed <= in_schema
 
@@ -208,8 +223,10 @@ def test_sub_objects_refuse_unknown_keys() -> None:
         "job.resources",
         "job.affinity",
         "job.nodeSelector",
+        "job.podLabels",
         "job.podAnnotations",
         "job.annotations",
+        "serviceAccount.annotations",
     }
     for path, node in _walk(schema()):
         if node.get("type") == "object" or (isinstance(node.get("type"), list) and "object" in node["type"]):
@@ -315,20 +332,49 @@ def test_delivery_manifests_parse_and_their_chart_values_render(example: Path) -
         assert version in text or version.replace(".", "-") in text, f"{example.name} pins another chart version"
 
 
+def duration_seconds(text: str) -> int:
+    """A Go duration of hours, minutes and seconds ("3h10m") in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    parts = re.findall(r"(\d+)([hms])", text)
+    assert "".join(n + u for n, u in parts) == text, f"not an h/m/s duration: {text}"
+    return sum(int(n) * units[u] for n, u in parts)
+
+
 def test_flux_timeout_covers_the_job_deadline() -> None:
     docs = list(yaml.safe_load_all((ROOT / "examples" / "delivery" / "flux-helmrelease.yaml").read_text()))
     release = next(doc for doc in docs if doc and doc["kind"] == "HelmRelease")
-    hours, rest = release["spec"]["timeout"].split("h")
-    seconds = int(hours) * 3600 + int(rest.rstrip("m") or 0) * 60
-    assert seconds >= release["spec"]["values"]["job"]["activeDeadlineSeconds"]
+    assert duration_seconds(release["spec"]["timeout"]) > release["spec"]["values"]["job"]["activeDeadlineSeconds"]
     assert release["spec"]["install"]["remediation"]["retries"] == 0
 
 
-def test_k0rdent_example_sets_helm_options_so_kcm_does_not_default_to_atomic() -> None:
+def test_flux_example_creates_its_namespace_and_refers_to_nothing_outside_it() -> None:
+    # `flux bootstrap --no-cross-namespace-refs` (multi-tenancy lockdown) refuses a
+    # HelmRelease whose chart source or values live in another namespace.
+    docs = [
+        doc for doc in yaml.safe_load_all((ROOT / "examples" / "delivery" / "flux-helmrelease.yaml").read_text()) if doc
+    ]
+    [namespace] = [doc for doc in docs if doc["kind"] == "Namespace"]
+    assert docs[0] is namespace, "the Namespace comes first"
+    name = namespace["metadata"]["name"]
+    assert {doc["metadata"]["namespace"] for doc in docs if doc["kind"] != "Namespace"} == {name}
+    release = next(doc for doc in docs if doc["kind"] == "HelmRelease")
+    assert release["spec"]["chartRef"].get("namespace", name) == name
+    assert all(ref.get("namespace", name) == name for ref in release["spec"].get("valuesFrom", []))
+    assert release["spec"]["targetNamespace"] == name
+
+
+def test_k0rdent_example_waits_for_the_job_longer_than_its_deadline_and_never_rolls_back() -> None:
     docs = list(yaml.safe_load_all((ROOT / "examples" / "delivery" / "k0rdent-multiclusterservice.yaml").read_text()))
     mcs = next(doc for doc in docs if doc and doc["kind"] == "MultiClusterService")
     [service] = mcs["spec"]["serviceSpec"]["services"]
-    assert service["helmOptions"]["atomic"] is False
+    options = service["helmOptions"]
+    # Without helmOptions KCM installs with atomic: true (a failed run is uninstalled, logs and all).
+    assert options["atomic"] is False
+    # Helm's wait ignores Jobs unless waitForJobs is set: only then does the status reflect the run.
+    assert options["wait"] is True
+    assert options["waitForJobs"] is True
+    values = yaml.safe_load(service["values"])
+    assert duration_seconds(options["timeout"]) > values["job"]["activeDeadlineSeconds"]
 
 
 # -- the example pack ---------------------------------------------------------------------------------------------

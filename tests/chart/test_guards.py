@@ -338,6 +338,130 @@ def test_c06_extra_env_cannot_set_runner_settings_or_credentials(name: str) -> N
     )
 
 
+# -- the image (C-08), the ServiceAccount (C-09), volumes (C-10), pod labels (C-11), RBAC (C-12) -------
+
+
+@pytest.mark.parametrize(
+    ("repository", "message"),
+    [
+        (
+            "my.registry/aicr-runner:1.0",
+            "image.repository=my.registry/aicr-runner:1.0 carries a tag: the chart appends image.tag itself, so "
+            "the image would be my.registry/aicr-runner:1.0:0.1.0. Set image.repository=my.registry/aicr-runner "
+            "and image.tag=1.0.",
+        ),
+        (
+            "localhost:5000/aicr-runner:dev",
+            "image.repository=localhost:5000/aicr-runner:dev carries a tag: the chart appends image.tag itself, so "
+            "the image would be localhost:5000/aicr-runner:dev:0.1.0. Set image.repository=localhost:5000/aicr-runner "
+            "and image.tag=dev.",
+        ),
+        (
+            "my.registry/aicr-runner@sha256:" + "a" * 64,
+            f"image.repository=my.registry/aicr-runner@sha256:{'a' * 64} carries a digest: the chart appends "
+            f"image.digest (or image.tag) itself. Set image.repository=my.registry/aicr-runner and "
+            f"image.digest=sha256:{'a' * 64}.",
+        ),
+    ],
+    ids=["tag", "tag after a port", "digest"],
+)
+def test_c08_image_repository_with_a_tag_or_digest_is_refused(repository: str, message: str) -> None:
+    rejects_by_schema({"image": {"repository": repository}}, "/image/repository", "does not match pattern")
+    rejects_with({"image": {"repository": repository}}, message, args=SKIP_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "repository",
+    [
+        "ghcr.io/nvidia-aicr/aicr-runner",
+        "localhost:5000/aicr-runner",
+        "registry.example.com/a/b/aicr-runner",
+        "aicr-runner",
+    ],
+)
+def test_c08_a_repository_without_tag_or_digest_renders(repository: str) -> None:
+    renders({"image": {"repository": repository}})
+    renders({"image": {"repository": repository}}, args=SKIP_SCHEMA)
+
+
+def test_c09_an_existing_service_account_must_be_named() -> None:
+    message = (
+        "serviceAccount.create=false needs serviceAccount.name: the Job must run as an account bound to what the "
+        'install needs (README "Permissions"). Name your existing ServiceAccount in serviceAccount.name, or set '
+        "serviceAccount.create=true."
+    )
+    rejects_with({"serviceAccount": {"create": False}}, message)
+    renders({"serviceAccount": {"create": False, "name": "platform-installer"}})
+
+
+@pytest.mark.parametrize("name", ["tmp", "work", "home", "pack-auth", "publish-auth", "identity-token"])
+def test_c10_an_extra_volume_cannot_take_a_chart_volume_s_name(name: str) -> None:
+    rejects_with(
+        {"job": {"extraVolumes": [{"name": "ca", "emptyDir": {}}, {"name": name, "emptyDir": {}}]}},
+        f"job.extraVolumes[1] is named {name}, a volume the chart defines itself (tmp, work, home, pack-auth, "
+        f"publish-auth, identity-token): give it another name.",
+    )
+
+
+def test_c10_an_extra_volume_mount_needs_its_volume() -> None:
+    rejects_with(
+        {"job": {"extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corp"}]}},
+        "job.extraVolumeMounts[0] mounts the volume ca, which job.extraVolumes does not define. "
+        "Add {name: ca, ...} to job.extraVolumes, or fix the name.",
+    )
+
+
+@pytest.mark.parametrize("path", ["/tmp", "/work/", "/home/aicr", "/etc/aicr-runner", "/etc/aicr-runner/pack-auth"])
+def test_c10_an_extra_volume_mount_cannot_cover_the_chart_s_paths(path: str) -> None:
+    rejects_with(
+        {
+            "job": {
+                "extraVolumes": [{"name": "ca", "emptyDir": {}}],
+                "extraVolumeMounts": [{"name": "ca", "mountPath": path}],
+            }
+        },
+        f"job.extraVolumeMounts[0] mounts ca at {path.rstrip('/')}, where the chart mounts its own volumes "
+        f"(/tmp, /work, /home/aicr, /etc/aicr-runner/...). Mount it elsewhere, e.g. /etc/ca.",
+    )
+
+
+def test_c10_schema_requires_names_and_absolute_mount_paths() -> None:
+    rejects_by_schema({"job": {"extraVolumes": [{"emptyDir": {}}]}}, "/job/extraVolumes/0", "missing property 'name'")
+    mount = {"name": "ca", "mountPath": "etc/ssl"}
+    rejects_by_schema(
+        {"job": {"extraVolumes": [{"name": "ca", "emptyDir": {}}], "extraVolumeMounts": [mount]}},
+        "/job/extraVolumeMounts/0/mountPath",
+        "does not match pattern",
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["app.kubernetes.io/name", "app.kubernetes.io/instance", "batch.kubernetes.io/job-name", "job-name"]
+)
+def test_c11_pod_labels_cannot_replace_the_chart_s_own(key: str) -> None:
+    rejects_with(
+        {"job": {"podLabels": {"team": "gpu", key: "x"}}},
+        f"job.podLabels sets {key}, a label the chart or the Job controller sets on the installer pod "
+        f"(kubectl logs -l and the uninstall steps select on them). Use another key.",
+    )
+
+
+def test_c12_extra_rules_need_the_chart_s_narrower_cluster_role() -> None:
+    rule = {"apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["get"]}
+    rejects_with(
+        {"rbac": {"extraRules": [rule]}},
+        "rbac.extraRules is set but rbac.clusterAdmin=true: cluster-admin already grants everything, so the rules "
+        "would be unused. Set rbac.clusterAdmin=false to bind the chart's narrower ClusterRole, which they "
+        "extend, or drop rbac.extraRules.",
+    )
+    rejects_with(
+        {"rbac": {"create": False, "clusterAdmin": False, "extraRules": [rule]}},
+        "rbac.extraRules is set but rbac.create=false: the chart creates no RBAC, so the rules would be unused. "
+        "Add them to the RBAC you manage for serviceAccount.name, or drop rbac.extraRules.",
+    )
+    renders({"rbac": {"clusterAdmin": False, "extraRules": [rule]}})
+
+
 # -- schema --------------------------------------------------------------------------------------------
 
 
@@ -361,6 +485,22 @@ def test_c06_extra_env_cannot_set_runner_settings_or_credentials(name: str) -> N
         ({"aicrDownload": {"attempts": 50}}, "/aicrDownload/attempts", "maximum"),
         ({"servce": "eks"}, "", "additional properties 'servce' not allowed"),
         ({"validate": {"publish": {"regsitrySecret": "x"}}}, "/validate/publish", "additional properties"),
+        ({"serviceAccount": {"create": "yes"}}, "/serviceAccount/create", "want boolean"),
+        ({"serviceAccount": {"nmae": "x"}}, "/serviceAccount", "additional properties 'nmae' not allowed"),
+        ({"rbac": {"clusterAdmin": "false"}}, "/rbac/clusterAdmin", "want boolean"),
+        (
+            {"rbac": {"clusterAdmin": False, "extraRules": [{"apiGroups": [""]}]}},
+            "/rbac/extraRules/0",
+            "missing property 'verbs'",
+        ),
+        ({"job": {"podLabels": {"a": 1}}}, "/job/podLabels/a", "want string"),
+        (
+            {"global": {"imageRegistry": "https://mirror.example.com"}},
+            "/global/imageRegistry",
+            "does not match pattern",
+        ),
+        ({"global": {"imagePullSecrets": [{"nmae": "x"}]}}, "/global/imagePullSecrets/0", "missing property 'name'"),
+        ({"podAnnotations": {"a": "b"}}, "", "additional properties 'podAnnotations' not allowed"),
     ],
 )
 def test_schema_refuses_bad_types_and_typos(values: dict[str, Any], pointer: str, reason: str) -> None:
@@ -368,7 +508,7 @@ def test_schema_refuses_bad_types_and_typos(values: dict[str, Any], pointer: str
 
 
 def test_schema_admits_globals_from_parent_charts_and_delivery_tools() -> None:
-    renders({"global": {"imageRegistry": "mirror.example.com"}})
+    renders({"global": {"imageRegistry": "mirror.example.com", "storageClass": "fast", "security": {"x": True}}})
 
 
 def test_the_guards_run_for_the_pack_auth_secret_too() -> None:

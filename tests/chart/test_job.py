@@ -42,50 +42,71 @@ def test_defaults_render_the_service_account_bindings_settings_and_job_only() ->
         "ConfigMap",
         "Job",
         "Role",
-        "Role",
-        "RoleBinding",
         "RoleBinding",
         "ServiceAccount",
     ]
 
 
-def test_the_events_role_grants_events_and_this_job_only() -> None:
-    """Events on the Job and its outcome annotations (aicr_runner.job_events), nothing more."""
-    result = renders()
-    role = next(d for d in result.docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-events"))
-    assert role["metadata"]["namespace"] == NAMESPACE
-    assert role["rules"] == [
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
-        {
-            "apiGroups": ["batch"],
-            "resources": ["jobs"],
-            "resourceNames": [result.job["metadata"]["name"]],
-            "verbs": ["get", "patch"],
-        },
-    ]
-    binding = next(d for d in result.docs if d["kind"] == "RoleBinding" and d["metadata"]["name"].endswith("-events"))
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}]
+STABLE_LABELS = {
+    "app.kubernetes.io/name": "nvidia-aicr",
+    "app.kubernetes.io/instance": RELEASE,
+    "app.kubernetes.io/managed-by": "Helm",
+}
+VERSION_LABELS = {"app.kubernetes.io/version": "0.1.0", "helm.sh/chart": "nvidia-aicr-0.4.0"}
 
 
 def test_labels_follow_helm_conventions_on_every_object() -> None:
     result = renders()
-    expected = {
-        "app.kubernetes.io/name": "nvidia-aicr",
-        "app.kubernetes.io/instance": RELEASE,
-        "app.kubernetes.io/managed-by": "Helm",
-        "app.kubernetes.io/version": "0.1.0",
-        "helm.sh/chart": "nvidia-aicr-0.4.0",
-    }
-    for doc in [*result.docs, result.job["spec"]["template"]]:
+    expected = STABLE_LABELS | VERSION_LABELS
+    for doc in result.docs:
         labels = doc["metadata"]["labels"]
         assert {k: labels[k] for k in expected} == expected, doc["metadata"]
+
+
+def test_the_pod_template_carries_no_version_label() -> None:
+    # A Job's pod template cannot change: a version label there breaks the upgrade
+    # to the next chart version. The versions stay on the Job's own metadata.
+    result = renders()
+    assert result.job["spec"]["template"]["metadata"]["labels"] == STABLE_LABELS | {
+        "app.kubernetes.io/component": "installer"
+    }
+    assert {k: result.job["metadata"]["labels"][k] for k in VERSION_LABELS} == VERSION_LABELS
+
+
+ROLE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": [f"{RELEASE}-install"],
+        "verbs": ["get", "update"],
+    },
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": ["aicr-recipe", "aicr-validate-result", "aicr-evidence-bundle", "aicr-run-status"],
+        "verbs": ["get", "patch"],
+    },
+]
+
+
+def role_rules(job: str) -> list[dict[str, Any]]:
+    """The namespaced Role: ROLE_RULES, then this Job by name (its labels read, its
+    outcome annotations merged: aicr_runner.failure_event, aicr_runner.job_events)
+    and the Events recorded on it."""
+    return [
+        *ROLE_RULES,
+        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [job], "verbs": ["get", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    ]
 
 
 def test_rbac_binds_the_installer_account_to_cluster_admin() -> None:
     result = renders()
     sa = result.one("ServiceAccount")
     assert sa["metadata"] == {**sa["metadata"], "name": f"{RELEASE}-installer", "namespace": NAMESPACE}
+    assert "annotations" not in sa["metadata"]
     crb = result.one("ClusterRoleBinding")
     assert crb["metadata"]["name"] == f"{NAMESPACE}-{RELEASE}-installer"
     assert crb["roleRef"] == {
@@ -94,7 +115,72 @@ def test_rbac_binds_the_installer_account_to_cluster_admin() -> None:
         "name": "cluster-admin",
     }
     assert crb["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}]
+    assert result.maybe("ClusterRole") is None
     assert result.pod["serviceAccountName"] == f"{RELEASE}-installer"
+
+
+def test_rbac_the_namespaced_role_is_the_lease_the_result_configmaps_and_the_job() -> None:
+    result = renders()
+    role, binding = result.one("Role"), result.one("RoleBinding")
+    assert role["metadata"]["name"] == binding["metadata"]["name"] == f"{RELEASE}-installer"
+    assert role["rules"] == role_rules(result.job["metadata"]["name"])
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": f"{RELEASE}-installer",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}]
+    # Only the captures that are on; with none, no ConfigMap rule at all.
+    some = renders({"recipeConfigMap": "", "validate": {"evidenceConfigMap": "my-evidence"}}).one("Role")["rules"]
+    assert some[3]["resourceNames"] == ["aicr-validate-result", "my-evidence", "aicr-run-status"]
+    none = {"recipeConfigMap": "", "statusConfigMap": "", "validate": {"resultConfigMap": "", "evidenceConfigMap": ""}}
+    assert [r for r in renders(none).one("Role")["rules"] if "configmaps" in r["resources"]] == []
+
+
+def test_rbac_cluster_admin_false_binds_the_charts_narrower_cluster_role() -> None:
+    result = renders({"rbac": {"clusterAdmin": False}})
+    role = result.one("ClusterRole")
+    name = f"{NAMESPACE}-{RELEASE}-installer"
+    assert role["metadata"]["name"] == name
+    assert result.one("ClusterRoleBinding")["roleRef"]["name"] == name
+    rules = {
+        (group, resource): rule["verbs"]
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    # What deploy.sh and helm need: namespaces, helm's release Secrets, CRDs, RBAC with escalate/bind.
+    assert rules[("", "namespaces")] == ["get", "list", "watch", "create", "patch"], "no delete"  # patch: Helm 4's SSA
+    assert "delete" in rules[("", "secrets")]
+    assert "create" in rules[("apiextensions.k8s.io", "customresourcedefinitions")]
+    assert {"escalate", "bind"} <= set(rules[("rbac.authorization.k8s.io", "clusterroles")])
+    # What a failed run needs to tell Flux.
+    assert rules[("", "events")] == ["get", "list", "watch", "create"]
+    assert rules[("helm.toolkit.fluxcd.io", "helmreleases")] == ["get"]
+    assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"]), "no wildcards"
+    assert result.one("Role")["rules"] == role_rules(result.job["metadata"]["name"]), "not on the mode either"
+    extra = {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors"], "verbs": ["get", "create"]}
+    extended = renders({"rbac": {"clusterAdmin": False, "extraRules": [extra]}}).one("ClusterRole")["rules"]
+    assert extended == [*role["rules"], extra]
+
+
+def test_rbac_create_false_renders_no_rbac_and_runs_as_the_named_account() -> None:
+    result = renders({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "platform-installer"}})
+    assert sorted(result.kinds()) == ["ConfigMap", "Job"]
+    assert result.pod["serviceAccountName"] == "platform-installer"
+    # The chart may still create the account and leave the binding to you.
+    own = renders({"rbac": {"create": False}})
+    assert sorted(own.kinds()) == ["ConfigMap", "Job", "ServiceAccount"]
+
+
+def test_service_account_name_and_annotations() -> None:
+    irsa = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/aicr"}
+    result = renders({"serviceAccount": {"name": "gpu-installer", "annotations": irsa}})
+    sa = result.one("ServiceAccount")
+    assert (sa["metadata"]["name"], sa["metadata"]["annotations"]) == ("gpu-installer", irsa)
+    assert result.pod["serviceAccountName"] == "gpu-installer"
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        assert result.one(kind)["subjects"][0]["name"] == "gpu-installer", kind
 
 
 def test_the_binding_name_is_cut_to_253_characters_without_a_trailing_dash() -> None:
@@ -265,6 +351,48 @@ def test_image_pull_secrets_only_when_set() -> None:
     assert renders({"imagePullSecrets": [{"name": "regcred"}]}).pod["imagePullSecrets"] == [{"name": "regcred"}]
 
 
+def test_global_image_pull_secrets_come_first_as_names_or_references_each_once() -> None:
+    pod = renders(
+        {
+            "global": {"imagePullSecrets": ["fleet", {"name": "mirror"}]},
+            "imagePullSecrets": [{"name": "mirror"}, {"name": "own"}],
+        }
+    ).pod
+    assert pod["imagePullSecrets"] == [{"name": "fleet"}, {"name": "mirror"}, {"name": "own"}]
+    assert renders({"global": {"imagePullSecrets": ["fleet"]}}).pod["imagePullSecrets"] == [{"name": "fleet"}]
+
+
+@pytest.mark.parametrize(
+    ("registry", "repository", "image"),
+    [
+        ("", "ghcr.io/nvidia-aicr/aicr-runner", "ghcr.io/nvidia-aicr/aicr-runner:0.1.0"),
+        ("mirror.example.com", "ghcr.io/nvidia-aicr/aicr-runner", "mirror.example.com/nvidia-aicr/aicr-runner:0.1.0"),
+        (
+            "harbor.example.com/ghcr/",
+            "ghcr.io/nvidia-aicr/aicr-runner",
+            "harbor.example.com/ghcr/nvidia-aicr/aicr-runner:0.1.0",
+        ),
+        ("mirror.example.com:5000", "localhost:5000/aicr-runner", "mirror.example.com:5000/aicr-runner:0.1.0"),
+        ("mirror.example.com", "localhost/aicr-runner", "mirror.example.com/aicr-runner:0.1.0"),
+        # No registry in the repository: the registry is a prefix.
+        ("mirror.example.com", "nvidia-aicr/aicr-runner", "mirror.example.com/nvidia-aicr/aicr-runner:0.1.0"),
+        ("mirror.example.com", "aicr-runner", "mirror.example.com/aicr-runner:0.1.0"),
+    ],
+)
+def test_global_image_registry_replaces_the_registry_of_the_repository(
+    registry: str, repository: str, image: str
+) -> None:
+    values = {"global": {"imageRegistry": registry}, "image": {"repository": repository}}
+    assert renders(values).container["image"] == image
+    digest = "sha256:" + "e" * 64
+    by_digest = renders(merge(values, {"image": {"digest": digest}})).container["image"]
+    assert by_digest == image.rsplit(":", 1)[0] + "@" + digest
+
+
+def test_a_new_image_registry_is_a_new_job() -> None:
+    assert job_name({"global": {"imageRegistry": "mirror.example.com"}}) != job_name()
+
+
 def test_scheduling_is_rendered_only_when_set() -> None:
     pod = renders().pod
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
@@ -299,6 +427,39 @@ def test_pod_annotations_only_when_set() -> None:
     assert "annotations" not in renders().job["spec"]["template"]["metadata"]
     meta = renders({"job": {"podAnnotations": {"example.com/team": "gpu"}}}).job["spec"]["template"]["metadata"]
     assert meta["annotations"] == {"example.com/team": "gpu"}
+
+
+def test_pod_labels_are_added_to_the_charts_own() -> None:
+    meta = renders({"job": {"podLabels": {"example.com/team": "gpu", "cost-center": "42"}}}).job["spec"]["template"][
+        "metadata"
+    ]
+    assert meta["labels"] == STABLE_LABELS | {
+        "app.kubernetes.io/component": "installer",
+        "example.com/team": "gpu",
+        "cost-center": "42",
+    }
+
+
+def test_extra_volumes_and_mounts_follow_the_charts_own() -> None:
+    volumes = [
+        {"name": "sigstore-root", "configMap": {"name": "sigstore-trusted-root"}},
+        {"name": "ca", "secret": {"secretName": "corp-ca"}},
+    ]
+    mounts = [
+        {"name": "sigstore-root", "mountPath": "/etc/sigstore", "readOnly": True},
+        {"name": "ca", "mountPath": "/etc/ssl/corp"},
+    ]
+    result = renders(
+        {
+            "job": {"extraVolumes": volumes, "extraVolumeMounts": mounts},
+            "aicrProvenance": {"trustedRoot": "/etc/sigstore/trusted_root.json"},
+        }
+    )
+    assert result.pod["volumes"][-2:] == volumes
+    assert [v["name"] for v in result.pod["volumes"][:3]] == ["tmp", "work", "home"]
+    assert result.container["volumeMounts"][-2:] == mounts
+    assert result.env["AICR_RUNNER_AICR__PROVENANCE__TRUSTED_ROOT"] == "/etc/sigstore/trusted_root.json"
+    assert renders().volumes.keys() == {"tmp", "work", "home"}
 
 
 def test_termination_grace_leaves_the_runtime_15_seconds() -> None:
@@ -599,16 +760,20 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_TERMINATION_MESSAGE_PATH": "/dev/termination-log",
         "AICR_RUNNER_SHUTDOWN_GRACE_SECONDS": "1245",
         "AICR_RUNNER_LEASE__NAME": "t-install",
-        "AICR_RUNNER_LEASE__JOB_NAME": renders_job_name(env),
         "AICR_RUNNER_LEASE__DURATION_SECONDS": "60",
         "AICR_RUNNER_LEASE__WAIT_SECONDS": "7200",
         "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS": "120",
     }
 
 
-def renders_job_name(env: dict[str, str]) -> str:
-    """The Job name the env says the pod belongs to (checked by the Job tests)."""
-    return env["AICR_RUNNER_LEASE__JOB_NAME"]
+def test_the_pod_reads_its_job_name_from_the_job_controllers_label() -> None:
+    # The name is a hash of the pod template, so the template cannot hold it; the
+    # Job controller labels every pod it creates with its Job's name.
+    [entry] = [e for e in renders().env_list if e["name"] == "AICR_RUNNER_LEASE__JOB_NAME"]
+    assert entry == {
+        "name": "AICR_RUNNER_LEASE__JOB_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/job-name']"}},
+    }
 
 
 def test_default_config_map_names_and_versions() -> None:
@@ -681,8 +846,26 @@ def test_notes_give_the_commands_to_follow_the_run() -> None:
     assert "Do not upgrade" not in text
     assert "Upgrading while the Job runs is safe." in text
     assert f"kubectl get lease -n {NAMESPACE} {RELEASE}-install -o jsonpath='{{.spec.holderIdentity}}'" in text
-    assert "stops before the next\n  component" in text
+    assert "stops before the next component and hands the Lease" in text
+    assert "and a new chart version alone keep\n  this Job: no new run" in text
     assert "pack" not in text.lower()
+    assert 'README "Uninstalling" gives the steps.' in text
+    assert "rbac.create=false" not in text
+    assert "existing ServiceAccount" not in text
+
+
+@pytest.mark.one_helm  # see notes()
+def test_notes_say_who_binds_the_account_when_the_chart_does_not() -> None:
+    text = notes(
+        "--set", "rbac.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform"
+    )
+    assert (
+        "The chart created no RBAC (rbac.create=false): bind the ServiceAccount\n"
+        f'{NAMESPACE}/platform before the pod starts (README "Permissions" lists what it needs).'
+    ) in text
+    assert f"The Job runs as the existing ServiceAccount {NAMESPACE}/platform;" in text
+    off = notes("--set", "aicrProvenance.mode=off", "--set", "rbac.clusterAdmin=false")
+    assert "aicr runs with the installer's cluster-wide permissions without proof of who built it" in off
 
 
 @pytest.mark.one_helm  # see notes()

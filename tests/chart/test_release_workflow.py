@@ -87,3 +87,20 @@ def test_the_packaged_chart_gets_the_built_image_digest() -> None:
     assert 'scripts/chart-metadata.py --chart build/nvidia-aicr --image-digest "$DIGEST"' in chart
     assert "helm package build/nvidia-aicr --destination dist" in chart
     assert chart.index("chart-metadata.py") < chart.index("helm package")
+
+
+def test_the_release_image_is_built_from_the_inputs_script_for_both_architectures() -> None:
+    """The release path is the local one (scripts/image-inputs.sh, then the
+    Dockerfile on the directory it makes) for amd64 and arm64: no base image, no
+    downloaded binary, no checksum that has to be set by hand."""
+    jobs = release()["jobs"]
+    image = script("image")
+    assert "bash scripts/image-inputs.sh --arch amd64,arm64 --out build/image" in image
+    build = next(s for s in jobs["image"]["steps"] if s.get("id") == "build")
+    assert build["with"]["context"] == "build/image"
+    assert build["with"]["file"] == "Dockerfile"
+    assert build["with"]["platforms"] == "linux/amd64,linux/arm64"
+    steps = [s.get("uses", "").split("@")[0] or s.get("name", "") for s in jobs["image"]["steps"]]
+    assert steps.index("docker/setup-qemu-action") < steps.index("Make the build context (linux/amd64, linux/arm64)")
+    assert "mmdebstrap debian-archive-keyring" in image
+    assert "PYTHON_IMAGE" not in RELEASE.read_text()

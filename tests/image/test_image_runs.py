@@ -96,24 +96,52 @@ def test_version_reports_the_runtime_and_the_pinned_aicr(image: str) -> None:
     assert proc.stdout.strip() == f"aicr-runner {version.group(1)} (pinned aicr {pins()['AICR_VERSION']})"
 
 
-def test_the_image_runs_as_65532_with_the_pinned_helm_kubectl_and_tini(image: str) -> None:
+def test_the_image_runs_as_65532_with_the_pinned_helm_kubectl_cosign_and_tini(image: str) -> None:
+    """The stripped tools still run, report the pinned versions, and are hard links
+    to one binary (one inode: a file mounted over one of them replaces only that one)."""
     script = (
         "id -u; id -g; helm version --short; kubectl version --client -o yaml | sed -n 's/^  gitVersion: //p'; "
+        "cosign version 2>&1 | sed -n 's/^GitVersion: *//p'; "
+        "stat -c %i /usr/local/bin/image-tools /usr/local/bin/helm /usr/local/bin/kubectl /usr/local/bin/cosign "
+        "| sort -u | wc -l; "
         'command -v tini jq bash aicr-runner; echo "$HOME $PATH"'
     )
     proc = podman("run", "--rm", "--read-only", *RUN_LIMITS, "--entrypoint", "bash", image, "-c", script)
     assert proc.returncode == 0, proc.stderr
-    uid, gid, helm, kubectl, tini, jq, bash, runner, env = proc.stdout.strip().splitlines()
+    uid, gid, helm, kubectl, cosign, inodes, tini, jq, bash, runner, env = proc.stdout.strip().splitlines()
     assert (uid, gid) == ("65532", "65532")
     versions = pins()
     assert helm.split("+")[0] == versions["HELM_VERSION"]
-    dockerfile_helm = re.search(r"^ARG HELM_VERSION=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
-    assert dockerfile_helm is not None
-    assert dockerfile_helm.group(1) == versions["HELM_VERSION"], "release and CI images carry the same helm"
     assert kubectl == versions["KUBERNETES_VERSION"]
+    assert cosign == versions["COSIGN_VERSION"]
+    assert inodes == "1"
     assert (tini, jq, bash) == ("/usr/bin/tini", "/usr/bin/jq", "/usr/bin/bash")
     assert runner == "/opt/venv/bin/aicr-runner"
     assert env.startswith("/home/aicr /opt/venv/bin:")
+
+
+def test_the_supported_kubernetes_minors_fit_helms_skew(image: str) -> None:
+    """Helm supports the Kubernetes minor its client-go is built with and the three
+    before it; the image's helm reports that minor (KubeClientVersion)."""
+    proc = podman("run", "--rm", *RUN_LIMITS, "--entrypoint", "helm", image, "version")
+    assert proc.returncode == 0, proc.stderr
+    client = re.search(r'KubeClientVersion:"v1\.(\d+)"', proc.stdout)
+    assert client is not None, proc.stdout
+    newest = int(client.group(1))
+    for minor in pins()["IMAGE_KUBERNETES_MINORS"].split():
+        assert newest - 3 <= int(minor.split(".")[1]) <= newest, f"{minor} is outside helm's 1.{newest - 3}-1.{newest}"
+
+
+def test_the_tools_binary_names_the_tool_it_was_started_as_or_refuses(image: str) -> None:
+    as_argument = podman("run", "--rm", *RUN_LIMITS, "--entrypoint", "image-tools", image, "kubectl", "version",
+                         "--client", "-o", "json")  # fmt: skip
+    assert as_argument.returncode == 0, as_argument.stderr
+    assert f'"gitVersion": "{pins()["KUBERNETES_VERSION"]}"' in as_argument.stdout
+    unknown = podman("run", "--rm", *RUN_LIMITS, "--entrypoint", "image-tools", image, "oras", "version")
+    assert unknown.returncode == 2
+    assert "start me as helm, kubectl or cosign (a link named so, or 'image-tools <tool> ...'), not \"oras\"" in (
+        unknown.stderr
+    )
 
 
 def test_plan_runs_read_only_as_the_chart_runs_it_and_writes_only_to_the_emptydirs(

@@ -88,8 +88,14 @@ def test_best_effort_is_found_in_the_args_list_too() -> None:
         ({"AICR_RUNNER_AICR__SHA256__AMD64": "abc"}, "AICR_RUNNER_AICR__SHA256__AMD64='abc': must be empty or 64"),
         ({"AICR_RUNNER_AICR__VERSION": "latest"}, "AICR_RUNNER_AICR__VERSION='latest': must be a release tag"),
         ({"AICR_RUNNER_AICR__RELEASE_BASE_URL": "ftp://x"}, "AICR_RUNNER_AICR__RELEASE_BASE_URL='ftp://x': must be"),
-        ({"AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS": "0"}, "AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS='0': Input should be"),
-        ({"AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS": "x"}, "RECIPE__EXPECT__MIN_COMPONENTS='x': allowed: a number"),
+        (
+            {"AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS": "0"},
+            "AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS='0': allowed: a whole number from 1 to 20",
+        ),
+        (
+            {"AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS": "x"},
+            "RECIPE__EXPECT__MIN_COMPONENTS='x': allowed: a whole number",
+        ),
         ({"AICR_RUNNER_LOG_FORMAT": "xml"}, "AICR_RUNNER_LOG_FORMAT='xml': allowed: 'console' or 'json'"),
         ({"AICR_RUNNER_STATUS_CONFIGMAP": "Bad_Name"}, "AICR_RUNNER_STATUS_CONFIGMAP='Bad_Name': must be empty or"),
         ({"AICR_RUNNER_PACK__REF": "oci://x/y:1"}, "AICR_RUNNER_PACK__REF='oci://x/y:1': must be an OCI reference"),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from aicr_runner.deadline import bounded
+from aicr_runner.deadline import Cancellation, bounded
 from aicr_runner.errors import DownloadError, InterruptedRun
 
 
@@ -43,11 +43,33 @@ def test_stalled_work_is_cut_at_the_budget_plus_the_settle_time_and_told_to_stop
     assert told.wait(1.0), "the worker was told to stop"
 
 
-def test_a_shutdown_stops_at_once_without_the_settle_time() -> None:
+def test_a_shutdown_breaks_a_blocked_read_and_returns_once_the_work_has_ended() -> None:
+    """No settle time on shutdown; the work's callback breaks its blocked read, so
+    the worker has ended (its cleanup done, no thread left) when bounded raises."""
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    read_broken = threading.Event()
+    ended = threading.Event()
+
+    def work(cancelled: Cancellation) -> None:
+        cancelled.on_cancel(read_broken.set)
+        try:
+            read_broken.wait(30)  # a read on a socket that stays silent
+        finally:
+            ended.set()
+
+    started = time.monotonic()
+    with pytest.raises(InterruptedRun, match="during the download"):
+        bounded(work, budget_seconds=60, interrupted=stop.is_set, over_budget=over_budget, what="the download")
+    assert time.monotonic() - started < 0.2 + 0.3
+    assert ended.is_set()
+
+
+def test_work_that_ignores_its_cancellation_holds_bounded_only_for_the_stop_grace() -> None:
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
     started = time.monotonic()
-    with pytest.raises(InterruptedRun, match="during the download"):
+    with pytest.raises(InterruptedRun):
         bounded(
             lambda cancelled: time.sleep(5),
             budget_seconds=60,
@@ -55,7 +77,30 @@ def test_a_shutdown_stops_at_once_without_the_settle_time() -> None:
             over_budget=over_budget,
             what="the download",
         )
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 0.2 + 0.5 + 0.3
+
+
+def test_a_cancellation_runs_each_callback_once_even_after_the_fact_and_not_when_forgotten() -> None:
+    cancellation = Cancellation()
+    calls: list[str] = []
+
+    def failing() -> None:
+        calls.append("failing")
+        raise OSError("the socket is already closed")
+
+    cancellation.on_cancel(failing)
+    cancellation.on_cancel(lambda: calls.append("second"))
+    forget = cancellation.on_cancel(lambda: calls.append("forgotten"))
+    forget()
+    assert not cancellation()
+
+    cancellation.cancel()
+    cancellation.cancel()
+    cancellation.on_cancel(lambda: calls.append("late"))
+
+    assert cancellation()
+    assert cancellation.wait(10)
+    assert calls == ["failing", "second", "late"]
 
 
 def test_work_within_the_budget_returns_its_value() -> None:

@@ -13,7 +13,7 @@ import re
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,7 +24,7 @@ import oras.provider
 import pytest
 
 from aicr_runner import pack
-from aicr_runner.config import PackSettings, load
+from aicr_runner.config import PackSettings, load, shown
 from aicr_runner.errors import (
     ConfigError,
     ExitCode,
@@ -147,10 +147,15 @@ class FakeRegistry:
     def get_manifest(self, ref: str) -> tuple[dict[str, Any], str]:
         return self.manifest, digest_of(self.raw_manifest)
 
-    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
+    aborted: threading.Event = field(default_factory=threading.Event)
+
+    def blob_chunks(self, ref: str, digest: str, size: int) -> Generator[bytes]:
         self.fetched.append(digest)
         blobs = {layer.descriptor["digest"]: layer.data for layer in self.layers}
-        dest.write_bytes(self.served.get(digest, blobs[digest]))
+        yield self.served.get(digest, blobs[digest])
+
+    def abort(self) -> None:
+        self.aborted.set()
 
 
 def pull(tmp_path: Path, registry: FakeRegistry, ref: str = REF) -> pack.PulledPack:
@@ -269,13 +274,35 @@ def test_tampered_blob_is_refused(tmp_path: Path) -> None:
     assert_nothing_published(tmp_path)
 
 
-@pytest.mark.parametrize("served", [REGISTRY_YAML + b"# extra\n", REGISTRY_YAML[:-1], b""])
-def test_blob_of_the_wrong_size_is_refused(tmp_path: Path, served: bytes) -> None:
+@pytest.mark.parametrize("served", [REGISTRY_YAML[:-1], b""])
+def test_a_short_blob_is_refused(tmp_path: Path, served: bytes) -> None:
     layer = file_layer("registry.yaml", REGISTRY_YAML)
     registry = FakeRegistry([layer], served={layer.descriptor["digest"]: served})
 
     with pytest.raises(PackIntegrityError, match=rf"is {len(served)} bytes, the manifest says {len(REGISTRY_YAML)}"):
         pull(tmp_path, registry)
+    assert_nothing_published(tmp_path)
+
+
+def test_a_blob_is_cut_off_one_byte_past_its_declared_size(tmp_path: Path) -> None:
+    """A registry may stream on and on; reading stops at the first byte too many."""
+    layer = file_layer("registry.yaml", REGISTRY_YAML)
+    handed_out: list[int] = []
+
+    class Endless(FakeRegistry):
+        def blob_chunks(self, ref: str, digest: str, size: int) -> Generator[bytes]:
+            while True:  # stops only when the consumer closes it
+                handed_out.append(size + 1)
+                yield b"x" * (size + 1)
+
+    with pytest.raises(PackIntegrityError) as caught:
+        pull(tmp_path, Endless([layer]))
+
+    assert handed_out == [len(REGISTRY_YAML) + 1], "one read, then the stream was closed"
+    assert str(caught.value).endswith(
+        f"layer 'registry.yaml' ({digest_of(REGISTRY_YAML)}) runs past the {len(REGISTRY_YAML)} bytes "
+        f"the manifest declares; cut off at {len(REGISTRY_YAML) + 1} bytes"
+    )
     assert_nothing_published(tmp_path)
 
 
@@ -323,8 +350,23 @@ def test_unsafe_directory_layers_are_refused(tmp_path: Path, entries: list[Any],
         pull(tmp_path, registry)
 
     assert caught.value.exit_code == ExitCode.PACK_VERIFICATION_FAILED
+    # Named by the layer's title (what the user pushed), not by the blob's file name.
+    layer_digest = registry.layers[1].descriptor["digest"]
+    assert str(caught.value).startswith(f"pack {REF} (registry {HOST}): layer 'overlays' ({layer_digest}): ")
+    assert f"archive {layer_digest.removeprefix('sha256:')}" not in str(caught.value)
     assert not (tmp_path / "escape.yaml").exists()
     assert_nothing_published(tmp_path)
+
+
+def test_a_directory_layer_that_is_not_an_archive_is_named_by_its_title(tmp_path: Path) -> None:
+    garbage = Layer(b"not gzip", {**dir_layer("overlays", []).descriptor})
+    garbage.descriptor.update(digest=digest_of(b"not gzip"), size=len(b"not gzip"))
+    registry = FakeRegistry([file_layer("registry.yaml", REGISTRY_YAML), garbage])
+
+    with pytest.raises(PackIntegrityError) as caught:
+        pull(tmp_path, registry)
+
+    assert f"layer 'overlays' ({digest_of(b'not gzip')}) cannot be read as tar or tar.gz" in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -449,6 +491,8 @@ def test_declared_sizes_are_bounded_before_downloading(tmp_path: Path, monkeypat
         ("ghcr.io/acme/pack:1.0", PackReference("ghcr.io", "acme/pack", "1.0", None)),
         ("127.0.0.1:5000/pack", PackReference("127.0.0.1:5000", "pack", None, None)),
         ("localhost:5000/a/b/c:v2", PackReference("localhost:5000", "a/b/c", "v2", None)),
+        ("127.0.0.1:65535/pack", PackReference("127.0.0.1:65535", "pack", None, None)),
+        ("[::1]:5000/pack", PackReference("[::1]:5000", "pack", None, None)),
         (
             f"ghcr.io/acme/pack@{digest_of(b'm')}",
             PackReference("ghcr.io", "acme/pack", None, digest_of(b"m")),
@@ -472,6 +516,10 @@ def test_reference_parsing(ref: str, expected: PackReference) -> None:
         "ghcr.io/acme//pack",
         "ghcr.io/",
         "user@host/pack",
+        "127.0.0.1:99999/acme/pack:1.0",
+        "127.0.0.1:0/acme/pack:1.0",
+        f"ghcr.io/acme/pack@{digest_of(b'm')}\n",
+        "ghcr.io/acme/pack:1.0\n",
     ],
 )
 def test_bad_references_are_refused_when_settings_load(ref: str) -> None:
@@ -481,7 +529,8 @@ def test_bad_references_are_refused_when_settings_load(ref: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load({"AICR_RUNNER_PACK__REF": ref})
     assert len(caught.value.problems) == 1
-    assert caught.value.problems[0].startswith(f"AICR_RUNNER_PACK__REF={ref!r}")
+    # The value as messages show it: quoted, escaped, a user or password masked.
+    assert caught.value.problems[0].startswith(f"AICR_RUNNER_PACK__REF={shown(ref)}")
 
 
 # --- credentials file -----------------------------------------------------------------------
@@ -709,6 +758,48 @@ def test_valid_credential_pulls_with_basic_and_bearer_challenges(tmp_path: Path,
     assert tree(pulled.path)["overlays/acme.yaml"] == OVERLAY
 
 
+def test_a_manifest_over_the_bound_is_refused_unread_when_announced_and_cut_when_not(
+    tmp_path: Path, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served.auth = "none"
+    push_default(served)
+    raw = served.manifests["acme/pack:1.0"]
+    limit = len(raw) - 1
+    monkeypatch.setattr(pack, "MAX_MANIFEST_BYTES", limit)
+
+    with pytest.raises(PackIntegrityError, match=rf"the manifest is {len(raw)} bytes, over the limit of {limit}"):
+        local_pull(tmp_path, served)
+
+    chunked = OrasRegistry(PackSettings(ref=f"127.0.0.1:{served.port}/acme/pack:1.0", plain_http=True))
+
+    def unannounced(url: str, method: str = "GET", **_: Any) -> Any:
+        import requests
+
+        response = requests.Response()
+        response.status_code = 200
+        response.raw = io.BytesIO(raw)  # no Content-Length: read until the bound
+        return response
+
+    monkeypatch.setattr(chunked._provider, "do_request", unannounced)
+    with pytest.raises(PackIntegrityError, match=rf"the manifest exceeds {limit} bytes"):
+        chunked.get_manifest(f"127.0.0.1:{served.port}/acme/pack:1.0")
+
+
+@pytest.mark.parametrize("auth", ["basic", "bearer"])
+def test_only_the_first_request_is_challenged(tmp_path: Path, served: Served, auth: str) -> None:
+    """Once the registry asked for credentials, every later request carries them:
+    no 401 round trip (and no dropped connection) per blob."""
+    served.auth = auth
+    push_default(served)
+
+    local_pull(tmp_path, served, user="alice", password=served.password)
+
+    registry_requests = [authorization for path, authorization in served.requests if path.startswith("/v2/")]
+    assert len(registry_requests) == 1 + 1 + 2, "the manifest twice (challenged, then with credentials), two blobs"
+    assert registry_requests[0] == ""
+    assert all(registry_requests[1:]), registry_requests
+
+
 @pytest.mark.parametrize("auth", ["basic", "bearer"])
 def test_wrong_credential_is_an_auth_error_at_once(
     tmp_path: Path, served: Served, auth: str, caplog: pytest.LogCaptureFixture
@@ -815,13 +906,85 @@ def test_connection_refused_is_unreachable_after_bounded_retries(tmp_path: Path)
     assert sleeps.waits == [1.0, 2.0]
 
 
-def test_blob_downloads_are_capped(tmp_path: Path, served: Served) -> None:
+def test_a_blob_download_is_cut_one_byte_past_its_declared_size(tmp_path: Path, served: Served) -> None:
     served.auth = "none"
     push_default(served)
-    settings = PackSettings(ref=f"127.0.0.1:{served.port}/acme/pack:1.0", plain_http=True)
-    registry = OrasRegistry(settings, max_blob_bytes=16)
-    with pytest.raises(PackIntegrityError, match="exceeds 16 bytes"):
-        pull_pack(settings, tmp_path / "pulled", registry)
+    # The registry answers 64 MiB for the 67-byte registry.yaml.
+    served.blobs[digest_of(REGISTRY_YAML)] = REGISTRY_YAML + b"#" * (64 << 20)
+
+    with pytest.raises(PackIntegrityError) as caught:
+        local_pull(tmp_path, served)
+
+    declared = len(REGISTRY_YAML)
+    assert f"layer 'registry.yaml' ({digest_of(REGISTRY_YAML)}) runs past the {declared} bytes" in str(caught.value)
+    assert f"cut off at {declared + 1} bytes" in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "no pack and no staging directory left"
+
+
+def test_the_proxy_environment_is_honoured_on_every_request(
+    tmp_path: Path, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session reads *_proxy/no_proxy once per host; it must still use them."""
+    served.auth = "none"
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{served.port}")
+    monkeypatch.setenv("NO_PROXY", "")
+    settings = PackSettings(ref="registry.invalid:5000/acme/pack:1.0", plain_http=True)
+    registry = OrasRegistry(settings, sleep=Sleeps())
+
+    for _ in range(2):  # the second request takes the kept answer
+        with pytest.raises(PackNotFoundError):
+            registry.get_manifest(settings.ref)
+
+    # A proxy is sent the absolute URL; the registry's own name never resolved.
+    assert [path for path, _ in served.requests] == ["http://registry.invalid:5000/v2/acme/pack/manifests/1.0"] * 2
+
+
+def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes() -> None:
+    """oras-py's jsonschema (its push-side validation) loads only when used."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import aicr_runner.pack; import oras.provider, oras.schemas; "
+        "print('jsonschema.validators' in sys.modules); "
+        "oras.provider.jsonschema.validate({'schemaVersion': 2}, schema={'type': 'object'}); "
+        "print('jsonschema.validators' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"], result.stderr
+
+
+def test_an_abort_breaks_a_hung_request_at_once_and_is_not_retried() -> None:
+    from tests.hostile_server import HostileRegistry
+
+    with HostileRegistry("hang") as hostile:
+        settings = PackSettings(ref=hostile.ref, plain_http=True)
+        sleeps = Sleeps()
+        registry = OrasRegistry(settings, sleep=sleeps)
+        digest = next(iter(hostile.blobs))
+        failure: list[BaseException] = []
+
+        def fetch() -> None:
+            try:
+                list(registry.blob_chunks(settings.ref, digest, len(hostile.blobs[digest])))
+            except BaseException as exc:  # noqa: BLE001 - inspected below
+                failure.append(exc)
+
+        worker = threading.Thread(target=fetch)
+        worker.start()
+        assert hostile.wait_for_blob_requests(1, timeout=30)
+        registry.abort()
+        worker.join(timeout=5)
+
+        assert not worker.is_alive(), "the read waiting for a status line returned"
+        assert isinstance(failure[0], PackError)
+        assert f"the blob {digest} request to registry {hostile.host} was stopped" in str(failure[0])
+        assert sleeps.waits == [], "an abort is not a fault to retry"
+        assert [path for path in hostile.requests if "/blobs/" in path] == [f"/v2/{hostile.REPOSITORY}/blobs/{digest}"]
+        with pytest.raises(PackError, match="was stopped"):
+            registry.get_manifest(settings.ref)  # later requests fail at once
+        registry.close()
+        assert hostile.wait_until_released(timeout=5)
 
 
 def test_oras_py_still_exposes_its_unretried_request_function() -> None:
@@ -875,12 +1038,12 @@ class SlowRegistry(FakeRegistry):
         self.running = 0
         self.peak = 0
 
-    def fetch_blob(self, ref: str, digest: str, dest: Path) -> None:
+    def blob_chunks(self, ref: str, digest: str, size: int) -> Generator[bytes]:
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
         time.sleep(0.05)
-        super().fetch_blob(ref, digest, dest)
+        yield from super().blob_chunks(ref, digest, size)
         with self.lock:
             self.running -= 1
 
@@ -907,7 +1070,7 @@ def test_one_tampered_blob_among_parallel_fetches_fails_the_pull(tmp_path: Path)
     bad = layers[7].descriptor["digest"]
     registry = SlowRegistry(layers, served={bad: b"name: evil\n"})
 
-    with pytest.raises(PackIntegrityError, match=f"digest mismatch: expected {bad}|bytes, the manifest says"):
+    with pytest.raises(PackIntegrityError, match=f"digest mismatch: expected {bad}|runs past the"):
         pull(tmp_path, registry)
 
     assert_nothing_published(tmp_path)

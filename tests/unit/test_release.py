@@ -7,7 +7,6 @@ import datetime as dt
 import email.utils
 import hashlib
 import io
-import os
 import socket
 import ssl
 import stat
@@ -29,6 +28,7 @@ from aicr_runner import release
 from aicr_runner.config import AicrSettings, Arch, Sha256Pins
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ExitCode, ToolError
 from aicr_runner.release import AicrBinary, fetch_aicr, parse_retry_after, use_preinstalled
+from tests.hostile_server import self_signed_certificate
 
 BASE = "https://releases.example.test/NVIDIA/aicr/releases/download"
 AMD64_URL = f"{BASE}/v1.2.0/aicr_1.2.0_linux_amd64.tar.gz"
@@ -538,8 +538,10 @@ def test_the_budget_also_bounds_a_slow_download(tmp_path: Path, fake_time: FakeT
 
 @pytest.mark.parametrize("base", ["https://releases.example.test:port/x", "https://releases..example.test/x"])
 def test_invalid_url_is_a_download_error_not_retried(tmp_path: Path, fake_time: FakeTime, base: str) -> None:
+    # The settings refuse such a URL when they load; the download refuses it too.
+    unchecked = AicrSettings.model_construct(**{**vars(settings()), "release_base_url": base})
     with pytest.raises(DownloadError, match="invalid URL"):
-        fetch(tmp_path, fake_time, settings(release_base_url=base))
+        fetch(tmp_path, fake_time, unchecked)
     assert fake_time.sleeps == []
 
 
@@ -775,7 +777,7 @@ def test_real_tls_certificate_failure_is_not_retried(
     tmp_path: Path, fake_time: FakeTime, serve: Callable[..., _ScriptedServer]
 ) -> None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    cert, key = _self_signed_certificate(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     context.load_cert_chain(cert, key)
     server = serve({"/v1.2.0/aicr_checksums.txt": [send(200, goreleaser_sums())]}, tls=context)
     base = f"https://127.0.0.1:{server.server_address[1]}"
@@ -789,35 +791,6 @@ def test_real_tls_certificate_failure_is_not_retried(
     assert fake_time.sleeps == []
 
 
-def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path = directory / "cert.pem"
-    key_path = directory / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    os.chmod(key_path, 0o600)
-    return cert_path, key_path
-
-
 def test_the_lazily_loaded_ca_bundle_still_refuses_an_untrusted_https_server(tmp_path: Path) -> None:
     """Plain-HTTP mirrors skip loading the CA bundle; https:// keeps full verification."""
 
@@ -829,7 +802,7 @@ def test_the_lazily_loaded_ca_bundle_still_refuses_an_untrusted_https_server(tmp
         def log_message(self, *args: object) -> None:
             return
 
-    cert, key = _self_signed_certificate(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)

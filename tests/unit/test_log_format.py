@@ -1,0 +1,135 @@
+"""Events look exactly as structlog rendered them, without importing structlog.
+
+The runner renders its own events (structlog's import, asyncio with it, was a
+large share of a quick plan's time) and configures structlog only when a module
+that logs through it (the pack pull, the release download) imports it. Both
+paths must print what the runner's structlog configuration printed before.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from aicr_runner import logs
+from aicr_runner.config import LogFormat
+
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+EVENTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("info", "step started", {"step": "fetch"}),
+    ("info", "aicr-runner starting", {"mode": "plan", "criteria": "service=eks, accelerator=h100", "pack": ""}),
+    (
+        "warning",
+        "run status not written",
+        {"reason": "a b", "n": 3, "f": 0.5, "none": None, "items": [1, "a"], "eq": "a=b", "quote": "it's"},
+    ),
+    ("error", "fetch failed: exit 27", {"exit_code": 27, "status": "/tmp/x"}),
+    ("error", "", {"k": "v"}),
+    ("info", "unicode é ─ ✓", {"nested": {"a": 1}, "flag": True, "tab": "a\tb"}),
+]
+
+
+def structlog_as_configured_before(fmt: LogFormat, stream: io.StringIO) -> None:
+    """The runner's structlog configuration before it rendered events itself."""
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt is LogFormat.JSON
+        else structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+@pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
+def test_events_render_as_structlog_rendered_them(fmt: LogFormat) -> None:
+    ours, theirs = io.StringIO(), io.StringIO()
+    logs.configure(fmt, stream=ours)
+    for level, event, values in EVENTS:
+        getattr(logs.get_logger().bind(step="deploy"), level)(event, **values)
+    logs.get_logger().debug("below the threshold")
+    structlog_as_configured_before(fmt, theirs)
+    for level, event, values in EVENTS:
+        getattr(structlog.get_logger().bind(step="deploy"), level)(event, **values)
+    structlog.get_logger().debug("below the threshold")
+    assert STAMP.sub("T", ours.getvalue()) == STAMP.sub("T", theirs.getvalue())
+
+
+@pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
+def test_a_module_that_logs_with_structlog_looks_the_same_and_is_redacted(fmt: LogFormat) -> None:
+    ours, theirs = io.StringIO(), io.StringIO()
+    logs._replace_secrets_for_tests(["hunter2-secret"])
+    try:
+        logs.configure(fmt, stream=ours)
+        logs.get_logger().warning("pull retry", reason="401 for hunter2-secret")
+        logs.configure(fmt, stream=theirs)
+        structlog.get_logger().warning("pull retry", reason="401 for hunter2-secret")
+    finally:
+        logs._replace_secrets_for_tests([])
+    assert "hunter2" not in ours.getvalue() + theirs.getvalue()
+    assert STAMP.sub("T", ours.getvalue()) == STAMP.sub("T", theirs.getvalue())
+
+
+def test_stdlib_loggers_render_like_events() -> None:
+    out = io.StringIO()
+    logs.configure(LogFormat.JSON, stream=out)
+    logging.getLogger("urllib3.connectionpool").warning("Retrying after %s", "reset")
+    logging.getLogger("oras").info("below the WARNING threshold")
+    assert STAMP.sub("T", out.getvalue()) == '{"event": "Retrying after reset", "level": "warning", "timestamp": "T"}\n'
+
+
+def test_structlog_is_configured_when_first_imported_and_not_before(tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "from aicr_runner import logs\n"
+        "from aicr_runner.config import LogFormat\n"
+        "logs.register_secret('hunter2-secret')\n"
+        "logs.configure(LogFormat.JSON)\n"
+        "logs.get_logger().info('mine', step='fetch')\n"
+        "assert 'structlog' not in sys.modules and 'asyncio' not in sys.modules\n"
+        "import structlog\n"
+        "structlog.get_logger().warning('theirs', reason='hunter2-secret')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = STAMP.sub("T", result.stderr).splitlines()
+    assert lines == [
+        '{"step": "fetch", "event": "mine", "level": "info", "timestamp": "T"}',
+        '{"reason": "***", "event": "theirs", "level": "warning", "timestamp": "T"}',
+    ]
+
+
+def test_a_plan_imports_no_logging_library_or_retry_stack(tmp_path: Path) -> None:
+    """A plan with a preinstalled aicr and no pack: neither structlog (asyncio)
+    nor tenacity, the HTTP stack or the Kubernetes client."""
+    from tests.fake_aicr import install_fake_aicr
+
+    fake = install_fake_aicr(tmp_path / "bin")
+    probe = (
+        "import sys\n"
+        "from aicr_runner.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "heavy = ['structlog', 'asyncio', 'tenacity', 'httpx', 'requests', 'oras', 'kubernetes', 'ctypes']\n"
+        "print(code, [name for name in heavy if name in sys.modules], file=sys.stderr)\n"
+    )
+    argv = ["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan"), "--accelerator", "h100"]
+    env = {"PATH": "/usr/bin:/bin", "AICR_RUNNER_AICR__PROVENANCE__MODE": "off", "HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *argv], env=env, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr[-3000:]
