@@ -411,6 +411,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "rbac",
     ),
     m(
+        "role-reaches-every-job",
+        "templates/role.yaml",
+        '    resourceNames: [{{ include "nvidia-aicr.jobName" . | quote }}]\n',
+        "",
+        "test_job.py",
+        "rbac",
+    ),
+    m(
         "extra-volumes-dropped",
         "templates/_pod.tpl",
         "    {{- with $v.job.extraVolumes }}",
