@@ -365,6 +365,7 @@ def _pod_namespace() -> str:
 
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
+    from aicr_runner.context import Mode
     from aicr_runner.process import ShutdownController
 
     _prepare_work(settings)
@@ -376,7 +377,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
     report = ctx.report
     events = _make_events(settings, api)
-    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None)
+    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None or mode is Mode.RUN)
     ctx.lease = lease
     ctx.progress = lambda: publish_status(report)
     ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
@@ -503,10 +504,12 @@ def _status_publisher(
 ) -> tuple[Callable[[RunReport], None], list[str]]:
     """The run report's writer, and the first write failure it saw (warned once).
 
-    A ConfigMap shows a Job's progress live (kubectl get cm); a results
-    directory (``live`` false) is read once the run is over, and the final
-    report is what lands there (each write is two atomic file replacements:
-    most of a quick plan's own time went to writes nobody read).
+    A ConfigMap shows a Job's progress live (kubectl get cm), and so does the
+    results directory of a local ``run`` (its deploy takes minutes: summary.txt
+    shows each component as deploy.sh reports it). A plan's results directory
+    (``live`` false) is read once the plan is over, and the final report is what
+    lands there (each write is two atomic file replacements: most of a quick
+    plan's own time went to writes nobody read).
     """
     from aicr_runner import logs
     from aicr_runner.errors import RunnerError
