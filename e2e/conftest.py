@@ -36,6 +36,27 @@ def e2e_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def pod_host() -> str:
+    """The address the pods reach this host's test servers at (release mirror,
+    chart repository): every URL a pod is given is built from it. The stand-in
+    kubelet runs pods in the host's network namespace, so loopback; a kubelet
+    with a pod network re-points it at an address the pods can route to."""
+    return "127.0.0.1"
+
+
+@pytest.fixture(scope="session")
+def real_aicr_release() -> Path:
+    """The real aicr v0.11.1 release folder (AICR_TEST_RELEASES_DIR, set by
+    scripts/test.sh); missing: the test fails with the reason, never skips."""
+    from tests.real_aicr import RealAicrMissing, release_dir
+
+    try:
+        return release_dir()
+    except RealAicrMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def control_plane(e2e_workdir: Path) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver + kube-controller-manager on loopback (RBAC,
     ServiceAccount issuer, TLS, the Job controller)."""

@@ -246,7 +246,7 @@ aicr() {
     fi
     log "aicr: go install $m@$AICR_VERSION failed: $(tail -n 1 "$cache/aicr-install.err")"
   done
-  log "aicr: no module path is served; tests use the contract-faithful fake (tests/fake_aicr)"
+  log "aicr: no module path is served for the pin; tests use the contract-faithful fake (tests/fake_aicr) for it and the prebuilt real v0.11.1 from AICR_TEST_RELEASES_DIR"
 }
 
 # Flux's CRDs, from the same module versions as the controllers.

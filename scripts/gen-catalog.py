@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate chart/files/criteria-catalog.json from `aicr recipe list`.
+"""Generate chart/files/criteria-catalog.json from an aicr binary.
 
 The chart's render-time criteria check (templates/_criteria.tpl) reads this file:
 every embedded overlay of the pinned aicr, one object per overlay with the five
@@ -10,9 +10,16 @@ Run it with the aicr binary the chart pins:
     scripts/gen-catalog.py --aicr ./aicr            # rewrite the catalog
     scripts/gen-catalog.py --aicr ./aicr --check    # exit 1 when it is stale
 
---aicr is split like a shell command line, so an interpreter can lead it. It runs
-`aicr recipe list --format json --no-health` (embedded recipes only: no --data,
-so pack-registered values never leak into the chart) and `aicr --version`.
+--aicr is split like a shell command line, so an interpreter can lead it. An
+aicr with `recipe list` (1.x) is asked `aicr recipe list --format json
+--no-health` (embedded recipes only: no --data, so pack-registered values never
+leak into the chart). An aicr without it (0.x) is asked by resolution: the
+criteria values its `recipe --help` lists, the overlay files its `--debug` log
+names, then `aicr recipe` queries: one per overlay, from the values its file
+name carries, and for each overlay seen applied, the same query with one
+dimension left out at a time (the overlay still applies exactly when it does
+not state that dimension). A leaf is an overlay no other overlay refines.
+`aicr --version` names the version either way.
 """
 
 from __future__ import annotations
@@ -97,14 +104,117 @@ def _run(argv: Sequence[str]) -> str:
     return proc.stdout
 
 
+_HELP_VALUES = re.compile(r"^\s*--([a-z]+)\b[^(]*\(e\.g\. ([^)]*)\)")
+_OVERLAY_FILE = re.compile(r"path=overlays/([^\s/]+)\.ya?ml\b")
+_SUBCOMMAND = re.compile(r"^\s+list\b", re.MULTILINE)
+
+
+def criteria_values(recipe_help: str) -> dict[str, list[str]]:
+    """The values each criteria flag's usage lists in `aicr recipe --help`."""
+    values: dict[str, list[str]] = {}
+    for line in recipe_help.splitlines():
+        if (match := _HELP_VALUES.match(line)) and match.group(1) in DIMENSIONS:
+            values[match.group(1)] = [v.strip() for v in match.group(2).split(",") if v.strip()]
+    missing = [d for d in DIMENSIONS if not values.get(d)]
+    if missing:
+        raise ValueError(f"aicr recipe --help lists no values for {', '.join(missing)}")
+    return values
+
+
+def hypothesis(stem: str, values: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """The criteria an overlay file name spells (``h100-eks-ubuntu-training``)."""
+    found: dict[str, str] = {}
+    for dim in DIMENSIONS:
+        named = [v for v in values[dim] if f"-{v}-" in f"-{stem}-"]
+        if named:
+            found[dim] = max(named, key=len)
+    return found
+
+
+class Resolver:
+    """``aicr recipe`` queries, each asked once: the overlays it applies."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self.command = list(command)
+        self.answers: dict[tuple[tuple[str, str], ...], frozenset[str] | None] = {}
+
+    def applied(self, query: Mapping[str, str]) -> frozenset[str] | None:
+        """None when aicr refuses the query (no criteria at all)."""
+        key = tuple((d, query[d]) for d in DIMENSIONS if d in query)
+        if key not in self.answers:
+            flags = [word for dim, value in key for word in (f"--{dim}", value)]
+            proc = subprocess.run(
+                [*self.command, "recipe", *flags, "--format", "json"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+            doc = json.loads(proc.stdout) if proc.returncode == 0 else None
+            self.answers[key] = frozenset(doc["metadata"]["appliedOverlays"]) if doc else None
+        return self.answers[key]
+
+    def criteria_of(self, name: str, values: Mapping[str, Sequence[str]]) -> dict[str, str]:
+        """What ``name`` states: from the smallest query it applied to, each
+        dimension left out in turn (still applied: it does not state it)."""
+        seen = [dict(key) for key, found in self.answers.items() if found and name in found]
+        query = min(seen, key=len)
+        stated: dict[str, str] = {}
+        for dim, value in query.items():
+            rest = {d: v for d, v in query.items() if d != dim}
+            if not rest:  # aicr refuses an empty query: ask another dimension alone
+                other = next(d for d in DIMENSIONS if d != dim)
+                rest = {other: values[other][0]}
+            found = self.applied(rest)
+            if found is None or name not in found:
+                stated[dim] = value
+        return stated
+
+
+def entries_from_resolution(command: Sequence[str]) -> list[dict[str, Any]]:
+    """Embedded overlays of an aicr without `recipe list`, found by resolving queries."""
+    values = criteria_values(_run([*command, "recipe", "--help"]))
+    probe = subprocess.run(
+        [*command, "--debug", "recipe", "--service", values["service"][0], "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    stems = sorted(set(_OVERLAY_FILE.findall(probe.stderr)))
+    if not stems:
+        raise ValueError("aicr --debug recipe named no overlays/*.yaml files")
+    resolver = Resolver(command)
+    for stem in stems:
+        resolver.applied(hypothesis(stem, values) or {"service": values["service"][0]})
+    names = sorted({name for found in resolver.answers.values() if found for name in found})
+    unseen = sorted(set(stems) - set(names))
+    if unseen:
+        raise ValueError(f"overlays never applied by the query their file name spells: {', '.join(unseen)}")
+    criteria = {name: resolver.criteria_of(name, values) for name in names}
+    return [
+        {
+            "name": name,
+            **{dim: criteria[name].get(dim, "any") for dim in DIMENSIONS},
+            "leaf": bool(criteria[name])
+            and not any(other != name and criteria[name].items() < criteria[other].items() for other in names),
+        }
+        for name in names
+    ]
+
+
 def generate(aicr: str, source: str | None = None) -> dict[str, Any]:
     command = shlex.split(aicr)
     version = parse_version(_run([*command, "--version"]))
-    payload = json.loads(_run([*command, "recipe", "list", "--format", "json", "--no-health"]))
+    if _SUBCOMMAND.search(_run([*command, "recipe", "--help"]).split("OPTIONS:", 1)[0]):
+        payload = json.loads(_run([*command, "recipe", "list", "--format", "json", "--no-health"]))
+        entries, how = entries_from_recipe_list(payload), "`aicr recipe list`"
+    else:
+        entries, how = entries_from_resolution(command), "`aicr recipe` queries (this aicr has no `recipe list`)"
     return {
         "aicrVersion": version,
-        "source": source or f"generated by scripts/gen-catalog.py from `aicr recipe list` (aicr {version})",
-        "entries": entries_from_recipe_list(payload),
+        "source": source or f"generated by scripts/gen-catalog.py from {how} (aicr {version})",
+        "entries": entries,
     }
 
 

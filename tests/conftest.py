@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
+
+from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
 
 
 @pytest.fixture(autouse=True)
@@ -16,3 +19,26 @@ def _reset_logging() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     logging.getLogger().handlers.clear()
+
+
+@pytest.fixture(scope="session")
+def real_aicr(tmp_path_factory: pytest.TempPathFactory) -> RealAicr:
+    """The real aicr v0.11.1 from ``AICR_TEST_RELEASES_DIR``, extracted once per
+    session after its archive matched the release's checksums. Missing: the test
+    fails with the reason (never skips)."""
+    workdir = tmp_path_factory.mktemp("real-aicr")
+    try:
+        binary = extract_binary(workdir / "bin")
+    except RealAicrMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return RealAicr(binary, workdir)
+
+
+@pytest.fixture(scope="session")
+def real_aicr_release() -> Path:
+    """The folder of the real release (``<AICR_TEST_RELEASES_DIR>/v0.11.1``), checked;
+    missing: the test fails with the reason."""
+    try:
+        return release_dir()
+    except RealAicrMissing as exc:
+        pytest.fail(str(exc), pytrace=False)

@@ -21,11 +21,15 @@ guards against that at runtime).
 
 Skipped when dataPack is set (a pack may register values and overlays; the
 runtime then checks the criteria against the pack), when criteriaPreflight is
-false, or when aicrVersion is not the catalog's version.
+false, when aicrVersion is not the catalog's version, and when aicrBinary.path
+is set (a preinstalled aicr may be any version; aicr itself decides, and the
+runtime lists what that aicr supports). The catalog says where it comes from
+(its "source"); the refusal names it.
 */}}
 {{- define "nvidia-aicr.criteriaSupported" -}}
 {{- $v := .Values -}}
-{{- if and $v.criteriaPreflight (not $v.dataPack) -}}
+{{- $binary := default dict $v.aicrBinary -}}
+{{- if and $v.criteriaPreflight (not $v.dataPack) (not $binary.path) -}}
 {{- $catalog := .Files.Get "files/criteria-catalog.json" | fromJson -}}
 {{- if or (hasKey $catalog "Error") (not (kindIs "slice" $catalog.entries)) -}}
 {{- fail "chart files/criteria-catalog.json is missing or not a catalog; regenerate it with scripts/gen-catalog.py." -}}
@@ -111,7 +115,7 @@ false, or when aicrVersion is not the catalog's version.
 {{- if $problems -}}
 {{- $statedText := list -}}
 {{- range $d := $stated -}}{{- $statedText = append $statedText (printf "%s=%s" $d (get $query $d)) -}}{{- end -}}
-{{- fail (printf "criteria (%s) are not supported by aicr %s: %s. State a supported combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same), set dataPack if your pack provides this combination, or set criteriaPreflight=false if aicr %s accepts it." (join ", " $statedText) $catalogVersion (join "; " $problems) $catalogVersion) -}}
+{{- fail (printf "criteria (%s) are not supported by aicr %s: %s. State a supported combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same, %s), set dataPack if your pack provides this combination, or set criteriaPreflight=false if aicr %s accepts it." (join ", " $statedText) $catalogVersion (join "; " $problems) (toString $catalog.source) $catalogVersion) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

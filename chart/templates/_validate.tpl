@@ -51,14 +51,25 @@ anchor left to runtime; C-* are new.
 {{- fail "aicrBinary.sha256 is set but aicrBinary.path is empty: the hash pins a preinstalled aicr in a custom image. Give its path in aicrBinary.path, or drop aicrBinary.sha256 (downloads are pinned with aicrSha256)." -}}
 {{- end -}}
 
+{{- /* G-03 and G-17b say what aicrVersion does with the value (1.x and 0.x differ).
+A preinstalled aicrBinary.path may be any version: the runtime refuses the same
+values once it has asked the binary, in that version's words. */ -}}
+{{- $zeroX := semverCompare "< 1.0.0-0" (toString $v.aicrVersion) -}}
+{{- if not $binary.path -}}
+
 {{- /* G-03: "any" is not an accelerator. */ -}}
-{{- if eq $accelerator "any" -}}
+{{- if and (eq $accelerator "any") (not $zeroX) -}}
 {{- fail "accelerator=any: 'any' is not an accelerator value (aicr answers 'no criteria provided'). Leave accelerator empty and state criteria another way (a dataPack, or a concrete service with an intent), or name a real accelerator such as h100; `aicr recipe list` shows what exists." -}}
+{{- else if eq $accelerator "any" -}}
+{{- fail (printf "accelerator=any: 'any' is not an accelerator value (aicr %s reads it as no accelerator and resolves the other criteria alone, without any accelerator overlay). Leave accelerator empty and state criteria another way (a dataPack, or a concrete service with an intent), or name a real accelerator such as h100." (toString $v.aicrVersion)) -}}
 {{- end -}}
 
-{{- /* G-17b: service aliases resolve to generic, which has no recipe for most accelerators. */ -}}
-{{- if has $service $aliases -}}
+{{- /* G-17b: service aliases resolve to generic (1.x), which has no recipe for most accelerators, or to any (0.x). */ -}}
+{{- if and (has $service $aliases) (not $zeroX) -}}
 {{- fail (printf "service=%s: aicr maps this alias to 'generic', which has no recipe for most accelerators (the Job would fail with 'no recipe provides service'). Use service: any (the default) for a self-managed cluster, or name the service (eks, gke, k0s, rke2, ...)." $service) -}}
+{{- else if has $service $aliases -}}
+{{- fail (printf "service=%s: aicr %s maps this alias to 'any', so no service overlay applies. Say service: any (the same thing, stated plainly), or name the service (aks, eks, gke, kind, oke)." $service (toString $v.aicrVersion)) -}}
+{{- end -}}
 {{- end -}}
 
 {{- /* G-04: some criteria must be stated. */ -}}

@@ -17,12 +17,13 @@ from aicr_runner.config import ENV_PREFIX
 from aicr_runner.context import Mode, RunContext
 from aicr_runner.errors import DownloadError, RunnerError, ToolError
 from aicr_runner.machine import State
+from aicr_runner.process import child_env
 from aicr_runner.provenance import CosignVerifier, ProvenanceCheck, check_provenance
 
 if TYPE_CHECKING:
     from aicr_runner.binary import AicrBinary
 
-__all__ = ["detect_version", "obtain", "verify_provenance"]
+__all__ = ["detect_version", "help_text", "obtain", "probe_help", "verify_provenance"]
 
 
 def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
@@ -77,22 +78,26 @@ def verify_provenance(ctx: RunContext, binary: AicrBinary) -> ProvenanceCheck:
 
 
 def detect_version(ctx: RunContext, binary: Path, *, preinstalled: bool) -> capabilities.AicrVersion:
-    """What the binary says it is, recorded; a downloaded one that is not its tag is warned about."""
+    """What the binary says it is, recorded; one that names no release version is
+    probed (its ``--help``), never taken for the pin; a downloaded one that is not
+    its tag is warned about."""
     log = logs.get_logger()
     pinned = ctx.settings.aicr.version
-    version = capabilities.reported_version(_version_lines(ctx, binary, preinstalled=preinstalled), pinned)
-    if version.assumed:
+    printed = _version_lines(ctx, binary, preinstalled=preinstalled)
+    version = capabilities.AicrVersion.parse("\n".join(printed))
+    if version is None:
+        version = capabilities.AicrVersion.detected(logs.redact(" ".join(printed)), probe_help(ctx, binary))
         log.warning(
             "aicr names no release version (a build without release version data?); "
-            "its capabilities are assumed to be the pinned version's",
+            "its capabilities were detected from the flags its --help lists",
             step=State.FETCH.value,
-            pinned=pinned,
             reported=version.line,
+            behaves_as=f"aicr >= v{'.'.join(map(str, version.numbers))}",
         )
     ctx.aicr_version = version
     ctx.report.aicr_version = version.text
     log.info("aicr version detected", step=State.FETCH.value, aicr=version.text, reported=version.line)
-    if not preinstalled and not version.assumed and version.text != pinned:
+    if not preinstalled and not version.detected_from_flags and version.text != pinned:
         log.warning(
             "the downloaded aicr reports another version than its release tag",
             step=State.FETCH.value,
@@ -100,6 +105,23 @@ def detect_version(ctx: RunContext, binary: Path, *, preinstalled: bool) -> capa
             aicr=version.text,
         )
     return version
+
+
+def probe_help(ctx: RunContext, binary: Path) -> capabilities.HelpProbe:
+    """``aicr --help`` and each probed subcommand's ``--help`` (kept in the work
+    directory's logs, not relayed: they are long and say nothing about the run)."""
+    texts = {sub: help_text(ctx, [str(binary), sub, "--help"]) for sub in capabilities.HelpProbe.SUBCOMMANDS}
+    return capabilities.HelpProbe.read(help_text(ctx, [str(binary), "--help"]), texts)
+
+
+def help_text(ctx: RunContext, argv: list[str]) -> str:
+    """What a ``--help`` call printed (stdout and stderr)."""
+    lines: list[str] = []
+    name = "-".join(["help", *argv[1:-1]])
+    ctx.processes.run(
+        argv, env=child_env(ctx.environ), cwd=ctx.work, log_path=ctx.work / "logs" / f"{name}.log", on_line=lines.append
+    )
+    return "\n".join(lines)
 
 
 def _version_lines(ctx: RunContext, binary: Path, *, preinstalled: bool) -> list[str]:

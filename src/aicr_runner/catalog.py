@@ -17,10 +17,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CATALOG_PATH", "load_catalog", "problems", "refusal"]
+from aicr_runner.names import ENV_PREFIX
+
+__all__ = [
+    "CATALOG_PATH",
+    "SERVICE_ALIASES",
+    "load_catalog",
+    "overlay_criteria",
+    "problems",
+    "refusal",
+    "release_numbers",
+    "version_guards",
+]
 
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "criteria-catalog.json"
 DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
+#: Service values aicr reads as another: ``generic`` in 1.x, ``any`` in 0.x.
+SERVICE_ALIASES = ("self-managed", "self", "vanilla")
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
@@ -69,6 +82,15 @@ def problems(criteria: Mapping[str, str], catalog: Mapping[str, Any]) -> list[st
     return found
 
 
+def overlay_criteria(aicr_version: str, catalog: Mapping[str, Any] | None = None) -> dict[str, dict[str, str]]:
+    """Each overlay of the catalog by name: the criteria it states; empty when the
+    catalog describes another aicr version."""
+    catalog = catalog if catalog is not None else load_catalog()
+    if str(catalog["aicrVersion"]).removeprefix("v") != aicr_version.removeprefix("v"):
+        return {}
+    return {str(e["name"]): {d: str(e[d]) for d in DIMENSIONS if str(e[d]) != "any"} for e in catalog["entries"]}
+
+
 def refusal(criteria: Mapping[str, str], aicr_version: str, catalog: Mapping[str, Any] | None = None) -> str | None:
     """The chart's refusal for ``criteria``, or None when the catalog accepts them
     or describes another aicr version (then aicr itself decides)."""
@@ -82,7 +104,48 @@ def refusal(criteria: Mapping[str, str], aicr_version: str, catalog: Mapping[str
     stated = ", ".join(f"{d}={v}" for d, v in _stated(criteria).items())
     return (
         f"criteria ({stated}) are not supported by aicr {version}: {'; '.join(found)}. State a supported "
-        "combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same), "
-        "give a data pack (--pack-dir, or AICR_RUNNER_PACK__REF) if your pack provides this combination, "
-        f"or plan with --aicr-binary if your aicr {version} accepts it."
+        "combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same, "
+        f"{catalog['source']}), give a data pack (--pack-dir, or AICR_RUNNER_PACK__REF) if your pack provides "
+        f"this combination, or plan with --aicr-binary if your aicr {version} accepts it."
     )
+
+
+def release_numbers(tag: str) -> tuple[int, int, int] | None:
+    """``v1.2.0`` (or ``1.2.0-rc.1``) as numbers; None for anything else."""
+    head = tag.strip().removeprefix("v").split("-", 1)[0].split("+", 1)[0].split(".")
+    if len(head) != 3 or not all(part.isdigit() for part in head):
+        return None
+    return int(head[0]), int(head[1]), int(head[2])
+
+
+def version_guards(criteria: Mapping[str, str], version: tuple[int, int, int], label: str) -> list[str]:
+    """Criteria values aicr reads as something other than what they say, refused
+    with what ``version`` (named ``label``, e.g. ``aicr v0.11.1``) does with them:
+    1.x answers ``accelerator=any`` with "no criteria provided" and maps the
+    self-managed aliases to ``generic``; 0.x reads ``any`` as no accelerator and
+    maps the aliases to ``any``."""
+    prefix = f"{ENV_PREFIX}CRITERIA__"
+    one_x = version >= (1, 0, 0)
+    found: list[str] = []
+    if criteria.get("accelerator") == "any":
+        does = (
+            f"{label} answers 'no criteria provided'"
+            if one_x
+            else f"{label} reads it as no accelerator and resolves the other criteria alone, without any "
+            "accelerator overlay ('no criteria provided' when nothing else is stated)"
+        )
+        found.append(
+            f"{prefix}ACCELERATOR='any': 'any' is not an accelerator ({does}); leave it empty or name a real "
+            "accelerator such as h100"
+        )
+    service = criteria.get("service", "")
+    if service in SERVICE_ALIASES:
+        does = (
+            f"{label} maps this alias to 'generic', which has no recipe for most accelerators; use 'any' or name "
+            "the service (eks, gke, k0s, ...)"
+            if one_x
+            else f"{label} maps this alias to 'any', so no service overlay applies; say service=any (the same "
+            "thing, stated plainly) or name the service (aks, eks, gke, kind, oke)"
+        )
+        found.append(f"{prefix}SERVICE={service!r}: {does}")
+    return found

@@ -235,17 +235,35 @@ def _deploy_exited_two(*, failure_report: bool, dra_deferred: bool, best_effort:
     return Classification(Outcome.FAILED, 2, reason)
 
 
-def classify_validate(exit_code: int) -> Classification:
-    """aicr validate's verdict (anchor R-17, contract section 10)."""
+#: aicr validate errors that end the run before any check ran (0.11 exits 8 for
+#: them, wrapped in INTERNAL): what they mean, for the operator.
+_VALIDATE_NO_VERDICT = (
+    (
+        ("failed to create kubernetes client", "failed to get kubernetes client", "failed to ensure validation"),
+        "aicr validate could not reach the cluster, so no check ran and there is no verdict",
+    ),
+    (("readiness check failed",), "the readiness pre-flight failed, so no validator ran"),
+)
+
+
+def classify_validate(exit_code: int, *, error: str = "") -> Classification:
+    """aicr validate's verdict (anchor R-17, contract section 10). ``error`` is
+    aicr's ``command failed`` error, if any: exit 8 means failed checks only when
+    it is not an error that stopped validate before the checks."""
     if exit_code == 0:
         return Classification(Outcome.SUCCEEDED, 0, "validation passed (every check passed or was skipped)")
+    if exit_code == 9:
+        return Classification(Outcome.FAILED, 9, "aicr validate was aborted (SIGINT/SIGTERM)", interrupted=True)
+    for markers, meaning in _VALIDATE_NO_VERDICT:
+        if any(marker in error for marker in markers):
+            return Classification(Outcome.FAILED, exit_code, f"{meaning}: {error}")
     reasons = {
         2: "invalid input, or the readiness pre-flight failed: no validators ran",
         5: "aicr timed out before any check ran",
         8: "one or more checks failed or were inconclusive",
     }
-    if exit_code == 9:
-        return Classification(Outcome.FAILED, 9, "aicr validate was aborted (SIGINT/SIGTERM)", interrupted=True)
+    if exit_code == 8 and error and "did not pass" not in error:
+        return Classification(Outcome.FAILED, 8, f"aicr validate failed before a verdict: {error}")
     reason = reasons.get(exit_code, f"unexpected exit {exit_code} from aicr validate")
     return Classification(Outcome.FAILED, exit_code, reason)
 

@@ -619,7 +619,11 @@ def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str])
         return f"unknown (preinstalled {binary} --version exited {answer.returncode})", None
     version = AicrVersion.parse(answer.stdout)
     printed = answer.stdout.splitlines()
-    return (version.text if version else f"unknown (preinstalled {binary} printed no version)"), printed
+    if version is None:
+        # Never taken for the pin: the fetch step asks its --help what it can do.
+        said = " ".join(printed).strip()[:120]
+        return f"unknown version ({said!r}), capabilities detected from flags by the fetch step", printed
+    return version.text, printed
 
 
 def _termination_line(report: RunReport) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 from aicr_runner import names
+from aicr_runner.catalog import SERVICE_ALIASES, release_numbers, version_guards
 from aicr_runner.errors import ConfigError
 
 __all__ = [
@@ -59,10 +60,8 @@ __all__ = [
 ENV_PREFIX = names.ENV_PREFIX
 DEFAULT_RELEASE_BASE_URL = "https://github.com/NVIDIA/aicr/releases/download"
 
-#: Service values aicr silently maps to ``generic``, which resolves nothing for
-#: most accelerators (anchor pain point 3).
-SERVICE_ALIASES = ("self-managed", "self", "vanilla")
-#: Service values that state no concrete service.
+#: Service values that state no concrete service (the aliases aicr maps to
+#: ``generic`` in 1.x, ``any`` in 0.x: anchor pain point 3).
 NON_CONCRETE_SERVICES = ("", "any", *SERVICE_ALIASES)
 
 #: Longest value shown in a message; the rest is counted, not printed.
@@ -923,22 +922,17 @@ def _criteria_problems(s: RunnerSettings, *, local_pack: bool) -> list[str]:
     p = ENV_PREFIX
     c = s.criteria
     problems: list[str] = []
-    if c.accelerator == "any":
-        problems.append(
-            f"{p}CRITERIA__ACCELERATOR='any': 'any' is not an accelerator (aicr answers "
-            "'no criteria provided'); leave it empty or name a real accelerator such as h100"
-        )
+    numbers = release_numbers(s.aicr.version)
+    if not s.aicr.binary and numbers is not None:
+        # The release's tag says what aicr does with these values; a preinstalled
+        # aicr is asked its version first (the fetch step words them for it).
+        problems += version_guards(c.stated(), numbers, f"aicr {s.aicr.version}")
     concrete_service = c.service not in NON_CONCRETE_SERVICES
     if not c.accelerator and not (s.pack.ref or local_pack) and not (concrete_service and c.intent):
         problems.append(
             f"{p}CRITERIA__*: no criteria stated (service={c.service!r}, accelerator='', intent="
             f"{c.intent!r}, pack ref=''); set an accelerator, a pack ref, or a concrete service "
             "together with an intent (e.g. service=bcm, intent=inference)"
-        )
-    if c.service in SERVICE_ALIASES:
-        problems.append(
-            f"{p}CRITERIA__SERVICE={c.service!r}: aicr maps this alias to 'generic', which has no "
-            "recipe for most accelerators; use 'any' or name the service (eks, gke, k0s, ...)"
         )
     if c.intent and c.service in ("any", ""):
         problems.append(

@@ -55,6 +55,12 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
 
 #: Failures in these states do not end the run; ``final_exit`` weighs them last.
 GATED_STATES = frozenset({S.CAPTURE_RECIPE, S.VALIDATE, S.CAPTURE_VERDICT, S.PUBLISH, S.CAPTURE_EVIDENCE})
+#: Failures where the step is not what went wrong (the fetch step refuses settings
+#: once it knows the aicr): the run's message names the cause, by classification.
+FAILURE_HEADINGS = {
+    "aicr-version-unsupported": "settings refused (the aicr that runs lacks what they need)",
+    "criteria-refused": "criteria refused",
+}
 #: Run even after an interruption: they only store results that already exist.
 CAPTURE_STATES = (S.CAPTURE_RECIPE, S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE)
 
@@ -119,7 +125,8 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
         if record.status is StepStatus.INTERRUPTED:
             return record.exit_code or 143, f"interrupted during {state}: {record.message}"
         if record.status is StepStatus.FAILED and state not in GATED_STATES:
-            return record.exit_code or 1, f"{state} failed: {record.message}"
+            heading = FAILURE_HEADINGS.get(record.classification, f"{state} failed")
+            return record.exit_code or 1, f"{heading}: {record.message}"
     if interrupted_before is not None:
         return 143, f"interrupted before {interrupted_before}: a shutdown was requested; the steps before it finished"
     for state in (S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE):

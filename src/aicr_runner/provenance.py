@@ -475,8 +475,9 @@ def _present_attestation(binary: Path, attestation: Path | None) -> Path:
     if attestation is None or not attestation.is_file():
         raise ProvenanceError(
             f"aicr provenance: no aicr-attestation.sigstore.json beside {binary}; every aicr release archive "
-            "carries one (a mirror must serve the archive unmodified). For a preinstalled binary without it, "
-            f"set {_ENV_PREFIX}MODE=warn or off explicitly"
+            "carries one (a mirror must serve the archive unmodified). To run an aicr without NVIDIA's "
+            "attestation anyway (a preinstalled binary, a release not built by NVIDIA's release workflow), "
+            f"set {_ENV_PREFIX}MODE=warn or off explicitly (chart: aicrProvenance.mode)"
         )
     return attestation
 

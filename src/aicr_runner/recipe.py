@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from aicr_runner.catalog import SERVICE_ALIASES
 from aicr_runner.config import Criteria, RecipeExpectations, RunnerSettings
 from aicr_runner.errors import ExitCode, RunnerError
 
@@ -32,12 +33,16 @@ __all__ = [
     "RecipeSummary",
     "check_expectations",
     "component_table",
+    "dropped_values",
+    "last_error",
     "load_recipe",
+    "pack_overlay_criteria",
     "parse_completion_line",
     "parse_recipe",
     "parse_rejection",
     "summary_text",
     "thin_resolution_warnings",
+    "unknown_value",
 ]
 
 #: What aicr 1.x writes and reads (v1beta2 for profile-bearing recipes).
@@ -247,11 +252,27 @@ def _failure_error(line: str) -> str | None:
     return _text(record.get("error"))
 
 
+def last_error(log_lines: Sequence[str]) -> str:
+    """The ``error`` of aicr's last ``command failed`` record, whole (every
+    ``[CODE]`` kept); empty when there is none."""
+    return next((found for line in reversed(log_lines) if (found := _failure_error(line)) is not None), "")
+
+
 def with_supported(message: str, supported: Sequence[str]) -> str:
     """``message`` plus the supported combinations, unless it lists them already."""
     if not supported or "supported combinations:" in message:
         return message
     return f"{message}; supported combinations: {', '.join(supported)}"
+
+
+_UNKNOWN_VALUE = re.compile(r"invalid (service|accelerator|intent|os|platform) type: (\S+)", re.IGNORECASE)
+
+
+def unknown_value(message: str) -> tuple[str, str] | None:
+    """``(dimension, value)`` when aicr's rejection says it does not know a
+    criteria value (``invalid service type: lke``); None otherwise."""
+    match = _UNKNOWN_VALUE.search(message)
+    return (match.group(1).lower(), match.group(2)) if match else None
 
 
 def parse_rejection(log_lines: Sequence[str]) -> tuple[str, list[str]]:
@@ -307,10 +328,39 @@ def check_expectations(summary: RecipeSummary, expect: RecipeExpectations) -> li
     return problems
 
 
-def thin_resolution_warnings(summary: RecipeSummary, criteria: Criteria) -> list[str]:
+def _carries(overlay: str, dimension: str, value: str, known: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether the applied ``overlay`` names ``dimension=value``: from its criteria
+    when known (the catalog of the running aicr, the pack's overlays), otherwise
+    from its name, which aicr composes of the values it carries (``h100-eks-training``)."""
+    criteria = known.get(overlay)
+    if criteria is not None:
+        return criteria.get(dimension) == value
+    return f"-{value}-" in f"-{overlay}-"
+
+
+def dropped_values(
+    summary: RecipeSummary, criteria: Criteria, known: Mapping[str, Mapping[str, str]] | None = None
+) -> list[str]:
+    """The stated criteria no applied overlay carries: aicr 0.11 resolves such a
+    query without them (and echoes them back in the recipe's criteria)."""
+    if not summary.applied_overlays:
+        return []
+    return [
+        name
+        for name, value in criteria.stated().items()
+        if value != "any"
+        and value not in SERVICE_ALIASES  # aicr maps them to another value: the echo check below says which
+        and not any(_carries(o, name, value, known or {}) for o in summary.applied_overlays)
+    ]
+
+
+def thin_resolution_warnings(
+    summary: RecipeSummary, criteria: Criteria, known: Mapping[str, Mapping[str, str]] | None = None
+) -> list[str]:
     """Reasons to suspect the recipe is thinner than intended (anchor pain point 2):
-    only base overlays applied, a stated value that did not survive resolution,
-    or core dimensions left unstated."""
+    only base overlays applied, a stated value no applied overlay carries (``known``:
+    overlay name -> its criteria, where known), a stated value that did not survive
+    resolution, or core dimensions left unstated."""
     warnings: list[str] = []
     count = len(summary.components)
     overlays = _listing(summary.applied_overlays)
@@ -318,10 +368,17 @@ def thin_resolution_warnings(summary: RecipeSummary, criteria: Criteria) -> list
         warnings.append(
             f"only base overlays applied ({overlays}): the criteria matched no specific overlay, {count} components"
         )
-    for name, value in criteria.stated().items():
+    dropped = dropped_values(summary, criteria, known)
+    stated = criteria.stated()
+    warnings += [
+        f"{name}={stated[name]!r} was stated but no applied overlay carries it (applied: {overlays}): aicr "
+        f"resolved a recipe without it ({count} components)"
+        for name in dropped
+    ]
+    for name, value in stated.items():
         resolved = summary.criteria.get(name, "")
-        if not summary.criteria:
-            break
+        if not summary.criteria or name in dropped:
+            continue
         if resolved in ("", "any"):
             warnings.append(f"{name}={value!r} was stated but the recipe resolved {name}=any")
         elif resolved != value:
@@ -334,6 +391,27 @@ def thin_resolution_warnings(summary: RecipeSummary, criteria: Criteria) -> list
             "to make a thin recipe an error"
         )
     return warnings
+
+
+def pack_overlay_criteria(pack: Path | None) -> dict[str, dict[str, str]]:
+    """Each overlay of a data pack (``overlays/**.yaml``) by name: its stated criteria."""
+    found: dict[str, dict[str, str]] = {}
+    overlays = pack / "overlays" if pack is not None else None
+    if overlays is None or not overlays.is_dir():
+        return found
+    for path in sorted([*overlays.rglob("*.yaml"), *overlays.rglob("*.yml")]):
+        try:
+            doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)  # noqa: S506 - safe loader
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # aicr read the pack already; a file it could not read applied nothing
+        if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) and isinstance(doc.get("spec"), dict):
+            raw = doc["spec"].get("criteria") or {}
+            found[_text(doc["metadata"].get("name"))] = (
+                {_text(k): _text(v) for k, v in raw.items() if _text(v) not in ("", "any")}
+                if isinstance(raw, dict)
+                else {}
+            )
+    return found
 
 
 def summary_text(

@@ -8,6 +8,7 @@ blocks are passed on whole and only its markers are picked out.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -21,6 +22,9 @@ __all__ = ["aicr_relay", "deploy_relay"]
 
 #: aicr records at these levels are logged as events of that level, not relayed as text.
 _AICR_LEVELS = {"ERROR": "error", "WARN": "warning", "WARNING": "warning"}
+#: Plain lines aicr prints when it fails before its logger exists (a flag it
+#: does not define): urfave/cli's usage error and Go's default log record.
+_PLAIN_ERRORS = re.compile(r"^(?:Incorrect Usage: |\d{4}/\d\d/\d\d \d\d:\d\d:\d\d ERROR )")
 
 
 def aicr_relay(
@@ -39,7 +43,7 @@ def aicr_relay(
             if on_line is not None:
                 on_line(line)
             shown = logs.format_relayed_line(line)
-            level = _AICR_LEVELS.get(shown.split(" ", 1)[0])
+            level = _AICR_LEVELS.get(shown.split(" ", 1)[0]) or ("error" if _PLAIN_ERRORS.match(shown) else None)
             if level is None:
                 plain.append(shown)
                 continue

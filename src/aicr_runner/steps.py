@@ -11,11 +11,11 @@ import os
 import shutil
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from aicr_runner import acquire, capabilities, classify, commands, deadline, logs, recipe, sink
+from aicr_runner import acquire, capabilities, catalog, classify, commands, deadline, logs, recipe, sink
 from aicr_runner.classify import Outcome
 from aicr_runner.config import ENV_PREFIX
 from aicr_runner.context import Mode, RunContext
@@ -119,6 +119,9 @@ class Steps:
         refused = capabilities.unsupported(self.s, version)
         if refused:
             return StepResult.failed(ExitCode.BAD_INPUT, "; ".join(refused), classification="aicr-version-unsupported")
+        criteria = capabilities.criteria_refusals(self.s, version) if preinstalled else []
+        if criteria:
+            return StepResult.failed(ExitCode.BAD_INPUT, "; ".join(criteria), classification="criteria-refused")
         if provenance.warning:
             return StepResult.warned(
                 f"aicr {version.text} from {how}; {provenance.warning}", classification="provenance-unverified"
@@ -166,6 +169,9 @@ class Steps:
         result = self.ctx.run_child(State.RECIPE, argv, tail=tail, on_line=watch)
         if result.exit_code != 0:
             message, supported = recipe.parse_rejection(list(tail))
+            unknown = recipe.unknown_value(message)
+            if unknown is not None and not supported:
+                return self._unknown_criteria_value(result.exit_code, message, *unknown)
             if supported:
                 self.ctx.report.supported_combinations = supported
                 rejected = recipe.with_supported(message, supported)
@@ -186,6 +192,29 @@ class Steps:
         return StepResult.ok(
             f"{len(summary.components)} components, overlays: {', '.join(summary.applied_overlays) or '-'}"
         )
+
+    def _unknown_criteria_value(self, exit_code: int, message: str, dimension: str, value: str) -> StepResult:
+        """aicr does not know a criteria value (0.11 exits 8 for it, the refusal
+        wrapped as an internal error, and lists nothing): a deterministic refusal,
+        exit 2, with the values its ``recipe --help`` lists."""
+        version = self.ctx.aicr_version
+        named = f"aicr {version.text}" if version is not None and version.probe is None else "this aicr"
+        known = self._known_values().get(dimension, ())
+        text = f"{named} does not know {dimension} '{value}' (aicr recipe exit {exit_code}: {message})"
+        if known:
+            self.ctx.report.supported_combinations = [f"{dimension}={v}" for v in known]
+            text += "; supported combinations: " + ", ".join(f"({dimension}={v})" for v in known)
+        else:
+            text += f"; its recipe --help lists no {dimension} values"
+        self.log.error(f"CRITERIA REJECTED: {text}", step=State.RECIPE.value)
+        return StepResult.failed(ExitCode.BAD_INPUT, text, classification="criteria-rejected")
+
+    def _known_values(self) -> Mapping[str, tuple[str, ...]]:
+        """The criteria values the running aicr accepts, as its ``recipe --help`` lists them."""
+        version = self.ctx.aicr_version
+        if version is not None and version.probe is not None:
+            return version.probe.values
+        return capabilities.listed_values(acquire.help_text(self.ctx, [str(self._binary), "recipe", "--help"]))
 
     def capture_recipe(self) -> StepResult:
         name = self.s.recipe.configmap
@@ -229,7 +258,10 @@ class Steps:
                     classification="expectations-not-met",
                 )
             return StepResult.ok("recipe meets recipe.expect")
-        warnings = recipe.thin_resolution_warnings(summary, self.s.criteria)
+        version = self.ctx.aicr_version.text if self.ctx.aicr_version is not None else self.s.aicr.version
+        # What each applied overlay carries: the running aicr's catalog, the pack's overlays.
+        known = {**catalog.overlay_criteria(version), **recipe.pack_overlay_criteria(self.ctx.pack)}
+        warnings = recipe.thin_resolution_warnings(summary, self.s.criteria, known)
         if warnings:
             return StepResult.warned("; ".join(warnings), classification="thin-resolution")
         return StepResult.ok("no expectations set; resolution is a full leaf")
@@ -240,9 +272,12 @@ class Steps:
         # aicr 1.x verify is closed-world: always bundle into a fresh, empty directory.
         shutil.rmtree(self.ctx.bundle_dir, ignore_errors=True)
         argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.ctx.pack)
-        result = self.ctx.run_child(State.BUNDLE, argv)
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        result = self.ctx.run_child(State.BUNDLE, argv, tail=tail)
         if result.exit_code != 0:
-            return StepResult.failed(result.exit_code, f"aicr bundle failed (exit {result.exit_code})")
+            # aicr's own reason (e.g. "flag provided but not defined: -storage-class"), not just a number.
+            reason = recipe.parse_rejection(list(tail))[0]
+            return StepResult.failed(result.exit_code, f"aicr bundle failed (exit {result.exit_code}): {reason}")
         if not (self.ctx.bundle_dir / "deploy.sh").is_file():
             raise AicrContractError(
                 f"aicr broke its contract: aicr bundle exited 0 but wrote no deploy.sh into {self.ctx.bundle_dir}"
@@ -388,9 +423,11 @@ class Steps:
         argv = commands.validate_argv(
             self.s, self._binary, self.ctx.recipe_path, self.ctx.pack, self.ctx.ctrf_path, self.ctx.evidence_dir
         )
-        result = self.ctx.run_child(State.VALIDATE, argv)
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
-        verdict = classify.classify_validate(result.exit_code)
+        error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""
+        verdict = classify.classify_validate(result.exit_code, error=error)
         if result.exit_code == 0 and not self.ctx.ctrf_path.is_file():
             return StepResult.failed(
                 ExitCode.AICR_CONTRACT_BROKEN,

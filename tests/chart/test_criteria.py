@@ -21,8 +21,9 @@ from tests.fake_aicr import install_fake_aicr
 DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
 TAIL = (
     ". State a supported combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds "
-    "the same), set dataPack if your pack provides this combination, or set criteriaPreflight=false if aicr "
-    "v1.2.0 accepts it."
+    "the same, written from aicr v1.2.0's documented contract, not generated from a v1.2.0 binary (none was "
+    "available; scripts/gen-catalog.py ran on the contract-faithful fake aicr)), set dataPack if your pack "
+    "provides this combination, or set criteriaPreflight=false if aicr v1.2.0 accepts it."
 )
 TRAINING_CARRIERS = (
     "(service=aks), (service=bcm), (service=cks, os=ubuntu), (service=eks), (service=generic, "
@@ -316,6 +317,18 @@ def test_criteria_preflight_false_skips_the_catalog_check() -> None:
 def test_another_aicr_version_skips_the_catalog_check() -> None:
     renders({**UNSUPPORTED, "aicrVersion": "v1.3.0"})
     assert not render({**UNSUPPORTED, "aicrVersion": "1.2.0"}).ok, "the leading v is optional"
+
+
+def test_a_preinstalled_aicr_skips_the_catalog_check_as_plan_aicr_binary_does() -> None:
+    """A preinstalled aicr may be any version: aicr v0.11.1 resolves kind + h100 +
+    inference + dynamo fully (h100-kind-inference-dynamo), the v1.2.0 catalog has no
+    such recipe. The runtime asks the binary and lists what it supports."""
+    kind_dynamo = {"service": "kind", "accelerator": "h100", "intent": "inference", "platform": "dynamo"}
+    assert not render(kind_dynamo).ok, "the v1.2.0 catalog refuses it"
+    result = renders({**kind_dynamo, "aicrBinary": {"path": "/usr/local/bin/aicr"}})
+    assert result.env["AICR_RUNNER_CRITERIA__PLATFORM"] == "dynamo"
+    assert result.env["AICR_RUNNER_AICR__BINARY"] == "/usr/local/bin/aicr"
+    renders({**UNSUPPORTED, "aicrBinary": {"path": "/usr/local/bin/aicr"}})
 
 
 def test_the_check_is_one_named_helper_reading_the_catalog() -> None:

@@ -85,6 +85,26 @@ def test_g17b_service_aliases_are_rejected_with_a_pointer_to_any(alias: str) -> 
     rejects_with({"service": alias, "intent": "training"}, ALIAS.format(service=alias), raw=True)
 
 
+def test_g03_and_g17b_say_what_an_0x_aicrversion_does_with_the_value() -> None:
+    rejects_with(
+        {"accelerator": "any", "aicrVersion": "v0.11.1"},
+        "accelerator=any: 'any' is not an accelerator value (aicr v0.11.1 reads it as no accelerator and resolves "
+        "the other criteria alone, without any accelerator overlay). Leave accelerator empty and state criteria "
+        "another way (a dataPack, or a concrete service with an intent), or name a real accelerator such as h100.",
+    )
+    rejects_with(
+        {"service": "self-managed", "aicrVersion": "v0.11.1"},
+        "service=self-managed: aicr v0.11.1 maps this alias to 'any', so no service overlay applies. Say "
+        "service: any (the same thing, stated plainly), or name the service (aks, eks, gke, kind, oke).",
+    )
+
+
+@pytest.mark.parametrize("values", [{"accelerator": "any"}, {"service": "self-managed", "accelerator": "h100"}])
+def test_g03_and_g17b_leave_a_preinstalled_aicr_to_the_runtime_which_asks_its_version(values: dict[str, Any]) -> None:
+    result = renders({**values, "aicrBinary": {"path": "/opt/aicr/aicr"}}, raw=True)
+    assert result.env["AICR_RUNNER_AICR__BINARY"] == "/opt/aicr/aicr"
+
+
 def test_g17a_intent_with_service_any_is_rejected_even_with_an_accelerator() -> None:
     rejects_with({"intent": "training"}, INTENT_WITHOUT_SERVICE.format(intent="training", service="any"))
     rejects_with(

@@ -1,8 +1,9 @@
 """A contract-faithful fake of NVIDIA's aicr CLI at v1.2.0, for tests.
 
-The real binary cannot be built here (its Go module is not served), so this
+No aicr v1.2.0 binary is available here (its Go module is not served), so this
 fake behaves as the aicr CLI contract describes: flags, exit codes, log lines,
-bundle layout, deploy.sh markers, verify, validate, evidence publish.
+bundle layout, deploy.sh markers, verify, validate, evidence publish. Its 0.11
+mode is checked against the real v0.11.1 (tests/integration/test_fake_contract.py).
 
 ``install_fake_aicr(directory)`` writes an executable ``aicr`` launcher bound
 to the current interpreter and returns its path.
@@ -10,9 +11,9 @@ to the current interpreter and returns its path.
 Environment knobs (all optional; the runner passes its environment through,
 minus its own AICR_RUNNER_* settings, so they reach aicr and deploy.sh):
 
-FAKE_AICR_VERSION=0.11.1          behave as a 0.11-style aicr: --version says so,
+FAKE_AICR_VERSION=0.11.1          behave as aicr 0.11.1 (checked against the real one): --version says so,
                                   no bundle --storage-class, no validate
-                                  --emit-attestation/--data, no `evidence` command
+                                  --emit-attestation, no `evidence` command
                                   ("No help topic", exit 3), verify not closed-world,
                                   deploy.sh's 0.11 markers (no per-component result
                                   lines), 0.11 text logs

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .catalog import EMBEDDED_VALUES_PREFIX, RECIPE_API_VERSIONS, Catalog, deep_merge
+from .catalog import EMBEDDED_VALUES_PREFIX, LEGACY_API_VERSION, RECIPE_API_VERSIONS, Catalog, deep_merge
 from .log import VERSION, AicrError, Flag, Logger, UsageError, legacy, parse_flags
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -115,10 +115,11 @@ def load_recipe(path_text: str, *, wrap: str | None = None) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise AicrError("INVALID_REQUEST", f"failed to parse recipe {path}", exc) from exc
     api_version = doc.get("apiVersion")
-    if api_version not in RECIPE_API_VERSIONS:
+    accepted = (LEGACY_API_VERSION,) if legacy() else RECIPE_API_VERSIONS
+    if api_version not in accepted:
         raise AicrError(
             "INVALID_REQUEST",
-            f"unsupported recipe apiVersion {api_version!r}: expected {' or '.join(RECIPE_API_VERSIONS)}",
+            f"unsupported recipe apiVersion {api_version!r}: expected {' or '.join(accepted)}",
         )
     if not doc.get("componentRefs"):
         raise AicrError("INVALID_REQUEST", "recipe must contain at least one component reference")
@@ -191,10 +192,13 @@ BUNDLE_FLAGS = [
 LEGACY_MISSING_BUNDLE_FLAGS = ("storage-class", "shared-storage-class")
 
 
+def bundle_flags() -> list[Flag]:
+    return [f for f in BUNDLE_FLAGS if not (legacy() and f.names[0] in LEGACY_MISSING_BUNDLE_FLAGS)]
+
+
 def cmd_bundle(args: list[str], log: Logger) -> int:
     started = time.monotonic()
-    flags = [f for f in BUNDLE_FLAGS if not (legacy() and f.names[0] in LEGACY_MISSING_BUNDLE_FLAGS)]
-    parsed = parse_flags(args, flags)
+    parsed = parse_flags(args, bundle_flags())
     if not parsed.get("recipe"):
         raise UsageError('Required flag "recipe" not set')
     deployer = str(parsed.get("deployer"))
@@ -232,8 +236,9 @@ def cmd_bundle(args: list[str], log: Logger) -> int:
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    folders = _write_bundle(out, recipe_path=recipe_path, order=order, refs=refs, values=values, catalog=catalog)
-    files = _write_checksums(out)
+    write = _write_legacy_bundle if legacy() else _write_bundle
+    folders = write(out, recipe_path=recipe_path, order=order, refs=refs, values=values, catalog=catalog)
+    files = _write_legacy_checksums(out, order) if legacy() else _write_checksums(out)
     size = sum((out / rel).stat().st_size for rel in files)
     log.info(
         "bundle generated",
@@ -243,6 +248,18 @@ def cmd_bundle(args: list[str], log: Logger) -> int:
         duration_sec=round(time.monotonic() - started, 3),
         output_dir=str(out.resolve()),
     )
+    if legacy():
+        # 0.11.1 counts recipe.yaml and checksums.txt, which its checksums omit.
+        sys.stdout.write(
+            "\nHelm per-component bundle generated successfully!\n"
+            f"Output directory: {out.resolve()}\n"
+            f"Files generated: {len(files) + 2}\n"
+            "\nTo deploy:\n"
+            f"  1. cd {out.resolve()}\n"
+            "  2. chmod +x deploy.sh\n"
+            "  3. ./deploy.sh\n"
+        )
+        return 0
     sys.stdout.write(
         "\nhelm generated successfully!\n"
         f"Output directory: {out.resolve()}\n"
@@ -360,6 +377,61 @@ def _write_bundle(
     return folders
 
 
+def _write_legacy_bundle(
+    out: Path,
+    *,
+    recipe_path: str,
+    order: list[str],
+    refs: dict[str, dict[str, Any]],
+    values: dict[str, dict[str, Any]],
+    catalog: Catalog,
+) -> list[str]:
+    """0.11.1's flat layout (contract section 7, checked against the real
+    v0.11.1): ``<component>/values.yaml`` and ``README.md`` per component, then
+    README.md, deploy.sh, undeploy.sh, recipe.yaml; ``data/`` with --data."""
+    for name in order:
+        ref = refs[name]
+        _write(out / name / "values.yaml", yaml.safe_dump(values[name], sort_keys=False) if values[name] else "{}\n")
+        _write(
+            out / name / "README.md",
+            f"# {name}\n\nChart: {ref['source']}/{ref['chart']}\nVersion: {ref['version']}\n"
+            f"Namespace: {ref['namespace']}\n",
+        )
+        (out / name).chmod(0o755)
+    entries = "\n".join(
+        "  "
+        + shlex.quote(
+            f"{name} {refs[name]['namespace']} {refs[name]['chart']} {refs[name]['source']} {refs[name]['version']}"
+        )
+        for name in order
+    )
+    deploy = (TEMPLATES / "deploy-0.11.sh").read_text(encoding="utf-8")
+    _write(out / "deploy.sh", deploy.replace("__COMPONENTS__", entries).replace("__AICR_VERSION__", VERSION), 0o755)
+    releases = " ".join(shlex.quote(f"{name}:{refs[name]['namespace']}") for name in reversed(order))
+    undeploy = (TEMPLATES / "undeploy-0.11.sh").read_text(encoding="utf-8")
+    _write(out / "undeploy.sh", undeploy.replace("__RELEASES__", releases).replace("__AICR_VERSION__", VERSION), 0o755)
+    rows = [f"| {name} | Helm | {refs[name]['version']} | {refs[name]['namespace']} |" for name in order]
+    _write(out / "README.md", "# Cloud Native Stack Deployment\n\n" + "\n".join(rows) + "\n")
+    shutil.copyfile(recipe_path, out / "recipe.yaml")
+    (out / "recipe.yaml").chmod(0o600)
+    if catalog.data_dir is not None:
+        for source in sorted(catalog.data_dir.rglob("*")):
+            if source.is_file():
+                _write(out / "data" / source.relative_to(catalog.data_dir), source.read_text(encoding="utf-8"))
+    return order
+
+
+def _write_legacy_checksums(out: Path, order: list[str]) -> list[str]:
+    """0.11.1's checksums.txt: component files in deployment order, then the
+    scripts and README, then data/; recipe.yaml is not listed."""
+    files = [f"{name}/{leaf}" for name in order for leaf in ("values.yaml", "README.md")]
+    files += ["README.md", "deploy.sh", "undeploy.sh"]
+    data = out / "data"
+    files += sorted(p.relative_to(out).as_posix() for p in data.rglob("*") if p.is_file()) if data.is_dir() else []
+    _write(out / "checksums.txt", "".join(f"{sha256_file(out / rel)}  {rel}\n" for rel in files))
+    return files
+
+
 def _payload_files(root: Path) -> list[str]:
     files = []
     for path in root.rglob("*"):
@@ -395,10 +467,16 @@ def _inventory_errors(root: Path) -> tuple[list[str], int]:
         listed[match.group(2)] = match.group(1)
     for rel, digest in listed.items():
         path = root / rel
-        if not path.is_file():
+        if not path.is_file() and legacy():
+            absolute = path.absolute()
+            errors.append(
+                f"failed to read {rel}: [INTERNAL] failed to open file for digest: {absolute}: "
+                f"open {absolute}: no such file or directory"
+            )
+        elif not path.is_file():
             errors.append(f"missing file: {rel}")
-        elif sha256_file(path) != digest:
-            errors.append(f"checksum mismatch: {rel}")
+        elif (actual := sha256_file(path)) != digest:
+            errors.append(f"checksum mismatch: {rel}" + (f" (expected {digest}, got {actual})" if legacy() else ""))
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():
@@ -431,6 +509,8 @@ def cmd_verify(args: list[str], log: Logger) -> int:
     minimum = str(parsed.get("min-trust-level"))
     if minimum not in (*TRUST_ORDER, "max"):
         raise AicrError("INVALID_REQUEST", f'invalid --min-trust-level "{minimum}"')
+    if legacy():
+        log.info("verifying bundle", dir=str(root))
     errors, count = _inventory_errors(root)
     external = (root / "data").is_dir()
     level = "unknown" if errors else "unverified"
@@ -460,10 +540,14 @@ def cmd_verify(args: list[str], log: Logger) -> int:
         lines = []
         lines.append(f"  ✓ Checksums verified ({count} files)" if not errors else "  ✗ Checksum verification failed")
         lines.append(f"  Trust level: {level}")
-        lines.append(f"    ↳ {reason}")
+        if not legacy():
+            lines.append(f"    ↳ {reason}")  # 1.x only; 0.11.1 leaves a blank line instead
+        else:
+            lines.append("")
         if errors:
             lines.append("Details:")
             lines += [f"  - {error}" for error in errors]
+            lines += [""] if legacy() else []
         lines.append(f"Bundle verification: {'PASSED' if passed else 'FAILED'}")
         sys.stdout.write("\n".join(lines) + "\n")
     if errors:

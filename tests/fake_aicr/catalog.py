@@ -18,9 +18,11 @@ from typing import Any
 
 import yaml
 
-from .log import VERSION, AicrError, Logger
+from .log import VERSION, AicrError, Logger, legacy
 
 DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
+#: How 0.11.1's criteria parser names each dimension in its errors.
+_GO_NAMES = {"service": "service", "accelerator": "accelerator", "intent": "intent", "os": "OS", "platform": "platform"}
 GO_KEYS = {
     "service": "Service",
     "accelerator": "Accelerator",
@@ -31,6 +33,18 @@ GO_KEYS = {
 OVERLAY_API_VERSIONS = ("aicr.run/v1beta1", "aicr.run/v1beta2")
 REGISTRY_API_VERSION = "aicr.run/v1beta1"
 RECIPE_API_VERSIONS = ("aicr.run/v1", "aicr.run/v1beta2")
+#: aicr 0.11.1 (FAKE_AICR_VERSION=0.x), as the real v0.11.1 does it: its headers,
+#: its hard-coded criteria values (pack overlays cannot add any) and its service
+#: aliases, which mean ``any``.
+LEGACY_API_VERSION = "aicr.nvidia.com/v1alpha1"
+LEGACY_VALID = {
+    "service": ["aks", "eks", "gke", "kind", "oke"],
+    "accelerator": ["a100", "b200", "gb200", "h100", "l40"],
+    "intent": ["inference", "training"],
+    "os": ["amazonlinux", "cos", "rhel", "ubuntu"],
+    "platform": ["dynamo", "kubeflow"],
+}
+LEGACY_ALIASES = {"self-managed": "any", "self": "any", "vanilla": "any"}
 EMBEDDED_FILE = Path(__file__).with_name("embedded.yaml")
 EMBEDDED_VALUES_PREFIX = "components/"
 #: libyaml when present: the embedded set is read on every invocation.
@@ -80,9 +94,9 @@ class Resolution:
             criteria["nodes"] = nodes
         return {
             "kind": "RecipeResult",
-            "apiVersion": "aicr.run/v1",
+            "apiVersion": LEGACY_API_VERSION if legacy() else "aicr.run/v1",
             "metadata": {
-                "version": f"v{VERSION}",
+                "version": VERSION if legacy() else f"v{VERSION}",
                 "appliedOverlays": [overlay.name for overlay in self.applied],
             },
             "criteria": criteria,
@@ -187,11 +201,12 @@ class Catalog:
                 constraints=list(raw.get("constraints") or []),
                 validation={phase: list(checks) for phase, checks in (raw.get("validation") or {}).items()},
             )
+        valid = LEGACY_VALID if legacy() else embedded["criteria"]
         catalog = cls(
             registry=registry,
             overlays=overlays,
-            valid={dim: list(values) for dim, values in embedded["criteria"].items()},
-            aliases=dict(embedded.get("serviceAliases") or {}),
+            valid={dim: list(values) for dim, values in valid.items()},
+            aliases=dict(LEGACY_ALIASES if legacy() else embedded.get("serviceAliases") or {}),
             embedded_components=len(registry),
         )
         if data_dir is not None:
@@ -212,10 +227,11 @@ class Catalog:
                     "INVALID_REQUEST", f"symlinks are not allowed in external data: {path.relative_to(root)}"
                 )
         doc = _read_yaml(registry_file, "registry.yaml") or {}
-        if doc.get("apiVersion") != REGISTRY_API_VERSION or doc.get("kind") != "ComponentRegistry":
+        expected = LEGACY_API_VERSION if legacy() else REGISTRY_API_VERSION
+        if doc.get("apiVersion") != expected or doc.get("kind") != "ComponentRegistry":
             raise AicrError(
                 "INVALID_REQUEST",
-                f"registry.yaml: expected apiVersion {REGISTRY_API_VERSION} kind ComponentRegistry, "
+                f"registry.yaml: expected apiVersion {expected} kind ComponentRegistry, "
                 f"got apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r}",
             )
         external = [_component_def(entry, "external", "registry.yaml") for entry in doc.get("components") or []]
@@ -242,11 +258,12 @@ class Catalog:
         for path in files:
             rel = path.relative_to(root).as_posix()
             doc = _read_yaml(path, rel) or {}
-            if doc.get("kind") != "RecipeMetadata" or doc.get("apiVersion") not in OVERLAY_API_VERSIONS:
+            accepted = (LEGACY_API_VERSION,) if legacy() else OVERLAY_API_VERSIONS
+            if doc.get("kind") != "RecipeMetadata" or doc.get("apiVersion") not in accepted:
                 raise AicrError(
                     "INVALID_REQUEST",
                     f"{rel}: expected kind RecipeMetadata with apiVersion "
-                    f"{' or '.join(OVERLAY_API_VERSIONS)}, "
+                    f"{' or '.join(accepted)}, "
                     f"got apiVersion {doc.get('apiVersion')!r} kind {doc.get('kind')!r}",
                 )
             name = (doc.get("metadata") or {}).get("name")
@@ -263,8 +280,8 @@ class Catalog:
                 validation=_validation(spec.get("validation")),
                 source="external",
             )
-            if not strict:
-                # 1.x: a pack registers new criteria values for this run.
+            if not strict and not legacy():
+                # 1.x: a pack registers new criteria values for this run (0.11 cannot).
                 for dim, value in criteria.items():
                     if value not in self.valid[dim]:
                         self.valid[dim].append(value)
@@ -282,7 +299,14 @@ class Catalog:
                 out[dim] = "any"
                 continue
             if value not in self.valid[dim]:
-                raise AicrError("INVALID_REQUEST", f"invalid {dim} type: {value}")
+                invalid = AicrError("INVALID_REQUEST", f"invalid {dim} type: {value}")
+                if legacy():
+                    # 0.11.1's chain, every level wrapped; the outermost INTERNAL makes it exit 8.
+                    parse = AicrError("INVALID_REQUEST", f"failed to parse {_GO_NAMES[dim]} type", invalid)
+                    option = AicrError("INVALID_REQUEST", "failed to apply criteria option", parse)
+                    criteria = AicrError("INVALID_REQUEST", "error parsing criteria", option)
+                    raise AicrError("INTERNAL", "error building recipe", criteria)
+                raise invalid
             out[dim] = value
         return out
 
@@ -301,10 +325,13 @@ class Catalog:
     def resolve(self, criteria: dict[str, str]) -> Resolution:
         stated = {dim: value for dim, value in criteria.items() if value != "any"}
         if not stated:
-            raise AicrError(
+            more = ", --nodes, --criteria, or use --snapshot to load from a snapshot file" if legacy() else ""
+            refused = AicrError(
                 "INVALID_REQUEST",
-                "no criteria provided: specify at least one of --service, --accelerator, --intent, --os, --platform",
+                "no criteria provided: specify at least one of --service, --accelerator, --intent, --os, "
+                f"--platform{more}",
             )
+            raise AicrError("INTERNAL", "error building recipe", refused) if legacy() else refused
         matched = [
             overlay
             for overlay in self.overlays.values()
@@ -316,7 +343,8 @@ class Catalog:
                 applied_by_name[member.name] = member
         applied = sorted(applied_by_name.values(), key=lambda o: (o.name != "base", o.specificity, o.name))
         for dim in DIMENSIONS:
-            if dim in stated and not any(o.criteria.get(dim) == stated[dim] for o in applied):
+            # 1.x refuses a stated value no applied overlay carries; 0.11 resolves without it.
+            if dim in stated and not legacy() and not any(o.criteria.get(dim) == stated[dim] for o in applied):
                 raise AicrError("INVALID_REQUEST", self._uncarried_message(dim, stated))
         components, order = self._merge_components(applied)
         constraints: dict[str, dict[str, Any]] = {}

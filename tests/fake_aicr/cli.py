@@ -25,6 +25,7 @@ from .log import (
     Logger,
     UsageError,
     _truthy,
+    go_log_error,
     legacy,
     log_style,
     parse_flags,
@@ -51,12 +52,66 @@ GLOBAL OPTIONS:
 """
 
 _CRITERIA_FLAGS = [
-    Flag(("service",)),
-    Flag(("accelerator", "gpu")),
-    Flag(("intent",)),
-    Flag(("os",)),
-    Flag(("platform",)),
+    Flag(("service",), usage="Kubernetes service type"),
+    Flag(("accelerator", "gpu"), usage="Accelerator/GPU type"),
+    Flag(("intent",), usage="Workload intent"),
+    Flag(("os",), usage="Operating system type of the GPU node"),
+    Flag(("platform",), usage="Platform/framework type to include in the runtime"),
 ]
+RECIPE_FLAGS = [
+    *_CRITERIA_FLAGS,
+    Flag(("nodes",), "int", usage="Number of worker/GPU nodes in the cluster"),
+    Flag(("data",), usage="Path to external data directory to overlay on embedded recipe data."),
+    Flag(("output", "o"), usage="output destination: file path, ConfigMap URI (cm://namespace/name), or stdout"),
+    Flag(("format", "t"), default="yaml", usage="output format (json, yaml, table)"),
+    Flag(("kubeconfig", "k"), usage="Path to kubeconfig file"),
+    Flag(("criteria-strict",), "bool", default=False, usage="reject criteria values not in the embedded catalog"),
+]
+#: 1.x only (contract section 5).
+LEGACY_MISSING_RECIPE_FLAGS = ("criteria-strict",)
+
+
+def render_help(command: str, flags: Sequence[Flag], values: dict[str, list[str]] | None = None) -> str:
+    """``aicr <command> --help`` as urfave/cli prints it: one line per flag with its
+    aliases and type; a criteria flag's usage lists the values it accepts
+    (``(e.g. a, b)``), as aicr's own help does."""
+    rows: list[tuple[str, str]] = []
+    for flag in flags:
+        kind = {"str": " string", "int": " int", "list": " string", "bool": ""}[flag.kind]
+        names = ", ".join(f"{'-' if len(name) == 1 else '--'}{name}{kind}" for name in flag.names)
+        if flag.kind == "list":
+            names += f" [ --{flag.names[0]} string ]"
+        usage = flag.usage
+        if values and flag.names[0] in values:
+            usage += f" (e.g. {', '.join(sorted(values[flag.names[0]]))})"
+        rows.append((names, usage))
+    rows.append(("--help, -h", "show help"))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"   {name.ljust(width)}  {usage}".rstrip() for name, usage in rows]
+    head = f"NAME:\n   aicr {command}\n\nUSAGE:\n   aicr {command} [options]\n\n"
+    if command == "recipe" and not legacy():
+        head += "COMMANDS:\n   list  List the embedded (and --data) overlays: the criteria catalog\n\n"
+    return head + "OPTIONS:\n" + "\n".join(lines) + "\n"
+
+
+def _command_flags(command: str) -> list[Flag]:
+    if command == "recipe":
+        return [f for f in RECIPE_FLAGS if not (legacy() and f.names[0] in LEGACY_MISSING_RECIPE_FLAGS)]
+    if command == "bundle":
+        from .bundle import bundle_flags
+
+        return bundle_flags()
+    if command == "validate":
+        from .validate import validate_flags
+
+        return validate_flags()
+    return []
+
+
+def _print_help(command: str) -> int:
+    values = Catalog.load().valid if command == "recipe" else None
+    sys.stdout.write(render_help(command, _command_flags(command), values))
+    return 0
 
 
 def _record_environment(argv: Sequence[str]) -> None:
@@ -92,10 +147,10 @@ def _global_flags(args: list[str]) -> tuple[bool, bool, int | None]:
             print(f"aicr version {VERSION} (commit: {COMMIT}, date: {BUILD_DATE})")
             return json_mode, debug, 0
         elif flag in ("--help", "-h"):
-            print(USAGE)
+            print(_usage())
             return json_mode, debug, 0
         else:
-            sys.stderr.write(f"Incorrect Usage: flag provided but not defined: {flag}\n\n{USAGE}")
+            sys.stderr.write(f"Incorrect Usage: flag provided but not defined: {flag}\n\n{_usage()}")
             return json_mode, debug, 1
     return json_mode, debug, None
 
@@ -107,9 +162,8 @@ def main(argv: Sequence[str]) -> int:
     if done is not None:
         return done
     log = Logger(json_mode=json_mode, debug_mode=debug)
-    if not args:
-        print(USAGE)
-        return 0
+    if not args or (args[0] in ("recipe", "bundle", "validate") and {"--help", "-h"} & {*args[1:2], *args[-1:]}):
+        return _print_help(args[0]) if args else _print_usage()
     command, rest = args[0], args[1:]
     handlers: dict[str, Callable[[list[str], Logger], int]] = {
         "recipe": cmd_recipe,
@@ -122,14 +176,18 @@ def main(argv: Sequence[str]) -> int:
         del handlers["evidence"]  # 0.11.1: "No help topic for 'evidence'"
     handler = handlers.get(command)
     if handler is None:
-        sys.stderr.write(f"No help topic for '{command}'\n")
-        return 3
+        return _unknown_command(command, rest)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
         return handler(rest, log)
     except UsageError as exc:
         sys.stderr.write(f"Incorrect Usage: {exc}\n")
+        if legacy():
+            # 0.11.1 fails before its logger exists: Go's default log line.
+            sys.stderr.write("\n")
+            go_log_error(str(exc), 1)
+            return 1
         code, error = 1, str(exc)
     except AicrError as exc:
         code, error = exc.exit_code, str(exc)
@@ -137,6 +195,36 @@ def main(argv: Sequence[str]) -> int:
         code, error = EXIT_ABORTED, f"[INTERNAL] operation aborted: {exc}: context canceled"
     log.error("command failed", error=error, exitCode=code)
     return code
+
+
+def _print_usage() -> int:
+    print(_usage())
+    return 0
+
+
+def _usage() -> str:
+    """The root help; a 0.x aicr has no ``evidence`` command to list."""
+    if legacy():
+        return "".join(line for line in USAGE.splitlines(keepends=True) if not line.startswith("   evidence"))
+    return USAGE
+
+
+def _unknown_command(command: str, rest: list[str]) -> int:
+    """What urfave/cli does with a command it does not have (0.11.1 observed):
+    ``No help topic`` and exit 3; but a flag among the arguments is parsed as a
+    root flag first, which is a usage error (exit 1) printed as Go's log line."""
+    flag = next((arg for arg in rest if arg.startswith("-") and arg not in ("--help", "-h")), None)
+    if legacy() and flag is not None:
+        name = "-" + flag.lstrip("-").split("=", 1)[0]
+        sys.stdout.write(_usage())
+        sys.stderr.write(f"Incorrect Usage: flag provided but not defined: {name}\n\n")
+        go_log_error(f"flag provided but not defined: {name}", 1)
+        return 1
+    if legacy() and rest[:1] in (["--help"], ["-h"]):
+        go_log_error(f"No help topic for '{command}'", 1)
+        return 1
+    sys.stderr.write(f"No help topic for '{command}'\n")
+    return 3
 
 
 def _lazy(module: str, name: str) -> Callable[[list[str], Logger], int]:
@@ -157,25 +245,15 @@ def _lazy(module: str, name: str) -> Callable[[list[str], Logger], int]:
 def cmd_recipe(args: list[str], log: Logger) -> int:
     if args and args[0] == "list":
         return cmd_recipe_list(args[1:], log)
-    parsed = parse_flags(
-        args,
-        [
-            *_CRITERIA_FLAGS,
-            Flag(("nodes",), "int"),
-            Flag(("data",)),
-            Flag(("output", "o")),
-            Flag(("format", "t"), default="yaml"),
-            Flag(("kubeconfig", "k")),
-            Flag(("criteria-strict",), "bool", default=False),
-        ],
-    )
+    parsed = parse_flags(args, _command_flags("recipe"))
     for dim in DIMENSIONS:
         if parsed.counts.get(dim, 0) > 1:
             raise AicrError("INVALID_REQUEST", f"flag --{dim} can only be specified once")
     fmt = str(parsed.get("format")).lower()
     if fmt not in ("yaml", "json", "table"):
         raise AicrError("INVALID_REQUEST", f'unknown output format: "{fmt}", valid formats are: yaml, json, table')
-    log.info("generating recipe offline — reads inputs only; does not deploy to or modify any cluster")
+    if not legacy():
+        log.info("generating recipe offline — reads inputs only; does not deploy to or modify any cluster")
     strict = bool(parsed.get("criteria-strict")) or _truthy(os.environ.get("AICR_CRITERIA_STRICT"))
     catalog = Catalog.load(parsed.get("data"), strict=strict, log=log)
     criteria = catalog.normalise({dim: parsed.get(dim) for dim in DIMENSIONS})

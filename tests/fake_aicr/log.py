@@ -168,11 +168,20 @@ def _quote(value: str) -> str:
 # ---------------------------------------------------------------------------
 
 
+def go_log_error(error: str, exit_code: int) -> None:
+    """The record 0.11.1 prints when a command fails before its logger exists (a
+    flag-parse error): Go's default log format, whatever --log-json says."""
+    stamp = datetime.now(UTC).strftime("%Y/%m/%d %H:%M:%S")
+    sys.stderr.write(f"{stamp} ERROR command failed error={json.dumps(error)} exitCode={exit_code}\n")
+
+
 @dataclass(frozen=True)
 class Flag:
     names: tuple[str, ...]
     kind: str = "str"  # str | bool | list | int
     default: Any = None
+    #: The flag's line in ``--help``.
+    usage: str = ""
 
     @property
     def key(self) -> str:

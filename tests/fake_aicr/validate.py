@@ -89,7 +89,9 @@ def _readiness(recipe: dict[str, Any], result: str, log: Logger) -> None:
             log.info("readiness constraint skipped", name=name, expected=expected, reason="no reading in snapshot")
             continue
         if result == "readiness-fail":
-            raise AicrError("INVALID_REQUEST", f"readiness check failed: {name} expected {expected}, got v1.20.0")
+            failed = AicrError("INVALID_REQUEST", f"readiness check failed: {name} expected {expected}, got v1.20.0")
+            # 0.11.1 wraps it: exit 8 (1.x keeps INVALID_REQUEST: exit 2).
+            raise AicrError("INTERNAL", "validation failed", failed) if legacy() else failed
         log.info("readiness constraint passed", name=name, expected=expected, actual=CLUSTER_K8S_VERSION)
 
 
@@ -161,13 +163,29 @@ def _check_options(parsed: Any) -> str:
     return result
 
 
-#: validate flags 0.11.1 does not have (contract section 10: 1.x only).
-LEGACY_MISSING_VALIDATE_FLAGS = ("emit-attestation", "data", "push", "no-sign", "identity-token")
+#: validate flags 0.11.1 does not have (contract section 10: 1.x only; the real
+#: v0.11.1's --help lists --data, so a 0.11 validate takes it).
+LEGACY_MISSING_VALIDATE_FLAGS = (
+    "emit-attestation",
+    "push",
+    "no-sign",
+    "identity-token",
+    "fail-fast",
+    "full",
+    "bom",
+    "skip-check",
+    "plain-http",
+    "insecure-tls",
+    "yes",
+)
+
+
+def validate_flags() -> list[Flag]:
+    return [f for f in VALIDATE_FLAGS if not (legacy() and f.names[0] in LEGACY_MISSING_VALIDATE_FLAGS)]
 
 
 def cmd_validate(args: list[str], log: Logger) -> int:
-    flags = [f for f in VALIDATE_FLAGS if not (legacy() and f.names[0] in LEGACY_MISSING_VALIDATE_FLAGS)]
-    parsed = parse_flags(args, flags)
+    parsed = parse_flags(args, validate_flags())
     result = _check_options(parsed)
     phases = _phases(parsed.get("phase"))
     no_cluster = bool(parsed.get("no-cluster"))

@@ -193,7 +193,7 @@ def readme_docker_run_commands() -> list[list[str]]:
     for block in re.findall(r"```bash\n(.*?)```", readme, re.S):
         joined = block.replace("\\\n", " ")
         for line in joined.splitlines():
-            argv = shlex.split(line)
+            argv = shlex.split(line, comments=True)
             if argv[:2] == ["docker", "run"] and "plan" in argv:
                 commands.append(argv)
     return commands

@@ -95,7 +95,8 @@ def test_a_setting_the_aicr_lacks_is_refused_before_any_step_uses_it(  # noqa: P
     assert argv, "aicr was asked its version"
     assert all(a == ["--version"] for a in argv), "nothing but the version question reached this aicr"
     assert r.step("recipe")["status"] == "skipped"
-    assert r.termination.startswith("Failed (exit 2): fetch failed:")
+    assert r.termination.startswith("Failed (exit 2): settings refused (the aicr that runs lacks what they need): ")
+    assert "fetch failed" not in r.termination, "nothing failed to fetch"
 
 
 @pytest.mark.parametrize("command", ["recipe", "validate"])
@@ -163,15 +164,34 @@ def test_the_start_line_never_runs_a_binary_whose_provenance_is_to_be_verified(
     assert "version reported once its provenance is verified" in str(start["aicr"])
 
 
-def test_an_aicr_built_without_release_version_data_is_assumed_to_be_the_pin_and_says_so(
+def test_an_aicr_built_without_release_version_data_is_probed_not_taken_for_the_pin(
     fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A source build without goreleaser's ldflags prints "aicr version dev (commit: unknown, ...)"."""
-    r = run(fake, tmp_path, capsys, FAKE_AICR_VERSION="dev")
+    """A source build without goreleaser's ldflags prints "aicr version dev (commit: unknown, ...)":
+    its --help says what it can do (the stand-in's dev build has every 1.x flag)."""
+    r = run(fake, tmp_path, capsys, FAKE_AICR_VERSION="dev", AICR_RUNNER_BUNDLE__STORAGE_CLASS="gp3")
     assert r.code == 0, r.output[-3000:]
-    assert (
-        r.report()["aicrVersion"]
-        == "v1.2.0 (assumed: aicr printed 'aicr version dev (commit: test-stand-in, date: 2026-05-04T00:00:00Z)')"
-    )
+    reported = str(r.report()["aicrVersion"])
+    assert reported.startswith(
+        "unknown version ('aicr version dev (commit: test-stand-in, date: 2026-05-04T00:00:00Z)'), "
+        "capabilities detected from flags: with aicr bundle --storage-class, aicr validate --emit-attestation, "
+        "aicr evidence publish, aicr recipe --service k0s"
+    ), reported
+    start = next(rec for rec in records(r.output) if rec["event"] == "aicr-runner starting")
+    assert "capabilities detected from flags" in str(start["aicr"])
     warning = next(rec for rec in records(r.output) if str(rec["event"]).startswith("aicr names no release version"))
-    assert warning["pinned"] == "v1.2.0"
+    assert warning["behaves_as"] == "aicr >= v1.0.0"
+    assert "closed-world" in str(r.step("verify")["message"]), "every 1.x flag: the 1.x behaviour"
+    assert (r.work / "logs" / "help-bundle.log").is_file(), "the probe's answers are kept, not relayed"
+
+
+def test_a_preinstalled_aicrs_criteria_refusal_follows_the_version_it_reports(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(fake, tmp_path, capsys, FAKE_AICR_VERSION="0.11.1", AICR_RUNNER_CRITERIA__SERVICE="self-managed")
+    assert r.code == 2, r.output[-3000:]
+    fetch = r.step("fetch")
+    assert (fetch["status"], fetch["classification"]) == ("failed", "criteria-refused")
+    assert "aicr v0.11.1 maps this alias to 'any'" in str(fetch["message"])
+    assert r.termination.startswith("Failed (exit 2): criteria refused: AICR_RUNNER_CRITERIA__SERVICE='self-managed'")
+    assert r.step("recipe")["status"] == "skipped"

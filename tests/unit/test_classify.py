@@ -206,3 +206,30 @@ def test_a_component_named_like_a_marker_word_is_not_a_report() -> None:
     markers = feed_all("┌─ [1/1] failures  →  ns\n└─ ✓ failures installed\nAll components installed successfully.\n")
     assert markers.failure_report is False
     assert markers.installed == ["failures"]
+
+
+# aicr v0.11.1's errors for a validate that never reached its checks (both exit 8).
+NO_CLIENT = (
+    "[INTERNAL] failed to create kubernetes client: [INTERNAL] failed to get in-cluster config: unable to load "
+    "in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be defined"
+)
+READINESS = (
+    "[INTERNAL] validation failed: [INVALID_REQUEST] readiness check failed: K8s.server.version expected "
+    ">= 1.32.4, got v1.20.0"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (NO_CLIENT, "could not reach the cluster, so no check ran and there is no verdict: [INTERNAL] failed"),
+        (READINESS, "the readiness pre-flight failed, so no validator ran: [INTERNAL] validation failed"),
+        ("[INTERNAL] validation failed: one or more phases did not pass", "one or more checks failed"),
+        ("", "one or more checks failed or were inconclusive"),
+        ("[INTERNAL] failed to load validator catalog: boom", "aicr validate failed before a verdict: [INTERNAL]"),
+    ],
+)
+def test_validate_exit_8_says_whether_checks_failed_or_validate_never_got_to_them(error: str, words: str) -> None:
+    result = classify_validate(8, error=error)
+    assert (result.outcome, result.exit_code) == (Outcome.FAILED, 8)
+    assert words in result.reason

@@ -173,6 +173,30 @@ def test_cross_field_guards(env: dict[str, str], expected: str) -> None:
     assert any(expected in line for line in found), found
 
 
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("v1.2.0", "aicr v1.2.0 maps this alias to 'generic'"),
+        ("v0.11.1", "aicr v0.11.1 maps this alias to 'any', so no service overlay applies"),
+    ],
+)
+def test_alias_and_any_refusals_say_what_the_tagged_aicr_does(version: str, said: str) -> None:
+    env = {"AICR_RUNNER_AICR__VERSION": version, "AICR_RUNNER_CRITERIA__SERVICE": "self-managed"}
+    assert any(said in line for line in problems({**env, "AICR_RUNNER_CRITERIA__ACCELERATOR": "h100"}))
+    any_accelerator = problems(
+        {**env, "AICR_RUNNER_CRITERIA__SERVICE": "eks", "AICR_RUNNER_CRITERIA__ACCELERATOR": "any"}
+    )
+    expected = "answers 'no criteria provided'" if version == "v1.2.0" else "reads it as no accelerator"
+    assert any(expected in line for line in any_accelerator), any_accelerator
+
+
+def test_a_preinstalled_aicrs_alias_refusal_waits_for_its_version() -> None:
+    """Its version is known once the fetch step asked it; the step refuses then, in its words."""
+    env = {"AICR_RUNNER_AICR__BINARY": "/opt/aicr", "AICR_RUNNER_CRITERIA__ACCELERATOR": "h100"}
+    settings = load({**BASE, **env, "AICR_RUNNER_CRITERIA__SERVICE": "self-managed"})
+    assert settings.criteria.service == "self-managed"
+
+
 def test_the_criteria_guard_escapes() -> None:
     load({"AICR_RUNNER_PACK__REF": "reg.example/acme/pack:1"})
     load({"AICR_RUNNER_CRITERIA__SERVICE": "bcm", "AICR_RUNNER_CRITERIA__INTENT": "inference"})

@@ -18,11 +18,15 @@ from aicr_runner.recipe import (
     RecipeFormatError,
     RecipeSummary,
     check_expectations,
+    dropped_values,
+    last_error,
     load_recipe,
+    pack_overlay_criteria,
     parse_completion_line,
     parse_recipe,
     parse_rejection,
     thin_resolution_warnings,
+    unknown_value,
 )
 from tests.fake_aicr import install_fake_aicr
 
@@ -274,11 +278,12 @@ def test_a_full_leaf_has_no_warnings() -> None:
 
 def test_under_specified_criteria_warn_naming_the_unstated_dimensions() -> None:
     summary = summary_of(TWELVE, ["base", "a100-any"], {**FULL, "service": "any", "accelerator": "a100"})
-    (warning,) = thin_resolution_warnings(
+    *dropped, warning = thin_resolution_warnings(
         summary, Criteria(accelerator="a100", intent="training", os="ubuntu", service="")
     )
     assert warning.startswith("criteria leave service as any")
     assert "12 components from overlays base, a100-any" in warning
+    assert [w.split(" ")[0] for w in dropped] == ["os='ubuntu'", "intent='training'"], "a100-any carries neither"
 
 
 def test_only_base_overlays_warns() -> None:
@@ -400,3 +405,80 @@ def test_rejection_from_the_fake_lists_the_k0s_combination(fake_aicr: Path, tmp_
     message, supported = parse_rejection(proc.stderr.splitlines())
     assert message.startswith("intent 'training' requires additional criteria")
     assert "service=k0s, os=ubuntu" in supported
+
+
+# The overlays aicr v0.11.1 applied for these criteria (observed running it; the
+# real-aicr tests check the same with the binary).
+EKS_A100 = ["base", "monitoring-hpa", "eks", "eks-training"]
+A100_FULL = {"service": "eks", "accelerator": "a100", "intent": "training", "os": "ubuntu", "platform": "any"}
+
+
+def test_a_stated_accelerator_no_applied_overlay_carries_is_a_dropped_value_though_the_criteria_echo_it() -> None:
+    criteria = Criteria(service="eks", accelerator="a100", intent="training", os="ubuntu")
+    summary = summary_of(["c"] * 11, EKS_A100, A100_FULL)
+    assert dropped_values(summary, criteria) == ["accelerator", "os"]
+    warnings = thin_resolution_warnings(summary, criteria)
+    assert warnings[0] == (
+        "accelerator='a100' was stated but no applied overlay carries it (applied: base, monitoring-hpa, eks, "
+        "eks-training): aicr resolved a recipe without it (11 components)"
+    )
+    assert not any("resolved accelerator" in w for w in warnings), "the echoed criteria say nothing more"
+
+
+def test_known_overlay_criteria_win_over_the_overlay_names() -> None:
+    criteria = Criteria(service="acme", accelerator="h100", intent="training")
+    summary = summary_of(["c"], ["base", "acme-gpu-nodes"], {})
+    assert dropped_values(summary, criteria) == ["accelerator", "intent"], "the name carries only acme"
+    known = {"acme-gpu-nodes": {"service": "acme", "accelerator": "h100", "intent": "training"}}
+    assert dropped_values(summary, criteria, known) == []
+    assert dropped_values(summary, criteria, {"acme-gpu-nodes": {"service": "acme"}}) == ["accelerator", "intent"]
+
+
+def test_no_applied_overlays_listed_means_nothing_can_be_said() -> None:
+    assert dropped_values(summary_of(["c"], []), Criteria(accelerator="a100")) == []
+
+
+def test_a_packs_overlays_are_read_for_their_criteria(tmp_path: Path) -> None:
+    (tmp_path / "overlays" / "nested").mkdir(parents=True)
+    (tmp_path / "overlays" / "nested" / "a.yaml").write_text(
+        "kind: RecipeMetadata\nmetadata: {name: acme-gpu-nodes}\n"
+        "spec: {criteria: {service: acme, accelerator: h100, os: any}}\n"
+    )
+    (tmp_path / "overlays" / "broken.yaml").write_text("spec: [unclosed\n")
+    (tmp_path / "overlays" / "plain.yml").write_text("metadata: {name: bare}\nspec: {}\n")
+    assert pack_overlay_criteria(tmp_path) == {
+        "acme-gpu-nodes": {"service": "acme", "accelerator": "h100"},
+        "bare": {},
+    }
+    assert pack_overlay_criteria(None) == {}
+    assert pack_overlay_criteria(tmp_path / "missing") == {}
+
+
+# What aicr v0.11.1 printed for `--log-json recipe --service lke` (exit 8) and for
+# `--log-json bundle ... --storage-class gp3` (exit 1, before its logger existed).
+UNKNOWN_SERVICE = (
+    '{"time":"t","level":"ERROR","msg":"command failed","module":"aicr","version":"0.11.1","error":"[INTERNAL] '
+    "error building recipe: [INVALID_REQUEST] error parsing criteria: [INVALID_REQUEST] failed to apply criteria "
+    "option: [INVALID_REQUEST] failed to parse service type: [INVALID_REQUEST] invalid service type: lke"
+    '","exitCode":8}'
+)
+FLAG_NOT_DEFINED = [
+    "Incorrect Usage: flag provided but not defined: -storage-class",
+    "",
+    '2026/12/03 18:12:50 ERROR command failed error="flag provided but not defined: -storage-class" exitCode=1',
+]
+
+
+def test_an_unknown_criteria_value_is_recognised_in_the_innermost_error() -> None:
+    message, supported = parse_rejection([UNKNOWN_SERVICE])
+    assert (message, supported) == ("invalid service type: lke", [])
+    assert unknown_value(message) == ("service", "lke")
+    assert unknown_value("invalid os type: ol") == ("os", "ol")
+    assert unknown_value("no criteria provided: specify at least one of --service") is None
+
+
+def test_last_error_keeps_every_code_and_reads_gos_default_log_line() -> None:
+    assert last_error([UNKNOWN_SERVICE]).startswith("[INTERNAL] error building recipe: [INVALID_REQUEST]")
+    assert last_error(FLAG_NOT_DEFINED) == "flag provided but not defined: -storage-class"
+    assert parse_rejection(FLAG_NOT_DEFINED)[0] == "flag provided but not defined: -storage-class"
+    assert last_error(["plain", "lines"]) == ""

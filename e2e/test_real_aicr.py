@@ -1,0 +1,247 @@
+"""The real aicr v0.11.1 end to end: nothing of aicr is faked.
+
+The chart is installed into the real API server with ``aicrVersion: v0.11.1`` and
+``aicrReleaseBaseUrl`` pointing at the release folder (AICR_TEST_RELEASES_DIR)
+served as a release mirror. The Job's pod, from the built image, downloads the
+release, checks its checksum, extracts and asks the binary its version, then runs
+the real ``aicr recipe``, ``aicr bundle`` and ``aicr verify``, the bundle's real
+``deploy.sh`` (bash, kubectl and helm from the image, against the real API server)
+and the real ``aicr validate`` (against the same API server, with a snapshot it
+reads from a ConfigMap), and captures the verdict.
+
+What stands in, and why (e2e/README.md "Scenarios"): the component charts. aicr
+v0.11.1's deploy.sh names public chart repositories (https://charts.jetstack.io,
+oci://ghcr.io/..., baked into each `helm upgrade --install` line), which this
+machine cannot reach, and aicr is run unmodified. So charts with the same names
+and versions (each holding one ConfigMap that records the values it was given)
+are served from a local HTTP chart repository, and a ``helm`` placed first on the
+pod's PATH sends each chart request there (``--repo <public>`` or an ``oci://``
+reference becomes ``--repo <local>``) and runs the image's helm, which installs
+the release for real. Every other helm and kubectl call of deploy.sh and the
+runner goes to the API server unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.harness.apiserver import ControlPlane
+from e2e.harness.helm import Helm
+from e2e.harness.kubelet import Kubelet
+from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
+from e2e.tools import REPO_ROOT
+from tests.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary
+
+pytestmark = pytest.mark.e2e
+
+CRITERIA = {"service": "kind", "accelerator": "h100", "intent": "training"}
+#: Where the chart-redirecting helm sits in the pod (first on its PATH).
+HELM_REDIRECT_DIR = "/opt/e2e-helm"
+SNAPSHOT = "aicr-e2e-snapshot"
+HELM_REDIRECT = r"""#!/usr/bin/env bash
+# e2e only: aicr v0.11.1's deploy.sh installs charts from public repositories this
+# machine cannot reach. Send each chart request to the local chart repository
+# ($E2E_CHART_REPO: same chart names and versions), then run the image's helm.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The image's helm: the first one on PATH after this directory (what comes before
+# it, e.g. the runner's helm guard, calls this script).
+real="" after=false
+IFS=: read -ra dirs <<< "${PATH}"
+for dir in "${dirs[@]}"; do
+  if [[ "${dir}" == "${here}" ]]; then after=true; continue; fi
+  if ${after} && [[ -x "${dir}/helm" ]]; then real="${dir}/helm"; break; fi
+done
+[[ -n "${real}" ]] || { echo "e2e-helm: no helm after ${here} on PATH" >&2; exit 127; }
+args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --repo)
+      echo "e2e-helm: chart repository $2 -> ${E2E_CHART_REPO}" >&2
+      args+=(--repo "${E2E_CHART_REPO}"); shift 2 ;;
+    oci://*)
+      echo "e2e-helm: chart $1 -> ${E2E_CHART_REPO} (${1##*/})" >&2
+      args+=("${1##*/}" --repo "${E2E_CHART_REPO}"); shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+exec "${real}" "${args[@]}"
+"""
+STAND_IN_TEMPLATE = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-stand-in
+data:
+  chart: "{{ .Chart.Name }}-{{ .Chart.Version }}"
+  valuesKeys: {{ keys .Values | sortAlpha | join "," | quote }}
+"""
+
+
+def image_path(kubelet: Kubelet) -> str:
+    """The PATH the pod's image sets (the Dockerfile's ENV in podman mode)."""
+    if kubelet.sandbox != "podman":
+        return kubelet.image_env["PATH"]
+    found = re.search(r"^ENV PATH=(\S+)", (REPO_ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)
+    assert found, "the Dockerfile sets PATH"
+    return found.group(1)
+
+
+@pytest.fixture(scope="module")
+def host_recipe(real_aicr_release: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The recipe and bundle the same aicr gives on this host for CRITERIA (what the
+    pod will deploy: its charts are the ones to stand in)."""
+    work = tmp_path_factory.mktemp("real-aicr-host")
+    binary = extract_binary(work / "bin", {"AICR_TEST_RELEASES_DIR": str(real_aicr_release.parent)})
+    flags = [word for name, value in CRITERIA.items() for word in (f"--{name}", value)]
+    for args in (["recipe", *flags, "--output", "recipe.yaml"], ["bundle", "--recipe", "recipe.yaml", "--output", "b"]):
+        subprocess.run([str(binary), *args], cwd=work, check=True, capture_output=True, timeout=120)
+    recipe = yaml.safe_load((work / "recipe.yaml").read_text())
+    return {"recipe": recipe, "bundle": work / "b"}
+
+
+@pytest.fixture(scope="module")
+def chart_repository(
+    helm: Helm, host_recipe: dict[str, Any], pod_host: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FolderMirror]:
+    """A local HTTP chart repository with a stand-in for every chart of the recipe."""
+    root = tmp_path_factory.mktemp("stand-in-charts")
+    repo = root / "charts"
+    for ref in host_recipe["recipe"]["componentRefs"]:
+        source = root / "src" / ref["chart"]
+        (source / "templates").mkdir(parents=True)
+        chart = {"apiVersion": "v2", "name": ref["chart"], "version": ref["version"], "type": "application"}
+        (source / "Chart.yaml").write_text(yaml.safe_dump(chart))
+        (source / "templates" / "stand-in.yaml").write_text(STAND_IN_TEMPLATE)
+        helm.run("package", str(source), "--destination", str(repo))
+    helm.run("repo", "index", str(repo))
+    with FolderMirror(root, host=pod_host) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def release_mirror(real_aicr_release: Path, pod_host: str) -> Iterator[FolderMirror]:
+    with FolderMirror(real_aicr_release.parent, host=pod_host) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def redirect_kubelet(
+    control_plane: ControlPlane, kubelet: Kubelet, tmp_path_factory: pytest.TempPathFactory
+) -> Kubelet:
+    """The session's kubelet and image, plus the chart-redirecting helm."""
+    work = tmp_path_factory.mktemp("redirect-kubelet")
+    wrapper = work / "helm"
+    wrapper.write_text(HELM_REDIRECT)
+    wrapper.chmod(0o755)
+    return Kubelet(
+        control_plane,
+        work / "kubelet",
+        image_files={f"{HELM_REDIRECT_DIR}/helm": wrapper},
+        sandbox=kubelet.sandbox,
+        image=kubelet.image or None,
+    )
+
+
+def snapshot_configmap(plane: ControlPlane, namespace: str) -> str:
+    """A snapshot (aicr's format) with the API server's real version, in a ConfigMap
+    validate reads through the API (``--snapshot cm://...``): the snapshot agent's
+    image is not available here."""
+    version = plane.admin.get("/version")["gitVersion"]
+    snapshot = {"measurements": [{"type": "K8s", "subtypes": [{"subtype": "server", "data": {"version": version}}]}]}
+    plane.admin.create(
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        {"metadata": {"name": SNAPSHOT}, "data": {"snapshot.yaml": yaml.safe_dump(snapshot)}},
+    )
+    return str(version)
+
+
+@pytest.mark.timeout(900)
+def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_image(  # noqa: PLR0917 - fixtures
+    helm: Helm,
+    control_plane: ControlPlane,
+    namespace: str,
+    redirect_kubelet: Kubelet,
+    release_mirror: FolderMirror,
+    chart_repository: FolderMirror,
+    host_recipe: dict[str, Any],
+) -> None:
+    server_version = snapshot_configmap(control_plane, namespace)
+    path = f"{HELM_REDIRECT_DIR}:{image_path(redirect_kubelet)}"
+    helm.install(
+        RELEASE,
+        CHART,
+        namespace,
+        values={
+            **CRITERIA,
+            "aicrVersion": TAG,
+            "aicrReleaseBaseUrl": release_mirror.base_url,
+            # No NVIDIA attestation in this release: warn runs it and says so.
+            "aicrProvenance": {"mode": "warn"},
+            "validate": {"enabled": True, "phases": ["deployment"], "failOnError": True},
+            "validateArgs": ["--snapshot", f"cm://{namespace}/{SNAPSHOT}"],
+            "job": {"extraEnv": extra_env(PATH=path, E2E_CHART_REPO=f"{chart_repository.base_url}/charts")},
+        },
+    )
+
+    run = redirect_kubelet.run_job(RELEASE, namespace, timeout=800)
+
+    assert run.exit_code == 0, run.describe()
+    assert run.termination_message.startswith("Succeeded (exit 0)"), run.termination_message
+    assert run.termination_message.endswith("[aicr v0.11.1]")
+    results = RunResults(control_plane, namespace)
+    report = results.report()
+    assert report["aicrVersion"] == "v0.11.1"
+    # fetch: from the mirror, checksummed, extracted, version asked; provenance warned, not verified
+    fetch = results.step("fetch")
+    assert (fetch["status"], fetch["classification"]) == ("warned", "provenance-unverified")
+    assert fetch["message"].startswith(f"aicr v0.11.1 from {release_mirror.base_url}/{TAG}/{ARCHIVE} (sha256 ")
+    assert release_mirror.requests.count(f"/{TAG}/{ARCHIVE}") == 1
+    # recipe: what the same aicr gives on this host
+    recipe = yaml.safe_load(results.data("aicr-recipe")["recipe.yaml"])
+    assert recipe == host_recipe["recipe"]
+    components = host_recipe["recipe"]["componentRefs"]
+    # bundle and verify: real, 0.11's verify
+    assert results.step("bundle")["status"] == "succeeded"
+    assert "not closed-world" in results.step("verify")["message"]
+    # deploy: the real deploy.sh, its helm sent to the stand-in charts, its kubectl to the API server
+    deploy = results.step("deploy")
+    assert deploy["status"] == "succeeded", deploy
+    # 0.11 prints no per-component success line: a component counts once the next starts
+    assert deploy["message"] == f"AICR install complete: {len(components)}/{len(components)} installed"
+    for marker in ("Running pre-flight checks...", "Pre-flight checks passed.", "Deployment complete."):
+        assert marker in run.output, marker
+    assert "WARNING: no DRA kubelet plugin daemonset found in nvidia-dra-driver" in run.output, "kubectl asked"
+    redirected = re.findall(r"e2e-helm: chart(?: repository)? (\S+) ->", run.output)
+    assert len(redirected) == len(components), redirected
+    installed = {}
+    for ref in components:
+        releases = releases_in(helm, ref["namespace"])
+        assert ref["name"] in releases, (ref, releases)
+        assert releases[ref["name"]]["status"] == "deployed"
+        assert releases[ref["name"]]["chart"] == f"{ref['chart']}-{ref['version']}"
+        stand_in = control_plane.configmap(ref["namespace"], f"{ref['name']}-stand-in")
+        assert stand_in is not None
+        installed[ref["name"]] = stand_in["data"]["valuesKeys"]
+    for name, keys in installed.items():
+        values = yaml.safe_load((host_recipe["bundle"] / name / "values.yaml").read_text()) or {}
+        assert keys == ",".join(sorted(values)), f"{name}: deploy.sh passed the bundle's values.yaml"
+    assert "/charts/index.yaml" in chart_repository.requests
+    # validate: the real aicr against the API server, its verdict captured
+    validate = results.step("validate")
+    assert validate["status"] == "succeeded", validate
+    assert validate["message"] == "validation passed (every check passed or was skipped)"
+    ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])
+    assert ctrf["reportFormat"] == "CTRF"
+    assert ctrf["results"]["tool"] == {"name": "aicr", "version": "0.11.1"}
+    readiness = [line for line in run.output.splitlines() if "readiness constraint passed" in line]
+    assert any(server_version in line for line in readiness), "readiness read the snapshot from its ConfigMap"
+    assert control_plane.admin.exists("/api/v1/namespaces/aicr-validation"), "aicr validate created its namespace"
+    assert results.step("capture-verdict")["status"] == "succeeded"
