@@ -63,32 +63,6 @@ function _step_ok()    { printf '%s└─ ✓%s %s installed\n' "${_G}" "${_X}" 
 function _step_fail()  { printf '%s└─ ✗%s %s FAILED (after %s attempts)\n' "${_R}" "${_X}" "$1" "$2"; }
 function _step_retry() { printf '%s  ↺%s %s: attempt %s/%s failed, retrying in %ss...\n' "${_Y}" "${_X}" "$1" "$2" "$3" "$4"; }
 
-# FAKE_AICR_VERSION=0.x: 0.11.1's markers (contract section 8): "Installing <name>
-# (<ns>)...", no per-component success line, plain WARNING/ERROR/RETRY lines,
-# "Deployment complete." at the end.
-if [[ "${FAKE_AICR_VERSION:-}" == 0.* ]]; then
-  function _ok() {
-    case "$*" in
-      "All components installed successfully.") echo "Deployment complete." ;;
-      "Pre-flight checks passed") echo "Pre-flight checks passed." ;;
-      *) echo "$*" ;;
-    esac
-  }
-  function _fail() {
-    local prefix="Deployment completed with failures (--best-effort):"
-    case "$*" in
-      # 0.11 prints its closing line after the failure list too.
-      "${prefix}"*) echo "WARNING: the following components failed:${*#"${prefix}"}"; echo "Deployment complete." ;;
-      *) echo "$*" ;;
-    esac
-  }
-  function _warn_line() { echo "WARNING: $*"; }
-  function _step_header() { echo "Installing $3 ($4)..."; }
-  function _step_ok() { :; }
-  function _step_fail() { echo "ERROR: $1 helm install failed after $2 attempts"; }
-  function _step_retry() { echo "RETRY: $1 helm install failed (attempt $2/$3), retrying in $4s..."; }
-fi
-
 export DRY_RUN_FLAG="${DRY_RUN_FLAG:-}"
 export HELM_DEBUG_FLAG="${HELM_DEBUG_FLAG:-}"
 
