@@ -34,12 +34,27 @@ DRA_DEFERRED_MARKER = "DRA kubelet plugin restart blocked, retry needed for:"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
 _ERROR_PREFIXES = ("Error", "ERROR")
-#: Every line ``feed`` reacts to contains one of these (checked in
-#: tests/unit/test_relay.py), so ``scan`` looks only at the lines around them.
-SCAN_CANDIDATES = ("─", "fail", "DRA kubelet", "Error", "ERROR")
-#: And for aicr 0.11's deploy.sh: each candidate is one more pass over every block,
-#: so these only when the running aicr prints no per-component results.
-LEGACY_CANDIDATES = ("Installing ", "Applying manifests for ", "Deployment complete")
+#: Every line ``feed`` reacts to contains one of these anywhere, or starts (after
+#: blanks) with one of ``LINE_STARTS`` (checked in tests/unit/test_relay.py), so
+#: ``scan`` looks only at those lines. Each candidate is one ``str.find`` pass over
+#: a block; the line starts are one regex pass (its leading literal newline lets
+#: ``re`` jump from line to line), however many they are.
+SCAN_CANDIDATES = ("─", "fail", "DRA kubelet")
+LINE_STARTS = _ERROR_PREFIXES
+#: And for aicr 0.11's deploy.sh (its component lines), only when the running
+#: aicr prints no per-component results.
+LEGACY_LINE_STARTS = ("Installing ", "Applying manifests for ", "Deployment complete.")
+
+
+def _line_start_patterns(starts: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(a block's first line, every later line) starting with one of ``starts``
+    after blanks, as ``feed``'s ``strip`` sees them."""
+    alternatives = "|".join(re.escape(start) for start in starts)
+    return re.compile(rf"[^\S\n]*(?:{alternatives})"), re.compile(rf"\n[^\S\n]*(?:{alternatives})")
+
+
+_STARTS = _line_start_patterns(LINE_STARTS)
+_STARTS_WITH_LEGACY = _line_start_patterns(LINE_STARTS + LEGACY_LINE_STARTS)
 
 
 class Outcome(StrEnum):
@@ -138,8 +153,9 @@ class DeployMarkers:
         """Feed a block of whole lines; return ``(start, end, level)`` of the lines
         that mean something, in order (``end`` is the index of their newline).
 
-        Only lines holding a ``SCAN_CANDIDATES`` string are fed, found with a
-        few ``str.find`` calls per block: an ordinary line costs nothing here.
+        Only lines holding a ``SCAN_CANDIDATES`` string or starting with a line
+        start are fed, found with a few ``str.find`` calls and one regex pass
+        per block: an ordinary line costs nothing here.
         Colour codes could split a candidate, so a block that has any is fed
         line by line.
         """
@@ -151,13 +167,16 @@ class DeployMarkers:
                 newline = text.find("\n", at)
                 at = len(text) if newline == -1 else newline + 1
         else:
-            candidates = SCAN_CANDIDATES if self.results_reported else SCAN_CANDIDATES + LEGACY_CANDIDATES
-            for candidate in candidates:
+            for candidate in SCAN_CANDIDATES:
                 at = text.find(candidate)
                 while at != -1:
                     found.add(text.rfind("\n", 0, at) + 1)
                     newline = text.find("\n", at)
                     at = -1 if newline == -1 else text.find(candidate, newline + 1)
+            first, later = _STARTS if self.results_reported else _STARTS_WITH_LEGACY
+            if first.match(text):
+                found.add(0)
+            found.update(match.start() + 1 for match in later.finditer(text))
         starts = sorted(found)
         meaningful: list[tuple[int, int, str]] = []
         for start in starts:

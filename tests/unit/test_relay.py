@@ -160,22 +160,28 @@ def test_scanning_a_block_reads_the_markers_as_feeding_every_line(text: str, fra
     assert by_block == by_line
 
 
-def test_every_marker_contains_a_scan_candidate() -> None:
-    """``scan`` only feeds lines holding a candidate; a marker without one would be missed."""
-    literals = [
-        *classify.FAILURE_REPORT_MARKERS,
-        classify.DRA_DEFERRED_MARKER,
-        *classify._PREFLIGHT_FAILED,
-        *classify._ERROR_PREFIXES,
-    ]
-    literals.append("Deployment complete.")  # progress.component_line's one literal
-    patterns = [(pattern, legacy) for pattern, _kind, legacy in progress._PATTERNS]
-    candidates = classify.SCAN_CANDIDATES + classify.LEGACY_CANDIDATES
+def test_every_marker_contains_a_scan_candidate_or_starts_as_a_line_start() -> None:
+    """``scan`` only feeds lines holding a candidate or starting with a line start;
+    a marker with neither would be missed."""
+    literals = [*classify.FAILURE_REPORT_MARKERS, classify.DRA_DEFERRED_MARKER, *classify._PREFLIGHT_FAILED]
     for literal in literals:
-        assert any(candidate in literal for candidate in candidates), literal
-    for pattern, legacy in patterns:
-        own = candidates if legacy else classify.SCAN_CANDIDATES
-        assert any(candidate in pattern.pattern for candidate in own), pattern.pattern
+        assert any(candidate in literal for candidate in classify.SCAN_CANDIDATES), literal
+    # feed's error lines start with these, and progress.component_line's one literal is 0.11's
+    assert classify.LINE_STARTS == classify._ERROR_PREFIXES
+    assert "Deployment complete." in classify.LEGACY_LINE_STARTS
+    for pattern, _kind, legacy in progress._PATTERNS:
+        starts = classify.LINE_STARTS + (classify.LEGACY_LINE_STARTS if legacy else ())
+        anywhere = any(candidate in pattern.pattern for candidate in classify.SCAN_CANDIDATES)
+        at_start = any(pattern.pattern.startswith("^" + start) for start in starts)
+        assert anywhere or at_start, pattern.pattern
+
+
+@pytest.mark.parametrize("results_reported", [True, False], ids=["1.x", "0.11"])
+def test_a_line_start_is_found_after_blanks_on_any_line_of_a_block_and_nowhere_else(results_reported: bool) -> None:
+    block = "Error: first\nplain\n \t\rERROR: blanks first\nnot an Error: mid-line\nInstalling nfd (nfd)...\n"
+    found = classify.DeployMarkers(results_reported=results_reported).scan(block)
+    legacy = [] if results_reported else ["Installing nfd (nfd)..."]
+    assert [block[start:end] for start, end, _level in found] == ["Error: first", " \t\rERROR: blanks first", *legacy]
 
 
 @pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
