@@ -442,6 +442,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "test_job.py::test_rbac_cluster_admin_false_binds_the_charts_narrower_cluster_role",
     ),
     m(
+        "role-reaches-every-job",
+        "templates/role.yaml",
+        '    resourceNames: [{{ include "nvidia-aicr.jobName" . | quote }}]\n',
+        "",
+        "test_job.py",
+        "rbac",
+    ),
+    m(
         "extra-volumes-dropped",
         "templates/_pod.tpl",
         "    {{- with $v.job.extraVolumes }}",
