@@ -446,8 +446,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "templates/role.yaml",
         '    resourceNames: [{{ include "nvidia-aicr.jobName" . | quote }}]\n',
         "",
-        "test_job.py",
-        "rbac",
+        "test_job.py::test_rbac_the_namespaced_role_is_the_lease_the_result_configmaps_and_the_job",
     ),
     m(
         "extra-volumes-dropped",
