@@ -193,19 +193,26 @@ def test_the_namespaced_role_alone_covers_the_result_configmaps_and_the_job_and_
         api.apply_configmap(namespace, "someone-elses-settings", data={"a": "b"})
     assert "may not write ConfigMaps" in refused.value.message
 
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": f"{RELEASE}-install-probe", "labels": {"example.com/from": "test"}},
-        "spec": {
-            "suspend": True,  # no pod: only the Job's labels are read
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x.invalid/y:1"}]}},
-        },
-    }
-    admin.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
-    labels = api.get_job_labels(namespace, job["metadata"]["name"])
+    # Its own Job (the name the chart rendered) and no other.
+    [rendered] = by_kind["Job"]
+    for name in (rendered["metadata"]["name"], f"{RELEASE}-install-other"):
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": {"example.com/from": "test"}},
+            "spec": {
+                "suspend": True,  # no pod: only the Job's labels are read
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x.invalid/y:1"}]}
+                },
+            },
+        }
+        admin.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", job)
+    labels = api.get_job_labels(namespace, rendered["metadata"]["name"])
     assert labels is not None
     assert labels["example.com/from"] == "test"
+    with pytest.raises(CaptureError, match="HTTP 403"):
+        api.get_job_labels(namespace, f"{RELEASE}-install-other")
 
     other = control_plane.client(token)
     for path in (

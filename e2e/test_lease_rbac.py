@@ -35,8 +35,8 @@ def lease_rbac_only(helm: Helm, control_plane: ControlPlane, namespace: str) -> 
     for doc in docs:
         by_kind.setdefault(doc["kind"], []).append(doc)
     [account] = by_kind["ServiceAccount"]
-    [role] = by_kind["Role"]
-    [binding] = by_kind["RoleBinding"]
+    [role] = [r for r in by_kind["Role"] if r["metadata"]["name"] == f"{RELEASE}-installer"]
+    [binding] = [b for b in by_kind["RoleBinding"] if b["metadata"]["name"] == f"{RELEASE}-installer"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     [job] = by_kind["Job"]
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}

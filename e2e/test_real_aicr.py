@@ -150,6 +150,16 @@ def redirect_kubelet(
     )
 
 
+@pytest.fixture
+def component_releases_removed_after(helm: Helm, host_recipe: dict[str, Any]) -> Iterator[None]:
+    yield
+    # The control plane is the session's: a later scenario asserts that its run
+    # installed none of the embedded components, so this test's releases go with it.
+    for ref in host_recipe["recipe"]["componentRefs"]:
+        if ref["name"] in releases_in(helm, ref["namespace"]):
+            helm.uninstall(ref["name"], ref["namespace"])
+
+
 def snapshot_configmap(plane: ControlPlane, namespace: str) -> str:
     """A snapshot (aicr's format) with the API server's real version, in a ConfigMap
     validate reads through the API (``--snapshot cm://...``): the snapshot agent's
@@ -163,6 +173,39 @@ def snapshot_configmap(plane: ControlPlane, namespace: str) -> str:
     return str(version)
 
 
+def assert_component_progress(
+    plane: ControlPlane, namespace: str, job: str, deploy: dict[str, Any], recipe: dict[str, Any]
+) -> None:
+    """The real deploy.sh's per-component lines, read as they came: every component
+    in the status ConfigMap's progress, in deploy.sh's order, and the Events on the
+    Job. A DeployProgress Event is only recorded while deploy.sh runs (when a
+    component ends), so it shows the progress went out live, not only at the end."""
+    namespaces = {ref["name"]: ref["namespace"] for ref in recipe["componentRefs"]}
+    order = recipe["deploymentOrder"]
+    progress = deploy["progress"]
+    counts = tuple(progress[key] for key in ("total", "done", "installed", "failed", "current"))
+    assert counts == (len(order), len(order), len(order), 0, ""), progress
+    rows = progress["components"]
+    assert [(r["name"], r["namespace"], r["status"], r["attempts"]) for r in rows] == [
+        (name, namespaces[name], "installed", 1) for name in order
+    ]
+    assert all(r["durationSeconds"] is not None for r in rows), rows
+    items = plane.admin.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+    events = [
+        e
+        for e in items
+        if (e.get("regarding") or {}).get("name") == job and e.get("reportingController") == "aicr-runner"
+    ]
+    notes = {e["reason"]: e["note"] for e in events}
+    assert notes["DeploySucceeded"] == deploy["message"], notes
+    live = [e["note"] for e in events if e["reason"] == "DeployProgress"]
+    assert live, f"no DeployProgress Event while deploy.sh ran: {sorted(notes)}"
+    assert all(re.match(rf"\d+/{len(order)} components installed", note) for note in live), live
+    assert "RunSucceeded" in notes, notes
+    annotations = plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}")["metadata"]["annotations"]
+    assert annotations["aicr.nvidia.com/outcome"] == "Succeeded"
+
+
 @pytest.mark.timeout(900)
 def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_image(  # noqa: PLR0917 - fixtures
     helm: Helm,
@@ -172,6 +215,7 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     release_mirror: FolderMirror,
     chart_repository: FolderMirror,
     host_recipe: dict[str, Any],
+    component_releases_removed_after: None,
 ) -> None:
     server_version = snapshot_configmap(control_plane, namespace)
     path = f"{HELM_REDIRECT_DIR}:{image_path(redirect_kubelet)}"
@@ -214,10 +258,9 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     # deploy: the real deploy.sh, its helm sent to the stand-in charts, its kubectl to the API server
     deploy = results.step("deploy")
     assert deploy["status"] == "succeeded", deploy
-    assert deploy["message"] == (
-        f"AICR install complete: {len(components)} components attempted, per-component results not reported "
-        "by this aicr"
-    )
+    # 0.11 prints no per-component success line: a component counts once the next starts
+    assert deploy["message"] == f"AICR install complete: {len(components)}/{len(components)} installed"
+    assert_component_progress(control_plane, namespace, run.job_name, deploy, host_recipe["recipe"])
     for marker in ("Running pre-flight checks...", "Pre-flight checks passed.", "Deployment complete."):
         assert marker in run.output, marker
     assert "WARNING: no DRA kubelet plugin daemonset found in nvidia-dra-driver" in run.output, "kubectl asked"

@@ -209,11 +209,25 @@ def _compile_bytecode() -> None:
 # --- relay -------------------------------------------------------------------------------
 
 
+#: Components the relay's deploy.sh reports, each with aicr 1.x's start and result lines.
+RELAY_COMPONENTS = 50
+
+
 def _write_generator(directory: Path, size: int) -> Path:
-    """A deploy.sh that prints ``size`` bytes of helm-debug-like lines."""
+    """A deploy.sh that prints ``size`` bytes of helm-debug-like lines, as
+    ``RELAY_COMPONENTS`` components each framed by its start and result line (so
+    the runner's per-component progress is parsed and written as in a deploy)."""
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / "deploy.sh"
-    script.write_text(f"#!/usr/bin/env bash\nyes {RELAY_LINE!r} | head -c {size}\n")
+    n, share = RELAY_COMPONENTS, size // RELAY_COMPONENTS
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f"for i in $(seq 1 {n}); do\n"
+        f'  echo "┌─ [$i/{n}] component-$i  →  ns-$i"\n'
+        f"  yes {RELAY_LINE!r} | head -c {share}\n"
+        '  echo; echo "└─ ✓ component-$i installed"\n'
+        "done\n"
+    )
     script.chmod(0o755)
     return script
 
@@ -223,16 +237,18 @@ def _run_context(env: dict[str, str], work: Path) -> Any:
 
     Imported here, in the child interpreter, so the parent never pays for the runner's import."""
     from aicr_runner import logs
+    from aicr_runner.cli import _status_publisher
     from aicr_runner.config import load
     from aicr_runner.context import Mode, RunContext
     from aicr_runner.machine import Machine
     from aicr_runner.process import SubprocessRunner
+    from aicr_runner.report import StepStatus
     from aicr_runner.sink import DirectorySink
 
     settings = load(env)
     logs.configure(settings.log_format)
     report = Machine.new_report(runner_version="bench", aicr_version="bench", criteria=settings.criteria.stated())
-    return RunContext(
+    ctx = RunContext(
         settings=settings,
         mode=Mode.RUN,
         sink=DirectorySink(work / "results"),
@@ -240,6 +256,12 @@ def _run_context(env: dict[str, str], work: Path) -> Any:
         environ={"PATH": os.environ["PATH"]},
         report=report,
     )
+    # The status report written as a run writes it while a step runs (the live
+    # publisher): the deploy step's progress writes are part of what the relay costs.
+    publish_status, _ = _status_publisher(settings, ctx.sink, live=True)
+    ctx.progress = lambda: publish_status(report)
+    report.step("deploy").status = StepStatus.RUNNING
+    return ctx
 
 
 def relay_harness(size: int, fmt: str, work: Path, result: Path) -> None:

@@ -54,6 +54,7 @@ DESCRIPTIONS = {
     "DEPLOY__FLAGS": "legacy `deploy.sh` flags, split on whitespace only",
     "DEPLOY__ARGS": "extra `deploy.sh` arguments (JSON array), after the flags",
     "DEPLOY__ENABLED": "`false` gives an assert-only run: no bundle, verify or deploy",
+    "DEPLOY__FAIL_ON_COMPONENT_FAILURE": "fail the run (exit 1, after validation and capture) when deploy.sh reported failed components; `false`: such a run exits 0 with phase `SucceededWithFailures`",
     "ENVIRONMENT__PREINSTALLED_DRIVER": "nodes have a host driver: adds the three driver-ownership `--set` overrides before user flags",
     "VALIDATE__FLAGS": "legacy extra `aicr validate` flags, split on whitespace only",
     "VALIDATE__ARGS": "extra `aicr validate` arguments (JSON array)",

@@ -29,6 +29,12 @@ class FakeKubeApi:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: Event creation fails with this API error while set.
     event_error: str = ""
+    #: Jobs' uids and annotations by (namespace, name); events.k8s.io Events created on them.
+    job_uids: dict[tuple[str, str], str] = field(default_factory=dict)
+    job_annotations: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    job_events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: events.k8s.io writes and Job annotations fail with this API error while set.
+    job_event_error: str = ""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def _check_up(self, namespace: str, name: str) -> None:
@@ -86,3 +92,16 @@ class FakeKubeApi:
         if self.event_error:
             raise CaptureError(f"creating Event in {namespace} failed: {self.event_error}")
         self.events.append((namespace, dict(body)))
+
+    def get_job_uid(self, namespace: str, name: str) -> str | None:
+        return self.job_uids.get((namespace, name))
+
+    def create_job_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        if self.job_event_error:
+            raise CaptureError(f"creating Event in {namespace} failed: {self.job_event_error}")
+        self.job_events.append((namespace, dict(body)))
+
+    def annotate_job(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        if self.job_event_error:
+            raise CaptureError(f"annotating Job {namespace}/{name} failed: {self.job_event_error}")
+        self.job_annotations.setdefault((namespace, name), {}).update(annotations)

@@ -10,8 +10,11 @@ failure report and the DRA line; ``classify_deploy`` combines them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from aicr_runner.progress import ComponentTable, LineKind, component_line
 
 __all__ = [
     "DRA_DEFERRED_MARKER",
@@ -29,17 +32,29 @@ FAILURE_REPORT_MARKERS = ("Deployment completed with failures", "WARNING: the fo
 DRA_DEFERRED_MARKER = "DRA kubelet plugin restart blocked, retry needed for:"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_STARTED = re.compile(r"┌─ \[(\d+)/(\d+)\] (\S+)")
-_INSTALLED = re.compile(r"└─ ✓ (\S+) installed")
-_FAILED = re.compile(r"└─ ✗ (\S+) FAILED")
-#: 0.11's component start line; 0.11 prints no per-component success line.
-_STARTED_LEGACY = re.compile(r"^Installing (\S+) \(([^)]*)\)\.\.\.$")
-_CONTINUING = re.compile(r"^(?:⚠|WARNING:) (\S+) install failed, continuing \(--best-effort\)")
 _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
 _ERROR_PREFIXES = ("Error", "ERROR")
-#: Every line ``feed`` reacts to contains one of these (checked in
-#: tests/unit/test_classify.py), so ``scan`` looks only at the lines around them.
-SCAN_CANDIDATES = ("─", "fail", "DRA kubelet", "Error", "ERROR", "Installing ")
+#: Every line ``feed`` reacts to contains one of these anywhere, or starts (after
+#: blanks) with one of ``LINE_STARTS`` (checked in tests/unit/test_relay.py), so
+#: ``scan`` looks only at those lines. Each candidate is one ``str.find`` pass over
+#: a block; the line starts are one regex pass (its leading literal newline lets
+#: ``re`` jump from line to line), however many they are.
+SCAN_CANDIDATES = ("─", "fail", "DRA kubelet")
+LINE_STARTS = _ERROR_PREFIXES
+#: And for aicr 0.11's deploy.sh (its component lines), only when the running
+#: aicr prints no per-component results.
+LEGACY_LINE_STARTS = ("Installing ", "Applying manifests for ", "Deployment complete.")
+
+
+def _line_start_patterns(starts: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(a block's first line, every later line) starting with one of ``starts``
+    after blanks, as ``feed``'s ``strip`` sees them."""
+    alternatives = "|".join(re.escape(start) for start in starts)
+    return re.compile(rf"[^\S\n]*(?:{alternatives})"), re.compile(rf"\n[^\S\n]*(?:{alternatives})")
+
+
+_STARTS = _line_start_patterns(LINE_STARTS)
+_STARTS_WITH_LEGACY = _line_start_patterns(LINE_STARTS + LEGACY_LINE_STARTS)
 
 
 class Outcome(StrEnum):
@@ -58,27 +73,66 @@ class Classification:
 
 @dataclass
 class DeployMarkers:
-    """Fed deploy.sh's output one line at a time (colour codes are ignored)."""
+    """Fed deploy.sh's output one line at a time (colour codes are ignored).
+
+    Component lines go to ``components`` (``progress.component_line`` parses
+    them); ``on_component(ended)`` is told after each one (True when a component
+    ended with it), e.g. to publish the run's progress."""
 
     failure_report: bool = False
     dra_deferred: bool = False
     preflight_failed: bool = False
-    total: int = 0
-    started: list[str] = field(default_factory=list)
-    installed: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
     #: Names from the failure report / DRA lines themselves.
     reported_failed: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
-    #: deploy.sh printed per-component result lines (1.x); 0.11 prints none.
+    #: deploy.sh prints per-component result lines (1.x); 0.11 prints none, so
+    #: a component counts as installed once the next one starts.
     results_reported: bool = True
+    components: ComponentTable = field(default_factory=ComponentTable)
+    on_component: Callable[[bool], None] | None = field(default=None, compare=False, repr=False)
 
-    def feed(self, line: str) -> str | None:  # noqa: PLR0911 - one return per kind of line
+    def __post_init__(self) -> None:
+        if not self.results_reported:
+            self.components.infer_success = True
+
+    @property
+    def total(self) -> int:
+        return int(self.components.snapshot()["total"])
+
+    @property
+    def started(self) -> list[str]:
+        return self.components.started()
+
+    @property
+    def installed(self) -> list[str]:
+        return self.components.names("installed")
+
+    @property
+    def failed(self) -> list[str]:
+        return self.components.names("failed")
+
+    def feed(self, line: str) -> str | None:
         """Take one line; return the log level it deserves when it means something
         (a marker or an error), None for an ordinary line."""
         text = _ANSI.sub("", line).strip()
         if not text:
             return None
+        level = self._report_line(text)
+        if level is not None:
+            return level
+        if (component := component_line(text)) is not None:
+            ended = self.components.apply(component)
+            if self.on_component is not None:
+                self.on_component(ended)
+            if component.kind is LineKind.FAILED:
+                return "error" if text.startswith(_ERROR_PREFIXES) else "warning"
+            return "info"
+        if text.startswith(_ERROR_PREFIXES):
+            return "error"
+        return None
+
+    def _report_line(self, text: str) -> str | None:
+        """The failure report, the DRA line and a failed pre-flight: "warning"."""
         for marker in FAILURE_REPORT_MARKERS:
             if marker in text:
                 self.failure_report = True
@@ -93,30 +147,15 @@ class DeployMarkers:
         if any(marker in text for marker in _PREFLIGHT_FAILED):
             self.preflight_failed = True
             return "warning"
-        if match := _STARTED.search(text):
-            self.total = int(match.group(2))
-            self.started = _unique([*self.started, match.group(3)])
-            return "info"
-        if match := _STARTED_LEGACY.search(text):
-            self.started = _unique([*self.started, match.group(1)])
-            self.results_reported = False
-            return "info"
-        if match := _INSTALLED.search(text):
-            self.installed = _unique([*self.installed, match.group(1)])
-            return "info"
-        if (match := _FAILED.search(text)) or (match := _CONTINUING.search(text)):
-            self.failed = _unique([*self.failed, match.group(1)])
-            return "warning"
-        if text.startswith(_ERROR_PREFIXES):
-            return "error"
         return None
 
     def scan(self, text: str) -> list[tuple[int, int, str]]:
         """Feed a block of whole lines; return ``(start, end, level)`` of the lines
         that mean something, in order (``end`` is the index of their newline).
 
-        Only lines holding a ``SCAN_CANDIDATES`` string are fed, found with a
-        few ``str.find`` calls per block: an ordinary line costs nothing here.
+        Only lines holding a ``SCAN_CANDIDATES`` string or starting with a line
+        start are fed, found with a few ``str.find`` calls and one regex pass
+        per block: an ordinary line costs nothing here.
         Colour codes could split a candidate, so a block that has any is fed
         line by line.
         """
@@ -134,6 +173,10 @@ class DeployMarkers:
                     found.add(text.rfind("\n", 0, at) + 1)
                     newline = text.find("\n", at)
                     at = -1 if newline == -1 else text.find(candidate, newline + 1)
+            first, later = _STARTS if self.results_reported else _STARTS_WITH_LEGACY
+            if first.match(text):
+                found.add(0)
+            found.update(match.start() + 1 for match in later.finditer(text))
         starts = sorted(found)
         meaningful: list[tuple[int, int, str]] = []
         for start in starts:
@@ -145,16 +188,13 @@ class DeployMarkers:
         return meaningful
 
     def counts(self) -> str:
-        """``13/15 installed, 2 failed (nfd, aws-efa)`` for the operator; an aicr
-        whose deploy.sh reports no per-component results is said to, not "0/0"."""
+        """``13/15 installed, 2 failed (nfd, aws-efa)`` for the operator."""
         failed = _unique(self.failed + self.reported_failed)
-        if not self.installed and (not self.results_reported or not (self.total or self.started)):
-            attempted = f"{len(self.started)} components attempted, " if self.started else ""
-            text = f"{attempted}per-component results not reported by this aicr"
-            if failed:
-                text += f"; {len(failed)} failed ({', '.join(failed)})"
-            return text
-        text = f"{len(self.installed)}/{self.total or len(self.started)} installed"
+        progress = self.components.snapshot()
+        if not progress["components"]:
+            text = "no component started"
+        else:
+            text = f"{progress['installed']}/{progress['total']} installed"
         if failed:
             text += f", {len(failed)} failed ({', '.join(failed)})"
         return text

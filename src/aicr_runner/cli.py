@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from aicr_runner.config import RunnerSettings
     from aicr_runner.context import Mode, RunContext
     from aicr_runner.errors import ConfigError
+    from aicr_runner.job_events import JobEvents
     from aicr_runner.kube import KubeApi
     from aicr_runner.lease import InstallLease
     from aicr_runner.process import ShutdownController
@@ -364,9 +366,7 @@ def _pod_namespace() -> str:
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
     from aicr_runner.context import Mode
-    from aicr_runner.machine import Machine
     from aicr_runner.process import ShutdownController
-    from aicr_runner.steps import Steps
 
     _prepare_work(settings)
     api = _make_api(settings, mode, args)
@@ -376,18 +376,16 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
     ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
     report = ctx.report
-    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None)
+    events = _make_events(settings, api)
+    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None or mode is Mode.RUN)
     ctx.lease = lease
     ctx.progress = lambda: publish_status(report)
     ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
-    machine = Machine(Steps(ctx).functions(), report, on_change=publish_status, interrupted=shutdown.requested)
+    if events is not None:
+        ctx.on_deploy_progress = events.deploy_progress
+    on_change = publish_status if events is None else _with_step_events(publish_status, events)
     try:
-        machine.run()
-        code = machine.finish(
-            validate_gate=settings.validate.fail_on_error,
-            publish_gate=settings.validate.publish.fail_on_error,
-            success=_PLAN_COMPLETE if mode is Mode.PLAN else "AICR Job complete",
-        )
+        code = _run_machine(ctx, on_change, shutdown)
     finally:
         if lease is not None:
             lease.release()
@@ -395,8 +393,53 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
             signal.signal(sig, handler)
     if status_warned and api is None and code == 0:
         code = _report_not_written(report, status_warned[0])
-    _conclude(settings, mode, report, sink, args, api=api)
+    _conclude(settings, mode, report, sink, args, api=api, events=events)
     return code
+
+
+def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdown: ShutdownController) -> int:
+    """The steps run, and the run's exit code under its gates."""
+    from aicr_runner.context import Mode
+    from aicr_runner.machine import Machine
+    from aicr_runner.steps import Steps
+
+    settings = ctx.settings
+    machine = Machine(Steps(ctx).functions(), ctx.report, on_change=on_change, interrupted=shutdown.requested)
+    machine.run()
+    return machine.finish(
+        validate_gate=settings.validate.fail_on_error,
+        publish_gate=settings.validate.publish.fail_on_error,
+        success=_PLAN_COMPLETE if ctx.mode is Mode.PLAN else "AICR Job complete",
+        component_gate=settings.deploy.fail_on_component_failure,
+    )
+
+
+def _make_events(settings: RunnerSettings, api: KubeApi | None) -> JobEvents | None:
+    """Events on the runner's own Job: in a Job run that knows its Job's name."""
+    if api is None or not settings.lease.job_name:
+        return None
+    from aicr_runner.job_events import JobEvents
+
+    return JobEvents(
+        api,
+        namespace=settings.namespace or _pod_namespace(),
+        job=settings.lease.job_name,
+        pod=settings.lease.pod_name,
+    )
+
+
+def _with_step_events(publish_status: Callable[[RunReport], None], events: JobEvents) -> Callable[[RunReport], None]:
+    """The machine's ``on_change``: the status written, then an Event for each step that just ended."""
+    told: set[str] = set()
+
+    def on_change(current: RunReport) -> None:
+        publish_status(current)
+        for record in current.steps:
+            if record.ended_at is not None and record.state not in told:
+                told.add(record.state)
+                events.step_ended(record)
+
+    return on_change
 
 
 def _report_not_written(report: RunReport, reason: str) -> int:
@@ -461,16 +504,20 @@ def _status_publisher(
 ) -> tuple[Callable[[RunReport], None], list[str]]:
     """The run report's writer, and the first write failure it saw (warned once).
 
-    A ConfigMap shows a Job's progress live (kubectl get cm); a results
-    directory (``live`` false) is read once the run is over, and the final
-    report is what lands there (each write is two atomic file replacements:
-    most of a quick plan's own time went to writes nobody read).
+    A ConfigMap shows a Job's progress live (kubectl get cm), and so does the
+    results directory of a local ``run`` (its deploy takes minutes: summary.txt
+    shows each component as deploy.sh reports it). A plan's results directory
+    (``live`` false) is read once the plan is over, and the final report is what
+    lands there (each write is two atomic file replacements: most of a quick
+    plan's own time went to writes nobody read).
     """
     from aicr_runner import logs
     from aicr_runner.errors import RunnerError
     from aicr_runner.report import RunPhase, StepStatus
 
     status_warned: list[str] = []
+    # The deploy step's progress is written from a thread of its own: one write at a time.
+    one_at_a_time = threading.Lock()
 
     def publish_status(current: RunReport) -> None:
         if not settings.status_configmap:
@@ -483,10 +530,15 @@ def _status_publisher(
             # at once (half of the writes of a run).
             return
         try:
-            sink.put(
-                settings.status_configmap,
-                data={"report.json": current.to_json(), "summary.txt": current.summary_text()},
-            )
+            with one_at_a_time:
+                sink.put(
+                    settings.status_configmap,
+                    data={
+                        "report.json": current.to_json(),
+                        "summary.txt": current.summary_text(),
+                        "phase": current.phase.value,
+                    },
+                )
         except RunnerError as exc:
             if not status_warned:  # say it once, not at every step
                 status_warned.append(exc.message)
@@ -507,16 +559,27 @@ def _stop_when_lease_lost(shutdown: ShutdownController) -> Callable[[str], None]
 
 
 def _conclude(
-    settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sink, args: Any, *, api: KubeApi | None
+    settings: RunnerSettings,
+    mode: Mode,
+    report: RunReport,
+    sink: Sink,
+    args: Any,
+    *,
+    api: KubeApi | None,
+    events: JobEvents | None = None,
 ) -> None:
-    """The outcome announced; a failed Job run also reported on its HelmRelease."""
+    """The outcome announced and recorded on the Job; a failed Job run (or one
+    with failed components) also reported on its HelmRelease."""
     from aicr_runner.report import RunPhase
 
     termination = _termination_line(report)
     _announce(settings, mode, report, sink, args, line=termination)
-    if report.phase is RunPhase.FAILED and api is not None and settings.lease.job_name:
+    if events is not None:
+        events.run_ended(report, termination)
+    warned = (RunPhase.FAILED, RunPhase.SUCCEEDED_WITH_FAILURES)
+    if report.phase in warned and api is not None and settings.lease.job_name:
         # After the capture and the termination message; never changes the exit code.
-        from aicr_runner.failure_event import report_failure
+        from aicr_runner.failure_event import COMPONENTS_FAILED_REASON, EVENT_REASON, report_failure
 
         report_failure(
             api,
@@ -524,6 +587,7 @@ def _conclude(
             job=settings.lease.job_name,
             pod=settings.lease.pod_name,
             message=termination,
+            reason=EVENT_REASON if report.phase is RunPhase.FAILED else COMPONENTS_FAILED_REASON,
         )
 
 

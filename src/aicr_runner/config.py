@@ -714,6 +714,8 @@ class BundleSettings(StepArgs):
 class DeploySettings(StepArgs):
     flags: str = _check(_flags, default="--best-effort --no-wait")
     enabled: bool = _check(_boolean, default=True)
+    #: A run whose deploy.sh reported failed components fails (exit 1) even under --best-effort.
+    fail_on_component_failure: bool = _check(_boolean, default=False)
 
     @property
     def best_effort(self) -> bool:

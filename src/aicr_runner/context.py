@@ -76,6 +76,8 @@ class RunContext:
     lease: InstallLease | None = None
     #: Writes the run report now (the status ConfigMap), e.g. while waiting.
     progress: Callable[[], None] = lambda: None
+    #: Told the deploy step's progress (``ComponentTable.snapshot``) after each write (Events on the Job).
+    on_deploy_progress: Callable[[dict[str, Any]], None] = lambda snapshot: None
     #: Called by the renewal thread when the Lease is lost (the run must stop).
     on_lease_lost: Callable[[str], None] = lambda reason: None
     # Filled in as the run goes.

@@ -25,11 +25,21 @@ from typing import Any
 from aicr_runner import logs
 from aicr_runner.kube import KubeApi
 
-__all__ = ["EVENT_REASON", "FLUX_NAMESPACE_LABEL", "FLUX_NAME_LABEL", "HelmReleaseRef", "event_body", "report_failure"]
+__all__ = [
+    "COMPONENTS_FAILED_REASON",
+    "EVENT_REASON",
+    "FLUX_NAMESPACE_LABEL",
+    "FLUX_NAME_LABEL",
+    "HelmReleaseRef",
+    "event_body",
+    "report_failure",
+]
 
 FLUX_NAME_LABEL = "helm.toolkit.fluxcd.io/name"
 FLUX_NAMESPACE_LABEL = "helm.toolkit.fluxcd.io/namespace"
 EVENT_REASON = "AicrRunFailed"
+#: A run that exited 0 with failed components (--best-effort): Flux shows it Ready.
+COMPONENTS_FAILED_REASON = "AicrRunSucceededWithFailures"
 #: events.k8s.io bounds a note to 1 KiB; a core/v1 message is kept to the same.
 MESSAGE_LIMIT = 1024
 _COMPONENT = "aicr-runner"
@@ -53,7 +63,14 @@ def bounded(message: str) -> str:
 
 
 def event_body(
-    release: HelmReleaseRef, message: str, *, job: str, job_namespace: str, pod: str, now: datetime
+    release: HelmReleaseRef,
+    message: str,
+    *,
+    job: str,
+    job_namespace: str,
+    pod: str,
+    now: datetime,
+    reason: str = EVENT_REASON,
 ) -> dict[str, Any]:
     involved: dict[str, Any] = {
         "apiVersion": "helm.toolkit.fluxcd.io/v2",
@@ -71,7 +88,7 @@ def event_body(
         "metadata": {"generateName": f"{release.name}.", "namespace": release.namespace},
         "involvedObject": involved,
         "type": "Warning",
-        "reason": EVENT_REASON,
+        "reason": reason,
         "message": bounded(message),
         "source": {"component": _COMPONENT},
         "reportingComponent": _COMPONENT,
@@ -91,6 +108,7 @@ def report_failure(
     pod: str,
     message: str,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    reason: str = EVENT_REASON,
 ) -> HelmReleaseRef | None:
     """Record ``message`` on the HelmRelease that rendered ``job``, if any.
 
@@ -107,7 +125,7 @@ def report_failure(
         release = HelmReleaseRef(release.namespace, release.name, uid)
         api.create_event(
             release.namespace,
-            event_body(release, message, job=job, job_namespace=job_namespace, pod=pod, now=now()),
+            event_body(release, message, job=job, job_namespace=job_namespace, pod=pod, now=now(), reason=reason),
         )
     except Exception as exc:  # noqa: BLE001 - a courtesy: the failure itself is already recorded
         log.warning("failure not recorded as an Event on the HelmRelease", job=job, reason=str(exc))

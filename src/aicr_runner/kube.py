@@ -66,6 +66,10 @@ _BACKOFF_JITTER_SECONDS = 0.5
 #: Each call of the failure Event may retry this long: the failure is already
 #: recorded, and the pod should not linger on its way out.
 _EVENT_BUDGET_SECONDS = 15.0
+#: Each Event or annotation on the runner's own Job may retry this long: they are
+#: advisory, and the run (or the pod on its way out) must not wait on them.
+_JOB_EVENT_BUDGET_SECONDS = 5.0
+_JOB = "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
 #: One request may take at most this long (connect + read); a hung API server
 #: must not hold a write past its budget.
 _REQUEST_TIMEOUT_SECONDS = 15.0
@@ -171,6 +175,18 @@ class KubeApi(Protocol):
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         """Create a core/v1 Event (``failure_event.event_body``)."""
+        ...
+
+    def get_job_uid(self, namespace: str, name: str) -> str | None:
+        """The Job's uid (Events on it name it); None when it does not exist."""
+        ...
+
+    def create_job_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create an ``events.k8s.io/v1`` Event (``job_events.event_body``)."""
+        ...
+
+    def annotate_job(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into the Job's (a JSON merge patch)."""
         ...
 
 
@@ -427,7 +443,7 @@ class ClientKubeApi:
     # -- the failure Event on the delivery tool's object ------------------------------
 
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        metadata = self._read_metadata("Job", "/apis/batch/v1/namespaces/{namespace}/jobs/{name}", namespace, name)
+        metadata = self._read_metadata("Job", _JOB, namespace, name)
         if metadata is None:
             return None
         return {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
@@ -437,9 +453,11 @@ class ClientKubeApi:
         metadata = self._read_metadata("HelmRelease", path, namespace, name)
         return None if metadata is None else str(metadata.get("uid") or "") or None
 
-    def _read_metadata(self, kind: str, path: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """An object's metadata for the failure Event (None when it does not exist),
-        within the Event's short budget."""
+    def _read_metadata(
+        self, kind: str, path: str, namespace: str, name: str, *, budget_seconds: float = _EVENT_BUDGET_SECONDS
+    ) -> dict[str, Any] | None:
+        """An object's metadata for an Event (None when it does not exist), within
+        the Event's short budget."""
         body = self.request(
             f"reading {kind} {namespace}/{name}",
             "GET",
@@ -447,7 +465,7 @@ class ClientKubeApi:
             path_params={"namespace": namespace, "name": name},
             response_type="object",
             missing_ok=True,
-            budget_seconds=_EVENT_BUDGET_SECONDS,
+            budget_seconds=budget_seconds,
         )
         return None if body is None else dict(body.get("metadata") or {})
 
@@ -459,6 +477,34 @@ class ClientKubeApi:
             path_params={"namespace": namespace},
             body=dict(body),
             budget_seconds=_EVENT_BUDGET_SECONDS,
+        )
+
+    # -- Events and outcome annotations on the runner's own Job (job_events) ----------
+
+    def get_job_uid(self, namespace: str, name: str) -> str | None:
+        metadata = self._read_metadata("Job", _JOB, namespace, name, budget_seconds=_JOB_EVENT_BUDGET_SECONDS)
+        return None if metadata is None else str(metadata.get("uid") or "") or None
+
+    def create_job_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self.request(
+            f"creating Event in {namespace}",
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+            path_params={"namespace": namespace},
+            body=dict(body),
+            budget_seconds=_JOB_EVENT_BUDGET_SECONDS,
+        )
+
+    def annotate_job(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        self.request(
+            f"annotating Job {namespace}/{name}",
+            "PATCH",
+            _JOB,
+            path_params={"namespace": namespace, "name": name},
+            query_params=[("fieldManager", FIELD_MANAGER)],
+            content_type="application/merge-patch+json",
+            body={"metadata": {"annotations": dict(annotations)}},
+            budget_seconds=_JOB_EVENT_BUDGET_SECONDS,
         )
 
 

@@ -107,13 +107,17 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
     publish_gate: bool,
     interrupted_before: State | None = None,
     success: str = "AICR Job complete",
+    component_gate: bool = False,
 ) -> tuple[int, str]:
     """The Job's exit code and message, applying the gates in the anchor's order.
 
     1. a step that ended the run; 2. a failed verdict or evidence capture;
     3. validation failed and validate.failOnError; 4. publish failed and
-    publish.failOnError; otherwise success. A run stopped between two steps
-    (``interrupted_before``) did not finish, whatever its steps say: 143.
+    publish.failOnError; 5. components failed (--best-effort) and
+    deploy.failOnComponentFailure (exit 1, deploy.sh's own code for a failed
+    component); otherwise success, which names failed components. A run
+    stopped between two steps (``interrupted_before``) did not finish, whatever
+    its steps say: 143.
     """
     records = {State(r.state): r for r in report.steps}
     for record in report.steps:
@@ -134,6 +138,14 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
+    if report.failed_components:
+        failed = ", ".join(report.failed_components)
+        if component_gate:
+            return 1, f"Components FAILED ({failed}) and deploy.failOnComponentFailure is set"
+        return 0, (
+            f"{success}, but components failed: {failed} (--best-effort; deploy.failOnComponentFailure=true "
+            "fails the Job instead)"
+        )
     return 0, success
 
 
@@ -210,7 +222,14 @@ class Machine:
         self._on_change(self.report)
         return result
 
-    def finish(self, *, validate_gate: bool, publish_gate: bool, success: str = "AICR Job complete") -> int:
+    def finish(
+        self,
+        *,
+        validate_gate: bool,
+        publish_gate: bool,
+        success: str = "AICR Job complete",
+        component_gate: bool = False,
+    ) -> int:
         """``success`` is the message of a run that passed every gate."""
         code, message = final_exit(
             self.report,
@@ -218,6 +237,7 @@ class Machine:
             publish_gate=publish_gate,
             interrupted_before=self.interrupted_before,
             success=success,
+            component_gate=component_gate,
         )
         self.report.exit_code = code
         self.report.message = message
@@ -226,7 +246,13 @@ class Machine:
             r.status is StepStatus.INTERRUPTED for r in self.report.steps
         )
         self.report.phase = (
-            RunPhase.INTERRUPTED if interrupted else RunPhase.SUCCEEDED if code == 0 else RunPhase.FAILED
+            RunPhase.INTERRUPTED
+            if interrupted
+            else RunPhase.FAILED
+            if code != 0
+            else RunPhase.SUCCEEDED_WITH_FAILURES
+            if self.report.failed_components
+            else RunPhase.SUCCEEDED
         )
         self._on_change(self.report)
         return code

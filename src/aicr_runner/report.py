@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["RunPhase", "RunReport", "StepRecord", "StepStatus", "utcnow"]
+__all__ = ["RunPhase", "RunReport", "StepRecord", "StepStatus", "progress_table", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -36,6 +36,8 @@ class StepStatus(StrEnum):
 class RunPhase(StrEnum):
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
+    #: Exit 0, but deploy.sh reported failed components (--best-effort, the anchor's semantics).
+    SUCCEEDED_WITH_FAILURES = "SucceededWithFailures"
     FAILED = "Failed"
     INTERRUPTED = "Interrupted"
 
@@ -49,6 +51,8 @@ class StepRecord:
     exit_code: int | None = None
     classification: str = ""
     message: str = ""
+    #: The deploy step's components as deploy.sh reported them (``ComponentTable.snapshot``).
+    progress: dict[str, Any] | None = None
 
     @property
     def duration_seconds(self) -> float | None:
@@ -66,6 +70,7 @@ class StepRecord:
             "exitCode": self.exit_code,
             "classification": self.classification,
             "message": self.message,
+            **({"progress": self.progress} if self.progress is not None else {}),
         }
 
 
@@ -88,6 +93,8 @@ class RunReport:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Pending releases a dead predecessor left, and what this run did about them.
     recoveries: list[dict[str, str]] = field(default_factory=list)
+    #: Components deploy.sh reported failed (a run under --best-effort may still exit 0).
+    failed_components: list[str] = field(default_factory=list)
 
     def step(self, state: str) -> StepRecord:
         for record in self.steps:
@@ -113,6 +120,7 @@ class RunReport:
             "aicrVersion": self.aicr_version,
             "exitCode": self.exit_code,
             "supportedCombinations": list(self.supported_combinations),
+            "failedComponents": list(self.failed_components),
         }
 
     def to_json(self) -> str:
@@ -132,6 +140,11 @@ class RunReport:
             exit_code = "" if record.exit_code is None else str(record.exit_code)
             seconds = "" if record.duration_seconds is None else f"{record.duration_seconds:.1f}"
             lines.append(f"{record.state:<18} {record.status.value:<12} {exit_code:>4} {seconds:>8}  {record.message}")
+        for record in self.steps:
+            if record.progress is not None:
+                lines += ["", *progress_table(record.state, record.progress)]
+        if self.failed_components:
+            lines += ["", f"failed components: {', '.join(self.failed_components)}"]
         if self.provenance:
             facts = ", ".join(f"{k}={v}" for k, v in self.provenance.items() if v not in ("", None))
             lines += ["", f"aicr provenance: {facts}"]
@@ -143,3 +156,17 @@ class RunReport:
         if self.supported_combinations:
             lines += ["", "supported combinations:", *(f"- {c}" for c in self.supported_combinations)]
         return "\n".join(lines) + "\n"
+
+
+def progress_table(state: str, progress: dict[str, Any]) -> list[str]:
+    """A step's per-component progress as a table (``summary.txt``)."""
+    current = f", current: {progress['current']}" if progress.get("current") else ""
+    lines = [
+        f"{state} progress: {progress['done']}/{progress['total']} done "
+        f"({progress['installed']} installed, {progress['failed']} failed){current}",
+        f"{'COMPONENT':<32} {'STATUS':<12} {'ATTEMPTS':>8} {'SECONDS':>8}",
+    ]
+    for row in progress.get("components", []):
+        seconds = "" if row.get("durationSeconds") is None else f"{row['durationSeconds']:.1f}"
+        lines.append(f"{row['name']:<32} {row['status']:<12} {row['attempts']:>8} {seconds:>8}")
+    return lines

@@ -31,6 +31,7 @@ from aicr_runner.errors import (
 from aicr_runner.helmguard import install_guard
 from aicr_runner.machine import State, StepResult
 from aicr_runner.process import child_env
+from aicr_runner.progress import ComponentTable, ProgressPublisher
 from aicr_runner.recovery import PendingReleases
 from aicr_runner.relays import aicr_relay, deploy_relay
 from aicr_runner.report import StepStatus, utcnow
@@ -333,7 +334,10 @@ class Steps:
         if self.ctx.lease is not None and self.ctx.recipe_summary is not None:
             self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.ctx.recipe_summary.components)
         # An aicr known to print no per-component results is said to, whatever it printed.
-        markers = classify.DeployMarkers(results_reported=self.ctx.behaviour.per_component_results)
+        markers = classify.DeployMarkers(
+            results_reported=self.ctx.behaviour.per_component_results,
+            components=ComponentTable(total=self._bundled_components()),
+        )
         exit_code = self._run_deploy_sh(markers)
         verdict = classify.classify_deploy(
             exit_code,
@@ -341,6 +345,7 @@ class Steps:
             dra_deferred=markers.dra_deferred,
             best_effort=self.s.deploy.best_effort,
         )
+        self.ctx.report.failed_components = _unique(markers.failed + markers.reported_failed)
         # What deploy.sh reported, for the operator: "13/15 installed, 2 failed (nfd, aws-efa)".
         tally = "pre-flight checks failed" if markers.preflight_failed else markers.counts()
         if recovered:
@@ -355,6 +360,14 @@ class Steps:
             return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
         return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
 
+    def _bundled_components(self) -> int:
+        """How many components deploy.sh will install, for a deploy.sh that does not
+        say (0.11, flat layout: one folder per component); 0 when unknown."""
+        summary = self.ctx.recipe_summary
+        if summary is None or self.ctx.behaviour.per_component_results:
+            return 0
+        return sum(1 for c in summary.components if (self.ctx.bundle_dir / c.name).is_dir())
+
     def _pending_releases(self) -> PendingReleases:
         return PendingReleases(
             self.ctx.processes,
@@ -368,19 +381,36 @@ class Steps:
 
     def _run_deploy_sh(self, markers: classify.DeployMarkers) -> int:
         """deploy.sh's exit code; its helm behind the guard (when there is a helm),
-        its output relayed and read by ``markers``."""
+        its output relayed and read by ``markers``, its progress published as it goes."""
         guard = install_guard(self.ctx.environ.get("PATH"), self.ctx.work / "helm-guard")
         env = child_env(self.ctx.environ)
         if guard is not None:
             env["PATH"] = os.pathsep.join([str(guard.bin_dir), env.get("PATH", "")])
-        result = self.ctx.run_child(
-            State.DEPLOY,
-            commands.deploy_argv(self.s, self.ctx.bundle_dir),
-            env=env,
-            on_block=deploy_relay(State.DEPLOY.value, markers),
-            cwd=self.ctx.bundle_dir,
-            safe_stop=guard,
-        )
+        record = self.ctx.report.step(State.DEPLOY.value)
+        table = markers.components
+
+        def publish() -> None:
+            record.progress = table.snapshot()
+            self.ctx.progress()
+            self.ctx.on_deploy_progress(record.progress)
+
+        try:
+            with ProgressPublisher(publish) as publisher:
+                markers.on_component = publisher.changed
+                result = self.ctx.run_child(
+                    State.DEPLOY,
+                    commands.deploy_argv(self.s, self.ctx.bundle_dir),
+                    env=env,
+                    on_block=deploy_relay(State.DEPLOY.value, markers),
+                    cwd=self.ctx.bundle_dir,
+                    safe_stop=guard,
+                )
+        except InterruptedRun:
+            table.finish(exit_code=143, interrupted=True)
+            record.progress = table.snapshot()
+            raise
+        table.finish(exit_code=result.exit_code, interrupted=result.interrupted)
+        record.progress = table.snapshot()
         return result.exit_code
 
     def validate(self) -> StepResult:
@@ -474,6 +504,10 @@ class Steps:
         if archive is None:
             return StepResult.warned(f"evidence bundle over the ConfigMap budget: pointer only, in {where}")
         return StepResult.ok(f"Evidence artifacts written to {where}")
+
+
+def _unique(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(names))
 
 
 def _elapsed(started: datetime) -> float:

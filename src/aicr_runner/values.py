@@ -59,6 +59,7 @@ VALUE_TO_ENV: dict[str, str] = {
     "deploy.enabled": "DEPLOY__ENABLED",
     "deployFlags": "DEPLOY__FLAGS",
     "deployArgs": "DEPLOY__ARGS",
+    "deploy.failOnComponentFailure": "DEPLOY__FAIL_ON_COMPONENT_FAILURE",
     "environment.preinstalledDriver": "ENVIRONMENT__PREINSTALLED_DRIVER",
     "validate.enabled": "VALIDATE__ENABLED",
     "validate.phases": "VALIDATE__PHASES",

@@ -21,7 +21,7 @@ from tests.chart.helm import ROOT, Rendered, renders
 PAGES = (ROOT / "README.md", ROOT / "chart" / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 #: The keys the runtime writes per result ConfigMap (src/aicr_runner/steps.py, cli.py), by setting.
 KEYS = {
-    "AICR_RUNNER_STATUS_CONFIGMAP": {"data": {"report.json", "summary.txt"}},
+    "AICR_RUNNER_STATUS_CONFIGMAP": {"data": {"phase", "report.json", "summary.txt"}},
     "AICR_RUNNER_RECIPE__CONFIGMAP": {"data": {"summary.txt", "recipe.yaml"}, "binaryData": {"recipe.yaml.gz"}},
     "AICR_RUNNER_VALIDATE__RESULT_CONFIGMAP": {"data": {"ctrf.json"}},
     "AICR_RUNNER_VALIDATE__EVIDENCE_CONFIGMAP": {"data": {"pointer.yaml"}, "binaryData": {"evidence.tgz"}},

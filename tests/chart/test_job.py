@@ -88,8 +88,18 @@ ROLE_RULES = [
         "resourceNames": ["aicr-recipe", "aicr-validate-result", "aicr-evidence-bundle", "aicr-run-status"],
         "verbs": ["get", "patch"],
     },
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
 ]
+
+
+def role_rules(job: str) -> list[dict[str, Any]]:
+    """The namespaced Role: ROLE_RULES, then this Job by name (its labels read, its
+    outcome annotations merged: aicr_runner.failure_event, aicr_runner.job_events)
+    and the Events recorded on it."""
+    return [
+        *ROLE_RULES,
+        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [job], "verbs": ["get", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    ]
 
 
 def test_rbac_binds_the_installer_account_to_cluster_admin() -> None:
@@ -113,7 +123,7 @@ def test_rbac_the_namespaced_role_is_the_lease_the_result_configmaps_and_the_job
     result = renders()
     role, binding = result.one("Role"), result.one("RoleBinding")
     assert role["metadata"]["name"] == binding["metadata"]["name"] == f"{RELEASE}-installer"
-    assert role["rules"] == ROLE_RULES
+    assert role["rules"] == role_rules(result.job["metadata"]["name"])
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
@@ -148,7 +158,7 @@ def test_rbac_cluster_admin_false_binds_the_charts_narrower_cluster_role() -> No
     assert rules[("", "events")] == ["get", "list", "watch", "create"]
     assert rules[("helm.toolkit.fluxcd.io", "helmreleases")] == ["get"]
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"]), "no wildcards"
-    assert result.one("Role")["rules"] == ROLE_RULES, "the namespaced Role does not depend on the mode"
+    assert result.one("Role")["rules"] == role_rules(result.job["metadata"]["name"]), "not on the mode either"
     extra = {"apiGroups": ["monitoring.coreos.com"], "resources": ["servicemonitors"], "verbs": ["get", "create"]}
     extended = renders({"rbac": {"clusterAdmin": False, "extraRules": [extra]}}).one("ClusterRole")["rules"]
     assert extended == [*role["rules"], extra]
@@ -684,6 +694,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
             "bundleFlags": "--vendor-charts",
             "validateFlags": "--timeout 10m",
             "deployFlags": "--retries 1",
+            "deploy": {"failOnComponentFailure": True},
             "storageClass": "gp3",
             "recipeConfigMap": "r",
             "validate": {"resultConfigMap": "v", "evidenceConfigMap": "e"},
@@ -726,6 +737,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_BUNDLE__STORAGE_CLASS": "gp3",
         "AICR_RUNNER_DEPLOY__ENABLED": "true",
         "AICR_RUNNER_DEPLOY__FLAGS": "--retries 1",
+        "AICR_RUNNER_DEPLOY__FAIL_ON_COMPONENT_FAILURE": "true",
         "AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER": "false",
         "AICR_RUNNER_VALIDATE__ENABLED": "false",
         "AICR_RUNNER_VALIDATE__FAIL_ON_ERROR": "false",
@@ -812,7 +824,18 @@ def notes(*sets: str) -> str:
 def test_notes_give_the_commands_to_follow_the_run() -> None:
     text = notes("--set", "validate.enabled=true", "--set", "validate.emitEvidence=true")
     job = job_name({"validate": {"enabled": True, "emitEvidence": True}})
-    assert f"kubectl logs -n {NAMESPACE} -f job/{job}" in text
+    # The log follow waits for the container first (a Pending pod has no log yet).
+    assert (
+        f"kubectl wait -n {NAMESPACE} pod -l job-name={job} --for=create "
+        f"--for=jsonpath='{{.status.containerStatuses[0].containerID}}' --timeout=30m "
+        f"&& kubectl logs -n {NAMESPACE} -f job/{job}"
+    ) in text
+    assert f"kubectl events -n {NAMESPACE} --for job/{job}" in text
+    assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.phase}}'" in text
+    # The wait ends on failure too (e2e/test_run_events.py runs it against a real API server).
+    assert f"kubectl wait -n {NAMESPACE} job/{job} --for=condition=Failed --timeout=0" in text
+    assert "--for=condition=Complete --timeout=10800s" not in text
+    assert f"kubectl get pod -n {NAMESPACE} -l job-name={job} -o jsonpath=" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.report\\.json}}'" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.summary\\.txt}}'" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-recipe -o jsonpath='{{.data.summary\\.txt}}'" in text

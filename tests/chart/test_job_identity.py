@@ -240,6 +240,7 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("lease timing", {"lease": {"durationSeconds": 30, "waitSeconds": 600}}, False),
     ("download retries", {"aicrDownload": {"attempts": 3, "timeoutSeconds": 30, "budgetSeconds": 120}}, False),
     ("budgets", {"dataPackPullBudgetSeconds": 60, "kubeWriteBudgetSeconds": 30}, False),
+    ("component failure gate", {"deploy": {"failOnComponentFailure": True}}, False),
     (
         "service account annotations",
         {"serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "x"}}},

@@ -35,6 +35,12 @@ FAKE_AICR_DEPLOY_DRA_DEFERRED=1   deploy.sh withholds the DRA plugin restart:
 FAKE_AICR_DEPLOY_PREFLIGHT_FAIL=1 pre-flight fails, exit 1
 FAKE_AICR_DEPLOY_SLEEP=<s>        sleep before installing (signal tests)
 FAKE_AICR_DEPLOY_OUTPUT_BYTES=<n> print n bytes of output (memory tests)
+FAKE_AICR_DEPLOY_HOLD_AT=<name>   deploy.sh holds that component's install (its
+                                  start line printed) until released: a line
+                                  written to FAKE_AICR_DEPLOY_HOLD_FIFO=<path>, or
+                                  (in a pod) the ConfigMap
+                                  FAKE_AICR_DEPLOY_HOLD_CONFIGMAP=<ns>/<name>
+                                  created (kubectl wait --for=create)
 FAKE_AICR_DEPLOY_BACKOFF=<s>      retry backoff; default 0 when simulating,
                                   5s*attempt^2 (cap 120s) in real mode
 FAKE_AICR_VALIDATE_RESULT=...     pass | fail | other | readiness-fail | timeout

@@ -35,6 +35,8 @@ import pytest
 import yaml
 
 from aicr_runner.capabilities import FEATURES, HelpProbe
+from aicr_runner.classify import DeployMarkers
+from aicr_runner.progress import ComponentTable
 from tests.fake_aicr import install_fake_aicr
 from tests.real_aicr import RealAicr
 
@@ -334,6 +336,18 @@ def markers(output: str) -> list[str]:
     return found
 
 
+def progress(output: str, exit_code: int, order: list[str]) -> list[str]:
+    """Each component's status as the runner reads deploy.sh's lines (0.11: no
+    per-component result lines), checked to be in the recipe's deployment order."""
+    read = DeployMarkers(results_reported=False, components=ComponentTable(total=len(order)))
+    for line in output.splitlines():
+        read.feed(line)
+    read.components.finish(exit_code=exit_code)
+    rows = read.components.snapshot()["components"]
+    assert [row["name"] for row in rows] == order[: len(rows)]
+    return [row["status"] for row in rows]
+
+
 @pytest.mark.parametrize("best_effort", [True, False], ids=["best-effort", "fail-fast"])
 def test_deploy_sh_prints_the_same_markers_and_exits_alike(bundles: Pair, tmp_path: Path, best_effort: bool) -> None:
     """Both bundles' deploy.sh, with a stub helm that fails the first component
@@ -360,6 +374,11 @@ def test_deploy_sh_prints_the_same_markers_and_exits_alike(bundles: Pair, tmp_pa
             timeout=120,
         )
         outputs.append((proc.returncode, markers(proc.stdout)))
+        # The runner's reading of both: the first component failed, the others (under
+        # --best-effort) installed, though 0.11 prints no success line.
+        order = yaml.safe_load((result.cwd / "r.yaml").read_text())["deploymentOrder"]
+        statuses = progress(proc.stdout, proc.returncode, order)
+        assert statuses == (["failed"] + ["installed"] * (len(order) - 1) if best_effort else ["failed"]), extra
     assert outputs[0] == outputs[1]
     code, seen = outputs[1]
     assert code == (0 if best_effort else 1)

@@ -16,8 +16,10 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -479,3 +481,94 @@ def test_plan_refuses_a_values_file_that_is_not_a_mapping(
     assert code == 2
     assert f"--values {values}: must be a mapping of chart values, found list" in err
     assert "Traceback" not in err
+
+
+def test_the_status_shows_per_component_progress_while_deploy_sh_is_still_running(fake: Path, tmp_path: Path) -> None:
+    """deploy.sh holds gpu-operator's install (its start line printed) until the test,
+    having seen the progress in the status report, writes to the FIFO."""
+    fifo = tmp_path / "release-deploy"
+    os.mkfifo(fifo)
+    env = clean_env(
+        tmp_path,
+        FAKE_AICR_DEPLOY_FAIL="nfd",
+        FAKE_AICR_DEPLOY_HOLD_AT="gpu-operator",
+        FAKE_AICR_DEPLOY_HOLD_FIFO=str(fifo),
+    )
+    results = tmp_path / "results"
+    status = results / "aicr-run-status" / "report.json"
+    runner = Path(sys.executable).parent / "aicr-runner"
+    with (tmp_path / "pod.log").open("wb") as out_file:
+        proc = subprocess.Popen(
+            [str(runner), "run", "--aicr-binary", str(fake), "--results-dir", str(results)],
+            env=env,
+            stdout=out_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        progress = wait_for_progress(status, lambda p: p["current"] == "gpu-operator")
+        names = [row["name"] for row in progress["components"]]
+        held = names.index("gpu-operator")
+        assert progress["done"] == held, "every component before the held one has ended"
+        assert progress["failed"] == 1
+        assert progress["total"] == 15
+        rows = {row["name"]: row for row in progress["components"]}
+        assert rows["nfd"]["status"] == "failed"
+        assert rows["gpu-operator"] == {
+            "name": "gpu-operator",
+            "namespace": "gpu-operator",
+            "status": "running",
+            "attempts": 1,
+            "durationSeconds": None,
+        }
+        assert proc.poll() is None, "deploy.sh is still running"
+        summary = (results / "aicr-run-status" / "summary.txt").read_text()
+        assert f"deploy progress: {held}/15 done ({held - 1} installed, 1 failed), current: gpu-operator" in summary
+    finally:
+        with fifo.open("w") as release:
+            release.write("go\n")
+        proc.wait(timeout=120)
+    assert proc.returncode == 0
+    report = json.loads(status.read_text())
+    assert report["phase"] == "SucceededWithFailures"
+    assert report["failedComponents"] == ["nfd"]
+    deploy = next(s for s in report["steps"] if s["state"] == "deploy")
+    assert deploy["progress"]["done"] == 15
+    assert deploy["progress"]["installed"] == 14
+    assert all(row["durationSeconds"] is not None for row in deploy["progress"]["components"])
+    termination = (tmp_path / "termination-log").read_text()
+    assert termination.startswith("SucceededWithFailures (exit 0): AICR Job complete, but components failed: nfd")
+
+
+def wait_for_progress(status: Path, seen: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The deploy step's progress in the status report once ``seen`` holds (a file
+    the runner replaces atomically; the run is held, so this is bounded by the
+    publisher's interval, not by a guess)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if status.is_file():
+            report = json.loads(status.read_text())
+            deploy = next(s for s in report["steps"] if s["state"] == "deploy")
+            if deploy.get("progress") and seen(deploy["progress"]):
+                return dict(deploy["progress"])
+        time.sleep(0.1)
+    raise AssertionError(f"progress never seen: {status.read_text() if status.is_file() else 'no report'}")
+
+
+def test_failed_components_fail_the_run_with_the_gate_after_validation(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run(
+        fake,
+        tmp_path,
+        capsys,
+        **VALIDATE,
+        FAKE_AICR_DEPLOY_FAIL="nfd",
+        AICR_RUNNER_DEPLOY__FAIL_ON_COMPONENT_FAILURE="true",
+    )
+    assert result.code == 1
+    assert result.step("validate")["status"] == "succeeded"
+    assert result.step("capture-verdict")["status"] == "succeeded"
+    assert result.report()["phase"] == "Failed"
+    assert result.termination.startswith(
+        "Failed (exit 1): Components FAILED (nfd) and deploy.failOnComponentFailure is set"
+    )

@@ -70,6 +70,7 @@ KINDS: dict[str, str] = {
     "DEPLOY__FLAGS": "flags",
     "DEPLOY__ARGS": "args",
     "DEPLOY__ENABLED": "bool",
+    "DEPLOY__FAIL_ON_COMPONENT_FAILURE": "bool",
     "ENVIRONMENT__PREINSTALLED_DRIVER": "bool",
     "LEASE__NAME": "subdomain",
     "LEASE__POD_NAME": "subdomain",

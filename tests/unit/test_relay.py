@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aicr_runner import classify, logs
+from aicr_runner import classify, logs, progress
 from aicr_runner.config import LogFormat, load
 from aicr_runner.context import Mode, RunContext
 from aicr_runner.machine import Machine, State
@@ -45,6 +45,12 @@ MARKER_FRAGMENTS = [
     "DRA kubelet plugin restart blocked, retry needed for: ",
     "Error: ",
     '{"level":"ERROR","msg":"command failed","error":"',
+    "  ↺ nfd: attempt 1/5 failed, retrying in 5s...",
+    "Installing nfd (node-feature-discovery)...",
+    "Applying manifests for skyhook-customizations...",
+    "RETRY: nfd helm install failed (attempt 1/5), retrying in 5s...",
+    "ERROR: nfd helm install failed after 6 attempts",
+    "Deployment complete.",
 ]
 
 
@@ -140,7 +146,8 @@ def test_random_secrets_never_reach_any_output(
 def test_scanning_a_block_reads_the_markers_as_feeding_every_line(text: str, fragments: list[str]) -> None:
     block = "\n".join([text, *fragments, "└─ ✓ nfd installed", "⚠ nfd install failed, continuing (--best-effort)"])
     block += "\n"
-    by_line = classify.DeployMarkers()
+    # 0.11's mode scans for every candidate, its own lines' too.
+    by_line = classify.DeployMarkers(results_reported=False)
     expected = []
     at = 0
     for line in block[:-1].split("\n"):
@@ -148,24 +155,33 @@ def test_scanning_a_block_reads_the_markers_as_feeding_every_line(text: str, fra
         if level is not None:
             expected.append((at, at + len(line), level))
         at += len(line) + 1
-    by_block = classify.DeployMarkers()
+    by_block = classify.DeployMarkers(results_reported=False)
     assert by_block.scan(block) == expected
     assert by_block == by_line
 
 
-def test_every_marker_contains_a_scan_candidate() -> None:
-    """``scan`` only feeds lines holding a candidate; a marker without one would be missed."""
-    literals = [
-        *classify.FAILURE_REPORT_MARKERS,
-        classify.DRA_DEFERRED_MARKER,
-        *classify._PREFLIGHT_FAILED,
-        *classify._ERROR_PREFIXES,
-    ]
-    patterns = [classify._STARTED, classify._INSTALLED, classify._FAILED, classify._CONTINUING]
+def test_every_marker_contains_a_scan_candidate_or_starts_as_a_line_start() -> None:
+    """``scan`` only feeds lines holding a candidate or starting with a line start;
+    a marker with neither would be missed."""
+    literals = [*classify.FAILURE_REPORT_MARKERS, classify.DRA_DEFERRED_MARKER, *classify._PREFLIGHT_FAILED]
     for literal in literals:
         assert any(candidate in literal for candidate in classify.SCAN_CANDIDATES), literal
-    for pattern in patterns:
-        assert any(candidate in pattern.pattern for candidate in classify.SCAN_CANDIDATES), pattern.pattern
+    # feed's error lines start with these, and progress.component_line's one literal is 0.11's
+    assert classify.LINE_STARTS == classify._ERROR_PREFIXES
+    assert "Deployment complete." in classify.LEGACY_LINE_STARTS
+    for pattern, _kind, legacy in progress._PATTERNS:
+        starts = classify.LINE_STARTS + (classify.LEGACY_LINE_STARTS if legacy else ())
+        anywhere = any(candidate in pattern.pattern for candidate in classify.SCAN_CANDIDATES)
+        at_start = any(pattern.pattern.startswith("^" + start) for start in starts)
+        assert anywhere or at_start, pattern.pattern
+
+
+@pytest.mark.parametrize("results_reported", [True, False], ids=["1.x", "0.11"])
+def test_a_line_start_is_found_after_blanks_on_any_line_of_a_block_and_nowhere_else(results_reported: bool) -> None:
+    block = "Error: first\nplain\n \t\rERROR: blanks first\nnot an Error: mid-line\nInstalling nfd (nfd)...\n"
+    found = classify.DeployMarkers(results_reported=results_reported).scan(block)
+    legacy = [] if results_reported else ["Installing nfd (nfd)..."]
+    assert [block[start:end] for start, end, _level in found] == ["Error: first", " \t\rERROR: blanks first", *legacy]
 
 
 @pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])

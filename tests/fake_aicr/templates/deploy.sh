@@ -14,7 +14,8 @@
 # Test knobs (environment): FAKE_AICR_DEPLOY_REAL=1 runs real helm in each
 # install.sh; otherwise installs are simulated. FAKE_AICR_DEPLOY_FAIL,
 # FAKE_AICR_DEPLOY_DRA_DEFERRED, FAKE_AICR_DEPLOY_PREFLIGHT_FAIL,
-# FAKE_AICR_DEPLOY_SLEEP, FAKE_AICR_DEPLOY_OUTPUT_BYTES, FAKE_AICR_DEPLOY_BACKOFF.
+# FAKE_AICR_DEPLOY_SLEEP, FAKE_AICR_DEPLOY_OUTPUT_BYTES, FAKE_AICR_DEPLOY_BACKOFF,
+# FAKE_AICR_DEPLOY_HOLD_AT with FAKE_AICR_DEPLOY_HOLD_FIFO or _HOLD_CONFIGMAP (<ns>/<name>).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -62,31 +63,6 @@ function _step_ok()    { printf '%s└─ ✓%s %s installed\n' "${_G}" "${_X}" 
 function _step_fail()  { printf '%s└─ ✗%s %s FAILED (after %s attempts)\n' "${_R}" "${_X}" "$1" "$2"; }
 function _step_retry() { printf '%s  ↺%s %s: attempt %s/%s failed, retrying in %ss...\n' "${_Y}" "${_X}" "$1" "$2" "$3" "$4"; }
 
-# FAKE_AICR_VERSION=0.x: 0.11.1's markers (contract section 8): "Installing <name>
-# (<ns>)...", no per-component success line, plain WARNING/ERROR/RETRY lines,
-# "Deployment complete." at the end.
-if [[ "${FAKE_AICR_VERSION:-}" == 0.* ]]; then
-  function _ok() {
-    case "$*" in
-      "All components installed successfully.") echo "Deployment complete." ;;
-      "Pre-flight checks passed") echo "Pre-flight checks passed." ;;
-      *) echo "$*" ;;
-    esac
-  }
-  function _fail() {
-    local prefix="Deployment completed with failures (--best-effort):"
-    case "$*" in
-      "${prefix}"*) echo "WARNING: the following components failed:${*#"${prefix}"}" ;;
-      *) echo "$*" ;;
-    esac
-  }
-  function _warn_line() { echo "WARNING: $*"; }
-  function _step_header() { echo "Installing $3 ($4)..."; }
-  function _step_ok() { :; }
-  function _step_fail() { echo "ERROR: $1 failed after $2 attempts"; }
-  function _step_retry() { echo "RETRY: $1 helm install failed (attempt $2/$3), retrying in $4s..."; }
-fi
-
 export DRY_RUN_FLAG="${DRY_RUN_FLAG:-}"
 export HELM_DEBUG_FLAG="${HELM_DEBUG_FLAG:-}"
 
@@ -110,6 +86,20 @@ function backoff_seconds() {
 }
 
 ASYNC_COMPONENTS="kai-scheduler"
+
+# A test holds the install of one component (its start line printed) until it
+# has seen what it waits for: a line written to a FIFO (a local run), or the
+# ConfigMap <namespace>/<name> created (in a pod: kubectl's watch). In the
+# background plus wait, so the INT/TERM trap runs at once.
+function hold_until_released() {
+  if [[ -n "${FAKE_AICR_DEPLOY_HOLD_FIFO:-}" ]]; then
+    head -n 1 "${FAKE_AICR_DEPLOY_HOLD_FIFO}" >/dev/null &
+  else
+    local gate="${FAKE_AICR_DEPLOY_HOLD_CONFIGMAP}"
+    kubectl wait --for=create "configmap/${gate#*/}" -n "${gate%%/*}" --timeout=600s >/dev/null &
+  fi
+  wait $!
+}
 
 # folder release namespace, in deployment order
 COMPONENTS=(
@@ -161,6 +151,9 @@ for entry in "${COMPONENTS[@]}"; do
   read -r dir name namespace <<< "${entry}"
   index=$((index + 1))
   _step_header "${index}" "${TOTAL}" "${name}" "${namespace}" "${SCRIPT_DIR}/${dir}"
+  if [[ "${name}" == "${FAKE_AICR_DEPLOY_HOLD_AT:-}" ]]; then
+    hold_until_released
+  fi
   COMPONENT_MAX_RETRIES="${MAX_RETRIES}"
   if [[ "${NO_WAIT}" == "true" ]]; then
     COMPONENT_WAIT_ARGS="--timeout ${HELM_TIMEOUT}"

@@ -1,0 +1,195 @@
+"""Events on the runner's own Job, as Kubernetes controllers record them.
+
+``kubectl describe job``, ``kubectl get events`` and the event views of Argo CD
+and Lens show what the run did: a Normal Event per step that ran and ended (its
+one-line reason), ``DeployProgress`` while deploy.sh installs, and at the end
+``RunSucceeded``, or a Warning ``RunFailed``, ``RunSucceededWithFailures`` (failed
+components under --best-effort) or ``RunInterrupted``. They are
+``events.k8s.io/v1`` Events whose ``regarding`` is the Job (with its uid, which
+``kubectl describe`` selects by), reported by ``aicr-runner`` from the pod.
+
+Bounded: ``DeployProgress`` at most once every ``PROGRESS_INTERVAL_SECONDS``
+(the first when the first component ends) and ``MAX_PROGRESS_EVENTS`` times, and
+at most ``MAX_EVENTS`` per run besides the outcome, so a run of any length
+writes tens of Events. The outcome is also written on the
+Job as annotations (``OUTCOME_ANNOTATION``, ``FAILED_COMPONENTS_ANNOTATION``) for
+health checks (docs/installing.md "Health in delivery tools").
+
+Advisory, like ``failure_event``: each call has a short budget, a failure is
+logged (once) and never changes the run's outcome or exit code; after
+``MAX_FAILURES`` failed writes the recorder stops trying.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from aicr_runner import logs
+from aicr_runner.kube import KubeApi
+from aicr_runner.report import RunPhase, RunReport, StepRecord, StepStatus
+
+__all__ = [
+    "FAILED_COMPONENTS_ANNOTATION",
+    "MAX_EVENTS",
+    "MAX_PROGRESS_EVENTS",
+    "OUTCOME_ANNOTATION",
+    "PROGRESS_INTERVAL_SECONDS",
+    "JobEvents",
+    "event_body",
+]
+
+OUTCOME_ANNOTATION = "aicr.nvidia.com/outcome"
+FAILED_COMPONENTS_ANNOTATION = "aicr.nvidia.com/failed-components"
+REPORTING_CONTROLLER = "aicr-runner"
+MAX_EVENTS = 60
+#: DeployProgress Events: at most one a minute, at most this many (a deploy's first half hour).
+PROGRESS_INTERVAL_SECONDS = 60.0
+MAX_PROGRESS_EVENTS = 30
+MAX_FAILURES = 2
+#: events.k8s.io/v1 bounds: note 1 KiB, reason/action/instance 128 characters.
+NOTE_LIMIT = 1024
+FIELD_LIMIT = 128
+
+_RUN_END: dict[RunPhase, tuple[str, str]] = {
+    RunPhase.SUCCEEDED: ("Normal", "RunSucceeded"),
+    RunPhase.SUCCEEDED_WITH_FAILURES: ("Warning", "RunSucceededWithFailures"),
+    RunPhase.FAILED: ("Warning", "RunFailed"),
+    RunPhase.INTERRUPTED: ("Warning", "RunInterrupted"),
+}
+
+
+def _camel(state: str) -> str:
+    return "".join(part.capitalize() for part in state.split("-"))
+
+
+def _bounded(text: str, limit: int) -> str:
+    text = logs.redact(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def event_body(
+    *,
+    namespace: str,
+    job: str,
+    job_uid: str,
+    pod: str,
+    kind: str,
+    reason: str,
+    action: str,
+    note: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """An ``events.k8s.io/v1`` Event regarding the Job, named as client-go names them."""
+    stamp = now.astimezone(UTC)
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{job}.{int(stamp.timestamp() * 1e9):x}", "namespace": namespace},
+        "eventTime": stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": _bounded(pod or job, FIELD_LIMIT),
+        "action": _bounded(action, FIELD_LIMIT),
+        "reason": _bounded(reason, FIELD_LIMIT),
+        "type": kind,
+        "note": _bounded(note, NOTE_LIMIT),
+        "regarding": {"apiVersion": "batch/v1", "kind": "Job", "name": job, "namespace": namespace, "uid": job_uid},
+    }
+
+
+class JobEvents:
+    """Records Events on ``namespace/job``; every method is safe to call and never raises."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        namespace: str,
+        job: str,
+        pod: str,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._namespace, self._job, self._pod = namespace, job, pod
+        self._now, self._clock = now, clock
+        self._uid: str | None = None
+        self._failures = 0
+        self._last_progress = float("-inf")
+        self.recorded: list[tuple[str, str]] = []
+
+    def step_ended(self, record: StepRecord) -> None:
+        """A Normal Event for a step that ran (Warning when it failed or was interrupted)."""
+        if record.status in (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED):
+            return
+        warning = record.status in (StepStatus.FAILED, StepStatus.INTERRUPTED)
+        status = record.status.value.capitalize()
+        note = record.message or f"{record.state} {record.status.value}"
+        self._record("Warning" if warning else "Normal", f"{_camel(record.state)}{status}", record.state, note)
+
+    def deploy_progress(self, progress: Mapping[str, Any]) -> None:
+        """``DeployProgress 9/13 components installed``, when a component ended and the
+        last one is ``PROGRESS_INTERVAL_SECONDS`` old."""
+        if not progress.get("done") or self._clock() - self._last_progress < PROGRESS_INTERVAL_SECONDS:
+            return
+        if sum(1 for _, reason in self.recorded if reason == "DeployProgress") >= MAX_PROGRESS_EVENTS:
+            return
+        self._last_progress = self._clock()
+        note = f"{progress['installed']}/{progress['total']} components installed"
+        if progress.get("failed"):
+            failed = [row["name"] for row in progress.get("components", []) if row.get("status") == "failed"]
+            note += f", {progress['failed']} failed ({', '.join(failed)})"
+        if progress.get("current"):
+            note += f"; installing {progress['current']}"
+        self._record("Normal", "DeployProgress", "deploy", note)
+
+    def run_ended(self, report: RunReport, message: str) -> None:
+        """The run's outcome: an Event, and the Job's outcome annotations."""
+        kind, reason = _RUN_END.get(report.phase, ("Warning", "RunFailed"))
+        self._record(kind, reason, "run", message, cap_exempt=True)
+        annotations = {
+            OUTCOME_ANNOTATION: report.phase.value,
+            FAILED_COMPONENTS_ANNOTATION: ",".join(report.failed_components),
+        }
+        self._call("annotating", lambda: self._api.annotate_job(self._namespace, self._job, annotations))
+
+    def _record(self, kind: str, reason: str, state: str, note: str, *, cap_exempt: bool = False) -> None:
+        if len(self.recorded) >= MAX_EVENTS and not cap_exempt:
+            return
+        if self._uid is None and not self._call("reading", self._read_uid):
+            return
+        body = event_body(
+            namespace=self._namespace,
+            job=self._job,
+            job_uid=self._uid or "",
+            pod=self._pod,
+            kind=kind,
+            reason=reason,
+            action=_camel(state),
+            note=note,
+            now=self._now(),
+        )
+        if self._call("recording an Event on", lambda: self._api.create_job_event(self._namespace, body)):
+            self.recorded.append((kind, reason))
+
+    def _read_uid(self) -> None:
+        uid = self._api.get_job_uid(self._namespace, self._job)
+        if uid is None:
+            raise LookupError(f"Job {self._namespace}/{self._job} not found")
+        self._uid = uid
+
+    def _call(self, what: str, call: Callable[[], object]) -> bool:
+        if self._failures >= MAX_FAILURES:
+            return False
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - advisory: the run's outcome is recorded elsewhere
+            self._failures += 1
+            stopped = "; no more Events this run" if self._failures >= MAX_FAILURES else ""
+            logs.get_logger().warning(
+                f"{what} the Job failed{stopped}", job=f"{self._namespace}/{self._job}", reason=str(exc)
+            )
+            return False
+        return True
