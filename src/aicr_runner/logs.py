@@ -210,7 +210,9 @@ class _Relay:
         self._size = 0
         self._since: float | None = None
 
-    def write(self, text: str, *, step: str, source: str) -> None:
+    def write(self, text: str, *, step: str, source: str, json_plain: bool | None = None) -> None:
+        """``json_plain``: whether every line is already a valid JSON string body,
+        when the caller knows (``blockscan`` found it in its pass over the block)."""
         if not text:
             return
         if not text.endswith("\n"):
@@ -224,7 +226,9 @@ class _Relay:
             head = f'{{"step": "{step}", "source": "{source}", "event": '
             tail = f', "level": "{level}", "timestamp": "{stamp}"}}\n'
             body = text[:-1]
-            if _needs_no_escape(body):  # helm output mostly: each line is its own JSON string
+            if json_plain is None:
+                json_plain = _needs_no_escape(body)
+            if json_plain:  # helm output mostly: each line is its own JSON string
                 rendered = head + '"' + body.replace("\n", f'"{tail}{head}"') + '"' + tail
             elif "\\" in body:  # a backslash makes "\\n" ambiguous after escaping: line by line
                 rendered = head + (tail + head).join(map(encode_basestring_ascii, body.split("\n"))) + tail
@@ -261,9 +265,9 @@ class _Relay:
 _relay = _Relay(LogFormat.CONSOLE, None)
 
 
-def relay(text: str, *, step: str, source: str) -> None:
+def relay(text: str, *, step: str, source: str, json_plain: bool | None = None) -> None:
     """Write redacted child output (whole lines) to the pod log; see ``_Relay``."""
-    _relay.write(text, step=step, source=source)
+    _relay.write(text, step=step, source=source, json_plain=json_plain)
 
 
 def flush_relay() -> None:
