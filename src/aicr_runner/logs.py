@@ -193,20 +193,22 @@ class _Relay:
 
     Takes blocks of already-redacted lines (each ending in a newline) and
     renders each line as structlog would render ``info(line, source=...)`` with
-    ``step`` bound, but with a handful of C-level string operations per block
-    instead of a processor chain per line. All lines of one block arrived in one
-    read, so they share one timestamp.
+    ``step`` bound, but with a handful of C-level operations per block instead
+    of a processor chain per line. All lines of one block arrived in one read,
+    so they share one timestamp. The block is rendered as UTF-8 bytes and
+    written to the stream's byte buffer: ``bytes.replace`` is about four times
+    faster than ``str.replace`` here, and the text layer's encoding pass is saved.
     """
 
     #: Flush when this much is buffered, or when the oldest buffered line is this old.
-    MAX_BUFFERED_CHARS = 256 * 1024
+    MAX_BUFFERED_BYTES = 256 * 1024
     MAX_DELAY_SECONDS = 0.1
 
     def __init__(self, fmt: LogFormat, stream: TextIO | None) -> None:
         self.fmt = fmt
         #: None: whatever sys.stderr is at write time (tests swap it).
         self.stream = stream
-        self._parts: list[str] = []
+        self._parts: list[bytes | memoryview] = []
         self._size = 0
         self._since: float | None = None
 
@@ -225,25 +227,32 @@ class _Relay:
         if self.fmt is LogFormat.JSON:
             head = f'{{"step": "{step}", "source": "{source}", "event": '
             tail = f', "level": "{level}", "timestamp": "{stamp}"}}\n'
-            body = text[:-1]
             if json_plain is None:
-                json_plain = _needs_no_escape(body)
+                json_plain = _needs_no_escape(text[:-1])
             if json_plain:  # helm output mostly: each line is its own JSON string
-                rendered = head + '"' + body.replace("\n", f'"{tail}{head}"') + '"' + tail
-            elif "\\" in body:  # a backslash makes "\\n" ambiguous after escaping: line by line
-                rendered = head + (tail + head).join(map(encode_basestring_ascii, body.split("\n"))) + tail
+                self._add_lines(_utf8(text), _utf8(head + '"'), _utf8('"' + tail))
+            elif "\\" in text:  # a backslash makes "\\n" ambiguous after escaping: line by line
+                lines = (tail + head).join(map(encode_basestring_ascii, text[:-1].split("\n")))
+                self._add(_utf8(head + lines + tail))
             else:  # escape the block once; each escaped newline becomes a record boundary
-                rendered = head + encode_basestring_ascii(body).replace("\\n", f'"{tail}{head}"') + tail
+                escaped = encode_basestring_ascii(text[:-1]).replace("\\n", f'"{tail}{head}"')
+                self._add(_utf8(head + escaped + tail))
         else:
-            head = f"{stamp} [{level:<9}] "
-            tail = f" source={source} step={step}\n"
-            rendered = head + text[:-1].replace("\n", tail + head) + tail
-        self._parts.append(rendered)
-        self._size += len(rendered)
+            self._add_lines(_utf8(text), _utf8(f"{stamp} [{level:<9}] "), _utf8(f" source={source} step={step}\n"))
+
+    def _add_lines(self, block: bytes, head: bytes, tail: bytes) -> None:
+        """Each line of ``block`` (ending in a newline) between ``head`` and ``tail``:
+        one ``replace``; the head it leaves after the last line is cut by a view, not a copy."""
+        rendered = block.replace(b"\n", tail + head)
+        self._add(head, memoryview(rendered)[: len(rendered) - len(head)])
+
+    def _add(self, *parts: bytes | memoryview) -> None:
+        self._parts += parts
+        self._size += sum(map(len, parts))
         now = time.monotonic()
         if self._since is None:
             self._since = now
-        if self._size >= self.MAX_BUFFERED_CHARS or now - self._since >= self.MAX_DELAY_SECONDS:
+        if self._size >= self.MAX_BUFFERED_BYTES or now - self._since >= self.MAX_DELAY_SECONDS:
             self.flush()
 
     def flush_if_due(self) -> None:
@@ -254,12 +263,23 @@ class _Relay:
         if not self._parts:
             return
         stream = self.stream if self.stream is not None else sys.stderr
-        text = "".join(self._parts)
+        data = b"".join(self._parts)
         self._parts.clear()
         self._size = 0
         self._since = None
-        stream.write(text)
-        stream.flush()
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:  # a text-only stream (tests' StringIO)
+            stream.write(data.decode())
+            stream.flush()
+            return
+        stream.flush()  # whatever the text layer holds goes first
+        buffer.write(data)
+        buffer.flush()
+
+
+def _utf8(text: str) -> bytes:
+    """The pod log's bytes; a lone surrogate (from a JSON escape) shown as stderr shows it."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 _relay = _Relay(LogFormat.CONSOLE, None)
