@@ -30,7 +30,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any, TextIO
@@ -397,13 +397,18 @@ def _configure_structlog(structlog: Any) -> None:
     )
 
 
-class _ConfigureStructlogOnImport:
-    """A meta path finder that configures structlog the moment something imports
-    it: the pack pull and the release download log with structlog, and a run
-    that needs neither never pays for importing it."""
+class _ConfigureOnImport:
+    """A meta path finder that configures a module the moment something imports
+    it: structlog (the pack pull and the release download log with it) and the
+    standard library's logging (oras, urllib3). A run that needs neither, like a
+    ``plan``, never pays for importing them."""
+
+    def __init__(self, name: str, configure: Callable[[Any], None]) -> None:
+        self.name = name
+        self.configure = configure
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "structlog":
+        if name != self.name:
             return None
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(self)
@@ -417,10 +422,30 @@ class _ConfigureStructlogOnImport:
 
         def exec_module(module: Any) -> None:
             execute(module)
-            _configure_structlog(module)
+            self.configure(module)
 
         loader.exec_module = exec_module
         return spec
+
+
+def _configure_on_import(name: str, configure: Callable[[Any], None]) -> None:
+    """``configure(module)`` now if ``name`` is imported, else the moment it is."""
+    if name in sys.modules:
+        configure(sys.modules[name])
+    elif not any(isinstance(finder, _ConfigureOnImport) and finder.name == name for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ConfigureOnImport(name, configure))
+
+
+def _configure_logging(logging: Any) -> None:
+    """Records of the standard library's loggers (oras, urllib3) rendered as events."""
+
+    class Handler(logging.Handler):  # type: ignore[misc]
+        def emit(self, record: Any) -> None:
+            _log_record(record)
+
+    root = logging.getLogger()
+    root.handlers[:] = [Handler()]
+    root.setLevel(logging.WARNING)
 
 
 def _log_record(record: Any) -> None:
@@ -437,26 +462,14 @@ def _log_record(record: Any) -> None:
 
 
 def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) -> None:
-    """Configure events and relayed output, the stdlib loggers (oras, urllib3)
-    and, once anything imports it, structlog."""
+    """Configure events and relayed output and, once anything imports them, the
+    stdlib loggers (oras, urllib3) and structlog."""
     global _relay, _output  # noqa: PLW0603 - one pod log per process
-    import logging
-
     _relay.flush()
     _relay = _Relay(fmt, stream)
     _output = _Output(fmt, stream)
-    if "structlog" in sys.modules:
-        _configure_structlog(sys.modules["structlog"])
-    elif not any(isinstance(finder, _ConfigureStructlogOnImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ConfigureStructlogOnImport())
-
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            _log_record(record)
-
-    root = logging.getLogger()
-    root.handlers[:] = [Handler()]
-    root.setLevel(logging.WARNING)
+    _configure_on_import("structlog", _configure_structlog)
+    _configure_on_import("logging", _configure_logging)
 
 
 def get_logger(**initial: Any) -> BoundLogger:

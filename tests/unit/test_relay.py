@@ -181,9 +181,9 @@ def test_every_marker_contains_a_scan_candidate_or_starts_as_a_line_start() -> N
     assert "Deployment complete." in classify.LEGACY_LINE_STARTS
     for pattern, _kind, legacy in progress._PATTERNS:
         starts = classify.LINE_STARTS + (classify.LEGACY_LINE_STARTS if legacy else ())
-        anywhere = any(candidate in pattern.pattern for candidate in classify.SCAN_CANDIDATES)
-        at_start = any(pattern.pattern.startswith("^" + start) for start in starts)
-        assert anywhere or at_start, pattern.pattern
+        anywhere = any(candidate in pattern for candidate in classify.SCAN_CANDIDATES)
+        at_start = any(pattern.startswith("^" + start) for start in starts)
+        assert anywhere or at_start, pattern
 
 
 @pytest.mark.parametrize("results_reported", [True, False], ids=["1.x", "0.11"])
