@@ -10,10 +10,11 @@ failure report and the DRA line; ``classify_deploy`` combines them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from aicr_runner import blockscan
 from aicr_runner.progress import ComponentTable, LineKind, component_line
 
 __all__ = [
@@ -36,25 +37,13 @@ _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
 _ERROR_PREFIXES = ("Error", "ERROR")
 #: Every line ``feed`` reacts to contains one of these anywhere, or starts (after
 #: blanks) with one of ``LINE_STARTS`` (checked in tests/unit/test_relay.py), so
-#: ``scan`` looks only at those lines. Each candidate is one ``str.find`` pass over
-#: a block; the line starts are one regex pass (its leading literal newline lets
-#: ``re`` jump from line to line), however many they are.
-SCAN_CANDIDATES = ("─", "fail", "DRA kubelet")
-LINE_STARTS = _ERROR_PREFIXES
+#: ``scan`` looks only at those lines, which ``blockscan`` finds in its one pass
+#: over a block (the same pass that looks for secrets).
+SCAN_CANDIDATES = blockscan.ANYWHERE
+LINE_STARTS = blockscan.LINE_STARTS
 #: And for aicr 0.11's deploy.sh (its component lines), only when the running
 #: aicr prints no per-component results.
-LEGACY_LINE_STARTS = ("Installing ", "Applying manifests for ", "Deployment complete.")
-
-
-def _line_start_patterns(starts: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """(a block's first line, every later line) starting with one of ``starts``
-    after blanks, as ``feed``'s ``strip`` sees them."""
-    alternatives = "|".join(re.escape(start) for start in starts)
-    return re.compile(rf"[^\S\n]*(?:{alternatives})"), re.compile(rf"\n[^\S\n]*(?:{alternatives})")
-
-
-_STARTS = _line_start_patterns(LINE_STARTS)
-_STARTS_WITH_LEGACY = _line_start_patterns(LINE_STARTS + LEGACY_LINE_STARTS)
+LEGACY_LINE_STARTS = blockscan.LEGACY_LINE_STARTS
 
 
 class Outcome(StrEnum):
@@ -153,31 +142,19 @@ class DeployMarkers:
         """Feed a block of whole lines; return ``(start, end, level)`` of the lines
         that mean something, in order (``end`` is the index of their newline).
 
-        Only lines holding a ``SCAN_CANDIDATES`` string or starting with a line
-        start are fed, found with a few ``str.find`` calls and one regex pass
-        per block: an ordinary line costs nothing here.
+        Only the lines ``blockscan`` picked out (a candidate anywhere, a line
+        start after blanks) are fed: an ordinary line costs nothing here.
         Colour codes could split a candidate, so a block that has any is fed
         line by line.
         """
-        found: set[int] = set()
-        if "\x1b" in text:
-            at = 0
-            while at < len(text):
-                found.add(at)
-                newline = text.find("\n", at)
-                at = len(text) if newline == -1 else newline + 1
+        found = blockscan.scan(text)
+        starts: Iterable[int]
+        if found.colour:
+            starts = _line_starts(text)
+        elif self.results_reported or not found.legacy_lines:
+            starts = found.lines
         else:
-            for candidate in SCAN_CANDIDATES:
-                at = text.find(candidate)
-                while at != -1:
-                    found.add(text.rfind("\n", 0, at) + 1)
-                    newline = text.find("\n", at)
-                    at = -1 if newline == -1 else text.find(candidate, newline + 1)
-            first, later = _STARTS if self.results_reported else _STARTS_WITH_LEGACY
-            if first.match(text):
-                found.add(0)
-            found.update(match.start() + 1 for match in later.finditer(text))
-        starts = sorted(found)
+            starts = sorted((*found.lines, *found.legacy_lines))
         meaningful: list[tuple[int, int, str]] = []
         for start in starts:
             end = text.find("\n", start)
@@ -198,6 +175,14 @@ class DeployMarkers:
         if failed:
             text += f", {len(failed)} failed ({', '.join(failed)})"
         return text
+
+
+def _line_starts(text: str) -> Iterator[int]:
+    at = 0
+    while at < len(text):
+        yield at
+        newline = text.find("\n", at)
+        at = len(text) if newline == -1 else newline + 1
 
 
 def _unique(names: list[str]) -> list[str]:

@@ -18,10 +18,8 @@ from typing import TYPE_CHECKING, Any
 from aicr_runner import capabilities, recipe
 from aicr_runner.config import RunnerSettings
 from aicr_runner.errors import InterruptedRun
-from aicr_runner.lease import InstallLease
 from aicr_runner.machine import State
 from aicr_runner.process import ProcessResult, ProcessRunner, child_env
-from aicr_runner.provenance import SignatureVerifier
 from aicr_runner.relays import aicr_relay
 from aicr_runner.report import RunReport
 from aicr_runner.sink import Sink
@@ -29,7 +27,9 @@ from aicr_runner.sink import Sink
 if TYPE_CHECKING:
     from aicr_runner.binary import AicrBinary
     from aicr_runner.helmguard import HelmGuard
+    from aicr_runner.lease import InstallLease
     from aicr_runner.pack import PulledPack
+    from aicr_runner.provenance import SignatureVerifier
 
 __all__ = ["Mode", "RunContext", "fetch_aicr", "pull_pack"]
 

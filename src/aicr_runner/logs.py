@@ -30,7 +30,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any, TextIO
@@ -193,24 +193,28 @@ class _Relay:
 
     Takes blocks of already-redacted lines (each ending in a newline) and
     renders each line as structlog would render ``info(line, source=...)`` with
-    ``step`` bound, but with a handful of C-level string operations per block
-    instead of a processor chain per line. All lines of one block arrived in one
-    read, so they share one timestamp.
+    ``step`` bound, but with a handful of C-level operations per block instead
+    of a processor chain per line. All lines of one block arrived in one read,
+    so they share one timestamp. The block is rendered as UTF-8 bytes and
+    written to the stream's byte buffer: ``bytes.replace`` is about four times
+    faster than ``str.replace`` here, and the text layer's encoding pass is saved.
     """
 
     #: Flush when this much is buffered, or when the oldest buffered line is this old.
-    MAX_BUFFERED_CHARS = 256 * 1024
+    MAX_BUFFERED_BYTES = 256 * 1024
     MAX_DELAY_SECONDS = 0.1
 
     def __init__(self, fmt: LogFormat, stream: TextIO | None) -> None:
         self.fmt = fmt
         #: None: whatever sys.stderr is at write time (tests swap it).
         self.stream = stream
-        self._parts: list[str] = []
+        self._parts: list[bytes | memoryview] = []
         self._size = 0
         self._since: float | None = None
 
-    def write(self, text: str, *, step: str, source: str) -> None:
+    def write(self, text: str, *, step: str, source: str, json_plain: bool | None = None) -> None:
+        """``json_plain``: whether every line is already a valid JSON string body,
+        when the caller knows (``blockscan`` found it in its pass over the block)."""
         if not text:
             return
         if not text.endswith("\n"):
@@ -223,23 +227,32 @@ class _Relay:
         if self.fmt is LogFormat.JSON:
             head = f'{{"step": "{step}", "source": "{source}", "event": '
             tail = f', "level": "{level}", "timestamp": "{stamp}"}}\n'
-            body = text[:-1]
-            if _needs_no_escape(body):  # helm output mostly: each line is its own JSON string
-                rendered = head + '"' + body.replace("\n", f'"{tail}{head}"') + '"' + tail
-            elif "\\" in body:  # a backslash makes "\\n" ambiguous after escaping: line by line
-                rendered = head + (tail + head).join(map(encode_basestring_ascii, body.split("\n"))) + tail
+            if json_plain is None:
+                json_plain = _needs_no_escape(text[:-1])
+            if json_plain:  # helm output mostly: each line is its own JSON string
+                self._add_lines(_utf8(text), _utf8(head + '"'), _utf8('"' + tail))
+            elif "\\" in text:  # a backslash makes "\\n" ambiguous after escaping: line by line
+                lines = (tail + head).join(map(encode_basestring_ascii, text[:-1].split("\n")))
+                self._add(_utf8(head + lines + tail))
             else:  # escape the block once; each escaped newline becomes a record boundary
-                rendered = head + encode_basestring_ascii(body).replace("\\n", f'"{tail}{head}"') + tail
+                escaped = encode_basestring_ascii(text[:-1]).replace("\\n", f'"{tail}{head}"')
+                self._add(_utf8(head + escaped + tail))
         else:
-            head = f"{stamp} [{level:<9}] "
-            tail = f" source={source} step={step}\n"
-            rendered = head + text[:-1].replace("\n", tail + head) + tail
-        self._parts.append(rendered)
-        self._size += len(rendered)
+            self._add_lines(_utf8(text), _utf8(f"{stamp} [{level:<9}] "), _utf8(f" source={source} step={step}\n"))
+
+    def _add_lines(self, block: bytes, head: bytes, tail: bytes) -> None:
+        """Each line of ``block`` (ending in a newline) between ``head`` and ``tail``:
+        one ``replace``; the head it leaves after the last line is cut by a view, not a copy."""
+        rendered = block.replace(b"\n", tail + head)
+        self._add(head, memoryview(rendered)[: len(rendered) - len(head)])
+
+    def _add(self, *parts: bytes | memoryview) -> None:
+        self._parts += parts
+        self._size += sum(map(len, parts))
         now = time.monotonic()
         if self._since is None:
             self._since = now
-        if self._size >= self.MAX_BUFFERED_CHARS or now - self._since >= self.MAX_DELAY_SECONDS:
+        if self._size >= self.MAX_BUFFERED_BYTES or now - self._since >= self.MAX_DELAY_SECONDS:
             self.flush()
 
     def flush_if_due(self) -> None:
@@ -250,20 +263,31 @@ class _Relay:
         if not self._parts:
             return
         stream = self.stream if self.stream is not None else sys.stderr
-        text = "".join(self._parts)
+        data = b"".join(self._parts)
         self._parts.clear()
         self._size = 0
         self._since = None
-        stream.write(text)
-        stream.flush()
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:  # a text-only stream (tests' StringIO)
+            stream.write(data.decode())
+            stream.flush()
+            return
+        stream.flush()  # whatever the text layer holds goes first
+        buffer.write(data)
+        buffer.flush()
+
+
+def _utf8(text: str) -> bytes:
+    """The pod log's bytes; a lone surrogate (from a JSON escape) shown as stderr shows it."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 _relay = _Relay(LogFormat.CONSOLE, None)
 
 
-def relay(text: str, *, step: str, source: str) -> None:
+def relay(text: str, *, step: str, source: str, json_plain: bool | None = None) -> None:
     """Write redacted child output (whole lines) to the pod log; see ``_Relay``."""
-    _relay.write(text, step=step, source=source)
+    _relay.write(text, step=step, source=source, json_plain=json_plain)
 
 
 def flush_relay() -> None:
@@ -373,13 +397,18 @@ def _configure_structlog(structlog: Any) -> None:
     )
 
 
-class _ConfigureStructlogOnImport:
-    """A meta path finder that configures structlog the moment something imports
-    it: the pack pull and the release download log with structlog, and a run
-    that needs neither never pays for importing it."""
+class _ConfigureOnImport:
+    """A meta path finder that configures a module the moment something imports
+    it: structlog (the pack pull and the release download log with it) and the
+    standard library's logging (oras, urllib3). A run that needs neither, like a
+    ``plan``, never pays for importing them."""
+
+    def __init__(self, name: str, configure: Callable[[Any], None]) -> None:
+        self.name = name
+        self.configure = configure
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "structlog":
+        if name != self.name:
             return None
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(self)
@@ -393,10 +422,30 @@ class _ConfigureStructlogOnImport:
 
         def exec_module(module: Any) -> None:
             execute(module)
-            _configure_structlog(module)
+            self.configure(module)
 
         loader.exec_module = exec_module
         return spec
+
+
+def _configure_on_import(name: str, configure: Callable[[Any], None]) -> None:
+    """``configure(module)`` now if ``name`` is imported, else the moment it is."""
+    if name in sys.modules:
+        configure(sys.modules[name])
+    elif not any(isinstance(finder, _ConfigureOnImport) and finder.name == name for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ConfigureOnImport(name, configure))
+
+
+def _configure_logging(logging: Any) -> None:
+    """Records of the standard library's loggers (oras, urllib3) rendered as events."""
+
+    class Handler(logging.Handler):  # type: ignore[misc]
+        def emit(self, record: Any) -> None:
+            _log_record(record)
+
+    root = logging.getLogger()
+    root.handlers[:] = [Handler()]
+    root.setLevel(logging.WARNING)
 
 
 def _log_record(record: Any) -> None:
@@ -413,26 +462,14 @@ def _log_record(record: Any) -> None:
 
 
 def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) -> None:
-    """Configure events and relayed output, the stdlib loggers (oras, urllib3)
-    and, once anything imports it, structlog."""
+    """Configure events and relayed output and, once anything imports them, the
+    stdlib loggers (oras, urllib3) and structlog."""
     global _relay, _output  # noqa: PLW0603 - one pod log per process
-    import logging
-
     _relay.flush()
     _relay = _Relay(fmt, stream)
     _output = _Output(fmt, stream)
-    if "structlog" in sys.modules:
-        _configure_structlog(sys.modules["structlog"])
-    elif not any(isinstance(finder, _ConfigureStructlogOnImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ConfigureStructlogOnImport())
-
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            _log_record(record)
-
-    root = logging.getLogger()
-    root.handlers[:] = [Handler()]
-    root.setLevel(logging.WARNING)
+    _configure_on_import("structlog", _configure_structlog)
+    _configure_on_import("logging", _configure_logging)
 
 
 def get_logger(**initial: Any) -> BoundLogger:

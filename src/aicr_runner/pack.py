@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import requests
 import requests.adapters
-import structlog
 import urllib3
 import urllib3.connection
 import urllib3.util
 from requests.models import PreparedRequest
 
+from aicr_runner import logs
 from aicr_runner.archive import safe_extract_all
 from aicr_runner.deadline import Cancellation
 from aicr_runner.errors import (
@@ -114,7 +114,7 @@ _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _DOCKER_HUB_API = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 _CHUNK_BYTES = 1 << 20
 
-log = structlog.get_logger()
+log = logs.get_logger()  # structlog's API and rendering, without importing structlog
 
 
 def _parse_ref(ref: str) -> PackReference:

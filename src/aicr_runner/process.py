@@ -10,9 +10,11 @@ Every aicr and deploy.sh call goes through ``SubprocessRunner.run``:
   missing newline cannot grow a buffer either; a cut never falls inside a UTF-8
   character or inside a registered secret (each piece is redacted on its own).
   Bytes are decoded as UTF-8 with replacement characters.
-* each block is redacted once, before it reaches the log file or a callback.
-  Work is per block (C-level string operations), not per line: that is what
-  keeps the relay of a chatty deploy.sh close to ``tee``.
+* each block is redacted once, before it reaches the log file or a callback:
+  one native pass (``blockscan``) looks for every registered secret and for
+  what the deploy relay picks out, and only a block holding a secret is
+  rewritten. Work is per block, not per line: that is what keeps the relay of
+  a chatty deploy.sh close to ``tee``.
 * the child and its output pipe are waited on together (a pidfd next to the
   pipe in one ``select``): no fixed sleep between a child's last line and its
   reaping.
@@ -46,7 +48,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Protocol
 
-from aicr_runner import logs
+from aicr_runner import blockscan, logs
 from aicr_runner.config import ENV_PREFIX
 from aicr_runner.errors import InterruptedRun, ToolError
 from aicr_runner.helmguard import HelmGuard
@@ -287,9 +289,11 @@ class _Delivery:
         *,
         on_line: Callable[[str], None] | None,
         on_block: Callable[[str], None] | None,
+        one_pass_bytes: int,
     ) -> None:
         self.log = log
         self.redact = redact
+        self.one_pass_bytes = one_pass_bytes
         self.on_line = on_line
         self.on_block = on_block
         self.error: BaseException | None = None
@@ -302,11 +306,24 @@ class _Delivery:
             # call's few lines never load ctypes. Cached: runs once.
             _keep_freed_memory()
         text = raw.decode("utf-8", errors="replace")
+        # The raw bytes are the text's UTF-8 unless decoding replaced a byte or a line end changed.
+        data: bytes | None = raw
         if "\r" in text:
-            text = text.replace("\r\n", "\n")
-        text = self.redact(text)
+            text, data = text.replace("\r\n", "\n"), None
+        if "\ufffd" in text:
+            data = None
+        if self.redact is logs.redact and len(raw) >= self.one_pass_bytes:
+            # A flood (deploy.sh's helm): one native pass finds the secrets and what
+            # the relay looks for, and most blocks hold no secret. An aicr call's few
+            # lines are redacted as they are (``plan`` never loads the matcher).
+            if blockscan.scan(text, data).secret:
+                text, data = logs.redact(text), None
+                blockscan.scan(text)
+        else:
+            redacted = self.redact(text)
+            text, data = redacted, data if redacted is text else None
         # Bytes: a text-mode file costs about five times the CPU per byte.
-        self.log.write(text.encode())
+        self.log.write(text.encode() if data is None else data)
         if self.error is not None:
             return
         try:
@@ -332,11 +349,15 @@ class SubprocessRunner:
         redact: Callable[[str], str] = logs.redact,
         protected: Callable[[], Sequence[bytes]] = logs.protected_bytes,
         tick: Callable[[], None] = logs.flush_relay_if_due,
+        one_pass_bytes: int = _FLOOD_BYTES,
     ) -> None:
         """``drain_seconds``: after the child exits, how long its output pipe may
         stay open (held by a leftover grandchild) before the group is killed.
         ``poll_seconds``: how often, at most, shutdown escalation and ``tick``
-        (the pod-log flush) are looked at while a child runs; not a sleep."""
+        (the pod-log flush) are looked at while a child runs; not a sleep.
+        ``one_pass_bytes``: reads at least this big are searched by ``blockscan``
+        (secrets and the relay's candidates in one pass) when ``redact`` is the
+        logs module's; smaller ones are redacted by ``redact`` directly."""
         if max_line_bytes < 1:
             raise ValueError("max_line_bytes must be positive")
         self.shutdown = shutdown or ShutdownController()
@@ -351,6 +372,7 @@ class SubprocessRunner:
         #: Byte strings a cut of an over-long line must not split (the secrets).
         self.protected = protected
         self.tick = tick
+        self.one_pass_bytes = one_pass_bytes
 
     def run(
         self,
@@ -372,7 +394,9 @@ class SubprocessRunner:
         escalation = _Escalation()
         try:
             with log_path.open("wb", buffering=_LOG_BUFFER_BYTES) as log:
-                delivery = _Delivery(log, self.redact, on_line=on_line, on_block=on_block)
+                delivery = _Delivery(
+                    log, self.redact, on_line=on_line, on_block=on_block, one_pass_bytes=self.one_pass_bytes
+                )
                 self._pump(process, delivery, escalation, safe_stop)
         finally:
             self._reap(process, safe_stop)

@@ -16,6 +16,7 @@ read from another thread (the status writer): every access holds its lock.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -54,31 +55,35 @@ class ComponentLine:
 
 _NAME = r"(?P<name>[^\s:]+)"
 #: (pattern, kind, legacy); named groups: name, and ns, index, total, attempts where the line has them.
-_PATTERNS: tuple[tuple[re.Pattern[str], LineKind, bool], ...] = (
-    (re.compile(r"┌─ \[(?P<index>\d+)/(?P<total>\d+)\] " + _NAME + r"(?:\s+→\s+(?P<ns>\S+))?"), LineKind.STARTED,
+#: Compiled on first use (``_compiled``): a run without a deploy never compiles them.
+_PATTERNS: tuple[tuple[str, LineKind, bool], ...] = (
+    (r"┌─ \[(?P<index>\d+)/(?P<total>\d+)\] " + _NAME + r"(?:\s+→\s+(?P<ns>\S+))?", LineKind.STARTED,
      False),
-    (re.compile(r"└─ ✓ " + _NAME + r" installed$"), LineKind.INSTALLED, False),
-    (re.compile(r"└─ ✗ " + _NAME + r" FAILED(?: \(after (?P<attempts>\d+) attempts?\))?"), LineKind.FAILED, False),
-    (re.compile(r"^↺ " + _NAME + r": attempt (?P<attempts>\d+)/\d+ failed"), LineKind.RETRYING, False),
-    (re.compile(r"^⚠ " + _NAME + r" install failed, continuing \(--best-effort\)"), LineKind.FAILED, False),
-    (re.compile(r"^WARNING: " + _NAME + r" install failed, continuing \(--best-effort\)"), LineKind.FAILED, True),
-    (re.compile(r"^Installing " + _NAME + r" \((?P<ns>[^)]*)\)\.\.\.$"), LineKind.STARTED, True),
-    (re.compile(r"^Applying manifests for " + _NAME + r"\.\.\.$"), LineKind.STARTED, True),
+    (r"└─ ✓ " + _NAME + r" installed$", LineKind.INSTALLED, False),
+    (r"└─ ✗ " + _NAME + r" FAILED(?: \(after (?P<attempts>\d+) attempts?\))?", LineKind.FAILED, False),
+    (r"^↺ " + _NAME + r": attempt (?P<attempts>\d+)/\d+ failed", LineKind.RETRYING, False),
+    (r"^⚠ " + _NAME + r" install failed, continuing \(--best-effort\)", LineKind.FAILED, False),
+    (r"^WARNING: " + _NAME + r" install failed, continuing \(--best-effort\)", LineKind.FAILED, True),
+    (r"^Installing " + _NAME + r" \((?P<ns>[^)]*)\)\.\.\.$", LineKind.STARTED, True),
+    (r"^Applying manifests for " + _NAME + r"\.\.\.$", LineKind.STARTED, True),
     (
-        re.compile(
-            r"^ERROR: " + _NAME + r" (?:helm install|(?:pre-install |post-install )?manifests) "
-            r"failed after (?P<attempts>\d+) attempts?$"
-        ),
+        r"^ERROR: " + _NAME + r" (?:helm install|(?:pre-install |post-install )?manifests) "
+        r"failed after (?P<attempts>\d+) attempts?$",
         LineKind.FAILED,
         True,
     ),
     (
-        re.compile(r"^RETRY: " + _NAME + r" (?:helm install|(?:pre-install |post-install )?manifests) failed "
-                   r"\(attempt (?P<attempts>\d+)/\d+\)"),
+        r"^RETRY: " + _NAME + r" (?:helm install|(?:pre-install |post-install )?manifests) failed "
+        r"\(attempt (?P<attempts>\d+)/\d+\)",
         LineKind.RETRYING,
         True,
     ),
 )  # fmt: skip
+
+
+@functools.cache
+def _compiled() -> tuple[tuple[re.Pattern[str], LineKind, bool], ...]:
+    return tuple((re.compile(pattern), kind, legacy) for pattern, kind, legacy in _PATTERNS)
 
 
 def component_line(text: str) -> ComponentLine | None:
@@ -86,7 +91,7 @@ def component_line(text: str) -> ComponentLine | None:
     component; None for any other line."""
     if text == "Deployment complete.":
         return ComponentLine(LineKind.FINISHED, legacy=True)
-    for pattern, kind, legacy in _PATTERNS:
+    for pattern, kind, legacy in _compiled():
         if match := pattern.search(text):
             groups = match.groupdict()
             return ComponentLine(

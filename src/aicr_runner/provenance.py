@@ -271,58 +271,72 @@ def _matching_subject(attestation: Attestation, binary: Path) -> str:
 # -- cosign ---------------------------------------------------------------------------------
 
 #: cosign's error text -> what it means, most specific first. ``{0}`` etc. are
-#: the pattern's groups.
-_COSIGN_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
+#: the pattern's groups. Patterns are compiled on first use (``re``'s cache), not
+#: at import: a run whose provenance is off or verified never compiles them.
+_COSIGN_FAILURES: tuple[tuple[str, re.RegexFlag, str], ...] = (
     (
-        re.compile(r'expected SAN value "([^"]*)", got "([^"]*)"'),
+        r'expected SAN value "([^"]*)", got "([^"]*)"',
+        re.NOFLAG,
         f"signer identity mismatch: the certificate was issued to {{1}}, expected {{0}} ({_ENV_PREFIX}IDENTITY)",
     ),
     (
-        re.compile(r'expected issuer value "([^"]*)", got "([^"]*)"'),
+        r'expected issuer value "([^"]*)", got "([^"]*)"',
+        re.NOFLAG,
         f"OIDC issuer mismatch: the certificate's issuer is {{1}}, expected {{0}} ({_ENV_PREFIX}ISSUER)",
     ),
     (
-        re.compile(r"transparency log signature does not match"),
+        r"transparency log signature does not match",
+        re.NOFLAG,
         "the DSSE signature is not the one recorded in the transparency log: the signature was altered",
     ),
     (
-        re.compile(r"transparency log certificate does not match"),
+        r"transparency log certificate does not match",
+        re.NOFLAG,
         "the signing certificate is not the one recorded in the transparency log: the certificate was swapped",
     ),
     (
-        re.compile(r"entry payload hash \S+ does not match envelope payload hash"),
+        r"entry payload hash \S+ does not match envelope payload hash",
+        re.NOFLAG,
         "the signed statement is not the one recorded in the transparency log: the statement was altered",
     ),
     (
-        re.compile(r"not enough verified log entries from transparency log"),
+        r"not enough verified log entries from transparency log",
+        re.NOFLAG,
         "no transparency-log entry verifies against the trusted root's Rekor keys",
     ),
     (
-        re.compile(r"inclusion proof|checkpoint|signed entry timestamp|verifying tlog entry", re.I),
+        r"inclusion proof|checkpoint|signed entry timestamp|verifying tlog entry",
+        re.I,
         "the transparency-log inclusion proof does not verify against the trusted root",
     ),
     (
-        re.compile(r"provided artifact digests do not match"),
+        r"provided artifact digests do not match",
+        re.NOFLAG,
         "subject digest does not match the binary (reported by cosign)",
     ),
     (
-        re.compile(r"invalid predicate type, expected \S+ got (\S+)"),
+        r"invalid predicate type, expected \S+ got (\S+)",
+        re.NOFLAG,
         "predicate type is {0}, expected SLSA provenance v1 (" + SLSA_PROVENANCE_V1 + ")",
     ),
     (
-        re.compile(r"certificate signed by unknown authority|certificate chain|x509", re.I),
+        r"certificate signed by unknown authority|certificate chain|x509",
+        re.I,
         "the signing certificate does not chain to a Fulcio CA of the trusted root",
     ),
     (
-        re.compile(r"SCT|certificate transparency", re.I),
+        r"SCT|certificate transparency",
+        re.I,
         "the signing certificate's SCT does not verify against the trusted root's CT logs",
     ),
     (
-        re.compile(r"signature", re.I),
+        r"signature",
+        re.I,
         "the DSSE signature does not verify with the signing certificate's key",
     ),
     (
-        re.compile(r"trusted root|trusted material", re.I),
+        r"trusted root|trusted material",
+        re.I,
         "the trusted root cannot be used",
     ),
 )
@@ -333,8 +347,8 @@ def explain_cosign_failure(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line.removeprefix("Error:").strip() for line in lines if line.startswith("Error:")]
     detail = errors[-1] if errors else (lines[-1] if lines else "no output")
-    for pattern, meaning in _COSIGN_FAILURES:
-        match = pattern.search(detail)
+    for pattern, flags, meaning in _COSIGN_FAILURES:
+        match = re.search(pattern, detail, flags)
         if match:
             return f"{meaning.format(*match.groups())} (cosign: {detail})"
     return f"cosign refused the attestation (cosign: {detail})"

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aicr_runner import logs
+from aicr_runner import blockscan, logs
 
 if TYPE_CHECKING:
     from aicr_runner.classify import DeployMarkers
@@ -66,10 +66,13 @@ def deploy_relay(step: str, markers: DeployMarkers) -> Callable[[str], None]:
 
     def on_block(text: str) -> None:
         written = 0
-        for start, end, level in markers.scan(text):
-            logs.relay(text[written:start], step=step, source="deploy.sh")
+        meaningful = markers.scan(text)
+        # The pass markers.scan made (cached): whether any part of the block needs JSON escaping.
+        json_plain = blockscan.scan(text).json_plain
+        for start, end, level in meaningful:
+            logs.relay(text[written:start], step=step, source="deploy.sh", json_plain=json_plain)
             getattr(log, level)(text[start:end], source="deploy.sh")
             written = end + 1
-        logs.relay(text[written:], step=step, source="deploy.sh")
+        logs.relay(text[written:], step=step, source="deploy.sh", json_plain=json_plain)
 
     return on_block

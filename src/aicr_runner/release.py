@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-import structlog
 import tenacity
 
+from aicr_runner import logs
 from aicr_runner.archive import extract_members
 from aicr_runner.backoff import parse_retry_after
 from aicr_runner.binary import ATTESTATION_NAME, AicrBinary, use_preinstalled
@@ -72,7 +72,7 @@ _BACKOFF_JITTER_SECONDS = 1.0
 _BUDGET_SETTING = " (AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS)"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
-log = structlog.get_logger()
+log = logs.get_logger()  # structlog's API and rendering, without importing structlog
 
 Sleep = Callable[[float], object]
 Clock = Callable[[], float]

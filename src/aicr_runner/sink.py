@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
-import tarfile
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -115,6 +113,8 @@ def fit(key: str, raw: bytes, budget: int) -> tuple[dict[str, str], dict[str, by
     under ``key.gz`` rather than dropped; None when even that does not fit."""
     if len(raw) <= budget:
         return {key: raw.decode(errors="replace")}, {}
+    import gzip  # only a payload over its budget: not on plan's path
+
     packed = gzip.compress(raw, mtime=0)
     if len(packed) <= budget:
         return {}, {f"{key}.gz": packed}
@@ -123,6 +123,8 @@ def fit(key: str, raw: bytes, budget: int) -> tuple[dict[str, str], dict[str, by
 
 def tar_gz(directory: Path, budget: int) -> bytes | None:
     """The directory as tar+gzip, or None when it would exceed ``budget`` bytes."""
+    import tarfile  # the evidence step only: not on plan's path
+
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for path in sorted(directory.rglob("*")):

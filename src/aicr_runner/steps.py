@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -69,6 +68,8 @@ class Steps:
             except RunnerError as exc:
                 result = StepResult.failed(int(exc.exit_code), exc.message)
             except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
+                import traceback  # only for a bug: not on every run's path
+
                 details = self.ctx.work / "logs" / "traceback.txt"
                 details.parent.mkdir(parents=True, exist_ok=True)
                 details.write_text(logs.redact(traceback.format_exc()))

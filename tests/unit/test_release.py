@@ -7,6 +7,7 @@ import datetime as dt
 import email.utils
 import hashlib
 import io
+import json
 import socket
 import ssl
 import stat
@@ -22,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from structlog.testing import capture_logs
 
+from aicr_runner import logs as runner_logs
 from aicr_runner import release
-from aicr_runner.config import AicrSettings, Arch, Sha256Pins
+from aicr_runner.config import AicrSettings, Arch, LogFormat, Sha256Pins
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ExitCode, ToolError
 from aicr_runner.release import AicrBinary, fetch_aicr, parse_retry_after, use_preinstalled
 from tests.hostile_server import self_signed_certificate
@@ -358,8 +359,13 @@ def test_mid_stream_reset_is_retried_and_rehashed_from_byte_zero(
         httpx.Response(200, content=AMD64_TAR),
     ]
 
-    with capture_logs() as logs:
+    pod_log = io.StringIO()
+    runner_logs.configure(LogFormat.JSON, stream=pod_log)
+    try:
         got = fetch(tmp_path, fake_time)
+    finally:
+        runner_logs.configure(LogFormat.CONSOLE)
+    logs = [json.loads(line) for line in pod_log.getvalue().splitlines()]
 
     assert route.call_count == 2
     assert got.tarball_sha256 == sha256(AMD64_TAR)  # a carried-over hasher would not match
