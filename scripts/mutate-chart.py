@@ -669,8 +669,15 @@ def run_sharded(mutations: Sequence[Mutation], jobs: int, tests: Sequence[str]) 
             argv = [sys.executable, str(Path(__file__).resolve()), "--jobs", "1", "--report", str(report)]
             argv += [arg for mu in mutations[index::jobs] for arg in ("--only", mu.name)]
             argv += [arg for test in tests for arg in ("--tests", test)]
-            shards.append((subprocess.Popen(argv), report))  # its progress lines go to our stdout
+            # Each shard's progress lines go to its own file, copied to our stdout once
+            # it ends: lines longer than a pipe's atomic write, from two shards sharing
+            # one stdout, interleaved mid-line.
+            with (Path(tmp) / f"shard-{index}.out").open("w") as progress:
+                shards.append((subprocess.Popen(argv, stdout=progress), report))
         codes = [proc.wait() for proc, _ in shards]
+        for index in range(jobs):
+            sys.stdout.write((Path(tmp) / f"shard-{index}.out").read_text())
+        sys.stdout.flush()
         if any(code not in {0, 1} or not report.is_file() for code, (_, report) in zip(codes, shards, strict=True)):
             print(f"mutate-chart: a shard stopped before its mutations ran (exits {codes})", file=sys.stderr)
             return None
