@@ -102,6 +102,9 @@ RUN command -v bash jq tini python3 helm kubectl cosign >/dev/null \
  && chown 65532:65532 /home/aicr /work
 COPY --from=venv /opt/venv /opt/venv
 COPY --from=venv /app/ /
+# Native extensions load against the base's libraries (hyperscan needs libstdc++):
+# a missing one fails the build here, not the first deploy that floods the relay.
+RUN /opt/venv/bin/python -c "import hyperscan, yaml._yaml"
 # Writable locations under a read-only root: HOME and every cache live in
 # /home/aicr, scratch in /tmp, the run in /work (emptyDirs in the Job).
 ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

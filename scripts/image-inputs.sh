@@ -59,8 +59,8 @@ for arch in "${arch_list[@]}"; do
 done
 mkdir -p "$out"
 
-#: What the base holds besides Debian's Essential packages.
-base_packages=python3,bash,ca-certificates,jq,tini
+#: What the base holds besides Debian's Essential packages (libstdc++6: hyperscan, the relay's matcher, links it).
+base_packages=python3,bash,ca-certificates,jq,tini,libstdc++6
 mirrors=(
   "deb http://deb.debian.org/debian $IMAGE_DEBIAN_SUITE main"
   "deb http://deb.debian.org/debian $IMAGE_DEBIAN_SUITE-updates main"
