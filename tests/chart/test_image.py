@@ -198,7 +198,7 @@ def test_runtime_is_non_root_with_tini_and_the_runner_entrypoint() -> None:
     assert 'CMD ["run"]' in DOCKERFILE
     assert "RUN command -v bash jq tini python3 helm kubectl cosign >/dev/null" in DOCKERFILE
     inputs = (ROOT / "scripts" / "image-inputs.sh").read_text()
-    assert re.search(r"^base_packages=python3,bash,ca-certificates,jq,tini$", inputs, re.M)
+    assert re.search(r"^base_packages=python3,bash,ca-certificates,jq,tini,libstdc\+\+6$", inputs, re.M)
     for label in ("title", "description", "licenses", "version", "revision", "created", "base.name"):
         assert f"org.opencontainers.image.{label}=" in DOCKERFILE
 
