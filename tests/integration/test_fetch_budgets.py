@@ -41,11 +41,18 @@ def fake_binary(tmp_path: Path, arch: str) -> bytes:
     return launcher + f"# built for linux/{arch}\n".encode()
 
 
+def _pretend_the_machine_is_aarch64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What uname reports on an arm64 node; the runtime maps it to the arm64 release."""
+    real = os.uname()
+    arm = os.uname_result((real.sysname, real.nodename, real.release, real.version, "aarch64"))
+    monkeypatch.setattr(os, "uname", lambda: arm)
+
+
 def test_an_arm64_node_fetches_the_arm64_release_with_its_pin_and_checksum_line(
     server: ReleaseServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The chart renders AICR__ARCH="" by default: the runtime asks the machine."""
-    monkeypatch.setattr("aicr_runner.config.platform.machine", lambda: "aarch64")
+    _pretend_the_machine_is_aarch64(monkeypatch)
     archives = {AMD64: release_archive(fake_binary(tmp_path, "amd64"))}
     archives[ARM64] = release_archive(fake_binary(tmp_path, "arm64"))
     sums = server.publish("v1.2.0", archives)
@@ -74,7 +81,7 @@ def test_an_arm64_node_fetches_the_arm64_release_with_its_pin_and_checksum_line(
 def test_an_arm64_node_refuses_an_archive_that_misses_the_arm64_pin(
     server: ReleaseServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("aicr_runner.config.platform.machine", lambda: "aarch64")
+    _pretend_the_machine_is_aarch64(monkeypatch)
     server.publish("v1.2.0", {ARM64: release_archive(fake_binary(tmp_path, "arm64"))})
     env = clean_env(
         tmp_path,
