@@ -210,6 +210,21 @@ image_tools() {
   printf '%s' "$version $recipe" >"$dest/.image-tools.recipe"
 }
 
+# helm, kubectl and cosign for the tests are the image's own binary (image-tools
+# for this machine's architecture), hard-linked under each name: the tests run
+# exactly the tools the image ships, and a cold bootstrap compiles their shared
+# code once instead of four times (about 13 minutes on 2 cores).
+image_tool() { # NAME VERSION
+  local arch version_recipe
+  arch=$(go env GOARCH)
+  IMAGE_TOOLS_ARCH=$arch image_tools
+  version_recipe=$(cat "$root/.tools/image/linux-$arch/.image-tools.recipe")
+  have "$1" "$2" "image-tools $version_recipe" && { log "$1 $2 (image-tools, up to date)"; return 0; }
+  ln -f "$root/.tools/image/linux-$arch/image-tools" "$bin/$1.tmp" && mv -f "$bin/$1.tmp" "$bin/$1"
+  stamp "$1" "$2" "image-tools $version_recipe"
+  log "$1 $2 (image-tools linux/$arch)"
+}
+
 debian() {
   local missing=()
   for p in $DEBIAN_PACKAGES; do
@@ -313,26 +328,19 @@ kube_controller_manager() {
     k8s-staging "$(kube_ldflags)"
 }
 
-build_kubectl() {
-  go_build kubectl "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBECTL_PACKAGE" k8s-staging "$(kube_ldflags)"
-}
-
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-controller-manager
   kubectl source-controller helm-controller flux-crds argocd-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
-    helm) go_build helm "$HELM_MODULE" "$HELM_VERSION" "$HELM_PACKAGE" "" "$(helm_ldflags v4 "$HELM_VERSION")" ;;
+    helm) image_tool helm "$HELM_VERSION" ;;
     helm3)
       flags=$(helm_ldflags v3 "$HELM3_VERSION") # its own statement: a failure stops the bootstrap
       go_build helm3 "$HELM3_MODULE" "$HELM3_VERSION" "$HELM3_PACKAGE" "" "$flags"
       ;;
-    cosign)
-      go_build cosign "$COSIGN_MODULE" "$COSIGN_VERSION" "$COSIGN_PACKAGE" "" \
-        "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
-      ;;
+    cosign) image_tool cosign "$COSIGN_VERSION" ;;
     kube-controller-manager) kube_controller_manager ;;
-    kubectl) build_kubectl ;;
+    kubectl) image_tool kubectl "$KUBERNETES_VERSION" ;;
     source-controller)
       go_build source-controller "$SOURCE_CONTROLLER_MODULE" "$SOURCE_CONTROLLER_VERSION" "$SOURCE_CONTROLLER_MODULE" \
         replaces "" "$SOURCE_CONTROLLER_PINS"
