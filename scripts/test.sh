@@ -21,4 +21,4 @@ echo "== function length (scripts/check-function-length.py: no function in src/a
 echo "== image (scripts/build-image.sh: the image tests and the e2e pods run it)"
 bash scripts/build-image.sh
 echo "== pytest"
-.venv/bin/pytest --cov=aicr_runner --cov-branch --cov-report=term:skip-covered "$@"
+.venv/bin/pytest --durations=30 --cov=aicr_runner --cov-branch --cov-report=term:skip-covered "$@"

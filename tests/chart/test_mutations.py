@@ -11,7 +11,9 @@ here too, so a green run means something.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 
 import pytest
@@ -22,14 +24,19 @@ mutate = load_script("mutate-chart")
 
 
 def mutate_chart(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "mutate-chart.py"), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        timeout=timeout,
-    )
+    """Runs the script in its own process group: on a timeout its shard workers go
+    with it (killing only the script would leave them running tests for minutes)."""
+    argv = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "mutate-chart.py"), *args]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 # About 50 s on a loaded 2-core machine; CI's 2 cores ran the script before this
