@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aicr_runner.helmguard import STOP_NAME
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
@@ -49,12 +50,19 @@ GUARD_LINE = re.compile(r"helm-guard: helm (?P<what>upgrade \S+)(?: -n \S+)? (?P
 #: name -> version of this module's component charts: a ConfigMap with the values,
 #: and a Deployment (which nothing here ever makes ready, so `helm --wait` on it blocks).
 CHARTS = {"acme-agent": "1.0.0", "acme-config": "0.3.1"}
-#: A test helm in front of the real one (on PATH before it in the slow kubelet's image):
-#: `helm upgrade` takes SLOW_HELM_SECONDS longer, as a `--wait` on a real workload would.
-SLOW_HELM = """#!/bin/sh
+#: A test helm in front of the real one (on PATH before it in the held kubelet's image):
+#: `helm upgrade` does its work, then holds, as a `--wait` on a real workload would,
+#: until the test opens the gate (creates {gate}/open); HELD_HELM_TIMEOUT_SECONDS
+#: only guards against a gate never opened (the operation then fails).
+HELD_HELM = """#!/bin/sh
 if [ "$1" = "upgrade" ]; then
   {helm} "$@" || exit $?
-  sleep {seconds}
+  polls=0
+  until [ -e {gate}/open ]; do
+    polls=$((polls + 1))
+    if [ "$polls" -gt $(({timeout} * 10)) ]; then echo "test helm: gate {gate} not opened" >&2; exit 1; fi
+    sleep 0.1
+  done
   exit 0
 fi
 exec {helm} "$@"
@@ -64,7 +72,9 @@ HANGING_HELM = """#!/bin/sh
 if [ "$1" = "upgrade" ]; then exec {helm} "$@" --wait --timeout 10m; fi
 exec {helm} "$@"
 """
-SLOW_HELM_SECONDS = 8
+HELD_HELM_TIMEOUT_SECONDS = 300
+#: Where the held helm's gate directory is in the pod (a host directory of the test's).
+HELM_GATE = "/usr/local/lib/helm-gate"
 
 
 # -- building blocks ----------------------------------------------------------------------------
@@ -287,11 +297,20 @@ def env(
 def kubelet_with_helm(kubelet: Kubelet, pod_fake_aicr: Path, tmp_path: Path, script: str, name: str) -> Kubelet:
     """A kubelet like the session's (podman with the built image, or the fallback
     sandbox) whose pods find ``script`` as their helm; the real helm is at
-    /usr/local/lib/helm-real."""
+    /usr/local/lib/real-helm/helm (named helm: the test tools dispatch on their
+    name), and the directory ``helm_gate(tmp_path, name)`` at HELM_GATE."""
     wrapper = tmp_path / f"helm-wrapper-{name}"
-    wrapper.write_text(script.format(helm="/usr/local/lib/helm-real", seconds=SLOW_HELM_SECONDS))
+    wrapper.write_text(
+        script.format(helm="/usr/local/lib/real-helm/helm", gate=HELM_GATE, timeout=HELD_HELM_TIMEOUT_SECONDS)
+    )
     wrapper.chmod(0o755)
-    files: dict[str, str | Path] = {FAKE_AICR_PATH: pod_fake_aicr, "/usr/local/lib/helm-real": TOOLS_BIN / "helm"}
+    gate = helm_gate(tmp_path, name)
+    gate.mkdir(mode=0o755)
+    files: dict[str, str | Path] = {
+        FAKE_AICR_PATH: pod_fake_aicr,
+        "/usr/local/lib/real-helm/helm": TOOLS_BIN / "helm",
+        HELM_GATE: gate,
+    }
     options: dict[str, Any] = {"sandbox": kubelet.sandbox, "image": kubelet.image or None}
     if kubelet.sandbox == "podman":
         files["/usr/local/bin/helm"] = wrapper  # the image's helm
@@ -299,6 +318,17 @@ def kubelet_with_helm(kubelet: Kubelet, pod_fake_aicr: Path, tmp_path: Path, scr
         files["/usr/local/sbin/helm"] = wrapper  # ahead of the checkout's tools on PATH
         options["image_env"] = {**kubelet.image_env, "PATH": "/usr/local/sbin:" + kubelet.image_env["PATH"]}
     return Kubelet(kubelet.plane, tmp_path / f"kubelet-{name}", image_files=files, **options)
+
+
+def helm_gate(tmp_path: Path, name: str) -> Path:
+    """The host directory the pods of ``kubelet_with_helm(..., name)`` see at HELM_GATE."""
+    return tmp_path / f"helm-gate-{name}"
+
+
+def stop_requested(kubelet: Kubelet, job_name: str) -> bool:
+    """The runner of ``job_name``'s pod has recorded a stop request in its helm guard
+    (from then on deploy.sh starts no helm operation; the one in flight finishes)."""
+    return any((kubelet.workdir / "pods").glob(f"{job_name}-*/volumes/work/helm-guard/{STOP_NAME}"))
 
 
 def in_thread(function: Callable[[], JobRun]) -> tuple[threading.Thread, list[JobRun]]:
@@ -324,7 +354,7 @@ DELETIONS = {
 def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     env: Env, kubelet: Kubelet, pod_fake_aicr: Path, tmp_path: Path, deletion: str
 ) -> None:
-    kubelet = kubelet_with_helm(kubelet, pod_fake_aicr, tmp_path, SLOW_HELM, "slow")
+    kubelet = kubelet_with_helm(kubelet, pod_fake_aicr, tmp_path, HELD_HELM, "held")
 
     def values(intent: str) -> dict[str, Any]:
         base = values_for(env.pack_ref, intent)
@@ -338,7 +368,8 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     started = time.monotonic()
     old_thread, old_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=old_job))
 
-    # deploy.sh is mid-install: the first helm operation is in flight.
+    # deploy.sh is mid-install: the first helm operation is in flight (held until
+    # the old run has been asked to stop, below).
     wait_for("the old run's first helm operation", lambda: "helm upgrade acme-agent" in pod_log(kubelet, old_job))
     upgraded_at = time.monotonic()
     env.helm.run("upgrade", RELEASE, str(CHART), "-n", env.namespace, *values_args(env.helm, values("inference")))
@@ -354,6 +385,14 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     # The old Job is being deleted; the garbage collector deletes its pod and the
     # kubelet sends SIGTERM to the runner.
     new_thread, new_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=new_job))
+    try:
+        # Only then does the held helm operation end: the old run stops before the
+        # next one, whatever the load, and the new run waits for its Lease.
+        wait_for("the old run to be asked to stop", lambda: stop_requested(kubelet, old_job))
+        new_waits = lambda: "waiting for the install Lease" in pod_log(kubelet, new_job)  # noqa: E731
+        wait_for("the new run to wait for the Lease", new_waits)
+    finally:
+        (helm_gate(tmp_path, "held") / "open").touch()  # the held helm operation ends
     old_thread.join(timeout=300)
     new_thread.join(timeout=600)
     finished = time.monotonic()
@@ -371,10 +410,8 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     assert old_deploy[1] <= new_deploy[0], (old_deploy, new_deploy)
     gap = (new_ops[0].started - max(op.ended for op in old_ops if op.ended)).total_seconds()
     assert gap > 0
-    # The new run waited for the Lease (when it got there first) and said whom it waited for.
-    waited = "waiting for the install Lease" in new.output
-    if waited:
-        assert f"held by {old_job}/" in new.output
+    # The new run waited for the Lease and said whom it waited for.
+    assert f"held by {old_job}/" in new.output
     # Nothing is left pending, and the newest values won.
     assert env.releases() == {"acme-agent": "deployed", "acme-config": "deployed"}
     settings = env.plane.configmap(env.components, "acme-agent-settings")
@@ -387,7 +424,7 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
         f"\nscenario 1 ({deletion}): {finished - started:.1f}s in all; upgrade at +{upgraded_at - started:.1f}s; "
         f"old run stopped after {len(old_ops)} helm operation(s); "
         f"gap between the old run's last helm operation and the new run's first: {gap:.2f}s; "
-        f"the new run {'waited for' if waited else 'found free'} the Lease"
+        "the new run waited for the Lease"
     )
 
 
@@ -402,20 +439,24 @@ def test_a_runner_killed_mid_helm_install_leaves_a_pending_release_the_next_run_
     [job] = jobs(env.plane, env.namespace)
     started = time.monotonic()
     killed: list[int] = []
+    helm_started = threading.Event()
 
-    def kill_when_helm_is_in_flight(line: str) -> bool:
-        if "helm upgrade acme-agent" in line and "started" in line and not killed:
+    def kill_when_the_release_is_pending() -> None:
+        helm_started.wait(timeout=240)
+        wait_for("helm's pending-install record", lambda: env.releases().get("acme-agent") == "pending-install")
+        pid = runner_pid(job)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
 
-            def kill() -> None:
-                pid = runner_pid(job)
-                assert pid is not None
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-
-            threading.Timer(3.0, kill).start()  # helm has written the pending-install record by then
+    def note_helm_in_flight(line: str) -> bool:
+        if "helm upgrade acme-agent" in line and "started" in line:
+            helm_started.set()
         return False
 
-    first = hanging.run_job(RELEASE, env.namespace, job_name=job, terminate_when=kill_when_helm_is_in_flight)
+    threading.Thread(target=kill_when_the_release_is_pending, daemon=True).start()
+
+    first = hanging.run_job(RELEASE, env.namespace, job_name=job, terminate_when=note_helm_in_flight)
     assert killed, first.describe()
     assert first.exit_code not in (0, None), first.describe()
     assert env.releases().get("acme-agent") == "pending-install"
