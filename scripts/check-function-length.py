@@ -10,7 +10,11 @@ belongs in a module-level constant, not in a function body.
 
 ruff has no rule that measures this (PLR0915 counts statements, not lines).
 
-Usage: check-function-length.py [--limit N] [--top N] [paths...]
+Some modules also have a size limit (``MODULE_LIMITS``, lines of the whole file):
+``steps.py`` holds one short method per state, and what is not a step belongs
+elsewhere. They are checked when no paths are given (the whole package).
+
+Usage: check-function-length.py [--limit N] [--top N] [--root DIR] [paths...]
 ``--top N`` lists the N longest functions (for reports), whatever the limit.
 """
 
@@ -24,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 40
+#: Modules with a size limit: path under the repository root -> most lines allowed.
+MODULE_LIMITS = {Path("src/aicr_runner/steps.py"): 450}
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -60,13 +66,30 @@ def _shown(path: Path) -> Path:
     return path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
 
 
+def oversized(root: Path, limits: dict[Path, int]) -> list[str]:
+    """A failure message for each module over its size limit."""
+    problems = []
+    for relative, limit in sorted(limits.items()):
+        lines = len((root / relative).read_text().splitlines())
+        if lines > limit:
+            problems.append(
+                f"{relative}: {lines} lines, over its module limit of {limit} "
+                "(MODULE_LIMITS): move what is not its concern to the module it belongs in"
+            )
+    return problems
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=LIMIT)
     parser.add_argument("--top", type=int, default=0, help="list the N longest functions")
-    parser.add_argument("paths", nargs="*", type=Path, default=[ROOT / "src" / "aicr_runner"])
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository checked when no paths are given")
+    parser.add_argument("paths", nargs="*", type=Path, help="files or folders (default: the runtime package)")
     args = parser.parse_args(argv)
-    files = sorted(f for p in args.paths for f in ([p] if p.is_file() else p.rglob("*.py")))
+    # The module size limits hold for the package as a whole: checked when it is.
+    too_big = [] if args.paths else oversized(args.root, MODULE_LIMITS)
+    paths = args.paths or [args.root / "src" / "aicr_runner"]
+    files = sorted(f for p in paths for f in ([p] if p.is_file() else p.rglob("*.py")))
     found = [(n, f"{_shown(f)}:{line} {name}") for f in files for n, name, line in functions(f)]
     found.sort(key=lambda item: (-item[0], item[1]))
     for n, where in found[: args.top]:
@@ -74,7 +97,9 @@ def main(argv: list[str]) -> int:
     over = [(n, where) for n, where in found if n > args.limit]
     for n, where in over:
         print(f"{where}: {n} lines, over the limit of {args.limit} (split it)", file=sys.stderr)
-    return 1 if over else 0
+    for problem in too_big:
+        print(problem, file=sys.stderr)
+    return 1 if over or too_big else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """etcd + kube-apiserver + kube-controller-manager on loopback: RBAC on, a real
 ServiceAccount token issuer, the real Job controller (see controllers.py).
 
-No scheduler and no kubelet run: the stand-in kubelet (kubelet.py) registers a
+No scheduler and no kubelet run: the stand-in kubelet (kubelet/) registers a
 Node, binds the pods it runs and reports their status.
 """
 

@@ -9,6 +9,7 @@ once (``aicr --version``) and recorded, so the run knows what it can do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from aicr_runner.provenance import CosignVerifier, ProvenanceCheck, check_proven
 if TYPE_CHECKING:
     from aicr_runner.binary import AicrBinary
 
-__all__ = ["detect_version", "help_text", "obtain", "probe_help", "verify_provenance"]
+__all__ = ["detect_version", "help_text", "known_values", "obtain", "probe_help", "verify_provenance"]
 
 
 def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
@@ -122,6 +123,14 @@ def help_text(ctx: RunContext, argv: list[str]) -> str:
         argv, env=child_env(ctx.environ), cwd=ctx.work, log_path=ctx.work / "logs" / f"{name}.log", on_line=lines.append
     )
     return "\n".join(lines)
+
+
+def known_values(ctx: RunContext, binary: Path) -> Mapping[str, tuple[str, ...]]:
+    """The criteria values the running aicr accepts, as its ``recipe --help`` lists them."""
+    version = ctx.aicr_version
+    if version is not None and version.probe is not None:
+        return version.probe.values
+    return capabilities.listed_values(help_text(ctx, [str(binary), "recipe", "--help"]))
 
 
 def _version_lines(ctx: RunContext, binary: Path, *, preinstalled: bool) -> list[str]:

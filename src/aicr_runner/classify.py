@@ -100,6 +100,11 @@ class DeployMarkers:
     def failed(self) -> list[str]:
         return self.components.names("failed")
 
+    @property
+    def all_failed(self) -> list[str]:
+        """The components that failed, as deploy.sh's lines and its failure report named them, once each."""
+        return _unique(self.failed + self.reported_failed)
+
     def feed(self, line: str) -> str | None:
         """Take one line; return the log level it deserves when it means something
         (a marker or an error), None for an ordinary line."""
@@ -166,7 +171,7 @@ class DeployMarkers:
 
     def counts(self) -> str:
         """``13/15 installed, 2 failed (nfd, aws-efa)`` for the operator."""
-        failed = _unique(self.failed + self.reported_failed)
+        failed = self.all_failed
         progress = self.components.snapshot()
         if not progress["components"]:
             text = "no component started"

@@ -43,6 +43,7 @@ __all__ = [
     "summary_text",
     "thin_resolution_warnings",
     "unknown_value",
+    "unknown_value_refusal",
 ]
 
 #: What aicr 1.x writes and reads (v1beta2 for profile-bearing recipes).
@@ -273,6 +274,17 @@ def unknown_value(message: str) -> tuple[str, str] | None:
     criteria value (``invalid service type: lke``); None otherwise."""
     match = _UNKNOWN_VALUE.search(message)
     return (match.group(1).lower(), match.group(2)) if match else None
+
+
+def unknown_value_refusal(
+    named: str, exit_code: int, message: str, *, dimension: str, value: str, known: Sequence[str]
+) -> str:
+    """The refusal of a criteria value ``named`` (an aicr) does not know, with
+    the values its ``recipe --help`` lists (``known``), or that it lists none."""
+    text = f"{named} does not know {dimension} '{value}' (aicr recipe exit {exit_code}: {message})"
+    if known:
+        return text + "; supported combinations: " + ", ".join(f"({dimension}={v})" for v in known)
+    return text + f"; its recipe --help lists no {dimension} values"
 
 
 def parse_rejection(log_lines: Sequence[str]) -> tuple[str, list[str]]:

@@ -7,14 +7,13 @@ goes to the work directory (never to the pod log as a wall of text).
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from aicr_runner import acquire, capabilities, catalog, classify, commands, deadline, logs, recipe, sink
+from aicr_runner import acquire, capabilities, catalog, classify, commands, deadline, deploy_run, logs, recipe, sink
 from aicr_runner.classify import Outcome
 from aicr_runner.config import ENV_PREFIX
 from aicr_runner.context import Mode, RunContext
@@ -27,12 +26,9 @@ from aicr_runner.errors import (
     PackError,
     RunnerError,
 )
-from aicr_runner.helmguard import install_guard
 from aicr_runner.machine import State, StepResult
 from aicr_runner.process import child_env
-from aicr_runner.progress import ComponentTable, ProgressPublisher
-from aicr_runner.recovery import PendingReleases
-from aicr_runner.relays import aicr_relay, deploy_relay
+from aicr_runner.progress import ComponentTable
 from aicr_runner.report import StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 
@@ -200,22 +196,12 @@ class Steps:
         exit 2, with the values its ``recipe --help`` lists."""
         version = self.ctx.aicr_version
         named = f"aicr {version.text}" if version is not None and version.probe is None else "this aicr"
-        known = self._known_values().get(dimension, ())
-        text = f"{named} does not know {dimension} '{value}' (aicr recipe exit {exit_code}: {message})"
+        known = acquire.known_values(self.ctx, self._binary).get(dimension, ())
         if known:
             self.ctx.report.supported_combinations = [f"{dimension}={v}" for v in known]
-            text += "; supported combinations: " + ", ".join(f"({dimension}={v})" for v in known)
-        else:
-            text += f"; its recipe --help lists no {dimension} values"
+        text = recipe.unknown_value_refusal(named, exit_code, message, dimension=dimension, value=value, known=known)
         self.log.error(f"CRITERIA REJECTED: {text}", step=State.RECIPE.value)
         return StepResult.failed(ExitCode.BAD_INPUT, text, classification="criteria-rejected")
-
-    def _known_values(self) -> Mapping[str, tuple[str, ...]]:
-        """The criteria values the running aicr accepts, as its ``recipe --help`` lists them."""
-        version = self.ctx.aicr_version
-        if version is not None and version.probe is not None:
-            return version.probe.values
-        return capabilities.listed_values(acquire.help_text(self.ctx, [str(self._binary), "recipe", "--help"]))
 
     def capture_recipe(self) -> StepResult:
         name = self.s.recipe.configmap
@@ -329,7 +315,7 @@ class Steps:
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
         try:
-            recovered = self._pending_releases().settle(self.ctx.recipe_summary, self.ctx.lease)
+            recovered = deploy_run.pending_releases(self.ctx).settle(self.ctx.recipe_summary, self.ctx.lease)
         except HelmReleasePendingError as exc:
             return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
         if self.ctx.lease is not None and self.ctx.recipe_summary is not None:
@@ -337,16 +323,16 @@ class Steps:
         # An aicr known to print no per-component results is said to, whatever it printed.
         markers = classify.DeployMarkers(
             results_reported=self.ctx.behaviour.per_component_results,
-            components=ComponentTable(total=self._bundled_components()),
+            components=ComponentTable(total=deploy_run.bundled_components(self.ctx)),
         )
-        exit_code = self._run_deploy_sh(markers)
+        exit_code = deploy_run.run_deploy_sh(self.ctx, markers)
         verdict = classify.classify_deploy(
             exit_code,
             failure_report=markers.failure_report,
             dra_deferred=markers.dra_deferred,
             best_effort=self.s.deploy.best_effort,
         )
-        self.ctx.report.failed_components = _unique(markers.failed + markers.reported_failed)
+        self.ctx.report.failed_components = markers.all_failed
         # What deploy.sh reported, for the operator: "13/15 installed, 2 failed (nfd, aws-efa)".
         tally = "pre-flight checks failed" if markers.preflight_failed else markers.counts()
         if recovered:
@@ -360,59 +346,6 @@ class Steps:
         if verdict.outcome is Outcome.WARNED:
             return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
         return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
-
-    def _bundled_components(self) -> int:
-        """How many components deploy.sh will install, for a deploy.sh that does not
-        say (0.11, flat layout: one folder per component); 0 when unknown."""
-        summary = self.ctx.recipe_summary
-        if summary is None or self.ctx.behaviour.per_component_results:
-            return 0
-        return sum(1 for c in summary.components if (self.ctx.bundle_dir / c.name).is_dir())
-
-    def _pending_releases(self) -> PendingReleases:
-        return PendingReleases(
-            self.ctx.processes,
-            self.ctx.environ,
-            self.ctx.work,
-            relay=aicr_relay(State.DEPLOY.value),
-            recoveries=self.ctx.report.recoveries,
-            progress=self.ctx.progress,
-            step=State.DEPLOY.value,
-        )
-
-    def _run_deploy_sh(self, markers: classify.DeployMarkers) -> int:
-        """deploy.sh's exit code; its helm behind the guard (when there is a helm),
-        its output relayed and read by ``markers``, its progress published as it goes."""
-        guard = install_guard(self.ctx.environ.get("PATH"), self.ctx.work / "helm-guard")
-        env = child_env(self.ctx.environ)
-        if guard is not None:
-            env["PATH"] = os.pathsep.join([str(guard.bin_dir), env.get("PATH", "")])
-        record = self.ctx.report.step(State.DEPLOY.value)
-        table = markers.components
-
-        def publish() -> None:
-            record.progress = table.snapshot()
-            self.ctx.progress()
-            self.ctx.on_deploy_progress(record.progress)
-
-        try:
-            with ProgressPublisher(publish) as publisher:
-                markers.on_component = publisher.changed
-                result = self.ctx.run_child(
-                    State.DEPLOY,
-                    commands.deploy_argv(self.s, self.ctx.bundle_dir),
-                    env=env,
-                    on_block=deploy_relay(State.DEPLOY.value, markers),
-                    cwd=self.ctx.bundle_dir,
-                    safe_stop=guard,
-                )
-        except InterruptedRun:
-            table.finish(exit_code=143, interrupted=True)
-            record.progress = table.snapshot()
-            raise
-        table.finish(exit_code=result.exit_code, interrupted=result.interrupted)
-        record.progress = table.snapshot()
-        return result.exit_code
 
     def validate(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:
@@ -505,10 +438,6 @@ class Steps:
         if archive is None:
             return StepResult.warned(f"evidence bundle over the ConfigMap budget: pointer only, in {where}")
         return StepResult.ok(f"Evidence artifacts written to {where}")
-
-
-def _unique(names: list[str]) -> list[str]:
-    return list(dict.fromkeys(names))
 
 
 def _elapsed(started: datetime) -> float:

@@ -139,6 +139,18 @@ def test_the_function_length_check_counts_as_its_docstring_says(tmp_path: Path, 
         assert "module.py:1 f: 41 lines, over the limit of 40" in result.stderr
 
 
+@pytest.mark.parametrize(("lines", "over"), [(450, False), (451, True)])
+def test_the_module_size_check_holds_steps_to_450_lines(tmp_path: Path, lines: int, over: bool) -> None:
+    package = tmp_path / "src" / "aicr_runner"
+    package.mkdir(parents=True)
+    (package / "steps.py").write_text("x = 1\n" * lines)
+    check = [sys.executable, str(ROOT / "scripts" / "check-function-length.py"), "--root", str(tmp_path)]
+    result = subprocess.run(check, capture_output=True, text=True, check=False)
+    assert result.returncode == (1 if over else 0), result.stderr
+    if over:
+        assert "src/aicr_runner/steps.py: 451 lines, over its module limit of 450" in result.stderr
+
+
 def test_no_function_in_the_package_is_over_the_limit() -> None:
     check = [sys.executable, str(ROOT / "scripts" / "check-function-length.py")]
     result = subprocess.run(check, capture_output=True, text=True, check=False)
