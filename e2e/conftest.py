@@ -1,6 +1,6 @@
 """Session fixtures for the end-to-end tests: real etcd + kube-apiserver +
-kube-controller-manager (the Job controller), a real registry with htpasswd auth,
-the pinned helm and oras, and a stand-in kubelet.
+kube-controller-manager (the Job controller), a real node (containerd, kubelet,
+kube-scheduler), a real registry with htpasswd auth, the pinned helm and oras.
 
 Everything is started lazily (a test that needs only the registry does not start
 the API server) and stopped at session end; the processes also die with pytest
@@ -9,19 +9,29 @@ if it is killed (PR_SET_PDEATHSIG).
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from e2e.harness.apiserver import ControlPlane, start_control_plane
 from e2e.harness.helm import Helm
-from e2e.harness.kubelet import FAKE_AICR_PACKAGE, FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import (
+    CHART_DEFAULT_IMAGE,
+    HostNetwork,
+    JobRun,
+    Kubelet,
+    RealNode,
+    claim_host_network,
+    derive_image,
+    load_image,
+    pod_fake_aicr_launcher,
+    start_node,
+    test_image,
+)
 from e2e.harness.registry import Registry, start_registry
 
 #: Seconds each session component took to start (reported in the terminal summary).
@@ -36,12 +46,22 @@ def e2e_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def pod_host() -> str:
-    """The address the pods reach this host's test servers at (release mirror,
-    chart repository): every URL a pod is given is built from it. The stand-in
-    kubelet runs pods in the host's network namespace, so loopback; a kubelet
-    with a pod network re-points it at an address the pods can route to."""
-    return "127.0.0.1"
+def host_network() -> Iterator[HostNetwork]:
+    """This session's slot on the machine: the node's bridge and pod subnet (see
+    e2e/harness/node/host.py); every host change is undone at session end."""
+    host = claim_host_network()
+    try:
+        yield host
+    finally:
+        host.teardown()
+
+
+@pytest.fixture(scope="session")
+def pod_host(host_network: HostNetwork) -> str:
+    """The address the pods reach this host's test servers at (registry, release
+    mirror, chart repository): the node's bridge address. Every URL a pod is
+    given is built from it, and the servers listen on it."""
+    return host_network.gateway
 
 
 @pytest.fixture(scope="session")
@@ -70,10 +90,10 @@ def control_plane(e2e_workdir: Path) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
-def registry(e2e_workdir: Path) -> Iterator[Registry]:
-    """An OCI registry on loopback (plain HTTP) that demands ``registry.username`` /
-    ``registry.password`` on every request."""
-    reg = start_registry(e2e_workdir / "registry")
+def registry(e2e_workdir: Path, pod_host: str) -> Iterator[Registry]:
+    """An OCI registry on the node's bridge address (plain HTTP) that demands
+    ``registry.username`` / ``registry.password`` on every request."""
+    reg = start_registry(e2e_workdir / "registry", address=pod_host)
     STARTUP["docker-registry"] = reg.startup_seconds
     try:
         yield reg
@@ -97,24 +117,48 @@ def helm(control_plane: ControlPlane, e2e_workdir: Path) -> Helm:
 
 
 @pytest.fixture(scope="session")
-def kubelet(control_plane: ControlPlane, e2e_workdir: Path) -> Kubelet:
+def node(control_plane: ControlPlane, host_network: HostNetwork, e2e_workdir: Path) -> Iterator[RealNode]:
+    """containerd, a real kubelet and kube-scheduler (e2e/harness/node), Ready and
+    untainted, with the session's aicr-runner image loaded."""
     started = time.monotonic()
-    k = Kubelet(control_plane, e2e_workdir / "kubelet")
-    STARTUP[f"kubelet (sandbox={k.sandbox})"] = time.monotonic() - started
-    POD_MODE["mode"] = k.sandbox
-    POD_MODE["image"] = k.image
-    return k
+    real = start_node(control_plane, host_network, e2e_workdir / "node")
+    STARTUP["containerd + kubelet + kube-scheduler (node Ready)"] = real.startup_seconds
+    try:
+        yield real
+    finally:
+        real.stop()
+        STARTUP["node (whole fixture)"] = time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def e2e_image(node: RealNode) -> str:
+    """The image scripts/build-image.sh builds, plus the test material pods use
+    (the fake aicr at FAKE_AICR_PATH with its package, the Go oras at E2E_ORAS),
+    loaded into the node under the chart's default image name as well."""
+    started = time.monotonic()
+    image = test_image()
+    load_image(node.runtime, image, CHART_DEFAULT_IMAGE)
+    STARTUP["e2e image into containerd"] = time.monotonic() - started
+    POD_MODE["image"] = image
+    return image
+
+
+@pytest.fixture(scope="session")
+def kubelet(node: RealNode, e2e_image: str) -> Kubelet:
+    """What tests see of the pods the node runs (run_job, run_job_to_completion, serving)."""
+    return Kubelet(node, CHART_DEFAULT_IMAGE)
 
 
 @pytest.fixture
-def make_kubelet(control_plane: ControlPlane, tmp_path: Path) -> Callable[..., Kubelet]:
-    """``make_kubelet(**options) -> Kubelet`` with other image defaults or sandbox."""
-    count = 0
+def make_kubelet(node: RealNode, e2e_image: str) -> Callable[..., Kubelet]:
+    """``make_kubelet(image_files=..., image_env=...) -> Kubelet``: an image derived
+    from the e2e image, loaded into the node; install the chart with
+    ``**k.image_values()`` so the release's pods run it."""
 
-    def make(**options: Any) -> Kubelet:
-        nonlocal count
-        count += 1
-        return Kubelet(control_plane, tmp_path / f"kubelet-{count}", **options)
+    def make(*, image_files: dict[str, Path] | None = None, image_env: dict[str, str] | None = None) -> Kubelet:
+        image = derive_image(e2e_image, {k: Path(v) for k, v in (image_files or {}).items()}, image_env)
+        load_image(node.runtime, image)
+        return Kubelet(node, image)
 
     return make
 
@@ -128,27 +172,16 @@ def fake_aicr(e2e_workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def pod_fake_aicr(e2e_workdir: Path, kubelet: Kubelet, fake_aicr: Path) -> Path:
-    """The fake aicr's launcher for the pods: in the image (podman mode) it runs with
-    the image's Python from FAKE_AICR_PACKAGE; in the fallback modes it is the host's."""
-    from tests.fake_aicr import install_fake_aicr
-    from tests.podman import IMAGE_PYTHON
-
-    if kubelet.sandbox != "podman":
-        return fake_aicr
-    return install_fake_aicr(e2e_workdir / "pod-fake-aicr", python=IMAGE_PYTHON, package_dir=FAKE_AICR_PACKAGE)
+def pod_fake_aicr(e2e_workdir: Path) -> Path:
+    """The fake aicr's launcher as the pods run it: the image's Python, the package
+    at FAKE_AICR_PACKAGE (both in the e2e image)."""
+    return pod_fake_aicr_launcher(e2e_workdir / "pod-fake-aicr")
 
 
 @pytest.fixture(scope="session")
-def aicr_kubelet(control_plane: ControlPlane, e2e_workdir: Path, pod_fake_aicr: Path, kubelet: Kubelet) -> Kubelet:
-    """A kubelet whose image also carries the fake aicr at FAKE_AICR_PATH."""
-    return Kubelet(
-        control_plane,
-        e2e_workdir / "aicr-kubelet",
-        image_files={FAKE_AICR_PATH: pod_fake_aicr},
-        sandbox=kubelet.sandbox,
-        image=kubelet.image or None,
-    )
+def aicr_kubelet(kubelet: Kubelet) -> Kubelet:
+    """The e2e image carries the fake aicr at FAKE_AICR_PATH: the same view as ``kubelet``."""
+    return kubelet
 
 
 @pytest.fixture
@@ -171,13 +204,7 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> st
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if POD_MODE:
-        where = (
-            f"podman, from the built image {POD_MODE['image']}"
-            if POD_MODE["mode"] == "podman"
-            else f"{POD_MODE['mode']}, this checkout standing in for the image "
-            f"({'E2E_SANDBOX' if os.environ.get('E2E_SANDBOX') else 'podman is missing'})"
-        )
-        terminalreporter.write_line(f"e2e pods ran with {where}")
+        terminalreporter.write_line(f"e2e pods ran on the real node (containerd, kubelet), image {POD_MODE['image']}")
     if STARTUP:
         parts = ", ".join(f"{k} {v:.2f}s" for k, v in STARTUP.items())
         terminalreporter.write_line(f"e2e harness startup: {parts}")

@@ -36,7 +36,7 @@ from aicr_runner.helmguard import STOP_NAME
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry
 from e2e.scenarios import ACME_CRITERIA, CHART, PACK_AUTH_FILE, RELEASE, RunResults, embedded_base_components
 from e2e.tools import TOOLS_BIN, tool

@@ -32,7 +32,7 @@ from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.kubelet import Kubelet
+from e2e.harness.node import Kubelet
 from e2e.harness.registry import Registry
 from e2e.scenarios import (
     CHART,

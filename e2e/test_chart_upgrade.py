@@ -32,7 +32,7 @@ import yaml
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm, HelmError
-from e2e.harness.kubelet import FAKE_AICR_PATH, Kubelet
+from e2e.harness.node import FAKE_AICR_PATH, Kubelet
 from e2e.scenarios import CHART, RELEASE
 from e2e.tools import tool
 

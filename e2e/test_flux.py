@@ -29,7 +29,7 @@ from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.flux import Flux, apply, condition, get, start_flux
 from e2e.harness.helm import Helm
-from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
 from e2e.scenarios import CHART, extra_env, push_component_charts, write_org_pack
 from e2e.tools import REPO_ROOT, tool

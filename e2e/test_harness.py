@@ -19,7 +19,7 @@ from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet, expand
+from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet, expand
 from e2e.harness.registry import Registry
 from e2e.harness.sandbox import rewrite_paths
 from e2e.tools import REPO_ROOT, pinned_versions, tool

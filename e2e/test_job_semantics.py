@@ -24,7 +24,7 @@ import yaml
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.kubelet import JobRun, Kubelet
+from e2e.harness.node import JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
 from e2e.scenarios import CHART, COMPONENT_CHARTS, RELEASE, push_component_charts, releases_in, write_org_pack
 from e2e.test_scenarios import OrgPack, Scenario, merged, pack_run_values

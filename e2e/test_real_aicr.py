@@ -35,7 +35,7 @@ import yaml
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.kubelet import Kubelet
+from e2e.harness.node import Kubelet
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
 from e2e.tools import REPO_ROOT
 from tests.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary

@@ -27,7 +27,7 @@ import yaml
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm, HelmError
-from e2e.harness.kubelet import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
 from e2e.scenarios import (
     ACME_CRITERIA,

@@ -47,6 +47,9 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "kube-apiserver": ("kube-apiserver", "KUBERNETES_VERSION"),
     "kube-controller-manager": ("kube-controller-manager", "KUBERNETES_VERSION"),
     "kubectl": ("kubectl", "KUBERNETES_VERSION"),
+    "kubelet": ("kubelet", "KUBERNETES_VERSION"),
+    "kube-scheduler": ("kube-scheduler", "KUBERNETES_VERSION"),
+    "pause": ("pause", "PAUSE_VERSION"),
     "source-controller": ("source-controller", "SOURCE_CONTROLLER_VERSION"),
     "helm-controller": ("helm-controller", "HELM_CONTROLLER_VERSION"),
     "aicr": ("aicr", "AICR_VERSION"),
@@ -57,6 +60,9 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "podman": ("debian", None),
     "runc": ("debian", None),
     "jq": ("debian", None),
+    "containerd": ("debian", None),
+    "ctr": ("debian", None),
+    "iptables": ("debian", None),
 }
 _ENVTEST = ("etcd", "kube-apiserver")
 

@@ -9,7 +9,7 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-controller-manager|kubectl|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian|
+#        kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian|
 #        image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
@@ -328,9 +328,36 @@ kube_controller_manager() {
     k8s-staging "$(kube_ldflags)"
 }
 
+# The real node of the e2e suite: kubelet and kube-scheduler from the same module
+# and version as the API server (they share its Go build cache).
+kube_node() {
+  go_build kubelet "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBELET_PACKAGE" k8s-staging "$(kube_ldflags)"
+  go_build kube-scheduler "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBE_SCHEDULER_PACKAGE" k8s-staging \
+    "$(kube_ldflags)"
+}
+
+# The sandbox ("pause") image's program: public registries are unreachable, so
+# the node's sandbox image is this static binary (tools/pause/main.go) in an
+# image the e2e harness builds.
+pause() {
+  local recipe
+  recipe=$(sha256sum "$root/tools/pause/main.go" | cut -c1-12)
+  have pause "$PAUSE_VERSION" "$recipe" && { log "pause (up to date)"; return 0; }
+  (
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    cp "$root/tools/pause/main.go" "$work/"
+    cd "$work"
+    go mod init aicr-runner-tools/pause >/dev/null 2>&1
+    go build -trimpath -ldflags "-s -w" -o "$bin/pause" .
+  )
+  stamp pause "$PAUSE_VERSION" "$recipe"
+  log "pause $PAUSE_VERSION (built)"
+}
+
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-controller-manager
-  kubectl source-controller helm-controller flux-crds argocd-crds npm)
+  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
     helm) image_tool helm "$HELM_VERSION" ;;
@@ -341,6 +368,8 @@ for t in "${want[@]}"; do
     cosign) image_tool cosign "$COSIGN_VERSION" ;;
     kube-controller-manager) kube_controller_manager ;;
     kubectl) image_tool kubectl "$KUBERNETES_VERSION" ;;
+    kubelet | kube-scheduler) kube_node ;;
+    pause) pause ;;
     source-controller)
       go_build source-controller "$SOURCE_CONTROLLER_MODULE" "$SOURCE_CONTROLLER_VERSION" "$SOURCE_CONTROLLER_MODULE" \
         replaces "" "$SOURCE_CONTROLLER_PINS"
@@ -359,7 +388,7 @@ for t in "${want[@]}"; do
     image-tools) image_tools ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-controller-manager kubectl source-controller helm-controller flux-crds argocd-crds npm image-tools)" >&2
+        "kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds npm image-tools)" >&2
       exit 2
       ;;
   esac

@@ -1,8 +1,7 @@
 """etcd + kube-apiserver + kube-controller-manager on loopback: RBAC on, a real
 ServiceAccount token issuer, the real Job controller (see controllers.py).
 
-No scheduler and no kubelet run: the stand-in kubelet (kubelet/) registers a
-Node, binds the pods it runs and reports their status.
+The node (node/: containerd, a real kubelet and kube-scheduler) runs the pods.
 """
 
 from __future__ import annotations
@@ -47,6 +46,13 @@ class ControlPlane:
     startup_seconds: float = 0.0
     #: of which kube-controller-manager, from its start until its controllers acted
     controller_manager_seconds: float = 0.0
+    #: the cluster CA (issues the node's kubelet and kube-scheduler certificates)
+    ca: CertAuthority | None = None
+
+    def cert_kubeconfig(self, path: Path, user: str, groups: list[str] | None = None) -> Path:
+        """A kubeconfig for ``user`` (in ``groups``) with a client certificate from the cluster CA."""
+        assert self.ca is not None
+        return _cert_kubeconfig(path, self.url, self.ca_pem, self.ca.client(user, groups), user)
 
     @property
     def url(self) -> str:
@@ -239,6 +245,11 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
     ).write(pki_dir, "apiserver")
     admin_pair = ca.client("e2e-admin", ["system:masters"])
     admin_cert, admin_key = admin_pair.write(pki_dir, "admin")
+    # How the API server reaches the kubelet (logs, exec): a client certificate the
+    # node's kubelet accepts, and the node's InternalIP (no DNS for node names here).
+    kubelet_client_cert, kubelet_client_key = ca.client("kube-apiserver-kubelet-client", ["system:masters"]).write(
+        pki_dir, "apiserver-kubelet-client"
+    )
     sa_key, sa_pub = write_signing_key(pki_dir)
 
     etcd, etcd_url = _start_etcd(workdir, timeout)
@@ -268,6 +279,9 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
                     "--profiling=false",
                     "--enable-priority-and-fairness=false",
                     "--endpoint-reconciler-type=none",
+                    f"--kubelet-client-certificate={kubelet_client_cert}",
+                    f"--kubelet-client-key={kubelet_client_key}",
+                    "--kubelet-preferred-address-types=InternalIP",
                     "--v=1",
                 ],
                 workdir / f"kube-apiserver.{attempt}.log",
@@ -328,6 +342,7 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
         admin=admin,
         processes=processes,
     )
+    plane.ca = ca
     plane.startup_seconds = time.monotonic() - started
     plane.controller_manager_seconds = kcm_seconds
     return plane

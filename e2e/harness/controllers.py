@@ -10,10 +10,11 @@ It runs the controllers a Job and its namespace need, and no others:
   ``default`` ServiceAccount and ``kube-root-ca.crt`` ConfigMap;
 - ``serviceaccount-token``: the token controller (it needs the signing key).
 
-Left out on purpose: the node lifecycle controller (no kubelet heartbeats here:
-it would taint the stand-in Node and evict its pods), the scheduler (not part of
-kube-controller-manager; the stand-in kubelet binds the pods it runs), and
-everything a Job does not touch.
+- ``node-lifecycle``: lifts the ``node.kubernetes.io/not-ready`` taint once the
+  node's kubelet reports Ready (the scheduler places nothing on a tainted node).
+
+Left out on purpose: everything a Job does not touch (the scheduler is its own
+process, see node/).
 
 Each controller talks to the API server as its own ServiceAccount in kube-system
 (``--use-service-account-credentials``), so the RBAC the API server bootstraps
@@ -41,6 +42,7 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
+    "node-lifecycle-controller",
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -49,7 +49,7 @@ class Kube:
         self._headers = {"Accept": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._http = urllib3.PoolManager(ssl_context=ctx, retries=False, timeout=urllib3.Timeout(30))
+        self._http = urllib3.PoolManager(ssl_context=ctx, retries=False, timeout=urllib3.Timeout(30), maxsize=8)
 
     def with_token(self, token: str, ca_file: Path) -> Kube:
         return Kube(self.server, ca_file, token=token)
@@ -95,6 +95,26 @@ class Kube:
                 return False
             raise
         return True
+
+    def watch(self, path: str, **query: str) -> Iterator[dict[str, Any]]:
+        """The events of a watch (``?watch=true``) as they come: dicts with ``type``
+        and ``object``. Ends when the server closes the stream (its timeout)."""
+        url = self.server + path + "?" + urlencode({**query, "watch": "true"})
+        resp = self._http.request(
+            "GET", url, headers=self._headers, preload_content=False, timeout=urllib3.Timeout(connect=10, read=None)
+        )
+        try:
+            if resp.status >= 400:
+                raise KubeError("GET", path, resp.status, resp.read().decode(errors="replace"))
+            buffered = b""
+            for chunk in resp.stream(65536, decode_content=True):
+                buffered += chunk
+                while b"\n" in buffered:
+                    line, buffered = buffered.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            resp.release_conn()
 
     def raw_get(self, path: str) -> tuple[int, str]:
         """Status and body of a GET, without raising (health endpoints)."""

@@ -87,9 +87,11 @@ def start_registry(
     *,
     username: str = "e2e-user",
     password: str | None = None,
+    address: str = "127.0.0.1",
     timeout: float = 30.0,
 ) -> Registry:
-    """Start a registry that demands ``username``/``password`` on every request."""
+    """Start a registry that demands ``username``/``password`` on every request,
+    on ``address`` (the e2e node's bridge address, so its pods reach it too)."""
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     password = password or secrets.token_urlsafe(16)
@@ -112,7 +114,7 @@ def start_registry(
                         "delete": {"enabled": True},
                         "maintenance": {"uploadpurging": {"enabled": False}},
                     },
-                    "http": {"addr": f"127.0.0.1:{port}", "secret": secrets.token_hex(16)},
+                    "http": {"addr": f"{address}:{port}", "secret": secrets.token_hex(16)},
                     "auth": {"htpasswd": {"realm": "aicr-e2e", "path": str(htpasswd)}},
                 }
             )
@@ -121,7 +123,7 @@ def start_registry(
             "docker-registry", [tool("docker-registry"), "serve", config], workdir / f"registry.{attempt}.log"
         )
         registry = Registry(
-            host=f"127.0.0.1:{port}", username=username, password=password, storage=storage, process=proc
+            host=f"{address}:{port}", username=username, password=password, storage=storage, process=proc
         )
 
         def up(registry: Registry = registry) -> bool | None:

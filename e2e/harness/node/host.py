@@ -1,0 +1,246 @@
+"""The host side of the e2e node: its slot, its bridge, its DNAT rule, and the
+kernel settings the kubelet changes, each undone at teardown.
+
+Several test sessions may run on one machine at once, so every host-wide thing a
+node owns is per slot (a lock file held for the session): the bridge
+``aicre2e<slot>`` with the pod subnet ``10.244.<slot>.0/24``, the iptables chain
+``AICR-E2E-<slot>``, the kubelet's cgroup root ``/aicr-e2e-<slot>``. The bridge's
+address is the node's InternalIP and the address pods reach this host's test
+servers at (the registry, the release mirror).
+
+The kubelet sets a few kernel sysctls when it starts (``kernel.panic`` and
+friends) and creates ``KUBE-*`` iptables chains. Those are host-wide: the first
+node of the machine records the old values, the last one to stop puts them back
+and removes the chains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+__all__ = ["KUBELET_SYSCTLS", "STATE_DIR", "HostNetwork", "claim_host_network"]
+
+#: Machine-wide bookkeeping of the e2e nodes (slot locks, the recorded sysctls).
+STATE_DIR = Path(os.environ.get("AICR_E2E_NODE_STATE", "/run/aicr-runner-e2e"))
+SLOTS = 16
+#: What the kubelet sets at start-up (pkg/kubelet/cm: setupKernelTunables).
+KUBELET_SYSCTLS = (
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+)
+#: Chains the kubelet creates (pkg/kubelet/kubelet_network_linux.go).
+KUBELET_CHAINS = (
+    ("filter", "KUBE-FIREWALL"),
+    ("filter", "KUBE-KUBELET-CANARY"),
+    ("nat", "KUBE-KUBELET-CANARY"),
+    ("mangle", "KUBE-KUBELET-CANARY"),
+    ("mangle", "KUBE-IPTABLES-HINT"),
+)
+
+
+class HostSetupError(RuntimeError):
+    """A host change the node needs failed (the message says which and why)."""
+
+
+def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise HostSetupError(f"{' '.join(argv)} (exit {proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def _sysctl_path(name: str) -> Path:
+    return Path("/proc/sys") / name.replace(".", "/")
+
+
+@dataclass
+class HostNetwork:
+    """One node's slot on this machine and what it changed there."""
+
+    slot: int
+    _lock: IO[str]
+    undo: list[tuple[str, ...]] = field(default_factory=list)
+
+    @property
+    def bridge(self) -> str:
+        return f"aicre2e{self.slot}"
+
+    @property
+    def subnet(self) -> str:
+        return f"10.244.{self.slot}.0/24"
+
+    @property
+    def gateway(self) -> str:
+        """The node's InternalIP, and where pods reach this host's servers."""
+        return f"10.244.{self.slot}.1"
+
+    @property
+    def chain(self) -> str:
+        return f"AICR-E2E-{self.slot}"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/aicr-e2e-{self.slot}"
+
+    # -- the bridge -----------------------------------------------------------
+    def _up(self) -> None:
+        self._remove_bridge()  # a crashed session's leftover
+        run("ip", "link", "add", self.bridge, "type", "bridge")
+        self.undo.append(("bridge",))
+        run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        run("ip", "link", "set", self.bridge, "up")
+        # DNAT to the API server's loopback address needs local routing from the bridge.
+        _sysctl_path(f"net.ipv4.conf.{self.bridge}.route_localnet").write_text("1")
+
+    def _remove_bridge(self) -> None:
+        run("ip", "link", "del", self.bridge, check=False)
+
+    # -- the kubelet's cgroup root ---------------------------------------------
+    def make_cgroup_root(self) -> None:
+        """The kubelet wants its cgroup root to exist in every hierarchy (v1 here)."""
+        for hierarchy in Path("/sys/fs/cgroup").iterdir():
+            if not hierarchy.is_dir() or hierarchy.is_symlink():
+                continue
+            top = hierarchy / self.cgroup_root.lstrip("/")
+            top.mkdir(exist_ok=True)
+            for inherited in ("cpuset.cpus", "cpuset.mems"):  # an empty cpuset admits no task
+                if (top / inherited).exists() and not (top / inherited).read_text().strip():
+                    (top / inherited).write_text((hierarchy / inherited).read_text())
+
+    # -- the service IP -------------------------------------------------------
+    def route_service(self, service_ip: str, port: int, target_port: int) -> None:
+        """Pods reach the ``kubernetes`` Service (``service_ip:port``) at the API
+        server on loopback: one DNAT rule, for traffic coming from this bridge only
+        (another session's API server has the same service IP)."""
+        self._remove_chain()
+        run("iptables", "-t", "nat", "-N", self.chain)
+        self.undo.append(("chain",))
+        run(
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            self.chain,
+            "-d",
+            f"{service_ip}/32",
+            "-p",
+            "tcp",
+            "--dport",
+            str(port),
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"127.0.0.1:{target_port}",
+        )
+        run("iptables", "-t", "nat", "-I", "PREROUTING", "-i", self.bridge, "-j", self.chain)
+
+    def _remove_chain(self) -> None:
+        while (
+            run(
+                "iptables", "-t", "nat", "-D", "PREROUTING", "-i", self.bridge, "-j", self.chain, check=False
+            ).returncode
+            == 0
+        ):
+            pass
+        run("iptables", "-t", "nat", "-F", self.chain, check=False)
+        run("iptables", "-t", "nat", "-X", self.chain, check=False)
+
+    # -- kernel settings ------------------------------------------------------
+    def record_sysctls(self) -> None:
+        """Record the kubelet's sysctls before the first node of the machine starts."""
+        with _machine_lock():
+            saved = STATE_DIR / "sysctls.json"
+            if not saved.exists():  # a later node (or a crashed one) already recorded the originals
+                values = {name: _sysctl_path(name).read_text().strip() for name in KUBELET_SYSCTLS}
+                saved.write_text(json.dumps(values))
+
+    def teardown(self) -> None:
+        """Undo this slot's changes; the last node of the machine also restores the
+        sysctls and removes the kubelet's chains."""
+        errors: list[str] = []
+        for step in (self._remove_chain, self._remove_bridge):
+            try:
+                step()
+            except HostSetupError as exc:
+                errors.append(str(exc))
+        with _machine_lock():
+            if not _other_slots_busy(self.slot):
+                errors.extend(_restore_machine())
+        self._lock.close()
+        if errors:
+            raise HostSetupError("; ".join(errors))
+
+
+@contextlib.contextmanager
+def _machine_lock() -> Iterator[None]:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with (STATE_DIR / "machine.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _other_slots_busy(mine: int) -> bool:
+    for slot in range(SLOTS):
+        if slot == mine:
+            continue
+        path = STATE_DIR / f"slot-{slot}.lock"
+        if not path.exists():
+            continue
+        with path.open("a") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(probe, fcntl.LOCK_UN)
+    return False
+
+
+def _restore_machine() -> list[str]:
+    errors: list[str] = []
+    saved = STATE_DIR / "sysctls.json"
+    if saved.exists():
+        for name, value in json.loads(saved.read_text()).items():
+            try:
+                _sysctl_path(name).write_text(value)
+            except OSError as exc:
+                errors.append(f"restore {name}={value}: {exc}")
+        saved.unlink()
+    for table, chain in KUBELET_CHAINS:
+        for builtin in ("INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"):
+            while run("iptables", "-t", table, "-D", builtin, "-j", chain, check=False).returncode == 0:
+                pass
+        run("iptables", "-t", table, "-F", chain, check=False)
+        run("iptables", "-t", table, "-X", chain, check=False)
+    return errors
+
+
+def claim_host_network() -> HostNetwork:
+    """Take a free slot (its lock is held until teardown) and bring its bridge up."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    for slot in range(SLOTS):
+        lock = (STATE_DIR / f"slot-{slot}.lock").open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        host = HostNetwork(slot, lock)
+        try:
+            host._up()
+        except BaseException:
+            host.teardown()
+            raise
+        return host
+    raise HostSetupError(f"all {SLOTS} e2e node slots are taken (locks in {STATE_DIR})")
