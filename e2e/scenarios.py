@@ -9,10 +9,11 @@ whose components are those charts. Each scenario writes its own pack, with the
 components placed in a namespace of their own, so what a scenario deployed (or
 did not) can be told apart from every other scenario's releases.
 
-Release mirror: a loopback HTTP server that serves an aicr release the way
-GitHub does (``<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz`` and
-``aicr_checksums.txt``), with faults on request: a wrong checksum, connection
-resets, 503 with Retry-After.
+Release mirror: an HTTP server on ``pod_host`` (the node's bridge address, where
+the pods reach this host) that serves an aicr release the way GitHub does
+(``<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz`` and ``aicr_checksums.txt``),
+with faults on request: a wrong checksum, connection resets, 503 with
+Retry-After.
 """
 
 from __future__ import annotations
@@ -233,7 +234,8 @@ def releases_in(helm: Helm, namespace: str) -> dict[str, dict[str, Any]]:
 
 
 class ReleaseMirror:
-    """Serves ``/<tag>/<archive>`` and ``/<tag>/aicr_checksums.txt`` on 127.0.0.1.
+    """Serves ``/<tag>/<archive>`` and ``/<tag>/aicr_checksums.txt`` on ``host``
+    (``pod_host``: the pods reach it there, not on loopback).
 
     ``faults[path]`` lists what happens to the next requests of that path, in
     order: ``"reset"`` (the connection is torn down with a TCP RST before any
@@ -241,7 +243,7 @@ class ReleaseMirror:
     the file is served. ``requests`` records every request and what it got.
     """
 
-    def __init__(self, files: Mapping[str, bytes]) -> None:
+    def __init__(self, files: Mapping[str, bytes], *, host: str) -> None:
         self.files = dict(files)
         self.faults: dict[str, list[str]] = {}
         self.requests: list[tuple[str, str, float]] = []  # (path, what was done, time.monotonic())
@@ -278,7 +280,7 @@ class ReleaseMirror:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = http.server.ThreadingHTTPServer((host, 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -342,9 +344,9 @@ def checksums_file(entries: Mapping[str, bytes | str]) -> bytes:
 
 
 @contextlib.contextmanager
-def closed_port() -> Iterator[int]:
-    """A loopback port nothing listens on (connections are refused at once)."""
+def closed_port(host: str) -> Iterator[int]:
+    """A port of ``host`` nothing listens on (connections are refused at once)."""
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         port = int(probe.getsockname()[1])
     yield port

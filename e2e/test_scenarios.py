@@ -1,6 +1,7 @@
 """End-to-end scenarios: the chart installed with the pinned helm into a real API
-server, the Job's pod run by the stand-in kubelet, the runner driving the
-contract-faithful fake aicr, real helm releases, a real registry.
+server, the Job's pod run by a real kubelet (containerd, kube-scheduler) from the
+chart's own pod spec, the runner driving the contract-faithful fake aicr, real
+helm releases, a real registry.
 
 Each scenario asserts on objects in the API server (result ConfigMaps, Helm
 releases, the pod status) and on the runner's exit code and messages. What is
@@ -27,7 +28,7 @@ import yaml
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm, HelmError
-from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import E2E_ORAS, FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
 from e2e.scenarios import (
     ACME_CRITERIA,
@@ -46,7 +47,7 @@ from e2e.scenarios import (
     releases_in,
     write_org_pack,
 )
-from e2e.tools import REPO_ROOT, npm_tarball, tool
+from e2e.tools import REPO_ROOT, npm_tarball
 
 pytestmark = pytest.mark.e2e
 
@@ -123,12 +124,14 @@ def pack_run_values(pack: OrgPack, env: Mapping[str, str] | None = None, **overr
 
 @dataclass(frozen=True)
 class Scenario:
-    """The session's API server, registry and helm, and this scenario's namespace."""
+    """The session's API server, registry and helm, this scenario's namespace, and
+    the address the pods reach this host's test servers at (``pod_host``)."""
 
     helm: Helm
     plane: ControlPlane
     registry: Registry
     namespace: str
+    pod_host: str
 
     def install(self, values: Mapping[str, Any]) -> None:
         """Install the chart. Provenance is off unless the values say otherwise: the
@@ -152,8 +155,8 @@ class Scenario:
 
 
 @pytest.fixture
-def scenario(helm: Helm, control_plane: ControlPlane, registry: Registry, namespace: str) -> Scenario:
-    return Scenario(helm, control_plane, registry, namespace)
+def scenario(helm: Helm, control_plane: ControlPlane, registry: Registry, namespace: str, pod_host: str) -> Scenario:
+    return Scenario(helm, control_plane, registry, namespace, pod_host)
 
 
 # -- a. org pack install --------------------------------------------------------------------
@@ -309,7 +312,7 @@ def test_a_bundle_changed_before_verify_is_never_deployed(
     wrapper.chmod(0o755)
     kubelet = make_kubelet(image_files={FAKE_AICR_PATH: wrapper, UNTAMPERED_AICR: pod_fake_aicr})
     scenario.pack_secret()
-    scenario.install(pack_run_values(org_pack))
+    scenario.install(pack_run_values(org_pack, **kubelet.image_values()))
 
     run = kubelet.run_job(RELEASE, scenario.namespace)
 
@@ -359,7 +362,7 @@ def test_a_checksum_mismatch_fails_closed_and_the_job_is_not_retried(
         ARCHIVE_PATH: release_archive_bytes,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": expected}),
     }
-    with ReleaseMirror(files) as mirror:
+    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
         scenario.install(download_values(mirror.base_url))
         outcome = kubelet.run_job_to_completion(RELEASE, scenario.namespace)
 
@@ -388,7 +391,7 @@ def test_a_flaky_mirror_succeeds_after_retries(
         ARCHIVE_PATH: release_archive_bytes,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": release_archive_bytes}),
     }
-    with ReleaseMirror(files) as mirror:
+    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
         mirror.faults[CHECKSUMS_PATH] = ["reset"]
         mirror.faults[ARCHIVE_PATH] = ["503"]
         scenario.install(download_values(mirror.base_url))
@@ -429,7 +432,7 @@ def test_a_release_whose_provenance_does_not_verify_is_refused_before_aicr_runs(
         ARCHIVE_PATH: attested_release,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": attested_release}),
     }
-    with ReleaseMirror(files) as mirror:
+    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
         # The chart's default: aicrProvenance.mode=require, NVIDIA's identity at aicrVersion.
         scenario.install(merged(download_values(mirror.base_url), {"aicrProvenance": {"mode": "require"}}))
         outcome = kubelet.run_job_to_completion(RELEASE, scenario.namespace)
@@ -462,7 +465,7 @@ def test_provenance_verified_in_the_pod_is_recorded_in_the_status(
         ARCHIVE_PATH: attested_release,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": attested_release}),
     }
-    with ReleaseMirror(files) as mirror:
+    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
         scenario.install(
             merged(download_values(mirror.base_url), {"aicrProvenance": {"mode": "require", "identity": SIGSTORE_JS}})
         )
@@ -482,8 +485,8 @@ def test_an_unreachable_mirror_fails_within_the_budget_and_the_job_retries(
     scenario: Scenario, kubelet: Kubelet
 ) -> None:
     budget = 4
-    with closed_port() as port:
-        base_url = f"http://127.0.0.1:{port}"
+    with closed_port(scenario.pod_host) as port:
+        base_url = f"http://{scenario.pod_host}:{port}"
         scenario.install(
             merged(
                 download_values(base_url, attempts=3, timeoutSeconds=2, budgetSeconds=budget),
@@ -531,7 +534,7 @@ def test_a_passing_verdict_is_captured_and_the_evidence_is_published_to_the_regi
     scenario.install(
         pack_run_values(
             org_pack,
-            env={"FAKE_AICR_ORAS": str(tool("oras")), "FAKE_AICR_VALIDATE_RESULT": "pass"},
+            env={"FAKE_AICR_ORAS": E2E_ORAS, "FAKE_AICR_VALIDATE_RESULT": "pass"},
             validate={**VALIDATE_WITH_EVIDENCE, "failOnError": True, "publish": publish},
         )
     )
@@ -736,14 +739,16 @@ def test_sigterm_during_a_real_install_lets_helm_finish_and_leaves_no_pending_re
 
 def _stuck_release(helm: Helm, name: str, namespace: str, chart_root: Path) -> None:
     """Leave ``name`` in pending-install the way an interrupted run does: helm waits
-    for a pre-install hook Job (no kubelet will ever run it) and is killed."""
+    for a pre-install hook Job and is killed. The hook's pod asks for a node label
+    no node has, so the scheduler never places it and the hook never ends."""
     chart = chart_root / "stuck"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: stuck\nversion: 0.1.0\n")
     (chart / "templates" / "hook.yaml").write_text(
         "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: stuck-hook\n"
         "  annotations:\n    helm.sh/hook: pre-install\nspec:\n  template:\n    spec:\n"
-        "      restartPolicy: Never\n      containers:\n        - name: wait\n          image: busybox\n"
+        '      restartPolicy: Never\n      nodeSelector:\n        e2e.aicr-runner/never: "true"\n'
+        "      containers:\n        - name: wait\n          image: busybox\n"
     )
     proc = subprocess.Popen(
         [str(helm.binary), "install", name, str(chart), "-n", namespace, "--create-namespace", "--timeout", "10m"],
