@@ -18,6 +18,7 @@ import subprocess
 import tarfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aicr_runner.helmguard import STOP_NAME
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm, HelmError
@@ -705,33 +707,85 @@ def test_unsupported_criteria_are_refused_at_helm_install_and_nothing_is_created
 
 # -- beyond the list: SIGTERM while the real helm installs ------------------------------------
 
+#: Where the held helm looks for its gate: the pod's /tmp emptyDir, which the test
+#: reaches on the node (Kubelet.pod_volume).
+HELM_GATE = "/tmp/e2e-helm-gate"
+#: The runner's helm guard records a stop request here, in the pod's /work emptyDir.
+STOP_FILE = f"helm-guard/{STOP_NAME}"
+#: A helm first on the image's PATH (ahead of /usr/local/bin/helm): an upgrade waits
+#: until the test opens the gate, then runs the real helm. deploy.sh's operation is
+#: thus in flight, and has not changed anything yet, when the pod gets SIGTERM.
+HELD_HELM = f"""#!/bin/sh
+if [ "$1" = "upgrade" ]; then
+  until [ -e {HELM_GATE} ]; do sleep 0.1; done
+  echo "e2e held helm: the gate is open, helm $*"
+fi
+exec /usr/local/bin/helm "$@"
+"""
+
 
 def test_sigterm_during_a_real_install_lets_helm_finish_and_leaves_no_pending_release(
-    scenario: Scenario, aicr_kubelet: Kubelet, org_pack: OrgPack
+    scenario: Scenario, make_kubelet: Callable[..., Kubelet], org_pack: OrgPack, tmp_path: Path
 ) -> None:
+    held_helm = tmp_path / "helm"
+    held_helm.write_text(HELD_HELM)
+    held_helm.chmod(0o755)
+    kubelet = make_kubelet(image_files={"/opt/venv/bin/helm": held_helm})
     scenario.pack_secret()
     # The runner keeps 15 s of the grace period for itself: helm gets 15 s here.
-    scenario.install(pack_run_values(org_pack, job={"terminationGracePeriodSeconds": 30}))
+    scenario.install(pack_run_values(org_pack, job={"terminationGracePeriodSeconds": 30}, **kubelet.image_values()))
 
-    run = aicr_kubelet.run_job(
-        RELEASE, scenario.namespace, terminate_when=lambda line: 'Release "acme-agent" does not exist' in line
-    )
+    def acme_agent_started(line: str) -> bool:
+        return "helm-guard: helm upgrade acme-agent " in line and " started at " in line
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        following = pool.submit(kubelet.run_job, RELEASE, scenario.namespace, terminate_when=acme_agent_started)
+        # The pod is deleted once acme-agent's helm operation has started; the gate
+        # opens only when the runner has had SIGTERM (its helm guard records the
+        # stop request), so the whole real install happens after the signal.
+        pod = _wait_for(
+            "the runner's stop request",
+            lambda: next((p for p in _pods(scenario) if (kubelet.pod_volume(p, "work") / STOP_FILE).exists()), None),
+            unless=following.done,
+        )
+        (kubelet.pod_volume(pod, "tmp") / Path(HELM_GATE).name).touch()
+        run = following.result(timeout=300)
 
     assert run.exit_code == 143, run.describe()
+    assert run.deletion is not None, run.describe()
+    assert not run.deletion.sigkill, run.deletion
     # The helm operation in flight finishes; deploy.sh is stopped before the next
     # one (change safety: never in the middle of a helm operation), exit 143.
     assert run.termination_message.startswith("Interrupted (exit 143): interrupted during deploy"), (
         run.termination_message
     )
     assert "stopped between two helm operations (none was cut" in run.termination_message
+    # acme-agent's whole install ran after the stop request (the held helm waited for it).
+    held = run.output.index("e2e held helm: the gate is open, helm upgrade acme-agent")
+    assert run.output.index('Release "acme-agent" does not exist. Installing it now.') > held
+    assert "helm-guard: helm upgrade acme-config" not in run.output, "no helm operation starts after the stop"
     results = scenario.results
     assert results.report()["phase"] == "Interrupted"
     statuses = results.statuses()
     assert statuses["deploy"] == "interrupted"
     assert results.step("validate")["message"] == "not started: the run was interrupted"
     releases = releases_in(scenario.helm, org_pack.components_namespace)
-    assert "acme-agent" in releases, "the install under way when SIGTERM came was allowed to finish"
-    assert {r["status"] for r in releases.values()} == {"deployed"}, releases
+    assert set(releases) == {"acme-agent"}, "the install under way when SIGTERM came finished; no other started"
+    assert releases["acme-agent"]["status"] == "deployed", releases
+
+
+def _pods(scenario: Scenario) -> list[dict[str, Any]]:
+    return list(scenario.plane.admin.get(f"/api/v1/namespaces/{scenario.namespace}/pods")["items"])
+
+
+def _wait_for(what: str, seen: Callable[[], Any], *, unless: Callable[[], bool], timeout: float = 300) -> Any:
+    """Poll ``seen`` until it returns something; fail if ``unless()`` (the run ended) first."""
+    deadline = time.monotonic() + timeout
+    while not (found := seen()):
+        assert not unless(), f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.1)
+    return found
 
 
 # -- beyond the list: a release left pending by an interrupted helm ----------------------
