@@ -1,71 +1,73 @@
 """The API server goes away for about 20 s in the middle of a run, as in an outage
 or a control-plane upgrade, and comes back: the run completes and every result
-ConfigMap is written, because every API write retries within its budget."""
+ConfigMap is written, because every API write retries within its budget.
+
+The run is the chart's Job on the real node: the pod reaches the API server
+through the ``kubernetes`` Service with its ServiceAccount token, and keeps
+running while the kubelet, too, has lost the API server.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import threading
 import time
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from e2e.harness.apiserver import ControlPlane
-from tests.fake_aicr import install_fake_aicr
+from e2e.harness.helm import Helm
+from e2e.harness.node import FAKE_AICR_PATH, Kubelet
+from e2e.scenarios import CHART, RELEASE, extra_env
 
 pytestmark = pytest.mark.e2e
 
 OUTAGE_SECONDS = 20.0
 
 
-def test_a_run_survives_an_api_server_outage(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> None:
-    # The runner runs on this host (the outage, not the pod, is under test): the host's fake aicr.
-    fake_aicr = install_fake_aicr(tmp_path / "bin")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_", "KUBECONFIG"))}
-    env.update(
-        KUBECONFIG=str(control_plane.kubeconfig),
-        AICR_RUNNER_NAMESPACE=namespace,
-        AICR_RUNNER_WORK_DIR=str(tmp_path / "work"),
-        AICR_RUNNER_TERMINATION_MESSAGE_PATH=str(tmp_path / "termination-log"),
-        AICR_RUNNER_LOG_FORMAT="json",
-        AICR_RUNNER_AICR__PROVENANCE__MODE="off",  # the stand-in carries no attestation
-        AICR_RUNNER_CRITERIA__SERVICE="eks",
-        AICR_RUNNER_CRITERIA__ACCELERATOR="h100",
-        AICR_RUNNER_CRITERIA__INTENT="training",
-        AICR_RUNNER_CRITERIA__OS="ubuntu",
-        AICR_RUNNER_VALIDATE__ENABLED="true",
-        AICR_RUNNER_VALIDATE__EMIT_EVIDENCE="true",
-        FAKE_AICR_DEPLOY_SLEEP="3",  # deploy ends, and its status write falls, inside the outage
+def test_a_run_survives_an_api_server_outage(
+    helm: Helm, control_plane: ControlPlane, aicr_kubelet: Kubelet, namespace: str
+) -> None:
+    helm.install(
+        RELEASE,
+        CHART,
+        namespace,
+        values={
+            "service": "eks",
+            "accelerator": "h100",
+            "intent": "training",
+            "os": "ubuntu",
+            "aicrBinary": {"path": FAKE_AICR_PATH},
+            "aicrProvenance": {"mode": "off"},  # the fake aicr carries no attestation
+            "logFormat": "json",
+            "validate": {"enabled": True, "emitEvidence": True},
+            # deploy ends, and its status write falls, inside the outage
+            "job": {"extraEnv": extra_env(FAKE_AICR_DEPLOY_SLEEP="3")},
+        },
     )
-    runner = Path(sys.executable).parent / "aicr-runner"
-    pod_log = tmp_path / "pod.log"
-    with pod_log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(runner), "run", "--aicr-binary", str(fake_aicr)], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while "simulating a slow install" not in pod_log.read_text(errors="replace"):
-            assert proc.poll() is None, pod_log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "deploy never started"
-            time.sleep(0.05)
+    deploying = threading.Event()
+
+    def seen(line: str) -> bool:  # never ends the pod: it marks when deploy.sh started its install
+        if "simulating a slow install" in line:
+            deploying.set()
+        return False
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        following = pool.submit(aicr_kubelet.run_job, RELEASE, namespace, terminate_when=seen)
+        while not deploying.wait(timeout=0.2):
+            assert not following.done(), following.result().describe()
         control_plane.stop_apiserver()
         stopped = time.monotonic()
-        time.sleep(OUTAGE_SECONDS)
+        time.sleep(OUTAGE_SECONDS)  # the outage under test, not a wait for something
         control_plane.start_apiserver()
         outage = time.monotonic() - stopped
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    log = pod_log.read_text(errors="replace")
-    assert proc.returncode == 0, log[-4000:]
+        run = following.result(timeout=300)
+
+    assert run.exit_code == 0, run.describe()
+    assert run.deletion is None, "the pod ran to its end through the outage"
     assert outage >= OUTAGE_SECONDS
-    retries = [json.loads(line) for line in log.splitlines() if "Kubernetes API write retry" in line]
+    retries = [json.loads(line) for line in run.output.splitlines() if "Kubernetes API write retry" in line]
     assert retries, "a write met the outage and was retried"
     assert all(r["what"] == f"writing ConfigMap {namespace}/aicr-run-status" for r in retries[:1])
     for name in ("aicr-recipe", "aicr-validate-result", "aicr-evidence-bundle", "aicr-run-status"):
@@ -75,4 +77,12 @@ def test_a_run_survives_an_api_server_outage(control_plane: ControlPlane, namesp
     report = json.loads(status["data"]["report.json"])
     assert report["phase"] == "Succeeded"
     assert {s["state"]: s["status"] for s in report["steps"]}["capture-evidence"] == "succeeded"
-    assert (tmp_path / "termination-log").read_text().startswith("Succeeded (exit 0): AICR Job complete")
+    assert run.termination_message.startswith("Succeeded (exit 0): AICR Job complete"), run.termination_message
+    # The Job controller, whose watches broke with the outage, still completes the Job from this one pod.
+    job = aicr_kubelet.find_job(RELEASE, namespace)
+    deadline = time.monotonic() + 120
+    while not (ended := aicr_kubelet.job_status(job))[0]:
+        assert time.monotonic() < deadline, "the Job controller never finished the Job"
+        time.sleep(0.2)
+    assert ended == ("Complete", "CompletionsReached"), ended
+    assert aicr_kubelet.next_pod(job) is None, "no second pod"
