@@ -1,7 +1,7 @@
 """A run you can follow and trust, against the real API server.
 
-The chart is installed with the pinned helm; the Job's pod is run by the
-stand-in kubelet; the runner drives the fake aicr with a pack of 13 or 50
+The chart is installed with the pinned helm; the Job's pod is run by the real
+kubelet on the e2e node; the runner drives the fake aicr with a pack of 13 or 50
 components whose installs deploy.sh simulates. Asserted on the API server:
 
 * the Events the runner records on its Job (``events.k8s.io/v1``, regarding the
