@@ -37,6 +37,7 @@ import yaml
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
+from e2e.harness.node import Kubelet
 from e2e.harness.registry import Registry
 from e2e.tools import REPO_ROOT
 from tests.fake_aicr.packs import write_pack
@@ -56,6 +57,7 @@ __all__ = [
     "push_component_charts",
     "release_archive",
     "releases_in",
+    "wait_for_job_end",
     "write_org_pack",
 ]
 
@@ -228,6 +230,19 @@ class RunResults:
 def releases_in(helm: Helm, namespace: str) -> dict[str, dict[str, Any]]:
     """Every Helm release of every state in ``namespace``, by name, as ``helm list -A`` shows them."""
     return {r["name"]: r for r in helm.list_releases() if r["namespace"] == namespace}
+
+
+def wait_for_job_end(kubelet: Kubelet, namespace: str, *, timeout: float = 120.0) -> tuple[str, str]:
+    """The release's Job once the Job controller has finished it: ("Complete" |
+    "Failed", reason). Called when its last pod has ended, so this waits for the
+    controller to act on that, and asserts that no other pod of the Job appeared."""
+    job = kubelet.find_job(RELEASE, namespace)
+    deadline = time.monotonic() + timeout
+    while not (ended := kubelet.job_status(job))[0]:
+        assert time.monotonic() < deadline, f"the Job controller never finished Job {job['metadata']['name']}"
+        time.sleep(0.2)
+    assert kubelet.next_pod(job) is None, "the Job ran another pod"
+    return ended
 
 
 # -- the release mirror ---------------------------------------------------------------------

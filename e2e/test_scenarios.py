@@ -47,6 +47,7 @@ from e2e.scenarios import (
     push_component_charts,
     release_archive,
     releases_in,
+    wait_for_job_end,
     write_org_pack,
 )
 from e2e.tools import REPO_ROOT, npm_tarball
@@ -55,6 +56,12 @@ pytestmark = pytest.mark.e2e
 
 #: The dockerconfigjson Secret the scenarios give as dataPackSecret.
 PACK_SECRET = "pack-cred"
+#: job values of a scenario whose run fails with an exit code the Job retries (not in
+#: the chart's FailJob list): the Job controller would run a second pod, 10 s after
+#: the first failed, that rewrites the results the test reads. One pod instead, and
+#: the Job's end (Failed, BackoffLimitExceeded) is asserted.
+NO_RETRY = {"backoffLimit": 0}
+ONE_FAILED_POD = ("Failed", "BackoffLimitExceeded", 1)
 
 
 # -- fixtures -------------------------------------------------------------------------------
@@ -262,10 +269,12 @@ def test_a_bad_pack_credential_fails_closed_naming_the_registry(
     else:  # a dockerconfigjson without an entry for the pack's registry
         config = docker_config("registry.example.com", registry.username, registry.password)
     scenario.pack_secret(json.dumps(config))
-    scenario.install(pack_run_values(org_pack))
+    scenario.install(pack_run_values(org_pack, job=NO_RETRY))
 
-    run = aicr_kubelet.run_job(RELEASE, scenario.namespace)
+    outcome = aicr_kubelet.run_job_to_completion(RELEASE, scenario.namespace)
 
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == ONE_FAILED_POD, outcome.describe()
+    run = outcome.last
     assert run.exit_code == 23, run.describe()
     message = run.termination_message
     assert message.startswith("Failed (exit 23): pack failed: "), message
@@ -469,10 +478,15 @@ def test_provenance_verified_in_the_pod_is_recorded_in_the_status(
     }
     with ReleaseMirror(files, host=scenario.pod_host) as mirror:
         scenario.install(
-            merged(download_values(mirror.base_url), {"aicrProvenance": {"mode": "require", "identity": SIGSTORE_JS}})
+            merged(
+                download_values(mirror.base_url),
+                {"aicrProvenance": {"mode": "require", "identity": SIGSTORE_JS}, "job": NO_RETRY},
+            )
         )
-        run = kubelet.run_job(RELEASE, scenario.namespace)
+        outcome = kubelet.run_job_to_completion(RELEASE, scenario.namespace)
 
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == ONE_FAILED_POD, outcome.describe()
+    run = outcome.last
     assert run.exit_code == 27, run.describe()
     provenance = scenario.results.report()["provenance"]
     assert provenance["status"] == "verified", provenance
@@ -585,11 +599,15 @@ def test_a_failing_verdict_is_captured_and_fails_the_job_only_with_fail_on_error
             org_pack,
             env={"FAKE_AICR_VALIDATE_RESULT": "fail"},
             validate={**VALIDATE_WITH_EVIDENCE, "failOnError": fail_on_error},
+            job=NO_RETRY,
         )
     )
 
-    run = aicr_kubelet.run_job(RELEASE, scenario.namespace)
+    outcome = aicr_kubelet.run_job_to_completion(RELEASE, scenario.namespace)
 
+    ended = ONE_FAILED_POD if fail_on_error else ("Complete", "CompletionsReached", 1)
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == ended, outcome.describe()
+    run = outcome.last
     assert run.exit_code == exit_code, run.describe()
     results = scenario.results
     statuses = results.statuses()
@@ -718,7 +736,7 @@ STOP_FILE = f"helm-guard/{STOP_NAME}"
 HELD_HELM = f"""#!/bin/sh
 if [ "$1" = "upgrade" ]; then
   until [ -e {HELM_GATE} ]; do sleep 0.1; done
-  echo "e2e held helm: the gate is open, helm $*"
+  echo "e2e held helm: the gate is open"
 fi
 exec /usr/local/bin/helm "$@"
 """
@@ -733,7 +751,9 @@ def test_sigterm_during_a_real_install_lets_helm_finish_and_leaves_no_pending_re
     kubelet = make_kubelet(image_files={"/opt/venv/bin/helm": held_helm})
     scenario.pack_secret()
     # The runner keeps 15 s of the grace period for itself: helm gets 15 s here.
-    scenario.install(pack_run_values(org_pack, job={"terminationGracePeriodSeconds": 30}, **kubelet.image_values()))
+    scenario.install(
+        pack_run_values(org_pack, job={"terminationGracePeriodSeconds": 30, **NO_RETRY}, **kubelet.image_values())
+    )
 
     def acme_agent_started(line: str) -> bool:
         return "helm-guard: helm upgrade acme-agent " in line and " started at " in line
@@ -761,7 +781,7 @@ def test_sigterm_during_a_real_install_lets_helm_finish_and_leaves_no_pending_re
     )
     assert "stopped between two helm operations (none was cut" in run.termination_message
     # acme-agent's whole install ran after the stop request (the held helm waited for it).
-    held = run.output.index("e2e held helm: the gate is open, helm upgrade acme-agent")
+    held = run.output.index("e2e held helm: the gate is open")
     assert run.output.index('Release "acme-agent" does not exist. Installing it now.') > held
     assert "helm-guard: helm upgrade acme-config" not in run.output, "no helm operation starts after the stop"
     results = scenario.results
@@ -772,6 +792,8 @@ def test_sigterm_during_a_real_install_lets_helm_finish_and_leaves_no_pending_re
     releases = releases_in(scenario.helm, org_pack.components_namespace)
     assert set(releases) == {"acme-agent"}, "the install under way when SIGTERM came finished; no other started"
     assert releases["acme-agent"]["status"] == "deployed", releases
+    # The deleted pod failed (143, no DisruptionTarget: a plain delete is not a disruption).
+    assert wait_for_job_end(kubelet, scenario.namespace) == ONE_FAILED_POD[:2]
 
 
 def _pods(scenario: Scenario) -> list[dict[str, Any]]:
@@ -828,10 +850,12 @@ def test_a_release_left_pending_by_an_interrupted_helm_stops_the_deploy(
 ) -> None:
     _stuck_release(scenario.helm, "acme-agent", org_pack.components_namespace, tmp_path)
     scenario.pack_secret()
-    scenario.install(pack_run_values(org_pack))
+    scenario.install(pack_run_values(org_pack, job=NO_RETRY))
 
-    run = aicr_kubelet.run_job(RELEASE, scenario.namespace)
+    outcome = aicr_kubelet.run_job_to_completion(RELEASE, scenario.namespace)
 
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == ONE_FAILED_POD, outcome.describe()
+    run = outcome.last
     assert run.exit_code == 28, run.describe()
     assert f"{org_pack.components_namespace}/acme-agent (pending-install)" in run.termination_message
     deploy = scenario.results.step("deploy")
