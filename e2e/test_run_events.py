@@ -204,6 +204,14 @@ def start_wait(run: Run, notes: str) -> subprocess.Popen[str]:
     return subprocess.Popen(["sh", "-c", command], env=run.kubectl_env(), stdout=subprocess.PIPE, text=True)
 
 
+def start_follow(run: Run, notes: str) -> subprocess.Popen[str]:
+    """NOTES.txt's "Follow the run" command (``kubectl wait`` for the container,
+    then ``kubectl logs -f``), exactly as rendered, with the pinned kubectl: the
+    API server streams the log from the node's kubelet."""
+    command = documented(notes, "kubectl wait -n")
+    return subprocess.Popen(["sh", "-c", command], env=run.kubectl_env(), stdout=subprocess.PIPE, text=True)
+
+
 # -- 50 components: progress mid-deploy, bounded Events, the wait returns 0 ------------------
 
 
@@ -274,11 +282,18 @@ def test_a_best_effort_run_with_a_failed_component_is_unmissable(
     pack = pack_of(13)
     notes = run.install(values(pack, {"FAKE_AICR_DEPLOY_FAIL": "acme-c05"}))
     waiting = start_wait(run, notes)
+    following = start_follow(run, notes)
 
     pod = aicr_kubelet.run_job(RELEASE, run.namespace)
 
     out, _ = waiting.communicate(timeout=120)
+    followed, _ = following.communicate(timeout=120)
     watch_status()
+    # The follow command waited for the container, then streamed its whole log to its end.
+    assert following.returncode == 0, followed
+    assert followed.endswith(pod.output), followed[-3000:]
+    # kubectl wait says so once per --for condition (created, containerID set).
+    assert followed.removesuffix(pod.output).splitlines() == [f"pod/{pod.pod_name} condition met"] * 2, followed[:500]
     assert pod.exit_code == 0, pod.describe()  # anchor semantics: the Job completes
     assert waiting.returncode == 3, out
     assert "Job complete: SucceededWithFailures" in out
