@@ -346,8 +346,9 @@ def test_a_job_pod_runs_with_its_volumes_env_identity_and_reaches_the_api_server
     assert (terminated["exitCode"], terminated["message"]) == (3, "probe finished mode=report exit=3")
     assert pod["metadata"]["ownerReferences"][0]["name"] == run.job_name
     # the API server reaches the kubelet for the logs (kubectl logs)
-    logs = _kubectl(control_plane, "logs", "-n", namespace, run.pod_name)
-    assert logs.startswith("PROBE {"), logs
+    # (both streams; their order across streams is the order containerd read them in)
+    logs = _kubectl(control_plane, "logs", "-n", namespace, run.pod_name).splitlines()
+    assert sorted(line.split(" ", 1)[0] for line in logs) == ["PROBE", "probe:"], logs
 
 
 def test_a_missing_secret_key_is_create_container_config_error(
