@@ -1,3 +1,4 @@
 """Real components for the end-to-end tests: an API server (etcd + kube-apiserver)
 with RBAC and a ServiceAccount token issuer, an htpasswd-protected OCI registry,
-the Go oras and helm CLIs, and a stand-in kubelet that runs a Job's pod locally."""
+the Go oras and helm CLIs, and a real node (containerd, kubelet, kube-scheduler)
+that runs the pods."""

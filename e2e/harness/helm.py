@@ -88,7 +88,7 @@ class Helm:
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
         """``helm install RELEASE CHART -n NAMESPACE --create-namespace`` (no --wait:
-        nothing runs pods here; the stand-in kubelet runs the Job afterwards)."""
+        the test follows the Job's pod itself, see ``Kubelet.run_job``)."""
         return self.run(
             "install",
             release,
