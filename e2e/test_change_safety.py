@@ -3,10 +3,14 @@ mid-helm, a Helm 3 install upgraded by Helm 4, a rotated pack credential.
 
 The chart is installed into the real API server; the real Job controller and
 garbage collector (kube-controller-manager) create and delete the Jobs' pods,
-which the stand-in kubelet runs with the runner inside (SIGTERM when a pod is
-deleted, as a kubelet does); deploy.sh runs the real helm against the API server,
-pulling charts from the real registry. A retry of a failed pod is the Job
-controller's next pod, run with a second ``run_job``.
+which the real node (kube-scheduler, kubelet, containerd) runs with the chart's
+pod spec (SIGTERM when a pod is deleted); deploy.sh runs the real helm against
+the API server, pulling charts from the real registry. A retry of a failed pod is
+the Job controller's next pod, followed with a second ``run_job``.
+
+Scenarios that need a slow helm run an image derived from the e2e image with a
+test helm first on PATH; the test talks to it through the pod's own ``work``
+emptyDir (the test is root on the node: ``Kubelet.pod_volume``).
 
 Timings and the measured gap between the old run's last helm operation and the
 new run's first are printed (``-s``) and recorded in docs/installing.md "Change safety".
@@ -39,8 +43,9 @@ from e2e.harness.helm import Helm
 from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet
 from e2e.harness.registry import Registry
 from e2e.scenarios import ACME_CRITERIA, CHART, PACK_AUTH_FILE, RELEASE, RunResults, embedded_base_components
-from e2e.tools import TOOLS_BIN, tool
+from e2e.tools import tool
 from tests.fake_aicr.packs import write_pack
+from tests.podman import PODMAN
 
 pytestmark = pytest.mark.e2e
 
@@ -50,10 +55,15 @@ GUARD_LINE = re.compile(r"helm-guard: helm (?P<what>upgrade \S+)(?: -n \S+)? (?P
 #: name -> version of this module's component charts: a ConfigMap with the values,
 #: and a Deployment (which nothing here ever makes ready, so `helm --wait` on it blocks).
 CHARTS = {"acme-agent": "1.0.0", "acme-config": "0.3.1"}
-#: A test helm in front of the real one (on PATH before it in the held kubelet's image):
+#: The test helm's gate: a directory in the pod's own emptyDir ``work`` (the
+#: chart mounts it at /work), where the test, root on the node, leaves its word
+#: (an empty file named ``open`` or ``hang``) through ``Kubelet.pod_volume``.
+GATE_VOLUME = "work"
+GATE_DIR = "test-helm-gate"
+#: A test helm in front of the real one (first on PATH in the held image):
 #: `helm upgrade` does its work, then holds, as a `--wait` on a real workload would,
-#: until the test opens the gate (creates {gate}/open); HELD_HELM_TIMEOUT_SECONDS
-#: only guards against a gate never opened (the operation then fails).
+#: until the test opens the pod's gate; HELD_HELM_TIMEOUT_SECONDS only guards
+#: against a gate never opened (the operation then fails).
 HELD_HELM = """#!/bin/sh
 if [ "$1" = "upgrade" ]; then
   {helm} "$@" || exit $?
@@ -67,14 +77,27 @@ if [ "$1" = "upgrade" ]; then
 fi
 exec {helm} "$@"
 """
-#: A test helm that waits on the Deployment (never ready here): the upgrade hangs in pending-install.
+#: A test helm that, told to hang, waits on the Deployment (never ready here: no
+#: Deployment controller runs): the upgrade hangs in pending-install. Told
+#: ``open`` (the Job's retry pod: the same pod template), it is the real helm.
 HANGING_HELM = """#!/bin/sh
-if [ "$1" = "upgrade" ]; then exec {helm} "$@" --wait --timeout 10m; fi
+if [ "$1" = "upgrade" ]; then
+  polls=0
+  until [ -e {gate}/hang ] || [ -e {gate}/open ]; do
+    polls=$((polls + 1))
+    if [ "$polls" -gt $(({timeout} * 10)) ]; then echo "test helm: no word in {gate}" >&2; exit 1; fi
+    sleep 0.1
+  done
+  if [ -e {gate}/hang ]; then exec {helm} "$@" --wait --timeout 10m; fi
+fi
 exec {helm} "$@"
 """
 HELD_HELM_TIMEOUT_SECONDS = 300
-#: Where the held helm's gate directory is in the pod (a host directory of the test's).
-HELM_GATE = "/usr/local/lib/helm-gate"
+#: The image's real helm (the image's tools binary picks the tool by the name it
+#: runs as: the test helm calls it by this path, named helm).
+IMAGE_HELM = "/usr/local/bin/helm"
+#: Where the derived image has the test helm, put first on the image's PATH.
+TEST_HELM_DIR = "/usr/local/lib/test-helm"
 
 
 # -- building blocks ----------------------------------------------------------------------------
@@ -192,8 +215,9 @@ def values_args(helm: Helm, values: Mapping[str, Any]) -> list[str]:
     return helm._values_args(values, (), None)
 
 
-def runner_pid(job_name: str) -> int | None:
-    """The runner process of the pod of ``job_name`` running here (the container's main process)."""
+def runner_pid(pod_name: str) -> int | None:
+    """The runner process of pod ``pod_name`` (the container's main process, a
+    child of tini), found in this host's /proc: the node runs its containers here."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -203,14 +227,20 @@ def runner_pid(job_name: str) -> int | None:
         except OSError:
             continue
         if any(part.endswith(b"aicr-runner") for part in cmdline[:2]) and (
-            f"AICR_RUNNER_LEASE__JOB_NAME={job_name}".encode() in environ
+            f"AICR_RUNNER_LEASE__POD_NAME={pod_name}".encode() in environ
         ):
             return int(entry.name)
     return None
 
 
-def pod_log(kubelet: Kubelet, job_name: str) -> str:
-    return "".join(p.read_text() for p in sorted((kubelet.workdir / "pods").glob(f"{job_name}-*/aicr-runner.log")))
+def job_pod(plane: ControlPlane, namespace: str, job_name: str, *, other_than: str = "") -> dict[str, Any] | None:
+    """The newest pod of Job ``job_name`` (by the Job controller's label), other than ``other_than``."""
+    pods = plane.admin.get(
+        f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"batch.kubernetes.io/job-name={job_name}"
+    )["items"]
+    pods = [p for p in pods if p["metadata"]["name"] != other_than]
+    pods.sort(key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+    return dict(pods[-1]) if pods else None
 
 
 def wait_for(what: str, condition: Callable[[], Any], timeout: float = 240) -> Any:
@@ -294,41 +324,62 @@ def env(
     return Env(helm, control_plane, registry, namespace, components, ref)
 
 
-def kubelet_with_helm(kubelet: Kubelet, pod_fake_aicr: Path, tmp_path: Path, script: str, name: str) -> Kubelet:
-    """A kubelet like the session's (podman with the built image, or the fallback
-    sandbox) whose pods find ``script`` as their helm; the real helm is at
-    /usr/local/lib/real-helm/helm (named helm: the test tools dispatch on their
-    name), and the directory ``helm_gate(tmp_path, name)`` at HELM_GATE."""
-    wrapper = tmp_path / f"helm-wrapper-{name}"
-    wrapper.write_text(
-        script.format(helm="/usr/local/lib/real-helm/helm", gate=HELM_GATE, timeout=HELD_HELM_TIMEOUT_SECONDS)
-    )
+def kubelet_with_helm(
+    make_kubelet: Callable[..., Kubelet], image: str, tmp_path: Path, script: str, name: str
+) -> Kubelet:
+    """``image`` (the e2e image) plus ``script`` as the pods' helm, first on the
+    image's PATH (the real helm stays at IMAGE_HELM). Install the chart with the
+    returned kubelet's image_values()."""
+    wrapper = tmp_path / f"test-helm-{name}" / "helm"
+    wrapper.parent.mkdir()
+    wrapper.write_text(script.format(helm=IMAGE_HELM, gate=f"/work/{GATE_DIR}", timeout=HELD_HELM_TIMEOUT_SECONDS))
     wrapper.chmod(0o755)
-    gate = helm_gate(tmp_path, name)
-    gate.mkdir(mode=0o755)
-    files: dict[str, str | Path] = {
-        FAKE_AICR_PATH: pod_fake_aicr,
-        "/usr/local/lib/real-helm/helm": TOOLS_BIN / "helm",
-        HELM_GATE: gate,
-    }
-    options: dict[str, Any] = {"sandbox": kubelet.sandbox, "image": kubelet.image or None}
-    if kubelet.sandbox == "podman":
-        files["/usr/local/bin/helm"] = wrapper  # the image's helm
-    else:
-        files["/usr/local/sbin/helm"] = wrapper  # ahead of the checkout's tools on PATH
-        options["image_env"] = {**kubelet.image_env, "PATH": "/usr/local/sbin:" + kubelet.image_env["PATH"]}
-    return Kubelet(kubelet.plane, tmp_path / f"kubelet-{name}", image_files=files, **options)
+    return make_kubelet(
+        image_files={TEST_HELM_DIR: wrapper.parent}, image_env={"PATH": f"{TEST_HELM_DIR}:{image_path(image)}"}
+    )
 
 
-def helm_gate(tmp_path: Path, name: str) -> Path:
-    """The host directory the pods of ``kubelet_with_helm(..., name)`` see at HELM_GATE."""
-    return tmp_path / f"helm-gate-{name}"
+def image_path(image: str) -> str:
+    """The PATH ``image`` sets (its config's Env)."""
+    proc = subprocess.run(
+        [*PODMAN, "image", "inspect", "--format", "{{json .Config.Env}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = [entry.partition("=")[2] for entry in json.loads(proc.stdout) if entry.startswith("PATH=")]
+    assert found, f"image {image} sets no PATH: {proc.stdout}"
+    return found[0]
 
 
-def stop_requested(kubelet: Kubelet, job_name: str) -> bool:
-    """The runner of ``job_name``'s pod has recorded a stop request in its helm guard
-    (from then on deploy.sh starts no helm operation; the one in flight finishes)."""
-    return any((kubelet.workdir / "pods").glob(f"{job_name}-*/volumes/work/helm-guard/{STOP_NAME}"))
+def tell_test_helm(kubelet: Kubelet, pod: Mapping[str, Any], word: str) -> None:
+    """Leave ``word`` in the pod's gate (its emptyDir ``work``, once the kubelet
+    has set it up)."""
+    volume = kubelet.pod_volume(pod, GATE_VOLUME)
+    wait_for(f"pod {pod['metadata']['name']}'s {GATE_VOLUME} volume", volume.is_dir, 120)
+    gate = volume / GATE_DIR
+    gate.mkdir(mode=0o755, exist_ok=True)
+    (gate / word).touch()
+
+
+def stop_requested(kubelet: Kubelet, pod: Mapping[str, Any]) -> bool:
+    """The runner of ``pod`` has recorded a stop request in its helm guard (in its
+    work emptyDir; from then on deploy.sh starts no helm operation, the one in
+    flight finishes)."""
+    return (kubelet.pod_volume(pod, GATE_VOLUME) / "helm-guard" / STOP_NAME).exists()
+
+
+def seen_line(text: str) -> tuple[threading.Event, Callable[[str], bool]]:
+    """An event set once a pod log line contains ``text``, and the ``terminate_when``
+    predicate (never ending the pod) that sets it."""
+    seen = threading.Event()
+
+    def watch(line: str) -> bool:
+        if text in line:
+            seen.set()
+        return False
+
+    return seen, watch
 
 
 def in_thread(function: Callable[[], JobRun]) -> tuple[threading.Thread, list[JobRun]]:
@@ -352,12 +403,12 @@ DELETIONS = {
 
 @pytest.mark.parametrize("deletion", list(DELETIONS))
 def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
-    env: Env, kubelet: Kubelet, pod_fake_aicr: Path, tmp_path: Path, deletion: str
+    env: Env, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path, deletion: str
 ) -> None:
-    kubelet = kubelet_with_helm(kubelet, pod_fake_aicr, tmp_path, HELD_HELM, "held")
+    kubelet = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, HELD_HELM, "held")
 
     def values(intent: str) -> dict[str, Any]:
-        base = values_for(env.pack_ref, intent)
+        base = values_for(env.pack_ref, intent, **kubelet.image_values())
         extra = DELETIONS[deletion]
         if extra:
             base["job"] = {**base["job"], **extra["job"]}
@@ -366,11 +417,17 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     env.helm.install(RELEASE, CHART, env.namespace, values=values("training"))
     [old_job] = jobs(env.plane, env.namespace)
     started = time.monotonic()
-    old_thread, old_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=old_job))
+    old_helm, old_watch = seen_line("helm upgrade acme-agent")
+    old_thread, old_out = in_thread(
+        lambda: kubelet.run_job(RELEASE, env.namespace, job_name=old_job, terminate_when=old_watch)
+    )
 
     # deploy.sh is mid-install: the first helm operation is in flight (held until
     # the old run has been asked to stop, below).
-    wait_for("the old run's first helm operation", lambda: "helm upgrade acme-agent" in pod_log(kubelet, old_job))
+    wait_for("the old run's first helm operation", lambda: old_helm.is_set() or not old_thread.is_alive())
+    assert old_helm.is_set(), old_out[0].describe()
+    old_pod = job_pod(env.plane, env.namespace, old_job)
+    assert old_pod is not None
     upgraded_at = time.monotonic()
     env.helm.run("upgrade", RELEASE, str(CHART), "-n", env.namespace, *values_args(env.helm, values("inference")))
     if deletion == "argocd-prune-foreground":
@@ -384,15 +441,22 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     new_job = wait_for("the new Job", lambda: next((n for n in jobs(env.plane, env.namespace) if n != old_job), None))
     # The old Job is being deleted; the garbage collector deletes its pod and the
     # kubelet sends SIGTERM to the runner.
-    new_thread, new_out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=new_job))
+    new_waits, new_watch = seen_line("waiting for the install Lease")
+    new_thread, new_out = in_thread(
+        lambda: kubelet.run_job(RELEASE, env.namespace, job_name=new_job, terminate_when=new_watch)
+    )
     try:
         # Only then does the held helm operation end: the old run stops before the
         # next one, whatever the load, and the new run waits for its Lease.
-        wait_for("the old run to be asked to stop", lambda: stop_requested(kubelet, old_job))
-        new_waits = lambda: "waiting for the install Lease" in pod_log(kubelet, new_job)  # noqa: E731
-        wait_for("the new run to wait for the Lease", new_waits)
+        wait_for("the old run to be asked to stop", lambda: stop_requested(kubelet, old_pod))
+        wait_for("the new run to wait for the Lease", lambda: new_waits.is_set() or not new_thread.is_alive())
+        assert new_waits.is_set(), new_out[0].describe()
     finally:
-        (helm_gate(tmp_path, "held") / "open").touch()  # the held helm operation ends
+        tell_test_helm(kubelet, old_pod, "open")  # the held helm operation ends
+        # The new pod runs the same image: its helm operations are not held.
+        new_pod = job_pod(env.plane, env.namespace, new_job)
+        if new_pod is not None and kubelet.pod_volume(new_pod, GATE_VOLUME).is_dir():
+            tell_test_helm(kubelet, new_pod, "open")
     old_thread.join(timeout=300)
     new_thread.join(timeout=600)
     finished = time.monotonic()
@@ -432,38 +496,45 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
 
 
 def test_a_runner_killed_mid_helm_install_leaves_a_pending_release_the_next_run_recovers(
-    env: Env, kubelet: Kubelet, pod_fake_aicr: Path, aicr_kubelet: Kubelet, tmp_path: Path
+    env: Env, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path
 ) -> None:
-    hanging = kubelet_with_helm(kubelet, pod_fake_aicr, tmp_path, HANGING_HELM, "hanging")
-    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, "training"))
+    hanging = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, HANGING_HELM, "hanging")
+    values = values_for(env.pack_ref, "training", **hanging.image_values())
+    env.helm.install(RELEASE, CHART, env.namespace, values=values)
     [job] = jobs(env.plane, env.namespace)
     started = time.monotonic()
+    first_pod = wait_for("the Job's pod", lambda: job_pod(env.plane, env.namespace, job))
+    tell_test_helm(hanging, first_pod, "hang")
     killed: list[int] = []
-    helm_started = threading.Event()
+    helm_started, note_helm_in_flight = seen_line("helm upgrade acme-agent")
 
     def kill_when_the_release_is_pending() -> None:
         helm_started.wait(timeout=240)
         wait_for("helm's pending-install record", lambda: env.releases().get("acme-agent") == "pending-install")
-        pid = runner_pid(job)
+        pid = runner_pid(first_pod["metadata"]["name"])
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
-
-    def note_helm_in_flight(line: str) -> bool:
-        if "helm upgrade acme-agent" in line and "started" in line:
-            helm_started.set()
-        return False
 
     threading.Thread(target=kill_when_the_release_is_pending, daemon=True).start()
 
     first = hanging.run_job(RELEASE, env.namespace, job_name=job, terminate_when=note_helm_in_flight)
     assert killed, first.describe()
-    assert first.exit_code not in (0, None), first.describe()
+    assert first.pod_name == first_pod["metadata"]["name"]
+    # tini, the container's PID 1, exits 128 + 9 when its child dies of SIGKILL.
+    assert (first.exit_code, first.reason) == (137, "Error"), first.describe()
+    assert first.deletion is None, "the pod was not deleted: the runner was killed"
     assert env.releases().get("acme-agent") == "pending-install"
 
-    # The Job controller's retry: a new pod of the same Job (here on an ordinary image).
-    second = aicr_kubelet.run_job(RELEASE, env.namespace, job_name=job)
+    # The Job controller's retry: a new pod of the same Job (the same image); its
+    # test helm is the real one.
+    retry_pod = wait_for(
+        "the Job's retry pod", lambda: job_pod(env.plane, env.namespace, job, other_than=first.pod_name)
+    )
+    tell_test_helm(hanging, retry_pod, "open")
+    second = hanging.run_job(RELEASE, env.namespace, job_name=job)
     finished = time.monotonic()
+    assert second.pod_name == retry_pod["metadata"]["name"]
     assert second.exit_code == 0, second.describe()
     report = env.results.report()
     assert report["recoveries"] == [
