@@ -2,7 +2,7 @@
 and Job controller, under Helm 4 and Helm 3 (issue 13).
 
 Chart version X (this checkout's chart) is installed and its Job runs to
-completion (the real Job controller creates the pod, the stand-in kubelet runs
+completion (the real Job controller creates the pod, the e2e node's kubelet runs
 the runner with the fake aicr). Then, with the same helm:
 
 1. ``helm upgrade`` to X+1 (a copy of the chart whose only change is the chart

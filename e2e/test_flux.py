@@ -6,7 +6,11 @@ example's OCIRepository and HelmRelease are applied as written, adapted only
 where this machine differs (see ``adapt``): the registry address, plain HTTP
 instead of TLS, per-test namespaces, no keyless signature check (it needs
 Fulcio and Rekor), and the stand-in aicr with its knobs in the values. The real
-Job controller runs the installer Job, the stand-in kubelet its pods.
+Job controller runs the installer Job, the e2e node (kube-scheduler, kubelet,
+containerd) its pods, with the chart's own pod spec. The controllers run on this
+host: source-controller pulls the chart from the registry (on ``pod_host``, where
+the pods pull the pack from too) and serves the artifact on loopback, where only
+helm-controller fetches it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
-"""Self-tests of the end-to-end harness: each asserts behaviour of the real
-component that a scenario relies on (and that a broken harness would lose)."""
+"""Self-tests of the end-to-end harness: each asserts behaviour of a real
+component that the scenarios rely on (and that a broken harness would lose):
+the pinned tools, the control plane, the registry and oras, helm, and the real
+node (containerd, kubelet, kube-scheduler) with its host changes undone."""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +20,32 @@ import pytest
 
 from e2e import tools as tools_module
 from e2e.harness import oras
-from e2e.harness.apiserver import ControlPlane
+from e2e.harness.apiserver import ControlPlane, start_control_plane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet, expand
+from e2e.harness.node import (
+    FAKE_AICR_PATH,
+    NODE_NAME,
+    HostNetwork,
+    Kubelet,
+    RealNode,
+    claim_host_network,
+    start_node,
+)
+from e2e.harness.node.containerd import _shims_of
+from e2e.harness.node.host import KUBELET_SYSCTLS, STATE_DIR
+from e2e.harness.node.node import PAUSE_IMAGE
+from e2e.harness.procs import wait_for
 from e2e.harness.registry import Registry
-from e2e.harness.sandbox import rewrite_paths
-from e2e.tools import REPO_ROOT, pinned_versions, tool
+from e2e.tools import pinned_versions, tool
 
 pytestmark = pytest.mark.e2e
 
 CHARTS = Path(__file__).parent / "fixtures" / "charts"
+
+
+def _version(*argv: str | Path) -> str:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=True).stdout
 
 
 # -- tools ------------------------------------------------------------------------------
@@ -34,21 +53,17 @@ CHARTS = Path(__file__).parent / "fixtures" / "charts"
 
 def test_pinned_tools_report_their_pinned_versions() -> None:
     pins = pinned_versions()
-    helm_version = subprocess.run([tool("helm"), "version", "--short"], capture_output=True, text=True, check=True)
-    assert (
-        helm_version.stdout.startswith(pins["HELM_VERSION"] + "+")
-        or helm_version.stdout.strip() == pins["HELM_VERSION"]
-    )
-    oras_version = subprocess.run([tool("oras"), "version"], capture_output=True, text=True, check=True)
-    assert f"Version:    {pins['ORAS_VERSION'].lstrip('v')}" in oras_version.stdout
-    etcd_version = subprocess.run([tool("etcd"), "--version"], capture_output=True, text=True, check=True)
-    assert f"etcd Version: {pins['ETCD_VERSION'].lstrip('v')}" in etcd_version.stdout
-    apiserver = subprocess.run([tool("kube-apiserver"), "--version"], capture_output=True, text=True, check=True)
-    assert apiserver.stdout.strip() == f"Kubernetes {pins['KUBERNETES_VERSION']}"
-    kcm = subprocess.run([tool("kube-controller-manager"), "--version"], capture_output=True, text=True, check=True)
-    assert kcm.stdout.strip() == f"Kubernetes {pins['KUBERNETES_VERSION']}"
-    helm3 = subprocess.run([tool("helm3"), "version", "--short"], capture_output=True, text=True, check=True)
-    assert helm3.stdout.startswith(pins["HELM3_VERSION"] + "+") or helm3.stdout.strip() == pins["HELM3_VERSION"]
+    kubernetes = pins["KUBERNETES_VERSION"]
+    helm_version = _version(tool("helm"), "version", "--short")
+    assert helm_version.startswith(pins["HELM_VERSION"] + "+") or helm_version.strip() == pins["HELM_VERSION"]
+    helm3 = _version(tool("helm3"), "version", "--short")
+    assert helm3.startswith(pins["HELM3_VERSION"] + "+") or helm3.strip() == pins["HELM3_VERSION"]
+    assert f"Version:    {pins['ORAS_VERSION'].lstrip('v')}" in _version(tool("oras"), "version")
+    assert f"etcd Version: {pins['ETCD_VERSION'].lstrip('v')}" in _version(tool("etcd"), "--version")
+    # The control plane and the node: one Kubernetes module and version.
+    for name in ("kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"):
+        assert _version(tool(name), "--version").strip() == f"Kubernetes {kubernetes}", name
+    assert f"Client Version: {kubernetes}" in _version(tool("kubectl"), "version", "--client")
 
 
 def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,9 +83,10 @@ def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(tmp_path: Path, monk
 
 
 def test_api_server_reports_the_pinned_version(control_plane: ControlPlane) -> None:
+    pinned = pinned_versions()["KUBERNETES_VERSION"]
     version = control_plane.admin.get("/version")
-    assert version["gitVersion"] == "v1.37.2"
-    assert (version["major"], version["minor"]) == ("1", "37")
+    assert version["gitVersion"] == pinned
+    assert pinned.startswith(f"v{version['major']}.{version['minor']}.")
 
 
 def test_rbac_denies_a_service_account_until_a_role_binding_grants_it(
@@ -142,10 +158,31 @@ def test_service_account_tokens_are_signed_by_the_issuer(control_plane: ControlP
     assert rejected.value.status == 401
 
 
+def test_the_controller_manager_runs_each_controller_as_its_own_service_account(control_plane: ControlPlane) -> None:
+    accounts = {
+        sa["metadata"]["name"]
+        for sa in control_plane.admin.get("/api/v1/namespaces/kube-system/serviceaccounts")["items"]
+    }
+    expected = {"job-controller", "generic-garbage-collector", "ttl-after-finished-controller", "node-controller"}
+    assert expected <= accounts, accounts
+
+
+def test_dockerconfig_secret_round_trips(control_plane: ControlPlane, registry: Registry, namespace: str) -> None:
+    control_plane.create_dockerconfig_secret(namespace, "pack-cred", registry.dockerconfigjson())
+    secret = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/secrets/pack-cred")
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    stored = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    auth = base64.b64decode(stored["auths"][registry.host]["auth"]).decode()
+    assert auth == f"{registry.username}:{registry.password}"
+    assert control_plane.configmap(namespace, "absent") is None
+    assert control_plane.configmap(namespace, "kube-root-ca.crt") is not None
+
+
 # -- registry + oras ----------------------------------------------------------------------
 
 
-def test_registry_rejects_wrong_credentials_and_accepts_right_ones(registry: Registry) -> None:
+def test_registry_rejects_wrong_credentials_and_accepts_right_ones(registry: Registry, pod_host: str) -> None:
+    assert registry.host.startswith(f"{pod_host}:")  # where the pods reach it
     assert registry.get("/v2/")[0] == 401
     assert registry.get("/v2/", auth=(registry.username, registry.password + "x"))[0] == 401
     assert registry.get("/v2/", auth=("intruder", registry.password))[0] == 401
@@ -201,13 +238,33 @@ def test_helm_installs_a_local_chart_and_lists_it(helm: Helm, control_plane: Con
     assert releases["greeter"]["chart"] == "hello-0.1.0"
     cm = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/configmaps/greeter-hello")
     assert cm["data"]["greeting"] == "hi there"
-    assert cm["data"]["kubeVersion"] == "v1.37.2"  # .Capabilities from the live server
+    assert cm["data"]["kubeVersion"] == pinned_versions()["KUBERNETES_VERSION"]  # .Capabilities from the live server
     helm.uninstall("greeter", namespace)
     assert helm.list_releases(namespace) == []
     assert not control_plane.admin.exists(f"/api/v1/namespaces/{namespace}/configmaps/greeter-hello")
 
 
-# -- the stand-in kubelet -----------------------------------------------------------------
+# -- the node -------------------------------------------------------------------------------
+
+
+def test_the_node_is_ready_untainted_and_runs_the_pinned_kubelet(
+    node: RealNode, host_network: HostNetwork, control_plane: ControlPlane
+) -> None:
+    state = control_plane.admin.get(f"/api/v1/nodes/{NODE_NAME}")
+    conditions = {c["type"]: c["status"] for c in state["status"]["conditions"]}
+    assert conditions == {"MemoryPressure": "False", "DiskPressure": "False", "PIDPressure": "False", "Ready": "True"}
+    assert not state["spec"].get("taints"), state["spec"]
+    assert not state["spec"].get("unschedulable")
+    assert {"type": "InternalIP", "address": host_network.gateway} in state["status"]["addresses"]
+    info = state["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == pinned_versions()["KUBERNETES_VERSION"]
+    assert info["containerRuntimeVersion"].startswith("containerd://"), info
+    assert all(node.process(name).alive() for name in ("kubelet", "kube-scheduler"))
+    assert node.runtime.process.alive()
+    assert 0 < node.startup_seconds < 120
+
+
+# -- pods on the node -----------------------------------------------------------------------
 
 
 def _probe_facts(output: str) -> dict[str, Any]:
@@ -217,70 +274,91 @@ def _probe_facts(output: str) -> dict[str, Any]:
     raise AssertionError(f"no PROBE line in output:\n{output}")
 
 
-def test_kubelet_runs_a_job_pod_with_volumes_env_identity_and_in_cluster_access(
-    helm: Helm, run_job: Callable[..., JobRun], control_plane: ControlPlane, namespace: str, kubelet: Kubelet
+def _probe(helm: Helm, kubelet: Kubelet, namespace: str, **values: Any) -> None:
+    """Install the probe chart with ``values``, its pods running ``kubelet``'s image."""
+    helm.install("probe", CHARTS / "probe-job", namespace, values={**kubelet.image_values(), **values})
+
+
+def _kubectl(plane: ControlPlane, *args: str) -> str:
+    proc = subprocess.run(
+        [str(tool("kubectl")), f"--kubeconfig={plane.kubeconfig}", *args], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, f"kubectl {' '.join(args)} (exit {proc.returncode}): {proc.stderr}"
+    return proc.stdout
+
+
+def test_a_job_pod_runs_with_its_volumes_env_identity_and_reaches_the_api_server_and_the_registry(
+    *,
+    helm: Helm,
+    kubelet: Kubelet,
+    control_plane: ControlPlane,
+    registry: Registry,
+    host_network: HostNetwork,
+    namespace: str,
 ) -> None:
-    helm.install("probe", CHARTS / "probe-job", namespace, values={"exitCode": 3, "secretValue": "pa55"})
-    run = run_job("probe", namespace)
+    reach = [
+        {"name": "REGISTRY_URL", "value": registry.url},
+        {"name": "REGISTRY_CREDENTIALS", "value": f"{registry.username}:{registry.password}"},
+    ]
+    _probe(helm, kubelet, namespace, exitCode=3, secretValue="pa55", extraEnv=reach)
+    run = kubelet.run_job("probe", namespace)
     assert run.exit_code == 3, run.describe()
     assert run.reason == "Error"
     assert run.termination_message == "probe finished mode=report exit=3"
     assert "probe: a line on stderr" in run.container("probe").stderr
+    assert "probe: a line on stderr" not in run.container("probe").stdout
     facts = _probe_facts(run.output)
 
-    # identity and secret volume (mode 0440, group = fsGroup, only the listed item)
+    # identity, and the secret volume (mode 0440, group = fsGroup, only the listed item)
     assert (facts["uid"], facts["gid"]) == (65532, 65532)
-    assert facts["auth_mode"] == "0o440"
+    assert 65532 in facts["groups"]
+    assert (facts["auth_mode"], facts["auth_gid"]) == ("0o440", 65532)
     assert facts["auth_content"].startswith('{"auths"')
     assert facts["auth_dir"] == ["config.json"]
-    if os.geteuid() == 0 and run.sandbox in ("bwrap", "podman"):
-        assert facts["auth_gid"] == 65532
-    # env: secretKeyRef, configMapKeyRef, fieldRef, $(VAR) expansion and $$ escape
+    # the container: the pod's command replaces the image's ENTRYPOINT (tini), so
+    # the probe is PID 1; the hostname is the pod's; only the volumes are writable
+    assert facts["pid"] == 1
+    assert facts["hostname"] == run.pod_name
+    assert (facts["write_root"], facts["write_tmp"], facts["write_auth"]) == ("EROFS", "ok", "EROFS")
+    # env: secretKeyRef, configMapKeyRef, fieldRef, $(VAR) expansion and the $$ escape
     env = facts["env"]
-    assert env["SECRET_PASSWORD"] == "pa55"
-    assert env["GREETING"] == "hello"
-    assert env["POD_NAMESPACE"] == namespace
-    assert env["POD_NAME"] == run.pod_name
+    assert (env["SECRET_PASSWORD"], env["GREETING"]) == ("pa55", "hello")
+    assert (env["POD_NAMESPACE"], env["POD_NAME"]) == (namespace, run.pod_name)
     assert env["COMBINED"] == f"hello@{namespace} $(ESCAPED) $(UNDEFINED)"
-    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
-    assert env["KUBERNETES_SERVICE_PORT"] == str(control_plane.port)
-    # in-cluster config: the SA's real token works, and RBAC limits it
+    # in-cluster config: the `kubernetes` Service, DNATed by the host to the API
+    # server; the ServiceAccount's token works and RBAC limits it
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.96.0.1", "443")
     assert facts["sa_files"] == ["ca.crt", "namespace", "token"]
     assert facts["sa_namespace"] == namespace
     assert facts["api"] == {"create_configmap": 201, "create_secret": 403}
     written = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/configmaps/probe-result")
     assert written["data"] == {"written-by": "probe"}
-    managers = {f["manager"] for f in written["metadata"].get("managedFields", [])}
-    assert managers, "the API server records who wrote the ConfigMap"
-    # the pod status the kubelet reports
+    # the registry on pod_host, which demands its credentials from pods too
+    assert facts["registry"] == {"anonymous": 401, "authenticated": 200}
+
+    # the pod status the kubelet reported, and the pod on the node's network
     pod = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods/{run.pod_name}")
     assert pod["status"]["phase"] == "Failed"
+    assert ip_address(pod["status"]["podIP"]) in ip_network(host_network.subnet)
+    assert pod["status"]["hostIP"] == host_network.gateway
+    assert pod["spec"]["nodeName"] == NODE_NAME
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert terminated["exitCode"] == 3
-    assert terminated["message"] == "probe finished mode=report exit=3"
+    assert (terminated["exitCode"], terminated["message"]) == (3, "probe finished mode=report exit=3")
     assert pod["metadata"]["ownerReferences"][0]["name"] == run.job_name
-
-    if run.sandbox == "podman":
-        # the pod's command replaces the image's ENTRYPOINT, tini included: PID 1
-        assert facts["pid"] == 1
-        assert pod["status"]["containerStatuses"][0]["imageID"] == kubelet.image_id
-    if run.sandbox == "bwrap":
-        assert facts["pid"] == 2  # the child of the image's init (tini), as in the real image
-    if run.sandbox in ("bwrap", "podman"):
-        assert facts["hostname"] == run.pod_name
-        assert facts["write_root"] == "EROFS"  # readOnlyRootFilesystem
-        assert facts["write_tmp"] == "ok"  # the emptyDir
-        assert facts["write_auth"] == "EROFS"  # secret volumes are read-only
+    # the API server reaches the kubelet for the logs (kubectl logs)
+    # (both streams; their order across streams is the order containerd read them in)
+    logs = _kubectl(control_plane, "logs", "-n", namespace, run.pod_name).splitlines()
+    assert sorted(line.split(" ", 1)[0] for line in logs) == ["PROBE", "probe:"], logs
 
 
-def test_kubelet_reports_a_missing_secret_key_as_create_container_config_error(
-    helm: Helm, run_job: Callable[..., JobRun], control_plane: ControlPlane, namespace: str
+def test_a_missing_secret_key_is_create_container_config_error(
+    helm: Helm, kubelet: Kubelet, control_plane: ControlPlane, namespace: str
 ) -> None:
     missing = [{"name": "NOPE", "valueFrom": {"secretKeyRef": {"name": "probe-secret", "key": "absent"}}}]
-    helm.install("probe", CHARTS / "probe-job", namespace, values={"extraEnv": missing})
-    run = run_job("probe", namespace)
+    _probe(helm, kubelet, namespace, extraEnv=missing)
+    run = kubelet.run_job("probe", namespace)
     assert run.exit_code is None
-    assert run.reason.startswith("CreateContainerConfigError")
+    assert run.reason.startswith("CreateContainerConfigError"), run.reason
     assert "absent" in run.reason
     assert run.output == ""
     pod = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods/{run.pod_name}")
@@ -288,174 +366,107 @@ def test_kubelet_reports_a_missing_secret_key_as_create_container_config_error(
     assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CreateContainerConfigError"
 
 
-def test_kubelet_falls_back_to_the_log_tail_for_the_termination_message(
-    helm: Helm, run_job: Callable[..., JobRun], namespace: str
-) -> None:
-    helm.install(
-        "probe",
-        CHARTS / "probe-job",
+def test_the_termination_message_falls_back_to_the_log_tail(helm: Helm, kubelet: Kubelet, namespace: str) -> None:
+    _probe(
+        helm,
+        kubelet,
         namespace,
-        values={
-            "mode": "exit",
-            "exitCode": 7,
-            "writeTerminationMessage": False,
-            "terminationMessagePolicy": "FallbackToLogsOnError",
-        },
+        mode="exit",
+        exitCode=7,
+        writeTerminationMessage=False,
+        terminationMessagePolicy="FallbackToLogsOnError",
     )
-    run = run_job("probe", namespace)
+    run = kubelet.run_job("probe", namespace)
     assert run.exit_code == 7, run.describe()
     assert run.termination_message.strip() == "probe: last words before exit 7"
 
 
-def test_kubelet_delivers_sigterm_to_the_container_process(
-    helm: Helm, run_job: Callable[..., JobRun], namespace: str
-) -> None:
-    helm.install(
-        "probe",
-        CHARTS / "probe-job",
-        namespace,
-        values={"mode": "wait-for-sigterm", "terminationGracePeriodSeconds": 10},
-    )
-    run = run_job("probe", namespace, terminate_when=lambda line: "waiting for SIGTERM" in line)
+def test_a_deleted_pod_gets_sigterm_and_its_grace_period(helm: Helm, kubelet: Kubelet, namespace: str) -> None:
+    _probe(helm, kubelet, namespace, mode="wait-for-sigterm", terminationGracePeriodSeconds=10)
+    run = kubelet.run_job("probe", namespace, terminate_when=lambda line: "waiting for SIGTERM" in line)
     assert run.exit_code == 143, run.describe()
-    assert "probe: got signal 15" in run.output
+    assert "probe: got signal 15 as pid 1" in run.output
     assert "no signal arrived" not in run.output
     # the pod was deleted through the API; the kubelet saw it and used its grace period
     assert run.deletion is not None
     assert (run.deletion.grace_seconds, run.deletion.sigkill, run.deletion.disruption) == (10, False, "")
+    assert run.deletion.exited_after_sigterm is not None
+    assert run.deletion.exited_after_sigterm < 10
 
 
-@pytest.mark.parametrize(
-    ("image_init", "exit_code"),
-    [
-        (True, 143),  # under tini the process is an ordinary child: SIGTERM's default action kills it
-        (False, 137),  # as PID 1 without a handler SIGTERM is ignored; SIGKILL after the grace period
-    ],
-)
-def test_kubelet_sigterm_without_a_handler_depends_on_the_image_init(
-    helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str, image_init: bool, exit_code: int
+def test_pid_1_without_a_sigterm_handler_is_killed_when_the_grace_period_ends(
+    helm: Helm, kubelet: Kubelet, namespace: str
 ) -> None:
-    kubelet = make_kubelet(image_init=image_init, sandbox="bwrap")  # image_init is the fallback's knob
-    helm.install(
-        "probe",
-        CHARTS / "probe-job",
-        namespace,
-        values={"mode": "wait-without-handler", "terminationGracePeriodSeconds": 1},
-    )
-    started = time.monotonic()
+    # The probe replaces the image's ENTRYPOINT (tini): it is PID 1, and the kernel
+    # drops a signal PID 1 has no handler for. SIGKILL comes after the grace period.
+    _probe(helm, kubelet, namespace, mode="wait-without-handler", terminationGracePeriodSeconds=2)
     run = kubelet.run_job("probe", namespace, terminate_when=lambda line: "waiting for SIGTERM" in line)
-    assert run.exit_code == exit_code, run.describe()
+    assert run.exit_code == 137, run.describe()
     assert "no signal arrived" not in run.output
-    assert time.monotonic() - started < 20
+    assert run.deletion is not None
+    assert run.deletion.sigkill, run.deletion
+    assert run.deletion.exited_after_sigterm is not None
+    assert run.deletion.exited_after_sigterm >= 1
 
 
-def test_kubelet_provides_image_files_and_keeps_the_image_runnable_under_volumes(
+def test_a_derived_image_carries_its_files_and_the_pods_empty_dir_is_on_the_node(
     helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str, tmp_path: Path
 ) -> None:
-    # An emptyDir over the top directory of this checkout (like the chart's /work):
-    # the "image" (checkout + Python) must still run, and the volume must be writable.
-    top = "/" + REPO_ROOT.parts[1]
-    tool = tmp_path / "probe-tool"
-    tool.write_text(
+    script = tmp_path / "probe-tool"
+    script.write_text(
         "#!/bin/sh\n"
-        f'echo "image file ran as $(id -u)" && touch {top}/written && ls -a {top}\n'
-        "exec python3 -c \"import yaml, sys; print('python ok', sys.prefix)\"\n"
+        'echo "image file ran as $(id -u), PROBE_FLAVOUR=$PROBE_FLAVOUR"\n'
+        "echo from-the-pod > /tmp/written\n"
+        "exec python3 -c \"import yaml, kubernetes; print('python ok')\"\n"
     )
-    tool.chmod(0o755)
-    # The fallback's concern: the checkout standing in for the image must survive a
-    # volume over it (in podman mode the image is separate from every volume).
-    kubelet = make_kubelet(image_files={"/usr/local/bin/probe-tool": tool}, sandbox="bwrap")
-    helm.install(
-        "probe",
-        CHARTS / "probe-job",
-        namespace,
-        values={"command": ["/usr/local/bin/probe-tool"]}
-        # The probe chart already mounts an emptyDir at /tmp (a CI clone may live there).
-        | (
-            {}
-            if top == "/tmp"
-            else {
-                "extraVolumes": [{"name": "shadow", "emptyDir": {}}],
-                "extraVolumeMounts": [{"name": "shadow", "mountPath": top}],
-            }
-        ),
-    )
+    script.chmod(0o755)
+    kubelet = make_kubelet(image_files={"/usr/local/bin/probe-tool": script}, image_env={"PROBE_FLAVOUR": "derived"})
+    _probe(helm, kubelet, namespace, command=["/usr/local/bin/probe-tool"])
     run = kubelet.run_job("probe", namespace)
     assert run.exit_code == 0, run.describe()
-    assert "image file ran as 65532" in run.output
+    assert "image file ran as 65532, PROBE_FLAVOUR=derived" in run.output
     assert "python ok" in run.output
-    if run.sandbox == "bwrap":
-        listing = run.output.split("image file ran as 65532", 1)[1]
-        assert "written" in listing  # the volume, not the host directory
-        assert not Path(top, "written").exists()
+    assert run.pod["status"]["containerStatuses"][0]["image"].endswith(kubelet.image.rpartition("/")[2])
+    # /tmp is the probe chart's emptyDir "work": on the node, under the kubelet's root
+    assert (kubelet.pod_volume(run.pod, "work") / "written").read_text() == "from-the-pod\n"
 
 
 @pytest.mark.parametrize(
-    "args_expected",
+    ("args", "expected"),
     [
-        ([], ["run"]),  # no command, no args: ENTRYPOINT + CMD
-        (["plan", "--format=$(POD_NAMESPACE)"], ["plan", "--format={ns}"]),  # args replace CMD, expanded
+        ([], "run"),  # no command, no args: ENTRYPOINT + CMD
+        (["plan", "--format=$(POD_NAMESPACE)"], "plan --format={ns}"),  # args replace CMD, expanded
     ],
 )
-def test_kubelet_runs_the_image_entrypoint_with_cmd_or_args(
+def test_the_image_entrypoint_runs_with_its_cmd_or_the_pods_args(
+    *,
     helm: Helm,
     make_kubelet: Callable[..., Kubelet],
     namespace: str,
     tmp_path: Path,
-    args_expected: tuple[list[str], list[str]],
+    args: list[str],
+    expected: str,
 ) -> None:
-    args, expected = args_expected
     entrypoint = tmp_path / "entrypoint"
-    entrypoint.write_text('#!/bin/sh\necho "argv: $*"\necho "cwd: $(pwd) home: $HOME"\n')
+    entrypoint.write_text('#!/bin/sh\necho "argv: $*"\necho "cwd: $(pwd) home: $HOME ppid: $PPID"\n')
     entrypoint.chmod(0o755)
-    kubelet = make_kubelet(commands={"aicr-runner": entrypoint}, image_files={str(entrypoint): entrypoint})
-    if kubelet.sandbox == "podman":  # the image's own aicr-runner, replaced by the probe (tini stays PID 1)
-        kubelet = make_kubelet(image_files={"/opt/venv/bin/aicr-runner": entrypoint})
-    helm.install("probe", CHARTS / "probe-job", namespace, values={"imageEntrypoint": True, "args": args})
+    # The image's own aicr-runner, replaced by the probe: tini stays PID 1.
+    kubelet = make_kubelet(image_files={"/opt/venv/bin/aicr-runner": entrypoint})
+    _probe(helm, kubelet, namespace, imageEntrypoint=True, args=args)
     run = kubelet.run_job("probe", namespace)
     assert run.exit_code == 0, run.describe()
-    assert f"argv: {' '.join(expected).format(ns=namespace)}" in run.output
-    assert "cwd: /work home: /home/aicr" in run.output  # the image's WORKDIR and ENV
+    assert f"argv: {expected.format(ns=namespace)}" in run.output
+    assert "cwd: /work home: /home/aicr ppid: 1" in run.output  # the image's WORKDIR and ENV, under tini
 
 
-def test_aicr_kubelet_image_carries_the_fake_aicr(helm: Helm, aicr_kubelet: Kubelet, namespace: str) -> None:
-    helm.install("probe", CHARTS / "probe-job", namespace, values={"command": [FAKE_AICR_PATH, "--version"]})
+def test_the_e2e_image_carries_the_fake_aicr(helm: Helm, aicr_kubelet: Kubelet, namespace: str) -> None:
+    _probe(helm, aicr_kubelet, namespace, command=[FAKE_AICR_PATH, "--version"])
     run = aicr_kubelet.run_job("probe", namespace)
     assert run.exit_code == 0, run.describe()
     assert run.output.startswith("aicr version 1.2.0 ")
 
 
-def test_dockerconfig_secret_round_trips(control_plane: ControlPlane, registry: Registry, namespace: str) -> None:
-    control_plane.create_dockerconfig_secret(namespace, "pack-cred", registry.dockerconfigjson())
-    secret = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/secrets/pack-cred")
-    assert secret["type"] == "kubernetes.io/dockerconfigjson"
-    stored = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
-    auth = base64.b64decode(stored["auths"][registry.host]["auth"]).decode()
-    assert auth == f"{registry.username}:{registry.password}"
-    assert control_plane.configmap(namespace, "absent") is None
-    assert control_plane.configmap(namespace, "kube-root-ca.crt") is not None
-
-
-def test_rewrite_fallback_runs_the_pod_without_a_sandbox(
-    helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str
-) -> None:
-    kubelet = make_kubelet(sandbox="rewrite")
-    helm.install("probe", CHARTS / "probe-job", namespace, values={"exitCode": 4, "probeWriteRoot": False})
-    run = kubelet.run_job("probe", namespace)
-    assert run.sandbox == "rewrite"
-    assert run.exit_code == 4, run.describe()
-    assert run.termination_message == "probe finished mode=report exit=4"
-    facts = _probe_facts(run.output)
-    # mount paths in env values point at the host directories backing the volumes
-    pod_dir = kubelet.workdir / "pods" / run.pod_name
-    assert facts["auth_file"] == str(pod_dir / "volumes" / "auth" / "config.json")
-    assert facts["auth_content"].startswith('{"auths"')
-    assert facts["write_tmp"] == "ok"
-    assert (pod_dir / "volumes" / "work" / "probe-write").read_text() == "x"
-    # no in-cluster files, but the ServiceAccount's identity through KUBECONFIG
-    assert facts["sa_files"] is None
-    assert facts["api"] == {"create_configmap": 201, "create_secret": 403}
-
+# -- the Job controller with the node ---------------------------------------------------------
 
 _FAIL_FAST = {
     "rules": [
@@ -477,16 +488,11 @@ def _job(control_plane: ControlPlane, namespace: str, name: str) -> dict[str, An
         (9, ("Failed", "BackoffLimitExceeded", 2)),  # counted: backoffLimit 1 allows 2 pods
     ],
 )
-def test_the_real_job_controller_follows_backoff_limit_and_pod_failure_policy(
+def test_the_job_controller_follows_backoff_limit_and_pod_failure_policy(
     helm: Helm, kubelet: Kubelet, namespace: str, exit_code: int, expected: tuple[str, str, int]
 ) -> None:
     status, reason, pods = expected
-    helm.install(
-        "probe",
-        CHARTS / "probe-job",
-        namespace,
-        values={"mode": "exit", "exitCode": exit_code, "backoffLimit": 1, "podFailurePolicy": _FAIL_FAST},
-    )
+    _probe(helm, kubelet, namespace, mode="exit", exitCode=exit_code, backoffLimit=1, podFailurePolicy=_FAIL_FAST)
     outcome = kubelet.run_job_to_completion("probe", namespace)
     assert (outcome.status, outcome.reason, len(outcome.attempts)) == (status, reason, pods), outcome.describe()
     assert {a.exit_code for a in outcome.attempts} == {exit_code}
@@ -494,25 +500,23 @@ def test_the_real_job_controller_follows_backoff_limit_and_pod_failure_policy(
     job = _job(kubelet.plane, namespace, "probe-probe")
     counted = job["status"].get("failed", 0), job["status"].get("succeeded", 0)
     assert counted == ((0, 1) if exit_code == 0 else (pods, 0))
-    for run in outcome.attempts:  # the controller's pods, bound to the stand-in's Node
+    for run in outcome.attempts:  # the controller's pods, bound by kube-scheduler to the node
         owner = run.pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "probe-probe", job["metadata"]["uid"])
-        assert run.pod["spec"]["nodeName"] == "e2e-node"
+        assert run.pod["spec"]["nodeName"] == NODE_NAME
 
 
 def test_an_evicted_pod_does_not_count_against_the_backoff_limit(
     helm: Helm, kubelet: Kubelet, control_plane: ControlPlane, namespace: str
 ) -> None:
-    helm.install(
-        "probe",
-        CHARTS / "probe-job",
+    _probe(
+        helm,
+        kubelet,
         namespace,
-        values={
-            "mode": "wait-for-sigterm",
-            "terminationGracePeriodSeconds": 5,
-            "backoffLimit": 0,
-            "podFailurePolicy": _FAIL_FAST,
-        },
+        mode="wait-for-sigterm",
+        terminationGracePeriodSeconds=5,
+        backoffLimit=0,
+        podFailurePolicy=_FAIL_FAST,
     )
 
     def waiting(line: str) -> bool:
@@ -533,39 +537,169 @@ def test_an_evicted_pod_does_not_count_against_the_backoff_limit(
     assert _job(control_plane, namespace, "probe-probe")["status"].get("failed") == 1
 
 
-def test_the_controller_manager_runs_each_controller_as_its_own_service_account(control_plane: ControlPlane) -> None:
-    accounts = {
-        sa["metadata"]["name"]
-        for sa in control_plane.admin.get("/api/v1/namespaces/kube-system/serviceaccounts")["items"]
-    }
-    assert {"job-controller", "generic-garbage-collector", "ttl-after-finished-controller"} <= accounts, accounts
-    node = control_plane.admin.get("/api/v1/nodes/e2e-node")
-    assert {c["type"]: c["status"] for c in node["status"]["conditions"]} == {"Ready": "True"}
+# -- the host: a second node on another slot, and its teardown ---------------------------------
+
+#: What the kubelet sets at start-up (pkg/kubelet/cm: setupKernelTunables).
+KUBELET_SYSCTL_VALUES = {
+    "vm.overcommit_memory": "1",
+    "vm.panic_on_oom": "0",
+    "kernel.panic": "10",
+    "kernel.panic_on_oops": "1",
+    "kernel.keys.root_maxkeys": "1000000",
+    "kernel.keys.root_maxbytes": "25000000",
+}
+IPTABLES_TABLES = ("filter", "nat", "mangle", "raw")
 
 
-# -- pure helpers -------------------------------------------------------------------------
+def _sysctl(name: str) -> str:
+    return (Path("/proc/sys") / name.replace(".", "/")).read_text().strip()
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("$(A)-$(B)", "a-b"),
-        ("$$(A)", "$(A)"),
-        ("$(MISSING)", "$(MISSING)"),
-        ("$(A", "$(A"),
-        ("cost $5", "cost $5"),
-        ("trailing $", "trailing $"),
-        ("$$$(A)", "$a"),
-        ("", ""),
-    ],
-)
-def test_env_expansion_matches_kubernetes(value: str, expected: str) -> None:
-    assert expand(value, {"A": "a"}, {"B": "b"}) == expected
+def _others(text: str, mine: set[int]) -> bool:
+    """Does ``text`` name another session's slot, or podman's own network?"""
+    slots = {int(s) for s in re.findall(r"(?:AICR-E2E-|aicre2e)(\d+)", text)}
+    return bool(slots - mine) or any(marker in text for marker in ("CNI-", "cni-podman", "NETAVARK", "netavark"))
 
 
-def test_rewrite_paths_maps_mount_paths_to_their_host_directories() -> None:
-    mapping = {"/tmp": "/host/work", "/data/pack": "/host/pack", "/data": "/host/data"}
-    assert rewrite_paths("/data/pack/registry.yaml", mapping) == "/host/pack/registry.yaml"
-    assert rewrite_paths("/data/other", mapping) == "/host/data/other"
-    assert rewrite_paths("/tmpfoo", mapping) == "/tmpfoo"
-    assert rewrite_paths("relative/tmp", mapping) == "relative/tmp"
+@dataclass(frozen=True)
+class HostState:
+    """What the e2e nodes change on the host (host.py), read from the host itself."""
+
+    iptables: dict[str, list[str]]  # table -> `iptables -t <table> -S`
+    sysctls: dict[str, str]
+    links: dict[str, str]  # interface -> its bridge ("" if none)
+    bridge_addresses: dict[str, list[str]]  # e2e bridge -> its IPv4 addresses
+
+    @classmethod
+    def read(cls) -> HostState:
+        iptables = {table: _run("iptables", "-t", table, "-S").splitlines() for table in IPTABLES_TABLES}
+        links: dict[str, str] = {}
+        for line in _run("ip", "-o", "link", "show").splitlines():
+            name = line.split(":", 2)[1].strip().split("@", 1)[0]
+            master = re.search(r" master (\S+)", line)
+            links[name] = master.group(1) if master else ""
+        addresses = {
+            name: re.findall(r"inet (\S+)", _run("ip", "-o", "-4", "addr", "show", "dev", name))
+            for name in links
+            if name.startswith("aicre2e")
+        }
+        sysctls = {name: _sysctl(name) for name in (*KUBELET_SYSCTLS, "net.ipv4.ip_forward")}
+        return cls(iptables, sysctls, links, addresses)
+
+    def comparable(self, mine: set[int]) -> dict[str, Any]:
+        """Everything but other sessions' slots, podman's network and pod
+        interfaces (veths, which come and go with the pods of the session's node)."""
+        return {
+            "iptables": {t: [r for r in rules if not _others(r, mine)] for t, rules in self.iptables.items()},
+            "sysctls": self.sysctls,
+            "links": {
+                n: m for n, m in self.links.items() if not _others(f"{n} {m}", mine) and not n.startswith("veth")
+            },
+            "bridges": {n: a for n, a in self.bridge_addresses.items() if not _others(n, mine)},
+        }
+
+
+def _run(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def _cgroup_roots(host: HostNetwork) -> list[Path]:
+    return sorted(Path("/sys/fs/cgroup").glob(f"*/{host.cgroup_root.lstrip('/')}"))
+
+
+def _mounts_under(directory: Path) -> list[str]:
+    prefix = str(directory.resolve())
+    return [
+        line.split()[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4].startswith(prefix)
+    ]
+
+
+def _run_pause_pod(plane: ControlPlane) -> dict[str, Any]:
+    """A pod of the sandbox image on the second node, once it runs."""
+    plane.admin.create(
+        "/api/v1/namespaces/default/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "pause"},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+            },
+        },
+    )
+
+    def running() -> dict[str, Any] | None:
+        pod = plane.admin.get("/api/v1/namespaces/default/pods/pause")
+        return pod if pod["status"].get("phase") == "Running" and pod["status"].get("podIP") else None
+
+    return wait_for(running, timeout=120, what="the pause pod Running on the second node", interval=0.1)
+
+
+def test_a_second_node_on_another_slot_is_undone_by_teardown(
+    node: RealNode, host_network: HostNetwork, tmp_path: Path
+) -> None:
+    """A second node (its own control plane, slot, bridge and pod subnet) runs a
+    pod beside the session's; once it is stopped and its slot torn down, the host
+    is as before: bridge, iptables chain and PREROUTING jump, cgroup root, mounts
+    and processes gone. The session's node still runs, so the kubelet's sysctls
+    and KUBE-* chains stay (the last node of the machine restores those) and the
+    recorded originals are kept for it."""
+    before = HostState.read()
+    recorded = (STATE_DIR / "sysctls.json").read_text()
+    plane = start_control_plane(tmp_path / "plane")
+    try:
+        second = claim_host_network()
+        try:
+            assert second.slot != host_network.slot
+            assert (second.bridge, second.subnet, second.chain) != (
+                host_network.bridge,
+                host_network.subnet,
+                host_network.chain,
+            )
+            other = start_node(plane, second, tmp_path / "node")
+            try:
+                pod = _run_pause_pod(plane)
+                during = HostState.read()
+                veths = [n for n, master in during.links.items() if master == second.bridge]
+                mounted = _mounts_under(other.workdir)
+                processes = [*other.processes, other.runtime.process]
+            finally:
+                other.stop()
+            assert not _cgroup_roots(second), "RealNode.stop removes the kubelet's cgroups"
+        finally:
+            second.teardown()
+    finally:
+        plane.stop()
+    after = HostState.read()
+
+    # While it ran: its own bridge and subnet, its pod on them, its DNAT rule.
+    assert ip_address(pod["status"]["podIP"]) in ip_network(second.subnet)
+    assert ip_address(pod["status"]["podIP"]) not in ip_network(host_network.subnet)
+    assert during.bridge_addresses[second.bridge] == [f"{second.gateway}/24"]
+    assert during.bridge_addresses[host_network.bridge] == [f"{host_network.gateway}/24"]
+    assert len(veths) == 1, during.links
+    nat = during.iptables["nat"]
+    assert f"-A PREROUTING -i {second.bridge} -j {second.chain}" in nat
+    assert any(r.startswith(f"-A {second.chain} -d 10.96.0.1/32 -p tcp") and "DNAT" in r for r in nat), nat
+    assert {name: during.sysctls[name] for name in KUBELET_SYSCTL_VALUES} == KUBELET_SYSCTL_VALUES
+    assert mounted, "the pod's volumes and rootfs are mounted under the node's directory"
+
+    # After: nothing of it is left...
+    assert second.bridge not in after.links
+    assert not set(veths) & set(after.links), "the pod's interface went with its sandbox"
+    assert not any(second.chain in r for t in after.iptables.values() for r in t)
+    assert not _cgroup_roots(second)
+    assert not _mounts_under(other.workdir)
+    assert not any(p.alive() for p in processes)
+    assert not _shims_of(other.runtime.socket)
+    # ...and everything else is as it was (the session's slot included).
+    mine = {host_network.slot, second.slot}
+    assert after.comparable(mine) == before.comparable(mine)
+    # The session's node still runs: the kubelet's values stay, the originals are kept.
+    assert {name: after.sysctls[name] for name in KUBELET_SYSCTL_VALUES} == KUBELET_SYSCTL_VALUES
+    assert (STATE_DIR / "sysctls.json").read_text() == recorded
+    assert any(r.startswith("-N KUBE-") for r in after.iptables["filter"])

@@ -2,8 +2,9 @@
 
 The chart is installed into the real API server with ``aicrVersion: v0.11.1`` and
 ``aicrReleaseBaseUrl`` pointing at the release folder (AICR_TEST_RELEASES_DIR)
-served as a release mirror. The Job's pod, from the built image, downloads the
-release, checks its checksum, extracts and asks the binary its version, then runs
+served as a release mirror on ``pod_host``. The Job's pod, run by the e2e node's
+kubelet from the built image (plus one file, below), downloads the release,
+checks its checksum, extracts and asks the binary its version, then runs
 the real ``aicr recipe``, ``aicr bundle`` and ``aicr verify``, the bundle's real
 ``deploy.sh`` (bash, kubectl and helm from the image, against the real API server)
 and the real ``aicr validate`` (against the same API server, with a snapshot it
@@ -14,7 +15,8 @@ v0.11.1's deploy.sh names public chart repositories (https://charts.jetstack.io,
 oci://ghcr.io/..., baked into each `helm upgrade --install` line), which this
 machine cannot reach, and aicr is run unmodified. So charts with the same names
 and versions (each holding one ConfigMap that records the values it was given)
-are served from a local HTTP chart repository, and a ``helm`` placed first on the
+are served from a local HTTP chart repository on ``pod_host``, and a ``helm``
+added to the image (an image derived from the e2e image) and placed first on the
 pod's PATH sends each chart request there (``--repo <public>`` or an ``oci://``
 reference becomes ``--repo <local>``) and runs the image's helm, which installs
 the release for real. Every other helm and kubectl call of deploy.sh and the
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
-from e2e.tools import REPO_ROOT
+from tests.podman import PODMAN
 from tests.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary
 
 pytestmark = pytest.mark.e2e
@@ -86,12 +88,17 @@ data:
 
 
 def image_path(kubelet: Kubelet) -> str:
-    """The PATH the pod's image sets (the Dockerfile's ENV in podman mode)."""
-    if kubelet.sandbox != "podman":
-        return kubelet.image_env["PATH"]
-    found = re.search(r"^ENV PATH=(\S+)", (REPO_ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)
-    assert found, "the Dockerfile sets PATH"
-    return found.group(1)
+    """The PATH the pod's image sets (its config's Env, as the kubelet passes it)."""
+    env = json.loads(
+        subprocess.run(
+            [*PODMAN, "image", "inspect", "--format", "{{json .Config.Env}}", kubelet.image],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    [path] = [entry.partition("=")[2] for entry in env if entry.startswith("PATH=")]
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -132,22 +139,13 @@ def release_mirror(real_aicr_release: Path, pod_host: str) -> Iterator[FolderMir
         yield served
 
 
-@pytest.fixture(scope="module")
-def redirect_kubelet(
-    control_plane: ControlPlane, kubelet: Kubelet, tmp_path_factory: pytest.TempPathFactory
-) -> Kubelet:
-    """The session's kubelet and image, plus the chart-redirecting helm."""
-    work = tmp_path_factory.mktemp("redirect-kubelet")
-    wrapper = work / "helm"
+@pytest.fixture
+def redirect_kubelet(make_kubelet: Callable[..., Kubelet], tmp_path: Path) -> Kubelet:
+    """The e2e image plus the chart-redirecting helm (install with its image_values)."""
+    wrapper = tmp_path / "helm"
     wrapper.write_text(HELM_REDIRECT)
     wrapper.chmod(0o755)
-    return Kubelet(
-        control_plane,
-        work / "kubelet",
-        image_files={f"{HELM_REDIRECT_DIR}/helm": wrapper},
-        sandbox=kubelet.sandbox,
-        image=kubelet.image or None,
-    )
+    return make_kubelet(image_files={f"{HELM_REDIRECT_DIR}/helm": wrapper})
 
 
 @pytest.fixture
@@ -225,6 +223,7 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
         namespace,
         values={
             **CRITERIA,
+            **redirect_kubelet.image_values(),
             "aicrVersion": TAG,
             "aicrReleaseBaseUrl": release_mirror.base_url,
             # No NVIDIA attestation in this release: warn runs it and says so.
@@ -290,3 +289,4 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     assert any(server_version in line for line in readiness), "readiness read the snapshot from its ConfigMap"
     assert control_plane.admin.exists("/api/v1/namespaces/aicr-validation"), "aicr validate created its namespace"
     assert results.step("capture-verdict")["status"] == "succeeded"
+    print(f"\nthe real aicr's pod ran {run.containers[-1].seconds:.1f}s (container start to exit, from its status)")

@@ -56,7 +56,8 @@ version=$(sed -n 's/^appVersion: *//p' chart/Chart.yaml | tr -d '"')
 key=$(
   {
     printf 'version %s\n' "$version"
-    sha256sum "$work/base-$arch.tar" "$work/tools/$arch/image-tools"
+    # relative names: the scratch directory's name must not change the key
+    (cd "$work" && sha256sum "base-$arch.tar" "tools/$arch/image-tools")
     find Dockerfile requirements.lock pyproject.toml README.md src -type f \
       ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16

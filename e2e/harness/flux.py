@@ -5,7 +5,8 @@ loopback, as cluster admin (the admin kubeconfig), without leader election:
 
 - source-controller: stores artifacts under a temp directory
   (``--storage-path``) and serves them on a loopback port (``--storage-addr``,
-  advertised to helm-controller as ``--storage-adv-addr``);
+  advertised to helm-controller as ``--storage-adv-addr``; only helm-controller,
+  on this host, reads it: no pod does);
 - helm-controller: fetches the chart artifact from there and runs Helm (v4, the
   Helm its module links) against the API server.
 

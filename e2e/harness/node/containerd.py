@@ -104,6 +104,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = {json.dumps(sandbox_image)}
   restrict_oom_score_adj = true
+  # Pod network namespaces under the private state directory, not /var/run/netns:
+  # the node's stop unmounts them with the rest, and their veths go with them.
+  netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false

@@ -17,10 +17,12 @@ and removes the chains.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +107,12 @@ class HostNetwork:
         _sysctl_path(f"net.ipv4.conf.{self.bridge}.route_localnet").write_text("1")
 
     def _remove_bridge(self) -> None:
+        """The bridge and the pods' veths on it (deleting one end of a veth pair
+        deletes both; without this a pod whose sandbox was never torn down keeps
+        its interface after the bridge is gone)."""
+        ports = run("ip", "-o", "link", "show", "master", self.bridge, check=False).stdout
+        for line in ports.splitlines():
+            run("ip", "link", "del", line.split(":", 2)[1].strip().split("@", 1)[0], check=False)
         run("ip", "link", "del", self.bridge, check=False)
 
     # -- the kubelet's cgroup root ---------------------------------------------
@@ -118,6 +126,19 @@ class HostNetwork:
             for inherited in ("cpuset.cpus", "cpuset.mems"):  # an empty cpuset admits no task
                 if (top / inherited).exists() and not (top / inherited).read_text().strip():
                     (top / inherited).write_text((hierarchy / inherited).read_text())
+
+    def remove_cgroup_root(self, timeout: float = 30.0) -> None:
+        """Remove the cgroup root and what the kubelet made under it, deepest first,
+        in every hierarchy. A cgroup whose last task is still exiting refuses
+        (EBUSY) until the kernel has released that task: wait for it."""
+        deadline = time.monotonic() + timeout
+        for hierarchy in Path("/sys/fs/cgroup").iterdir():
+            top = hierarchy / self.cgroup_root.lstrip("/")
+            if hierarchy.is_symlink() or not top.is_dir():
+                continue
+            nested = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+            for directory in [*nested, top]:
+                _rmdir_once_released(directory, deadline)
 
     # -- the service IP -------------------------------------------------------
     def route_service(self, service_ip: str, port: int, target_port: int) -> None:
@@ -170,7 +191,7 @@ class HostNetwork:
         """Undo this slot's changes; the last node of the machine also restores the
         sysctls and removes the kubelet's chains."""
         errors: list[str] = []
-        for step in (self._remove_chain, self._remove_bridge):
+        for step in (self._remove_chain, self._remove_bridge, self.remove_cgroup_root):
             try:
                 step()
             except HostSetupError as exc:
@@ -181,6 +202,21 @@ class HostNetwork:
         self._lock.close()
         if errors:
             raise HostSetupError("; ".join(errors))
+
+
+def _rmdir_once_released(directory: Path, deadline: float) -> None:
+    while True:
+        try:
+            directory.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                procs = directory / "cgroup.procs"
+                held = procs.read_text().split() if procs.exists() else []
+                raise HostSetupError(f"rmdir {directory}: {exc.strerror} (processes in it: {held or 'none'})") from None
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager

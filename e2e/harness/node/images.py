@@ -106,7 +106,9 @@ def derive_image(base: str, files: Mapping[str, Path], env: Mapping[str, str] | 
     digest = hashlib.sha256(base_id.encode())
     for target, source in sorted(files.items()):
         digest.update(target.encode())
-        paths = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
+        # what is copied below: a directory without its __pycache__
+        copied = (p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.relative_to(source).parts)
+        paths = sorted(copied) if source.is_dir() else [source]
         for path in paths:
             digest.update(str(path.relative_to(source) if source.is_dir() else "").encode())
             digest.update(path.read_bytes())

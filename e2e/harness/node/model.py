@@ -1,37 +1,10 @@
-"""The stand-in kubelet's constants, errors and results (what a test reads back)."""
+"""What a test reads back of the pods the e2e node ran (pods.py makes them)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-NODE_NAME = "e2e-node"
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-#: Where scenarios put the fake aicr in the image (chart value aicrBinary.path).
-FAKE_AICR_PATH = "/usr/local/bin/aicr"
-#: podman mode: where every pod finds the fake aicr's package (its launcher runs
-#: it with the image's Python), mounted read-only like an image file.
-FAKE_AICR_PACKAGE = "/opt/fake-aicr/fake_aicr"
-#: The kubelet keeps at most this much of a termination message file...
-MAX_TERMINATION_MESSAGE = 4096
-#: ...and, under FallbackToLogsOnError, the last 80 lines / 2 KiB of the log.
-FALLBACK_LOG_LINES = 80
-FALLBACK_LOG_BYTES = 2048
-
-
-class PodSpecUnsupported(NotImplementedError):
-    """The pod uses something this stand-in kubelet does not implement."""
-
-
-class _PodStartFailure(Exception):
-    """The container cannot start (the kubelet would report a waiting reason)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -44,9 +17,6 @@ class ContainerRun:
     stdout: str
     stderr: str
     termination_message: str
-    detail: str = ""  # why it never started (the kubelet's waiting message)
-    argv: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -117,48 +87,3 @@ class JobOutcome:
     def describe(self) -> str:
         head = f"job outcome: {self.status} {self.reason} after {len(self.attempts)} pod(s)"
         return "\n".join([head, *(a.describe() for a in self.attempts)])
-
-
-# --------------------------------------------------------------------------------------
-# $(VAR) expansion, exactly as k8s.io/kubernetes/third_party/forked/golang/expansion
-
-
-def expand(value: str, *contexts: Mapping[str, str]) -> str:
-    """Expand ``$(NAME)`` from the first context that has it; ``$$`` escapes; unknown
-    references stay as written."""
-
-    def mapping(name: str) -> str:
-        for ctx in contexts:
-            if name in ctx:
-                return ctx[name]
-        return f"$({name})"
-
-    out: list[str] = []
-    checkpoint = 0
-    cursor = 0
-    while cursor < len(value):
-        if value[cursor] == "$" and cursor + 1 < len(value):
-            out.append(value[checkpoint:cursor])
-            rest = value[cursor + 1 :]
-            if rest[0] == "$":
-                read, is_var, advance = "$", False, 1
-            elif rest[0] == "(":
-                close = rest.find(")", 1)
-                if close == -1:
-                    read, is_var, advance = "$(", False, 1
-                else:
-                    read, is_var, advance = rest[1:close], True, close + 1
-            else:
-                read, is_var, advance = "$" + rest[0], False, 1
-            out.append(mapping(read) if is_var else read)
-            cursor += advance
-            checkpoint = cursor + 1
-        cursor += 1
-    return "".join(out) + value[checkpoint:]
-
-
-# --------------------------------------------------------------------------------------
-
-
-def _ts(when: dt.datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")

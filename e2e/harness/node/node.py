@@ -4,9 +4,10 @@ the same Kubernetes module and version as the API server (tools/versions.env).
 ``start_node(plane, host, workdir)`` brings it up and returns once the Node is
 Ready and untainted (the node-lifecycle controller lifted
 ``node.kubernetes.io/not-ready``): the readiness the scheduler itself waits for.
-``RealNode.stop()`` deletes what runs there, stops the processes, unmounts the
-kubelet's volumes and removes its cgroups; the host's own changes are undone by
-``HostNetwork.teardown()``.
+``RealNode.stop()`` stops the processes (the containers with containerd), unmounts
+the kubelet's volumes and removes its cgroups; the host's own changes are undone
+by ``HostNetwork.teardown()`` (the cgroup root again, should the node have failed
+to stop).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class RealNode:
         self.processes.clear()
         self.runtime.stop()
         _unmount_under(self.workdir)
-        _remove_cgroups(self.host.cgroup_root)
+        self.host.remove_cgroup_root()
 
 
 def _unmount_under(directory: Path) -> None:
@@ -82,18 +83,6 @@ def _unmount_under(directory: Path) -> None:
     ]
     for mount in sorted(mounts, key=len, reverse=True):
         subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
-
-
-def _remove_cgroups(root: str) -> None:
-    for hierarchy in Path("/sys/fs/cgroup").iterdir():
-        top = hierarchy / root.lstrip("/")
-        if not top.is_dir():
-            continue
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-        with contextlib.suppress(OSError):
-            top.rmdir()
 
 
 def _kubelet_config(node_dir: Path, host: HostNetwork, plane: ControlPlane, runtime: Containerd) -> tuple[Path, int]:
@@ -181,7 +170,7 @@ def start_node(plane: ControlPlane, host: HostNetwork, workdir: Path, *, timeout
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     host.record_sysctls()
-    _remove_cgroups(host.cgroup_root)  # a crashed session's leftover
+    host.remove_cgroup_root()  # a crashed session's leftover
     host.make_cgroup_root()
     host.route_service(SERVICE_IP, 443, plane.port)
     pause = write_pause_archive(workdir / "pause.tar", tool("pause"), PAUSE_IMAGE)
