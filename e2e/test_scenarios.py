@@ -133,14 +133,12 @@ def pack_run_values(pack: OrgPack, env: Mapping[str, str] | None = None, **overr
 
 @dataclass(frozen=True)
 class Scenario:
-    """The session's API server, registry and helm, this scenario's namespace, and
-    the address the pods reach this host's test servers at (``pod_host``)."""
+    """The session's API server, registry and helm, and this scenario's namespace."""
 
     helm: Helm
     plane: ControlPlane
     registry: Registry
     namespace: str
-    pod_host: str
 
     def install(self, values: Mapping[str, Any]) -> None:
         """Install the chart. Provenance is off unless the values say otherwise: the
@@ -164,8 +162,8 @@ class Scenario:
 
 
 @pytest.fixture
-def scenario(helm: Helm, control_plane: ControlPlane, registry: Registry, namespace: str, pod_host: str) -> Scenario:
-    return Scenario(helm, control_plane, registry, namespace, pod_host)
+def scenario(helm: Helm, control_plane: ControlPlane, registry: Registry, namespace: str) -> Scenario:
+    return Scenario(helm, control_plane, registry, namespace)
 
 
 # -- a. org pack install --------------------------------------------------------------------
@@ -365,7 +363,7 @@ def download_values(base_url: str, **download: Any) -> dict[str, Any]:
 
 
 def test_a_checksum_mismatch_fails_closed_and_the_job_is_not_retried(
-    scenario: Scenario, kubelet: Kubelet, release_archive_bytes: bytes
+    scenario: Scenario, kubelet: Kubelet, pod_host: str, release_archive_bytes: bytes
 ) -> None:
     actual = hashlib.sha256(release_archive_bytes).hexdigest()
     expected = hashlib.sha256(b"what the release was supposed to be").hexdigest()
@@ -373,7 +371,7 @@ def test_a_checksum_mismatch_fails_closed_and_the_job_is_not_retried(
         ARCHIVE_PATH: release_archive_bytes,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": expected}),
     }
-    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
+    with ReleaseMirror(files, host=pod_host) as mirror:
         scenario.install(download_values(mirror.base_url))
         outcome = kubelet.run_job_to_completion(RELEASE, scenario.namespace)
 
@@ -396,13 +394,13 @@ def test_a_checksum_mismatch_fails_closed_and_the_job_is_not_retried(
 
 
 def test_a_flaky_mirror_succeeds_after_retries(
-    scenario: Scenario, kubelet: Kubelet, release_archive_bytes: bytes
+    scenario: Scenario, kubelet: Kubelet, pod_host: str, release_archive_bytes: bytes
 ) -> None:
     files = {
         ARCHIVE_PATH: release_archive_bytes,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": release_archive_bytes}),
     }
-    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
+    with ReleaseMirror(files, host=pod_host) as mirror:
         mirror.faults[CHECKSUMS_PATH] = ["reset"]
         mirror.faults[ARCHIVE_PATH] = ["503"]
         scenario.install(download_values(mirror.base_url))
@@ -437,13 +435,13 @@ def attested_release() -> bytes:
 
 
 def test_a_release_whose_provenance_does_not_verify_is_refused_before_aicr_runs(
-    scenario: Scenario, kubelet: Kubelet, attested_release: bytes
+    scenario: Scenario, kubelet: Kubelet, pod_host: str, attested_release: bytes
 ) -> None:
     files = {
         ARCHIVE_PATH: attested_release,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": attested_release}),
     }
-    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
+    with ReleaseMirror(files, host=pod_host) as mirror:
         # The chart's default: aicrProvenance.mode=require, NVIDIA's identity at aicrVersion.
         scenario.install(merged(download_values(mirror.base_url), {"aicrProvenance": {"mode": "require"}}))
         outcome = kubelet.run_job_to_completion(RELEASE, scenario.namespace)
@@ -467,7 +465,7 @@ def test_a_release_whose_provenance_does_not_verify_is_refused_before_aicr_runs(
 
 
 def test_provenance_verified_in_the_pod_is_recorded_in_the_status(
-    scenario: Scenario, kubelet: Kubelet, attested_release: bytes
+    scenario: Scenario, kubelet: Kubelet, pod_host: str, attested_release: bytes
 ) -> None:
     """The same release with the signer it really has: cosign verifies it offline
     in the pod; the identity, log index and time land in the status ConfigMap.
@@ -476,7 +474,7 @@ def test_provenance_verified_in_the_pod_is_recorded_in_the_status(
         ARCHIVE_PATH: attested_release,
         CHECKSUMS_PATH: checksums_file({"aicr_1.2.0_linux_amd64.tar.gz": attested_release}),
     }
-    with ReleaseMirror(files, host=scenario.pod_host) as mirror:
+    with ReleaseMirror(files, host=pod_host) as mirror:
         scenario.install(
             merged(
                 download_values(mirror.base_url),
@@ -498,11 +496,11 @@ def test_provenance_verified_in_the_pod_is_recorded_in_the_status(
 
 
 def test_an_unreachable_mirror_fails_within_the_budget_and_the_job_retries(
-    scenario: Scenario, kubelet: Kubelet
+    scenario: Scenario, kubelet: Kubelet, pod_host: str
 ) -> None:
     budget = 4
-    with closed_port(scenario.pod_host) as port:
-        base_url = f"http://{scenario.pod_host}:{port}"
+    with closed_port(pod_host) as port:
+        base_url = f"http://{pod_host}:{port}"
         scenario.install(
             merged(
                 download_values(base_url, attempts=3, timeoutSeconds=2, budgetSeconds=budget),
