@@ -56,7 +56,6 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     # Debian packages: found on PATH after the bootstrap installed them.
     "docker-registry": ("debian", None),
     "htpasswd": ("debian", None),
-    "bwrap": ("debian", None),
     "podman": ("debian", None),
     "runc": ("debian", None),
     "jq": ("debian", None),
