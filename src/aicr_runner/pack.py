@@ -22,7 +22,10 @@ at ``dest`` only when complete.
 only from the runner's credentials file (never ``~/.docker/config.json``,
 ``$DOCKER_CONFIG``, credential helpers or ``~/.netrc``), and replaces oras-py's
 built-in retry (5 attempts, sleeping 2+3**n s, auth failures included) with a
-short one that never retries an auth failure.
+short one that never retries an auth failure. Blob GETs skip requests'
+per-request path: they go straight to the same session's urllib3 pool with the
+credential oras-py settled on, and whatever that path does not handle (a proxy,
+an answer other than 200, 429 or 5xx) goes through oras-py as before.
 """
 
 from __future__ import annotations
@@ -47,13 +50,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urljoin
 
 import requests
 import requests.adapters
 import urllib3
 import urllib3.connection
+import urllib3.exceptions
 import urllib3.util
 from requests.models import PreparedRequest
+from requests.structures import CaseInsensitiveDict
+from requests.utils import requote_uri, select_proxy
 
 from aicr_runner import logs
 from aicr_runner.archive import safe_extract_all
@@ -778,6 +785,138 @@ class _ChallengeAuth(oras.auth.TokenAuth):  # type: ignore[misc]
         return dict(result or {}), True
 
 
+#: Redirects a blob GET follows before giving up (requests' limit).
+_MAX_REDIRECTS = 30
+#: A redirect's body up to this size is read so its connection can be kept; a bigger one is closed.
+_DRAINED_BODY_BYTES = 64 * 1024
+#: The answers a pooled GET hands back; anything else goes through oras-py's request and challenge flow.
+_POOLED_STATUS = frozenset({200, *_RETRYABLE_STATUS})
+
+
+#: A pooled GET's way to one origin: the adapter, its pool key (host, TLS) and the verify setting.
+_Origin = tuple["_Adapter", Any, Any, bool | str]
+
+
+class _PooledGets:
+    """Blob GETs sent straight on urllib3's pool of the session's adapter.
+
+    requests' path for one request (preparing it, merging settings, finding the
+    adapter, building the response, cookies) costs more CPU than a small blob
+    takes to arrive. This sends the same GET (the session's headers, the
+    adapter's timeout and TLS settings) on the same pool, so on the same
+    kept-alive, watched connections, and wraps urllib3's response in a
+    ``requests.Response``. Redirects are followed here, without the
+    Authorization header when the next URL is another host, port or scheme
+    (requests' rule). ``get`` returns None for a URL the proxy environment
+    sends through a proxy, and for any answer but 200, 429 or 5xx (its
+    connection drained and kept when the body is small): the caller sends the
+    request the old way, which handles both.
+    """
+
+    def __init__(self, session: _Session, *, verify: bool, timeout_seconds: float) -> None:
+        self._session = session
+        self._verify = verify
+        self._timeout = urllib3.Timeout(connect=timeout_seconds, read=timeout_seconds)
+        #: origin -> (adapter, pool key parameters, verify), or None when proxied.
+        self._origins: dict[str, _Origin | None] = {}
+
+    def get(self, url: str, auth_headers: Mapping[str, str]) -> requests.Response | None:
+        headers = {name: value for name, value in self._session.headers.items() if isinstance(value, str)}
+        headers.update(auth_headers)
+        strip_auth: Callable[[str, str], bool] = self._session.should_strip_auth
+        for _ in range(_MAX_REDIRECTS + 1):
+            raw = self._send(url, headers)
+            if raw is None:
+                return None
+            location = raw.get_redirect_location()
+            if not location:
+                if raw.status in _POOLED_STATUS:
+                    return _wrapped(raw, url)
+                _let_go(raw)
+                return None
+            _let_go(raw)
+            target = requote_uri(urljoin(url, location))
+            if strip_auth(url, target):
+                headers = {name: value for name, value in headers.items() if name.lower() != "authorization"}
+            url = target
+        raise requests.TooManyRedirects(f"Exceeded {_MAX_REDIRECTS} redirects.")
+
+    def _send(self, url: str, headers: Mapping[str, str]) -> urllib3.BaseHTTPResponse | None:
+        try:
+            origin = self._origin(url)
+            if origin is None:
+                return None
+            adapter, host_params, pool_kwargs, verify = origin
+            pool = adapter.poolmanager.connection_from_host(**host_params, pool_kwargs=pool_kwargs)
+            cert_verify: Callable[..., None] = adapter.cert_verify
+            cert_verify(pool, url, verify, None)  # as requests does on every send
+            response: urllib3.BaseHTTPResponse = pool.urlopen(
+                "GET",
+                urllib3.util.parse_url(url).request_uri,
+                headers=headers,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=False,
+                retries=False,
+                timeout=self._timeout,
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise _as_requests_error(exc) from exc
+        return response
+
+    def _origin(self, url: str) -> _Origin | None:
+        where = urllib3.util.parse_url(url)
+        key = f"{where.scheme}://{where.netloc}"
+        if key not in self._origins:  # the environment does not change during a pull
+            settings = self._session.merge_environment_settings(url, {}, True, self._verify, None)
+            adapter = self._session.get_adapter(url)
+            if select_proxy(url, settings["proxies"]) or not isinstance(adapter, _Adapter):
+                self._origins[key] = None
+            else:
+                request = PreparedRequest()
+                request.url = url  # all the pool key is made of
+                verify = self._verify if settings["verify"] is None else settings["verify"]
+                host_params, pool_kwargs = adapter.build_connection_pool_key_attributes(request, verify)
+                self._origins[key] = (adapter, host_params, pool_kwargs, verify)
+        return self._origins[key]
+
+
+def _wrapped(raw: urllib3.BaseHTTPResponse, url: str) -> requests.Response:
+    response = requests.Response()
+    response.status_code = raw.status
+    response.headers = CaseInsensitiveDict(raw.headers)
+    response.raw = raw
+    response.reason = raw.reason or ""
+    response.url = url
+    return response
+
+
+def _let_go(raw: urllib3.BaseHTTPResponse) -> None:
+    """Done with an answer whose body is not wanted: keep its connection if the body is small."""
+    length = raw.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) <= _DRAINED_BODY_BYTES:
+        raw.drain_conn()
+    else:
+        raw.close()
+    raw.release_conn()
+
+
+def _as_requests_error(exc: urllib3.exceptions.HTTPError) -> requests.RequestException:
+    """urllib3's error as requests' adapter reports it, so retries and messages stay the same."""
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return requests.exceptions.SSLError(exc)
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        return requests.ReadTimeout(exc)
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return requests.ConnectionError(exc)
+    if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+        return requests.ConnectTimeout(exc)
+    if isinstance(exc, urllib3.exceptions.LocationValueError):
+        return requests.exceptions.InvalidURL(exc)
+    return requests.ConnectionError(exc)
+
+
 #: oras-py's do_request without its @retry decorator (2+3**n s sleeps, 5 attempts).
 _UNRETRIED_DO_REQUEST: Callable[..., requests.Response] = getattr(
     oras.provider.Registry.do_request, "__wrapped__", oras.provider.Registry.do_request
@@ -814,6 +953,7 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         self._backoff_seconds = backoff_seconds
         self._sleep = sleep
         self._aborted = aborted
+        self._pooled = _PooledGets(self.session, verify=verify_tls, timeout_seconds=timeout_seconds)
 
     def do_request(  # noqa: PLR0917 - the signature is oras-py's
         self,
@@ -824,18 +964,43 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         json: dict[str, Any] | None = None,
         stream: bool = False,
     ) -> requests.Response:
+        def send() -> requests.Response:
+            return self._unretried(url, method, data, headers, json=json, stream=stream)
+
+        return self._retried(url, send)
+
+    def get_blob(self, url: str) -> requests.Response:
+        """A blob GET, retried like ``do_request``: straight on the pool when it can
+        be (``_PooledGets``), else, and on any answer but 200, 429 or 5xx (a 401
+        that wants a new token, say), through oras-py's request and challenge flow."""
+
+        def send() -> requests.Response:
+            auth_headers = dict(self.auth.preemptive_headers())
+            if self.auth.token is not None:  # what oras-py's do_request adds
+                auth_headers.update(self.auth.get_auth_header())
+            pooled = self._pooled.get(url, auth_headers)
+            return pooled if pooled is not None else self._unretried(url, "GET", None, {}, json=None, stream=True)
+
+        return self._retried(url, send)
+
+    def _unretried(
+        self,
+        url: str,
+        method: str,
+        data: dict[str, Any] | bytes | None,
+        headers: dict[str, str] | None,
+        *,
+        json: dict[str, Any] | None,
+        stream: bool,
+    ) -> requests.Response:
+        headers = {**self.auth.preemptive_headers(), **(headers or {})}
+        return _UNRETRIED_DO_REQUEST(self, url, method, data, headers=headers, json=json, stream=stream)
+
+    def _retried(self, url: str, send: Callable[[], requests.Response]) -> requests.Response:
         for attempt in range(1, self._attempts + 1):
             last = attempt == self._attempts
             try:
-                response = _UNRETRIED_DO_REQUEST(
-                    self,
-                    url,
-                    method,
-                    data,
-                    headers={**self.auth.preemptive_headers(), **(headers or {})},
-                    json=json,
-                    stream=stream,
-                )
+                response = send()
             except requests.exceptions.SSLError:
                 raise  # a certificate problem does not heal by waiting
             except (requests.ConnectionError, requests.Timeout) as exc:
@@ -911,7 +1076,10 @@ class OrasRegistry:
     def get_manifest(self, ref: str) -> tuple[dict[str, Any], str]:
         parsed = self._same_registry(ref)
         url = f"{self._scheme}://{self._api_host}/v2/{parsed.repository}/manifests/{parsed.reference}"
-        with self._get(url, ref, "manifest", {"Accept": ", ".join(ACCEPTED_MANIFEST_TYPES)}) as response:
+        accept = {"Accept": ", ".join(ACCEPTED_MANIFEST_TYPES)}
+        with self._get(
+            url, ref, "manifest", lambda: self._provider.do_request(url, "GET", headers=accept, stream=True)
+        ) as response:
             raw = self._read_capped(response, ref, "manifest", MAX_MANIFEST_BYTES)
         where = self._where(ref)
         try:
@@ -925,10 +1093,8 @@ class OrasRegistry:
     def blob_chunks(self, ref: str, digest: str, size: int) -> Generator[bytes]:
         parsed = self._same_registry(ref)
         url = f"{self._scheme}://{self._api_host}/v2/{parsed.repository}/blobs/{digest}"
-        with self._get(url, ref, f"blob {digest}", {}) as response:
-            # Reads of at most one byte past the declared size: a blob that runs
-            # on is cut there by pull_pack, not after a whole chunk more.
-            yield from self._chunks(response, ref, f"blob {digest}", min(_CHUNK_BYTES, size + 1))
+        with self._get(url, ref, f"blob {digest}", lambda: self._provider.get_blob(url)) as response:
+            yield from self._blob_body(response, ref, f"blob {digest}", size)
 
     # -- helpers --
 
@@ -949,13 +1115,13 @@ class OrasRegistry:
     def _stopped(self, ref: str, what: str) -> PackError:
         return PackError(f"{self._where(ref)}: the {what} request to registry {self._ref.registry} was stopped")
 
-    def _get(self, url: str, ref: str, what: str, headers: dict[str, str]) -> requests.Response:
+    def _get(self, url: str, ref: str, what: str, send: Callable[[], requests.Response]) -> requests.Response:
         where = self._where(ref)
         host = self._ref.registry
         if self._aborted.is_set():
             raise self._stopped(ref, what)
         try:
-            response = self._provider.do_request(url, "GET", headers=headers, stream=True)
+            response = send()
         except requests.exceptions.SSLError as exc:
             if self._aborted.is_set():
                 raise self._stopped(ref, what) from exc
@@ -992,6 +1158,24 @@ class OrasRegistry:
         try:
             yield from response.iter_content(chunk_bytes)
         except requests.RequestException as exc:
+            if self._aborted.is_set():
+                raise self._stopped(ref, what) from exc
+            raise PackNotFoundError(
+                f"{self._where(ref)}: the {what} download from registry {self._ref.registry} broke off ({_short(exc)})"
+            ) from exc
+
+    def _blob_body(self, response: requests.Response, ref: str, what: str, size: int) -> Iterator[bytes]:
+        """The body in reads of at most one byte past what is left of the declared
+        size: a blob that runs on is cut there by pull_pack, not a chunk later."""
+        remaining = size + 1
+        try:
+            while remaining > 0:
+                chunk = response.raw.read(min(_CHUNK_BYTES, remaining), decode_content=True)
+                if not chunk:
+                    return
+                remaining -= len(chunk)
+                yield chunk
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
             if self._aborted.is_set():
                 raise self._stopped(ref, what) from exc
             raise PackNotFoundError(

@@ -5,6 +5,7 @@ credential sources it must ignore)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -618,6 +619,17 @@ class Served:
     requests: list[tuple[str, str]] = field(default_factory=list)
     token: str = "token-for-alice"
     port: int = 0
+    #: Statuses the next blob requests get instead of the blob.
+    blob_fail_with: list[int] = field(default_factory=list)
+    #: Where blob requests are redirected (``<this>/<digest>``, served under ``/storage/``); "" serves them.
+    blob_redirect: str = ""
+    #: Hand out a new token once the manifest was served: the blobs' first requests carry a stale
+    #: one, which is answered 403 (a token without the scope asked for).
+    rotate_token: bool = False
+    stale_token: str = ""
+    #: TCP connections accepted so far.
+    connections: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def push(self, repository: str, tag: str, layers: list[Layer]) -> str:
         for layer in layers:
@@ -634,6 +646,11 @@ class _RegistryHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.state.lock:
+            self.state.connections += 1
 
     def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -660,7 +677,7 @@ class _RegistryHandler(BaseHTTPRequestHandler):
             return True
         realm = f"http://127.0.0.1:{state.port}/token"
         self._error(
-            401,
+            403 if state.stale_token and header == f"Bearer {state.stale_token}" else 401,
             "UNAUTHORIZED",
             {"WWW-Authenticate": f'Bearer realm="{realm}",service="test",scope="repository:acme/pack:pull"'},
         )
@@ -683,26 +700,40 @@ class _RegistryHandler(BaseHTTPRequestHandler):
             return
         if not self._authorised():
             return
+        storage = re.fullmatch(r"/storage/(.+)", self.path)
         match = re.fullmatch(r"/v2/(.+)/(manifests|blobs)/(.+)", self.path)
-        if not match:
+        if storage:
+            self._blob(storage.group(1))
+        elif not match:
             self._error(404, "NAME_UNKNOWN")
+        elif match.group(2) == "manifests":
+            self._manifest(f"{match.group(1)}:{match.group(3)}")
+        elif state.blob_fail_with:
+            self._send(state.blob_fail_with.pop(0), b"busy")
+        elif state.blob_redirect:
+            self._send(307, b"<a>see there</a>", {"Location": f"{state.blob_redirect}/{match.group(3)}"})
+        else:
+            self._blob(match.group(3))
+
+    def _manifest(self, key: str) -> None:
+        raw = self.state.manifests.get(key)
+        if raw is None:
+            self._error(404, "MANIFEST_UNKNOWN")
             return
-        repository, kind, reference = match.groups()
-        if kind == "manifests":
-            raw = state.manifests.get(f"{repository}:{reference}")
-            if raw is None:
-                self._error(404, "MANIFEST_UNKNOWN")
-            else:
-                self._send(200, raw, {"Content-Type": OCI_MANIFEST, "Docker-Content-Digest": digest_of(raw)})
-        elif reference in state.blobs:
-            self._send(200, state.blobs[reference], {"Content-Type": "application/octet-stream"})
+        self._send(200, raw, {"Content-Type": OCI_MANIFEST, "Docker-Content-Digest": digest_of(raw)})
+        if self.state.rotate_token:
+            self.state.stale_token, self.state.token = self.state.token, "token-for-alice-renewed"
+            self.state.rotate_token = False
+
+    def _blob(self, digest: str) -> None:
+        if digest in self.state.blobs:
+            self._send(200, self.state.blobs[digest], {"Content-Type": "application/octet-stream"})
         else:
             self._error(404, "BLOB_UNKNOWN")
 
 
-@pytest.fixture
-def served() -> Iterator[Served]:
-    state = Served()
+@contextlib.contextmanager
+def serving(state: Served) -> Iterator[Served]:
     handler = type("Handler", (_RegistryHandler,), {"state": state})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
@@ -712,6 +743,12 @@ def served() -> Iterator[Served]:
     yield state
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    with serving(Served()) as state:
+        yield state
 
 
 @dataclass
@@ -934,9 +971,156 @@ def test_the_proxy_environment_is_honoured_on_every_request(
     for _ in range(2):  # the second request takes the kept answer
         with pytest.raises(PackNotFoundError):
             registry.get_manifest(settings.ref)
+    digest = digest_of(REGISTRY_YAML)
+    for _ in range(2):  # blobs too, although they skip requests' per-request path
+        with pytest.raises(PackNotFoundError):
+            list(registry.blob_chunks(settings.ref, digest, len(REGISTRY_YAML)))
 
     # A proxy is sent the absolute URL; the registry's own name never resolved.
-    assert [path for path, _ in served.requests] == ["http://registry.invalid:5000/v2/acme/pack/manifests/1.0"] * 2
+    assert [path for path, _ in served.requests] == [
+        *["http://registry.invalid:5000/v2/acme/pack/manifests/1.0"] * 2,
+        *[f"http://registry.invalid:5000/v2/acme/pack/blobs/{digest}"] * 2,
+    ]
+
+
+# --- blob GETs straight on the session's pool -----------------------------------------------
+
+
+def push_many(served: Served, count: int) -> list[Layer]:
+    layers = many_file_layers(count)
+    served.push("acme/pack", "1.0", layers)
+    return layers
+
+
+def spy_on_requests_path(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs sent through oras-py's request (requests' whole per-request path)."""
+    urls: list[str] = []
+    unretried = pack._UNRETRIED_DO_REQUEST
+
+    def spy(provider: Any, url: str, *args: Any, **kwargs: Any) -> Any:
+        urls.append(url)
+        return unretried(provider, url, *args, **kwargs)
+
+    monkeypatch.setattr(pack, "_UNRETRIED_DO_REQUEST", spy)
+    return urls
+
+
+@pytest.mark.parametrize("auth", ["none", "basic", "bearer"])
+def test_the_blobs_of_one_pull_reuse_connections_and_skip_requests(
+    tmp_path: Path, served: Served, auth: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 blobs on the few kept-alive connections of the fetch workers, each sent
+    once with the credential the manifest's challenge settled on."""
+    served.auth = auth
+    layers = push_many(served, 29)
+    through_requests = spy_on_requests_path(monkeypatch)
+
+    pulled = local_pull(tmp_path, served, user="alice", password=served.password)
+
+    assert len(tree(pulled.path)) == len(layers)
+    blob_requests = [authorization for path, authorization in served.requests if "/blobs/" in path]
+    assert len(blob_requests) == len(layers), "no blob was challenged or sent twice"
+    assert all(blob_requests) == (auth != "none")
+    # One connection per fetch worker, plus the one a challenge closes.
+    assert served.connections <= pack.MAX_PARALLEL_FETCHES + (auth != "none"), served.connections
+    assert all("/manifests/" in url for url in through_requests), through_requests
+
+
+def test_a_blob_refused_for_its_token_gets_a_new_one_through_oras_py(tmp_path: Path, served: Served) -> None:
+    """A refused blob GET goes through oras-py's challenge flow, which asks for a
+    new token on a 403 (it retries a 401 with the token it has)."""
+    served.auth = "bearer"
+    served.rotate_token = True  # the manifest's token no longer opens the blobs
+    push_default(served)
+
+    pulled = local_pull(tmp_path, served, user="alice", password=served.password)
+
+    assert tree(pulled.path)["registry.yaml"] == REGISTRY_YAML
+    assert len([path for path, _ in served.requests if path.startswith("/token")]) >= 2, "a new token was asked for"
+    blobs = [authorization for path, authorization in served.requests if "/blobs/" in path]
+    assert blobs.count("Bearer token-for-alice-renewed") == 2, "each blob landed once, with the new token"
+    assert set(blobs) == {"Bearer token-for-alice", "Bearer token-for-alice-renewed"}
+
+
+def test_blob_server_errors_are_retried_on_the_pool_like_any_request(tmp_path: Path, served: Served) -> None:
+    served.auth = "none"
+    served.push("acme/pack", "1.0", [file_layer("registry.yaml", REGISTRY_YAML)])
+    served.blob_fail_with = [503, 429]
+    sleeps = Sleeps()
+
+    local_pull(tmp_path, served, sleeps=sleeps)
+
+    assert sleeps.waits == [1.0, 2.0]
+    assert len([path for path, _ in served.requests if "/blobs/" in path]) == 3, "each attempt sent once"
+
+    served.blob_fail_with = [503] * 3
+    sleeps = Sleeps()
+    (tmp_path / "again").mkdir()
+    with pytest.raises(PackError, match="HTTP 503") as caught:
+        local_pull(tmp_path / "again", served, sleeps=sleeps)
+    assert caught.value.exit_code == ExitCode.PACK_UNAVAILABLE
+
+
+def test_an_unreachable_blob_is_retried_and_reported_like_an_unreachable_registry(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ref = f"127.0.0.1:{port}/acme/pack:1.0"
+    sleeps = Sleeps()
+    registry = OrasRegistry(PackSettings(ref=ref, plain_http=True), sleep=sleeps)
+
+    with pytest.raises(PackNotFoundError) as caught:
+        list(registry.blob_chunks(ref, digest_of(REGISTRY_YAML), len(REGISTRY_YAML)))
+
+    assert f"registry 127.0.0.1:{port} is unreachable after 3 attempt(s)" in str(caught.value)
+    assert "Connection refused" in str(caught.value)
+    assert sleeps.waits == [1.0, 2.0]
+
+
+def test_a_blob_redirect_on_the_same_registry_keeps_the_credential(tmp_path: Path, served: Served) -> None:
+    served.auth = "basic"
+    served.blob_redirect = "/storage"
+    push_default(served)
+
+    pulled = local_pull(tmp_path, served, user="alice", password=served.password)
+
+    assert tree(pulled.path)["registry.yaml"] == REGISTRY_YAML
+    stored = [authorization for path, authorization in served.requests if path.startswith("/storage/")]
+    assert stored == [f"Basic {b64('alice:' + served.password)}"] * 2
+
+
+@pytest.mark.parametrize("auth", ["basic", "bearer"])
+def test_a_blob_redirected_to_another_host_is_fetched_without_the_credential(
+    tmp_path: Path, served: Served, auth: str
+) -> None:
+    """As registries send blobs to a storage service: the registry's credential
+    stays with the registry (requests' rule: another host, port or scheme)."""
+    served.auth = auth
+    push_default(served)
+    with serving(Served(auth="none", blobs=served.blobs)) as storage:
+        served.blob_redirect = f"http://localhost:{storage.port}/storage"
+
+        pulled = local_pull(tmp_path, served, user="alice", password=served.password)
+
+    assert tree(pulled.path)["overlays/acme.yaml"] == OVERLAY
+    assert [authorization for _, authorization in storage.requests] == ["", ""]
+    assert all(authorization for path, authorization in served.requests if "/blobs/" in path)
+
+
+def test_a_blob_redirect_loop_ends_at_the_redirect_limit_without_retries(tmp_path: Path, served: Served) -> None:
+    served.auth = "none"
+    push_default(served)
+    served.blob_redirect = "/v2/acme/pack/blobs"  # each blob URL redirects to itself
+    sleeps = Sleeps()
+
+    with pytest.raises(PackError, match="Exceeded 30 redirects") as caught:
+        local_pull(tmp_path, served, sleeps=sleeps)
+
+    assert type(caught.value) is PackError
+    assert sleeps.waits == []
+    assert served.connections <= pack.MAX_PARALLEL_FETCHES, "each hop on a kept connection"
 
 
 def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes() -> None:
