@@ -1094,7 +1094,7 @@ class OrasRegistry:
         parsed = self._same_registry(ref)
         url = f"{self._scheme}://{self._api_host}/v2/{parsed.repository}/blobs/{digest}"
         with self._get(url, ref, f"blob {digest}", lambda: self._provider.get_blob(url)) as response:
-            yield from self._blob_body(response, ref, f"blob {digest}", size)
+            yield from self._body(response, ref, f"blob {digest}", size)
 
     # -- helpers --
 
@@ -1154,20 +1154,10 @@ class OrasRegistry:
             raise PackNotFoundError(f"{where}: {what} not found on registry {host} ({detail})")
         raise PackError(f"{where}: registry {host} answered {detail} for the {what}")
 
-    def _chunks(self, response: requests.Response, ref: str, what: str, chunk_bytes: int) -> Iterator[bytes]:
-        try:
-            yield from response.iter_content(chunk_bytes)
-        except requests.RequestException as exc:
-            if self._aborted.is_set():
-                raise self._stopped(ref, what) from exc
-            raise PackNotFoundError(
-                f"{self._where(ref)}: the {what} download from registry {self._ref.registry} broke off ({_short(exc)})"
-            ) from exc
-
-    def _blob_body(self, response: requests.Response, ref: str, what: str, size: int) -> Iterator[bytes]:
-        """The body in reads of at most one byte past what is left of the declared
-        size: a blob that runs on is cut there by pull_pack, not a chunk later."""
-        remaining = size + 1
+    def _body(self, response: requests.Response, ref: str, what: str, limit: int) -> Iterator[bytes]:
+        """The body in reads of at most one byte past what is left of ``limit``: a
+        body that runs on is cut there by the caller, not a whole chunk later."""
+        remaining = limit + 1
         try:
             while remaining > 0:
                 chunk = response.raw.read(min(_CHUNK_BYTES, remaining), decode_content=True)
@@ -1175,7 +1165,7 @@ class OrasRegistry:
                     return
                 remaining -= len(chunk)
                 yield chunk
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             if self._aborted.is_set():
                 raise self._stopped(ref, what) from exc
             raise PackNotFoundError(
@@ -1187,7 +1177,7 @@ class OrasRegistry:
         if announced.isdigit() and int(announced) > limit:
             raise PackIntegrityError(f"{self._where(ref)}: the {what} is {announced} bytes, over the limit of {limit}")
         buffer = bytearray()
-        for chunk in self._chunks(response, ref, what, min(_CHUNK_BYTES, limit + 1)):
+        for chunk in self._body(response, ref, what, limit):
             buffer += chunk
             if len(buffer) > limit:
                 raise PackIntegrityError(f"{self._where(ref)}: the {what} exceeds {limit} bytes")

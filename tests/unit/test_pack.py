@@ -811,10 +811,12 @@ def test_a_manifest_over_the_bound_is_refused_unread_when_announced_and_cut_when
 
     def unannounced(url: str, method: str = "GET", **_: Any) -> Any:
         import requests
+        import urllib3
 
         response = requests.Response()
         response.status_code = 200
-        response.raw = io.BytesIO(raw)  # no Content-Length: read until the bound
+        # no Content-Length: read until the bound
+        response.raw = urllib3.HTTPResponse(body=io.BytesIO(raw), preload_content=False)
         return response
 
     monkeypatch.setattr(chunked._provider, "do_request", unannounced)
