@@ -25,6 +25,7 @@ import yaml
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
+from e2e.harness.kube import ObjectWatch
 from e2e.harness.node import JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
 from e2e.scenarios import CHART, COMPONENT_CHARTS, RELEASE, push_component_charts, releases_in, write_org_pack
@@ -114,32 +115,12 @@ class StatusReports:
 
     def __init__(self, plane: ControlPlane, namespace: str, name: str = "aicr-run-status") -> None:
         self.reports: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._args = (plane, namespace, name)
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{name}")
-        self._thread.start()
+        self._watch = ObjectWatch(plane.admin, f"/api/v1/namespaces/{namespace}/configmaps", name, self._take)
 
-    def _run(self) -> None:
-        plane, namespace, name = self._args
-        version = ""
-        while not self._stop.is_set():
-            try:
-                for event in plane.admin.watch(
-                    f"/api/v1/namespaces/{namespace}/configmaps",
-                    fieldSelector=f"metadata.name={name}",
-                    resourceVersion=version,
-                    timeoutSeconds="30",
-                ):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        version = ""  # too old: start from the current state
-                        break
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    report = (obj.get("data") or {}).get("report.json")
-                    if report:
-                        self.reports.append(json.loads(report))
-            except Exception:  # noqa: BLE001 - a broken stream: watch again
-                self._stop.wait(0.5)
+    def _take(self, _kind: str, obj: dict[str, Any]) -> None:
+        report = (obj.get("data") or {}).get("report.json")
+        if report:
+            self.reports.append(json.loads(report))
 
     def last(self, accelerator: str, timeout: float = 60.0) -> dict[str, Any]:
         """The last report of the run with ``accelerator`` in its criteria, once it
@@ -153,7 +134,7 @@ class StatusReports:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watch.stop()
 
 
 def job_of(scenario: Scenario, run: JobRun) -> dict[str, Any]:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
 
-__all__ = ["Kube", "KubeError"]
+__all__ = ["Kube", "KubeError", "ObjectWatch"]
 
 
 class KubeError(RuntimeError):
@@ -120,3 +121,57 @@ class Kube:
         """Status and body of a GET, without raising (health endpoints)."""
         resp = self._http.request("GET", self.server + path, headers=self._headers)
         return resp.status, resp.data.decode(errors="replace")
+
+
+class ObjectWatch:
+    """Every change of one named object, from a watch in a background thread.
+
+    After the server ends the stream (its timeout) or the API server is away for
+    a while, the watch starts again from the last version it saw; when the server
+    says that version is too old, from the current state. ``on_event(type,
+    object)`` runs on the watch's thread.
+    """
+
+    def __init__(
+        self,
+        client: Kube,
+        collection: str,
+        name: str,
+        on_event: Callable[[str, dict[str, Any]], None],
+        *,
+        resource_version: str = "",
+    ) -> None:
+        self._client = client
+        self._collection = collection
+        self._name = name
+        self._on_event = on_event
+        self._version = resource_version
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{name}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._watch_once()
+            except Exception:  # noqa: BLE001 - an API outage: watch again once it is back
+                self._stop.wait(0.5)
+
+    def _watch_once(self) -> None:
+        for event in self._client.watch(
+            self._collection,
+            fieldSelector=f"metadata.name={self._name}",
+            resourceVersion=self._version,
+            timeoutSeconds="30",
+        ):
+            if self._stop.is_set():
+                return
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                self._version = ""  # too old: start from the current state
+                return
+            self._version = obj.get("metadata", {}).get("resourceVersion", self._version)
+            self._on_event(str(event["type"]), obj)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from e2e.harness.apiserver import ControlPlane
-from e2e.harness.kube import KubeError
+from e2e.harness.kube import KubeError, ObjectWatch
 from e2e.harness.node.model import ContainerRun, JobOutcome, JobRun, PodDeletion
 from e2e.harness.node.node import RealNode
 
@@ -83,42 +82,6 @@ class _LogTail:
 
 def _parse_time(stamp: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
-
-
-class _PodWatch:
-    """Pod snapshots from a watch, in a background thread (the last one is kept)."""
-
-    def __init__(self, plane: ControlPlane, namespace: str, name: str, resource_version: str) -> None:
-        self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
-        self._stop = threading.Event()
-        self._args = (plane, namespace, name, resource_version)
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{name}")
-        self._thread.start()
-
-    def _run(self) -> None:
-        plane, namespace, name, version = self._args
-        while not self._stop.is_set():
-            try:
-                for event in plane.admin.watch(
-                    f"/api/v1/namespaces/{namespace}/pods",
-                    fieldSelector=f"metadata.name={name}",
-                    resourceVersion=version,
-                    timeoutSeconds="30",
-                    allowWatchBookmarks="false",
-                ):
-                    if self._stop.is_set():
-                        return
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        version = ""  # too old: start from the current state
-                        break
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    self.events.put((str(event["type"]), obj))
-            except Exception:  # noqa: BLE001 - an API outage: watch again once it is back
-                self._stop.wait(0.5)
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 class Kubelet:
@@ -340,7 +303,14 @@ class _Follower:
         self.started_at: float | None = None
         self.exited_at: float | None = None
         self.tails: dict[str, _LogTail] = {}
-        self.watch = _PodWatch(kubelet.plane, self.namespace, self.name, str(meta.get("resourceVersion", "")))
+        self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        self.watch = ObjectWatch(
+            kubelet.plane.admin,
+            f"/api/v1/namespaces/{self.namespace}/pods",
+            self.name,
+            lambda kind, obj: self.events.put((kind, obj)),
+            resource_version=str(meta.get("resourceVersion", "")),
+        )
 
     def close(self) -> None:
         self.watch.stop()
@@ -430,7 +400,7 @@ class _Follower:
         last_stuck_check = 0.0
         while True:
             with contextlib.suppress(queue.Empty):
-                kind, obj = self.watch.events.get(timeout=0.1)
+                kind, obj = self.events.get(timeout=0.1)
                 if kind == "DELETED":
                     self._observe(obj)
                     gone = True
