@@ -32,7 +32,7 @@ from e2e.harness.node import (
     claim_host_network,
     start_node,
 )
-from e2e.harness.node.containerd import _shims_of
+from e2e.harness.node.containerd import shims_of
 from e2e.harness.node.host import KUBELET_SYSCTLS, STATE_DIR
 from e2e.harness.node.node import PAUSE_IMAGE
 from e2e.harness.procs import wait_for
@@ -695,7 +695,7 @@ def test_a_second_node_on_another_slot_is_undone_by_teardown(
     assert not _cgroup_roots(second)
     assert not _mounts_under(other.workdir)
     assert not any(p.alive() for p in processes)
-    assert not _shims_of(other.runtime.socket)
+    assert not shims_of(other.runtime.socket)
     # ...and everything else is as it was (the session's slot included).
     mine = {host_network.slot, second.slot}
     assert after.comparable(mine) == before.comparable(mine)

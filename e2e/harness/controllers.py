@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from e2e.harness.kube import Kube
-from e2e.harness.procs import ManagedProcess, StartupError, wait_for
+from e2e.harness.procs import ManagedProcess, StartupError
 from e2e.tools import tool
 
 __all__ = ["CONTROLLERS", "start_controller_manager"]
@@ -81,10 +81,8 @@ def start_controller_manager(
         return True if published and admin.exists("/api/v1/namespaces/default/serviceaccounts/default") else None
 
     try:
-        wait_for(acting, timeout=timeout, what="kube-controller-manager", alive=proc.alive, interval=0.1)
+        proc.wait_ready(acting, timeout=timeout, what="kube-controller-manager's controllers", interval=0.1)
     except StartupError:
         proc.stop()
-        raise StartupError(
-            f"kube-controller-manager did not start its controllers; log tail:\n{proc.log_tail()}"
-        ) from None
+        raise
     return proc

@@ -31,7 +31,7 @@ import yaml
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.kube import Kube, KubeError
-from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
+from e2e.harness.procs import ManagedProcess, free_port, wait_for
 from e2e.tools import flux_crds, tool
 
 __all__ = ["Flux", "apply", "condition", "get", "install_crds", "resource_path", "start_flux"]
@@ -152,10 +152,7 @@ def start_flux(plane: ControlPlane, workdir: Path, *, timeout: float = 90.0) -> 
                 cwd=workdir,
             )
             flux.processes.append(proc)
-            try:
-                wait_for(partial(_ready, health), timeout=timeout, what=f"{name} /readyz", alive=proc.alive)
-            except StartupError as exc:
-                raise StartupError(f"{exc}; log tail:\n{proc.log_tail()}") from None
+            proc.wait_ready(partial(_ready, health), timeout=timeout, what=f"{name} /readyz")
     except BaseException:
         flux.stop()
         raise

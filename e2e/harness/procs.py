@@ -107,6 +107,22 @@ class ManagedProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def wait_ready(
+        self,
+        probe: Callable[[], T | None],
+        *,
+        timeout: float,
+        what: str,
+        interval: float = 0.05,
+        tail_lines: int = 40,
+    ) -> T:
+        """``wait_for(probe)`` while this process lives; when it does not get
+        ready, the StartupError carries the end of its log."""
+        try:
+            return wait_for(probe, timeout=timeout, what=what, interval=interval, alive=self.alive)
+        except StartupError as exc:
+            raise StartupError(f"{exc}\n{self.name} log tail:\n{self.log_tail(tail_lines)}") from None
+
     def stop(self, grace: float = 10.0) -> int | None:
         """SIGTERM the process group, SIGKILL after ``grace`` seconds. Returns the exit code."""
         try:

@@ -15,12 +15,12 @@ import json
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e.harness.procs import ManagedProcess, StartupError, wait_for
+from e2e.harness.procs import ManagedProcess, StartupError
 
-__all__ = ["Containerd", "start_containerd"]
+__all__ = ["Containerd", "shims_of", "start_containerd"]
 
 CNI_BIN_DIR = "/usr/lib/cni"
 NAMESPACE = "k8s.io"
@@ -33,15 +33,16 @@ class Containerd:
     state: Path
     socket: Path
     certs_dir: Path
+    #: images imported so far (a derived image asked for again is not imported again)
+    loaded: set[str] = field(default_factory=set)
 
     @property
     def endpoint(self) -> str:
         return f"unix://{self.socket}"
 
-    def ctr(self, *args: str, input_path: Path | None = None, check: bool = True) -> str:
+    def ctr(self, *args: str, check: bool = True) -> str:
         argv = ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *args]
-        with input_path.open("rb") if input_path else open(os.devnull, "rb") as stdin:
-            proc = subprocess.run(argv, stdin=stdin, capture_output=True, check=False)
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
         if check and proc.returncode != 0:
             raise RuntimeError(f"ctr {' '.join(args)} (exit {proc.returncode}): {proc.stderr.decode(errors='replace')}")
         return proc.stdout.decode(errors="replace")
@@ -61,12 +62,12 @@ class Containerd:
             for task in self.ctr("tasks", "list", "-q", check=False).split():
                 self.ctr("tasks", "kill", "--signal", "SIGKILL", task, check=False)
         self.process.stop()
-        for pid in _shims_of(self.socket):
+        for pid in shims_of(self.socket):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
 
-def _shims_of(socket: Path) -> list[int]:
+def shims_of(socket: Path) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -173,8 +174,8 @@ def start_containerd(
         return True
 
     try:
-        wait_for(serving, timeout=timeout, what="containerd", alive=proc.alive, interval=0.05)
+        proc.wait_ready(serving, timeout=timeout, what="containerd")
     except StartupError:
         proc.stop()
-        raise StartupError(f"containerd did not start; log tail:\n{proc.log_tail()}") from None
+        raise
     return runtime

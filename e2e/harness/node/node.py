@@ -13,6 +13,7 @@ to stop).
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from e2e.harness.kube import KubeError
 from e2e.harness.node.containerd import Containerd, start_containerd
 from e2e.harness.node.host import HostNetwork
 from e2e.harness.node.images import write_pause_archive
-from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
+from e2e.harness.procs import ManagedProcess, free_port
 from e2e.tools import tool
 
 __all__ = ["NODE_NAME", "PAUSE_IMAGE", "RealNode", "start_node"]
@@ -43,6 +44,8 @@ class RealNode:
     processes: list[ManagedProcess] = field(default_factory=list)
     #: seconds from the first process started to the Node Ready and untainted
     startup_seconds: float = 0.0
+    #: UIDs of the pods a ``Kubelet`` has followed (``run_job`` takes the Job's next one)
+    reported_pods: set[str] = field(default_factory=set)
 
     @property
     def name(self) -> str:
@@ -73,8 +76,6 @@ class RealNode:
 
 
 def _unmount_under(directory: Path) -> None:
-    import subprocess
-
     prefix = str(directory.resolve())
     mounts = [
         line.split()[4]
@@ -218,17 +219,13 @@ def start_node(plane: ControlPlane, host: HostNetwork, workdir: Path, *, timeout
                 workdir / "kube-scheduler.log",
             )
         )
-        kubelet = node.process("kubelet")
-        try:
-            wait_for(
-                lambda: _node_schedulable(plane),
-                timeout=timeout,
-                what="the e2e node Ready and untainted",
-                alive=kubelet.alive,
-                interval=0.1,
-            )
-        except StartupError as exc:
-            raise StartupError(f"{exc}\nkubelet log tail:\n{kubelet.log_tail(60)}") from None
+        node.process("kubelet").wait_ready(
+            lambda: _node_schedulable(plane),
+            timeout=timeout,
+            what="the e2e node Ready and untainted",
+            interval=0.1,
+            tail_lines=60,
+        )
     except BaseException:
         node.stop()
         raise
