@@ -237,10 +237,7 @@ def wait_for_job_end(kubelet: Kubelet, namespace: str, *, timeout: float = 120.0
     "Failed", reason). Called when its last pod has ended, so this waits for the
     controller to act on that, and asserts that no other pod of the Job appeared."""
     job = kubelet.find_job(RELEASE, namespace)
-    deadline = time.monotonic() + timeout
-    while not (ended := kubelet.job_status(job))[0]:
-        assert time.monotonic() < deadline, f"the Job controller never finished Job {job['metadata']['name']}"
-        time.sleep(0.2)
+    ended = kubelet.wait_for_job_end(job, timeout=timeout)
     assert kubelet.next_pod(job) is None, "the Job ran another pod"
     return ended
 

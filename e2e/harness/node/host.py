@@ -24,7 +24,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -73,7 +73,6 @@ class HostNetwork:
 
     slot: int
     _lock: IO[str]
-    undo: list[tuple[str, ...]] = field(default_factory=list)
 
     @property
     def bridge(self) -> str:
@@ -100,7 +99,6 @@ class HostNetwork:
     def _up(self) -> None:
         self._remove_bridge()  # a crashed session's leftover
         run("ip", "link", "add", self.bridge, "type", "bridge")
-        self.undo.append(("bridge",))
         run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         run("ip", "link", "set", self.bridge, "up")
         # DNAT to the API server's loopback address needs local routing from the bridge.
@@ -147,7 +145,6 @@ class HostNetwork:
         (another session's API server has the same service IP)."""
         self._remove_chain()
         run("iptables", "-t", "nat", "-N", self.chain)
-        self.undo.append(("chain",))
         run(
             "iptables",
             "-t",
@@ -168,15 +165,7 @@ class HostNetwork:
         run("iptables", "-t", "nat", "-I", "PREROUTING", "-i", self.bridge, "-j", self.chain)
 
     def _remove_chain(self) -> None:
-        while (
-            run(
-                "iptables", "-t", "nat", "-D", "PREROUTING", "-i", self.bridge, "-j", self.chain, check=False
-            ).returncode
-            == 0
-        ):
-            pass
-        run("iptables", "-t", "nat", "-F", self.chain, check=False)
-        run("iptables", "-t", "nat", "-X", self.chain, check=False)
+        _remove_iptables_chain("nat", self.chain, ("PREROUTING", "-i", self.bridge))
 
     # -- kernel settings ------------------------------------------------------
     def record_sysctls(self) -> None:
@@ -254,12 +243,23 @@ def _restore_machine() -> list[str]:
                 errors.append(f"restore {name}={value}: {exc}")
         saved.unlink()
     for table, chain in KUBELET_CHAINS:
-        for builtin in ("INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"):
-            while run("iptables", "-t", table, "-D", builtin, "-j", chain, check=False).returncode == 0:
-                pass
-        run("iptables", "-t", table, "-F", chain, check=False)
-        run("iptables", "-t", table, "-X", chain, check=False)
+        _remove_iptables_chain(table, chain, *((builtin,) for builtin in _BUILTIN_CHAINS))
     return errors
+
+
+_BUILTIN_CHAINS = ("INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING")
+
+
+def _remove_iptables_chain(table: str, chain: str, *jumps_from: tuple[str, ...]) -> None:
+    """Remove ``chain`` from ``table``: every jump to it (each ``jumps_from`` is a
+    built-in chain and the match of the jump, as many times as it was added),
+    then its rules, then the chain. What is not there is skipped."""
+    for jump in jumps_from:
+        builtin, *match = jump
+        while run("iptables", "-t", table, "-D", builtin, *match, "-j", chain, check=False).returncode == 0:
+            pass
+    run("iptables", "-t", table, "-F", chain, check=False)
+    run("iptables", "-t", table, "-X", chain, check=False)
 
 
 def claim_host_network() -> HostNetwork:

@@ -134,11 +134,13 @@ def derive_image(base: str, files: Mapping[str, Path], env: Mapping[str, str] | 
 
 
 def load_image(runtime: Containerd, image: str, *aliases: str) -> None:
-    """Copy a podman image into the node's containerd (``ctr images import``),
-    also named ``aliases`` there."""
-    with tempfile.TemporaryDirectory(prefix="e2e-image-") as scratch:
-        archive = Path(scratch) / "image.tar"
-        _podman("save", "--format", "docker-archive", "--output", str(archive), image)
-        runtime.ctr("images", "import", str(archive))
+    """Copy a podman image into the node's containerd (``ctr images import``,
+    once per image: tags are content hashes), also named ``aliases`` there."""
+    if image not in runtime.loaded:
+        with tempfile.TemporaryDirectory(prefix="e2e-image-") as scratch:
+            archive = Path(scratch) / "image.tar"
+            _podman("save", "--format", "docker-archive", "--output", str(archive), image)
+            runtime.ctr("images", "import", str(archive))
+        runtime.loaded.add(image)
     for alias in aliases:
         runtime.ctr("images", "tag", "--force", image, alias)

@@ -41,7 +41,6 @@ class JobRun:
     termination_message: str
     reason: str
     containers: tuple[ContainerRun, ...] = ()
-    sandbox: str = ""
     pod: Mapping[str, Any] = field(default_factory=dict)
     deletion: PodDeletion | None = None  # set when the pod was deleted while it ran
 
@@ -58,8 +57,8 @@ class JobRun:
     def describe(self) -> str:
         """A multi-line summary for assertion messages."""
         lines = [
-            f"job {self.job_name} pod {self.pod_name}: exit={self.exit_code} reason={self.reason} "
-            f"sandbox={self.sandbox}" + (f" deletion={self.deletion}" if self.deletion else "")
+            f"job {self.job_name} pod {self.pod_name}: exit={self.exit_code} reason={self.reason}"
+            + (f" deletion={self.deletion}" if self.deletion else "")
         ]
         for run in self.containers:
             lines.append(

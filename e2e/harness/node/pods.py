@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 from e2e.harness.kube import KubeError, ObjectWatch
 from e2e.harness.node.model import ContainerRun, JobOutcome, JobRun, PodDeletion
@@ -87,16 +87,11 @@ def _parse_time(stamp: str | None) -> dt.datetime | None:
 class Kubelet:
     """Follows the pods the real node runs (one image's view: ``image``)."""
 
-    #: pods already reported, per node (run_job takes the Job's next pod)
-    _seen: ClassVar[dict[int, set[str]]] = {}
-
-    def __init__(self, node: RealNode, image: str, image_id: str = "") -> None:
+    def __init__(self, node: RealNode, image: str) -> None:
         self.node = node
         self.plane = node.plane
         self.workdir = node.workdir
         self.image = image
-        self.image_id = image_id
-        self.sandbox = "node"
 
     # -- the image ------------------------------------------------------------
     def image_values(self) -> dict[str, Any]:
@@ -140,10 +135,6 @@ class Kubelet:
                 return str(condition["type"]), str(condition.get("reason", ""))
         return "", ""
 
-    @property
-    def _reported(self) -> set[str]:
-        return self._seen.setdefault(id(self.node), set())
-
     def next_pod(self, job: Mapping[str, Any], *, timeout: float = 60.0) -> dict[str, Any] | None:
         """The Job's oldest pod not reported yet, once the Job controller created
         it; None when the Job finished instead."""
@@ -152,7 +143,7 @@ class Kubelet:
         deadline = time.monotonic() + timeout
         while True:
             pods = self.plane.admin.get(f"/api/v1/namespaces/{meta['namespace']}/pods", labelSelector=selector)
-            fresh = [p for p in pods["items"] if p["metadata"]["uid"] not in self._reported]
+            fresh = [p for p in pods["items"] if p["metadata"]["uid"] not in self.node.reported_pods]
             if fresh:
                 fresh.sort(key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
                 return dict(fresh[0])
@@ -208,19 +199,22 @@ class Kubelet:
                 raise TimeoutError(f"Job {namespace}/{job['metadata']['name']} unfinished after {timeout:.0f}s")
             pod = self.next_pod(job, timeout=remaining)
             if pod is None:
-                status, reason = self._finished(job, deadline)
+                status, reason = self.wait_for_job_end(job, timeout=max(0.0, deadline - time.monotonic()))
                 return JobOutcome(status, reason, tuple(attempts))
             run = self.follow(pod, timeout=remaining)
             attempts.append(run)
             if run.exit_code is None and run.deletion is None:
                 return JobOutcome("Stuck", run.reason, tuple(attempts))
 
-    def _finished(self, job: Mapping[str, Any], deadline: float) -> tuple[str, str]:
-        while True:
-            status, reason = self.job_status(job)
-            if status or time.monotonic() > deadline:
-                return status, reason
+    def wait_for_job_end(self, job: Mapping[str, Any], *, timeout: float = 120.0) -> tuple[str, str]:
+        """The Job's end as the Job controller records it: ("Complete" | "Failed",
+        reason) once it has acted on the Job's last pod."""
+        deadline = time.monotonic() + timeout
+        while not (ended := self.job_status(job))[0]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Job controller never finished Job {job['metadata']['name']}")
             time.sleep(0.1)
+        return ended
 
     @contextlib.contextmanager
     def serving(self, namespace: str) -> Iterator[list[JobRun]]:
@@ -235,7 +229,7 @@ class Kubelet:
             try:
                 while not stop.is_set():
                     pods = self.plane.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
-                    fresh = [p for p in pods if p["metadata"]["uid"] not in self._reported]
+                    fresh = [p for p in pods if p["metadata"]["uid"] not in self.node.reported_pods]
                     if not fresh:
                         stop.wait(0.2)
                         continue
@@ -269,7 +263,7 @@ class Kubelet:
         if terminate_by not in ("delete", "evict"):
             raise ValueError(f"terminate_by={terminate_by!r}: use 'delete' or 'evict'")
         meta = pod["metadata"]
-        self._reported.add(meta["uid"])
+        self.node.reported_pods.add(meta["uid"])
         follower = _Follower(self, dict(pod), terminate_when, terminate_after, terminate_by)
         try:
             return follower.run(time.monotonic() + timeout, cancel)
@@ -479,7 +473,6 @@ class _Follower:
             termination_message=message,
             reason=reason,
             containers=tuple(runs),
-            sandbox="node",
             pod=self.pod,
             deletion=self.deletion,
         )
