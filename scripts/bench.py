@@ -695,7 +695,54 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
             rows.append(_paired(repeat, runner, shell, row))
             overhead = statistics.median(row.runner) - statistics.median(row.shell)
             row.note = f"overhead {overhead:+.3f} s (medians); {_cpu_note(runner_cpu, shell_cpu)}"
+            if not small:
+                rows.append(_pack_floor_row(repeat, ref, dest, row.metric, shell))
+    rows.append(_pack_imports_row(repeat))
     return rows
+
+
+def _pack_imports_row(repeat: int) -> Row:
+    """Start-up only: what the runner's pull imports against what the floor imports."""
+    env = _base_env()
+    runner = "import aicr_runner.config, aicr_runner.pack"
+    floor = "import hashlib, http.client, json, sys, tarfile, threading, pathlib"
+    row = Row(
+        "pack pull start-up: the runner's imports (`aicr_runner.config`, `aicr_runner.pack`), whole process",
+        "reference: part of the pull rows",
+        f"`python -c '{runner}'`",
+        "the floor's imports (stdlib)",
+        "s",
+    )
+    _paired(repeat, lambda: _wall([PYTHON, "-c", runner], env=env), lambda: _wall([PYTHON, "-c", floor], env=env), row)
+    row.note = f"{statistics.median(row.runner) - statistics.median(row.shell):+.3f} s (medians)"
+    return row
+
+
+def _pack_floor_row(repeat: int, ref: str, dest: Path, metric: str, shell: Callable[..., float]) -> Row:
+    """The same pull by scripts/pack_floor.py: the least any Python process pays for it."""
+    floor_cpu: list[float] = []
+    shell_cpu: list[float] = []
+
+    def floor() -> float:
+        shutil.rmtree(dest, ignore_errors=True)
+        wall = _wall([PYTHON, str(ROOT / "scripts" / "pack_floor.py"), ref, str(dest)], floor_cpu, env=_base_env())
+        if not (dest / "registry.yaml").is_file():
+            raise RuntimeError(f"scripts/pack_floor.py left no registry.yaml in {dest}")
+        return wall
+
+    def anchor() -> float:
+        return shell(cpu=shell_cpu)
+
+    row = Row(
+        metric.replace("pack pull,", "pack pull floor (stdlib-only Python, no checks: scripts/pack_floor.py),"),
+        "reference: the least Python pays",
+        "`pack_floor.py`",
+        "`oras pull`",
+        "s",
+    )
+    _paired(repeat, floor, anchor, row)
+    row.note = _cpu_note(floor_cpu, shell_cpu)
+    return row
 
 
 # --- release fetch -----------------------------------------------------------------------------
