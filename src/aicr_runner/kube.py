@@ -276,7 +276,11 @@ class ClientKubeApi:
                         "no Kubernetes credentials: not running in a pod and no usable kubeconfig "
                         f"({exc}); use 'aicr-runner plan' for a local dry run"
                     ) from exc
-            api_client = client.ApiClient()
+            configuration = client.Configuration.get_default_copy()
+            # One try per runner attempt: urllib3's own retries (3 by default) would
+            # log three lines per failed attempt and spend the write budget unseen.
+            configuration.retries = False
+            api_client = client.ApiClient(configuration)
         self._api_client = api_client
         self.write_budget_seconds = write_budget_seconds
         self._sleep = sleep

@@ -95,6 +95,10 @@ class RunReport:
     recoveries: list[dict[str, str]] = field(default_factory=list)
     #: Components deploy.sh reported failed (a run under --best-effort may still exit 0).
     failed_components: list[str] = field(default_factory=list)
+    #: The Job and pod writing this report (``job/pod``; empty outside a pod). Every
+    #: run of a release writes the same status ConfigMap, and during an upgrade the
+    #: old run's pod may still be stopping while the new one starts.
+    run_by: str = ""
 
     def step(self, state: str) -> StepRecord:
         for record in self.steps:
@@ -121,6 +125,7 @@ class RunReport:
             "exitCode": self.exit_code,
             "supportedCombinations": list(self.supported_combinations),
             "failedComponents": list(self.failed_components),
+            "runBy": self.run_by,
         }
 
     def to_json(self) -> str:
@@ -133,6 +138,7 @@ class RunReport:
             f"message: {self.message}",
             "criteria: " + ", ".join(f"{k}={v or '-'}" for k, v in self.criteria.items()),
             f"aicr: {self.aicr_version}",
+            *([f"run by: {self.run_by}"] if self.run_by else []),
             "",
             f"{'STEP':<18} {'STATUS':<12} {'EXIT':>4} {'SECONDS':>8}  MESSAGE",
         ]

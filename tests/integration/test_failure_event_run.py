@@ -67,6 +67,10 @@ def test_a_failed_run_tells_the_helmrelease_after_capturing_and_keeps_its_exit_c
     assert event["involvedObject"]["uid"] == "uid-1"
     assert api.status_at_event is not None
     assert (api.status_at_event["phase"], api.status_at_event["exitCode"]) == ("Failed", 1)
+    # Every run of the release writes this ConfigMap: the report names the one that wrote it.
+    assert api.status_at_event["runBy"] == f"{JOB}/{JOB}-abcde"
+    summary = api.objects[("aicr", "aicr-run-status")]["data"]["summary.txt"]  # type: ignore[index]
+    assert f"\nrun by: {JOB}/{JOB}-abcde\n" in summary
 
 
 def test_a_refused_event_changes_nothing(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

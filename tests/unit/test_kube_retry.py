@@ -10,9 +10,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.config import kube_config
 
 from aicr_runner import kube
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
@@ -204,3 +206,37 @@ def test_the_failure_event_calls_keep_their_own_short_budget(
         api_for(url, budget=30.0).create_event("ns", {"kind": "Event"})
     assert time.monotonic() - started < 3.0
     assert script.seen[0][1].startswith("/api/v1/namespaces/ns/events")
+
+
+def test_a_refused_write_logs_the_runner_retries_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client the runner builds from a kubeconfig makes one try per attempt:
+    urllib3's own retries would add three "Retrying" lines to each one."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    # The client reads $KUBECONFIG when it is imported; this is where it keeps it.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    # load_kube_config sets the client's process-wide default configuration.
+    monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+    api = ClientKubeApi(write_budget_seconds=1.5)
+    caplog.set_level("DEBUG", logger="urllib3")
+    with pytest.raises(CaptureError, match=r"gave up after \d+ attempt"):
+        api.apply_configmap("ns", "x", data={"k": "v"})
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("urllib3") and "Retrying" in r.getMessage()]

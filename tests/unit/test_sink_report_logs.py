@@ -65,9 +65,11 @@ def test_report_json_and_summary_carry_every_step() -> None:
     assert data["steps"][0]["status"] == "succeeded"
     assert data["supportedCombinations"] == ["(service=eks)"]
     assert data["aicrVersion"] == "v1.2.0"
+    assert data["runBy"] == ""  # outside a pod nothing names the writer
     text = report.summary_text()
     assert "fetch" in text
     assert "supported combinations:\n- (service=eks)" in text
+    assert "run by:" not in text
 
 
 def test_redaction_of_registered_secrets_and_dockerconfig() -> None:
