@@ -64,7 +64,7 @@ __all__ = [
 CHART = REPO_ROOT / "chart"
 #: The release name every scenario installs the chart under.
 RELEASE = "nvidia-aicr"
-ACME_CRITERIA = {"service": "acme", "accelerator": "h100", "intent": "training"}
+ACME_CRITERIA: dict[str, str] = {"service": "acme", "accelerator": "h100", "intent": "training"}
 #: Where the chart mounts the dataPackSecret's .dockerconfigjson in the pod.
 PACK_AUTH_FILE = "/etc/aicr-runner/pack-auth/config.json"
 #: name -> version of the component charts the org pack installs.

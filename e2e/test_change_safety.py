@@ -144,7 +144,7 @@ def chart_repository(helm: Helm, registry: Registry, tmp_path_factory: pytest.Te
 
 def push_pack(registry: Registry, auth_file: Path, root: Path, repository: str, namespace: str) -> str:
     """A pack with two leaves, training and inference, whose acme-agent values differ."""
-    overlays = {
+    overlays: dict[str, dict[str, Any]] = {
         f"acme-h100-{intent}": {
             "criteria": {**ACME_CRITERIA, "intent": intent},
             "componentRefs": [
@@ -347,7 +347,7 @@ def image_path(image: str) -> str:
         text=True,
         check=True,
     )
-    found = [entry.partition("=")[2] for entry in json.loads(proc.stdout) if entry.startswith("PATH=")]
+    found = [str(entry).partition("=")[2] for entry in json.loads(proc.stdout) if str(entry).startswith("PATH=")]
     assert found, f"image {image} sets no PATH: {proc.stdout}"
     return found[0]
 

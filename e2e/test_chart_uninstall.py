@@ -59,7 +59,7 @@ def documented_uninstall() -> str:
     section = DOC.read_text().split("\n## Uninstalling\n", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```bash\n(.*?)```", section, re.S)
     assert block.startswith(NAMES_LINE + "\n"), block
-    return block
+    return str(block)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,9 @@ def test_the_namespaced_role_alone_covers_the_result_configmaps_and_the_job_and_
     for name in RESULT_CONFIGMAPS:
         api.apply_configmap(namespace, name, data={"summary.txt": "first write: created\n"})
         api.apply_configmap(namespace, name, data={"summary.txt": "second write: patched\n"})
-        assert control_plane.configmap(namespace, name)["data"] == {"summary.txt": "second write: patched\n"}
+        written = control_plane.configmap(namespace, name)
+        assert written is not None
+        assert written["data"] == {"summary.txt": "second write: patched\n"}
     with pytest.raises(CaptureError, match="HTTP 403") as refused:
         api.apply_configmap(namespace, "someone-elses-settings", data={"a": "b"})
     assert "may not write ConfigMaps" in refused.value.message

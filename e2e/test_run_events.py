@@ -95,7 +95,8 @@ class Run:
         if "report.json" not in data:
             return None
         deploy = next(s for s in json.loads(data["report.json"])["steps"] if s["state"] == "deploy")
-        return deploy.get("progress")
+        progress: dict[str, Any] | None = deploy.get("progress")
+        return progress
 
     def kubectl_env(self) -> dict[str, str]:
         """The pinned kubectl first on PATH, the admin kubeconfig."""

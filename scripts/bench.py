@@ -455,12 +455,11 @@ def bench_startup(repeat: int) -> list[Row]:
             "`python -c pass`",
             "s",
         )
-        _paired(
-            repeat,
-            lambda args=args: _wall([str(RUNNER), *args], env=env),
-            lambda: _wall([PYTHON, "-c", "pass"], env=env),
-            row,
-        )
+
+        def runner(args: list[str] = args) -> float:
+            return _wall([str(RUNNER), *args], env=env)
+
+        _paired(repeat, runner, lambda: _wall([PYTHON, "-c", "pass"], env=env), row)
         rows.append(row)
     return rows
 

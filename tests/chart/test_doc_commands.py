@@ -74,7 +74,7 @@ def test_each_command_names_what_the_chart_renders(chart: Rendered, page: Path, 
     if argv[1:3] == ["get", "cm"]:
         name = argv[5] if argv[3] == "-n" else argv[3]
         settings = {setting: chart.env[setting] for setting in KEYS}
-        [setting] = [s for s, value in settings.items() if value == name] or [None]
+        [setting] = [s for s, value in settings.items() if value == name] or [""]
         assert setting, f"{name} is not a result ConfigMap of the chart's defaults: {settings}"
         output = next((a for a in argv if a.startswith("jsonpath=")), None)
         output = output or argv[argv.index("-o") + 1]

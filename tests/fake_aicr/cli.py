@@ -292,7 +292,7 @@ def _render_recipe(document: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(document, indent=2) + "\n"
     if fmt == "table":
-        rows = [("NAME", "NAMESPACE", "VERSION", "SOURCE")]
+        rows: list[tuple[str, ...]] = [("NAME", "NAMESPACE", "VERSION", "SOURCE")]
         rows += [(c["name"], c["namespace"], c["version"], c["source"]) for c in document["componentRefs"]]
         return _table(rows)
     return yaml.safe_dump(document, sort_keys=False)

@@ -33,14 +33,14 @@ def test_an_0_11_aicr_is_named_everywhere_and_its_results_read_for_what_they_are
     assert r.report()["aicrVersion"] == "v0.11.1"
     assert "aicr: v0.11.1" in r.result("aicr-run-status", "summary.txt").decode()
     assert r.termination.endswith("[aicr v0.11.1]")
-    assert r.step("fetch")["message"].startswith("aicr v0.11.1 from preinstalled")  # type: ignore[union-attr]
+    assert r.step("fetch")["message"].startswith("aicr v0.11.1 from preinstalled")
     verify = str(r.step("verify")["message"])
     assert "not closed-world" in verify, "verify says what this aicr checked"
     deploy = str(r.step("deploy")["message"])
     # 0.11's deploy.sh names each component it installs and each that failed
     # (tests/data/aicr-0.11.1-deploy: the real v0.11.1's output): read as a tally.
     assert deploy == "AICR install complete: 15/15 installed"
-    assert r.step("deploy")["progress"]["installed"] == 15  # type: ignore[index]
+    assert r.step("deploy")["progress"]["installed"] == 15
     assert "0/0" not in deploy
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,9 @@ AMD64 = "aicr_1.2.0_linux_amd64.tar.gz"
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> ReleaseServer:
+def server(tmp_path: Path) -> Iterator[ReleaseServer]:
     with ReleaseServer(tmp_path / "releases") as srv:
-        yield srv  # type: ignore[misc]
+        yield srv
 
 
 def fake_binary(tmp_path: Path, arch: str) -> bytes:

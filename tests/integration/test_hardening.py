@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,9 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> ReleaseServer:
+def server(tmp_path: Path) -> Iterator[ReleaseServer]:
     with ReleaseServer(tmp_path / "releases") as srv:
-        yield srv  # type: ignore[misc]
+        yield srv
 
 
 def port_of(server: ReleaseServer) -> int:

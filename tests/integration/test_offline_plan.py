@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> ReleaseServer:
+def server(tmp_path: Path) -> Iterator[ReleaseServer]:
     with ReleaseServer(tmp_path / "releases") as srv:
-        yield srv  # type: ignore[misc]
+        yield srv
 
 
 @pytest.mark.parametrize(

@@ -51,10 +51,10 @@ class Run:
     output: str
     termination: str
 
-    def report(self) -> dict[str, object]:
+    def report(self) -> dict[str, Any]:
         return json.loads((self.results / "aicr-run-status" / "report.json").read_text())  # type: ignore[no-any-return]
 
-    def step(self, name: str) -> dict[str, object]:
+    def step(self, name: str) -> dict[str, Any]:
         steps = self.report()["steps"]
         assert isinstance(steps, list)
         return next(s for s in steps if s["state"] == name)
@@ -101,7 +101,7 @@ def test_full_run_captures_everything_and_exits_zero(
     assert r.code == 0, r.output
     report = r.report()
     assert report["phase"] == "Succeeded"
-    statuses = {s["state"]: s["status"] for s in report["steps"]}  # type: ignore[union-attr]
+    statuses = {s["state"]: s["status"] for s in report["steps"]}
     assert statuses.pop("pack") == "skipped", "no data pack was given"
     assert statuses.pop("lease") == "skipped", "a --results-dir run has no cluster and no install Lease"
     assert set(statuses.values()) == {"succeeded"}, statuses
@@ -162,7 +162,7 @@ def test_best_effort_failure_report_warns_and_continues(
     assert r.code == 0, r.output
     assert r.step("deploy")["status"] == "warned"
     assert r.step("validate")["status"] == "succeeded"
-    assert any("deploy" in w for w in r.report()["warnings"])  # type: ignore[union-attr]
+    assert any("deploy" in w for w in r.report()["warnings"])
 
 
 @pytest.mark.parametrize(("flags", "code", "status"), [("--best-effort", 0, "warned"), ("", 2, "failed")])
@@ -225,7 +225,7 @@ def test_rejected_criteria_list_supported_combinations_everywhere(
     assert r.code == 2
     supported = r.report()["supportedCombinations"]
     assert supported, "aicr's list of supported combinations reaches the status report"
-    assert "os=ubuntu" in " ".join(supported)  # type: ignore[arg-type]
+    assert "os=ubuntu" in " ".join(supported)
     assert "supported combinations:" in r.termination
     assert any(line for line in r.output.splitlines() if "CRITERIA REJECTED" in line)
     assert r.step("bundle")["status"] == "skipped"

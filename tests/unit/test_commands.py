@@ -287,7 +287,7 @@ def test_publish_never_puts_credentials_on_the_command_line() -> None:
 # properties
 # ---------------------------------------------------------------------------
 
-WORDS = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+WORDS = st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
 
 
 @given(st.text(alphabet=st.sampled_from(list("ab*?[]{}~$' \"\t\n-=")), max_size=40))

@@ -218,7 +218,8 @@ def test_cli_prints_one_line_per_problem_and_exits_2(capsys: pytest.CaptureFixtu
 
     code = main(["run"], environ={"AICR_RUNNER_AICR__ARCH": "x86", "AICR_RUNNER_DEPLOY__ENABLED": "maybe"})
     err = capsys.readouterr().err
-    assert code == ExitCode.BAD_INPUT == 2
+    assert code == ExitCode.BAD_INPUT
+    assert int(ExitCode.BAD_INPUT) == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == [
         "aicr-runner: invalid setting: AICR_RUNNER_AICR__ARCH='x86': allowed: 'amd64' or 'arm64'",

@@ -48,7 +48,7 @@ def test_a_free_release_creates_the_lease_with_the_pod_and_job_as_holder() -> No
 
 def test_a_released_lease_is_taken_at_once_and_keeps_the_predecessors_announcement() -> None:
     api = FakeKubeApi()
-    held_by(api, "", **{RELEASES_ANNOTATION: json.dumps(["acme/acme-agent"])})
+    held_by(api, "", 60, **{RELEASES_ANNOTATION: json.dumps(["acme/acme-agent"])})
     lease = InstallLease(api, NS, settings())
     lease.acquire()
     assert lease.announced_before == {"acme/acme-agent"}
@@ -105,7 +105,8 @@ def test_a_lease_held_past_the_wait_budget_gives_up_with_exit_31() -> None:
     lease = InstallLease(api, NS, settings(wait_seconds=0.2), poll_seconds=0.01)
     with pytest.raises(LeaseError) as caught:
         lease.acquire()
-    assert caught.value.exit_code == ExitCode.LEASE_WAIT_EXPIRED == 31
+    assert caught.value.exit_code == ExitCode.LEASE_WAIT_EXPIRED
+    assert int(ExitCode.LEASE_WAIT_EXPIRED) == 31
     assert "held by job-a/pod-a" in caught.value.message
     assert "lease.waitSeconds" in caught.value.message
 

@@ -9,7 +9,7 @@ import pytest
 from aicr_runner.machine import TRANSITIONS, Machine, State, StepResult, final_exit
 from aicr_runner.report import RunPhase, RunReport, StepStatus
 
-ALL = [s for s in State if s is not State.DONE]
+ALL: list[State] = [s for s in State if s is not State.DONE]
 
 
 def build(results: dict[State, StepResult], *, interrupt_after: State | None = None) -> tuple[Machine, list[str]]:

@@ -91,7 +91,8 @@ def run_check(tarball: Path, bundle: Path, verifier: CosignVerifier, work: Path,
         return check_provenance(tarball, bundle, settings(**provenance), verifier, work), ""
     except ProvenanceError as exc:
         refusal = exc
-    assert refusal.exit_code == ExitCode.PROVENANCE_FAILED == 29
+    assert refusal.exit_code == ExitCode.PROVENANCE_FAILED
+    assert int(ExitCode.PROVENANCE_FAILED) == 29
     return None, refusal.message
 
 

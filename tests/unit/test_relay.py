@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -103,7 +104,7 @@ def streams(draw: st.DrawFn) -> tuple[list[str], bytes, int]:
     one_pass_bytes=st.sampled_from([0, 64 * 1024]),
 )
 def test_random_secrets_never_reach_any_output(
-    tmp_path_factory: pytest.TempPathFactory, case: tuple, fmt: LogFormat, one_pass_bytes: int
+    tmp_path_factory: pytest.TempPathFactory, case: tuple[Any, ...], fmt: LogFormat, one_pass_bytes: int
 ) -> None:
     secrets, stream, limit = case
     work = tmp_path_factory.mktemp("relay")

@@ -209,7 +209,8 @@ def provenance_context(tmp_path: Path, processes: StubProcesses, **env: str) -> 
     tarball's real provenance bundle as its attestation sidecar; real cosign, offline."""
     from aicr_runner.process import SubprocessRunner
     from aicr_runner.provenance import CosignVerifier
-    from tests.unit.test_provenance import BUNDLE, npm_tarball, offline_environ
+    from e2e.tools import npm_tarball
+    from tests.unit.test_provenance import BUNDLE, offline_environ
 
     binary = tmp_path / "bin" / "aicr"
     binary.parent.mkdir()

@@ -272,7 +272,8 @@ class Kubelet:
 
     def pod_volume(self, pod: Mapping[str, Any], volume: str) -> Path:
         """Where the kubelet keeps the pod's emptyDir ``volume`` on the node."""
-        return self.node.root_dir / "pods" / pod["metadata"]["uid"] / "volumes" / "kubernetes.io~empty-dir" / volume
+        uid = str(pod["metadata"]["uid"])
+        return self.node.root_dir / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / volume
 
 
 class _Follower:
@@ -424,7 +425,9 @@ class _Follower:
 
     def _result(self, stuck: str | None) -> JobRun:
         status = self.pod.get("status") or {}
-        owner = next((o for o in self.pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {})
+        owner: dict[str, Any] = next(
+            (o for o in self.pod["metadata"].get("ownerReferences") or [] if o.get("controller")), {}
+        )
         runs: list[ContainerRun] = []
         statuses = [(True, cs) for cs in status.get("initContainerStatuses") or []] + [
             (False, cs) for cs in status.get("containerStatuses") or []
