@@ -12,7 +12,11 @@ If this floor already misses a goal against ``oras pull``, no design of the
 runner's pull in Python meets it: what remains is the interpreter and its HTTP
 and tar code, not the runner.
 
-Usage: python scripts/pack_floor.py HOST/REPOSITORY:TAG DEST
+``--runner-imports`` first imports what any pull of the runner's needs besides an
+HTTP client (its settings, logging, archive, deadline, errors and reference
+modules): the bound for a runner pull on the standard library's HTTP.
+
+Usage: python scripts/pack_floor.py [--runner-imports] HOST/REPOSITORY:TAG DEST
 """
 
 from __future__ import annotations
@@ -87,5 +91,13 @@ def pull(ref: str, dest: Path) -> None:
         raise SystemExit(f"pull of {ref} failed: {failures or 'a fetch worker ended early'}")
 
 
+RUNNER_MODULES = ("config", "archive", "logs", "deadline", "errors", "reference")
+
+
 if __name__ == "__main__":
-    pull(sys.argv[1], Path(sys.argv[2]))
+    arguments = sys.argv[1:]
+    if arguments[:1] == ["--runner-imports"]:
+        arguments = arguments[1:]
+        for module in RUNNER_MODULES:
+            __import__(f"aicr_runner.{module}")
+    pull(arguments[0], Path(arguments[1]))
