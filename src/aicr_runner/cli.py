@@ -471,12 +471,11 @@ def _run_context(
     from aicr_runner.process import SubprocessRunner
 
     aicr_version, version_output = _aicr_version_before_fetch(settings, env)
-    lease = settings.lease
     report = Machine.new_report(
         runner_version=__version__,
         aicr_version=aicr_version,
         criteria=settings.criteria.stated(),
-        run_by=lease.holder if lease.job_name or lease.pod_name else "",
+        run_by=settings.lease.pod_identity,
     )
     logs.get_logger().info(
         "aicr-runner starting",

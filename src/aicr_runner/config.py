@@ -766,8 +766,13 @@ class LeaseSettings(_Group):
     wait_seconds: float = _check(_seconds(86400, zero=True), default=7200.0)
 
     @property
+    def pod_identity(self) -> str:
+        """``job/pod`` (either part alone when the other is unknown); empty outside a pod."""
+        return "/".join(part for part in (self.job_name, self.pod_name) if part)
+
+    @property
     def holder(self) -> str:
-        return "/".join(part for part in (self.job_name, self.pod_name) if part) or "aicr-runner"
+        return self.pod_identity or "aicr-runner"
 
 
 class RunnerSettings(_Group):
