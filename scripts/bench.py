@@ -705,15 +705,15 @@ def _pack_imports_row(repeat: int) -> Row:
     """Start-up only: what the runner's pull imports against what the floor imports."""
     env = _base_env()
     runner = "import aicr_runner.config, aicr_runner.pack"
-    floor = "import hashlib, http.client, json, sys, tarfile, threading, pathlib"
+    floor = [PYTHON, str(ROOT / "scripts" / "pack_floor.py"), "--imports-only"]
     row = Row(
         "pack pull start-up: the runner's imports (`aicr_runner.config`, `aicr_runner.pack`), whole process",
         "reference: part of the pull rows",
         f"`python -c '{runner}'`",
-        "the floor's imports (stdlib)",
+        "the floor's imports (`pack_floor.py --imports-only`)",
         "s",
     )
-    _paired(repeat, lambda: _wall([PYTHON, "-c", runner], env=env), lambda: _wall([PYTHON, "-c", floor], env=env), row)
+    _paired(repeat, lambda: _wall([PYTHON, "-c", runner], env=env), lambda: _wall(floor, env=env), row)
     row.note = f"{statistics.median(row.runner) - statistics.median(row.shell):+.3f} s (medians)"
     return row
 

@@ -16,7 +16,11 @@ and tar code, not the runner.
 HTTP client (its settings, logging, archive, deadline, errors and reference
 modules): the bound for a runner pull on the standard library's HTTP.
 
+``--imports-only`` stops after the imports: the floor's start-up, for the
+benchmark's imports row.
+
 Usage: python scripts/pack_floor.py [--runner-imports] HOST/REPOSITORY:TAG DEST
+       python scripts/pack_floor.py --imports-only
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ RUNNER_MODULES = ("config", "archive", "logs", "deadline", "errors", "reference"
 
 if __name__ == "__main__":
     arguments = sys.argv[1:]
+    if arguments == ["--imports-only"]:
+        sys.exit(0)
     if arguments[:1] == ["--runner-imports"]:
         arguments = arguments[1:]
         for module in RUNNER_MODULES:
