@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from aicr_runner import __version__
 from aicr_runner.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSION
@@ -45,8 +45,42 @@ _PLAN_COMPLETE = "AICR plan complete: recipe resolved, bundle rendered and verif
 _TERMINATION_MESSAGE_LIMIT = 4096
 
 
+class _ArgumentsRefused(Exception):
+    """argparse refused the command line; ``message`` may quote an argument."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error comes back to ``main`` (to mask the
+    credentials in the arguments it quotes) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _ArgumentsRefused(self, message)
+
+
+def _arguments_refused(exc: _ArgumentsRefused, argv: Sequence[str]) -> int:
+    """argparse's usage and error line, exit 2, with every argument that holds
+    a user or password masked where the line quotes it (as is, or as repr)."""
+    import re
+
+    from aicr_runner.masking import has_userinfo, mask_userinfo
+
+    message = exc.message
+    for arg in sorted((a for a in argv if has_userinfo(a)), key=len, reverse=True):
+        flag = re.match(r"--[a-z][a-z0-9-]*=", arg)
+        masked = flag.group() + mask_userinfo(arg[flag.end() :]) if flag else mask_userinfo(arg)
+        message = message.replace(repr(arg), repr(masked)).replace(arg, masked)
+    exc.parser.print_usage(sys.stderr)
+    print(f"{exc.parser.prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="aicr-runner",
         description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
         "environment variables, see docs/configuration.md 'Environment').",
@@ -104,7 +138,11 @@ def _add_plan_options(plan: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = _parser().parse_args(argv)
+    except _ArgumentsRefused as exc:
+        return _arguments_refused(exc, argv)
     env = dict(os.environ if environ is None else environ)
     if args.command == "version":
         print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
@@ -203,8 +241,50 @@ def _check_places(settings: RunnerSettings, args: argparse.Namespace) -> None:
             _writable_directory(place)
         except Invalid as exc:
             problems.append(problem_line(name, place, exc))
+    if output is not None and not problems:
+        problems.extend(_result_places(settings, args, output))
+    problems.extend(_trusted_root_problem(settings))
     if problems:
         raise ConfigError(problems)
+
+
+def _result_places(settings: RunnerSettings, args: argparse.Namespace, output: Path) -> list[str]:
+    """The results directory's subdirectories (one per result, named as its
+    ConfigMap would be): one already there must be a directory that takes a
+    file, or the run would end without its report after all its work."""
+    from aicr_runner.config import Invalid, problem_line
+
+    flag = "--output" if args.command == "plan" else "--results-dir"
+    results = {
+        "STATUS_CONFIGMAP": settings.status_configmap,
+        "RECIPE__CONFIGMAP": settings.recipe.configmap,
+        "VALIDATE__RESULT_CONFIGMAP": settings.validate.result_configmap,
+        "VALIDATE__EVIDENCE_CONFIGMAP": settings.validate.evidence_configmap,
+    }
+    problems: list[str] = []
+    for setting, name in results.items():
+        place = output / name
+        if not name or not (place.exists() or place.is_symlink()):
+            continue  # created when the result is written; the results directory takes files
+        try:
+            _writable_directory(str(place))
+        except Invalid as exc:
+            why = f"{exc.reason}; the results {ENV_PREFIX}{setting} names go in it: remove it or choose another {flag}"
+            problems.append(problem_line(flag, str(place), Invalid(why)))
+    return problems
+
+
+def _trusted_root_problem(settings: RunnerSettings) -> list[str]:
+    """A Sigstore trusted root that is given must be a file (when provenance is checked at all)."""
+    from aicr_runner.config import Invalid, problem_line
+
+    provenance = settings.aicr.provenance
+    path = Path(provenance.trusted_root)
+    if not provenance.trusted_root or provenance.mode.value == "off" or path.is_file():
+        return []
+    state = "is a directory" if path.is_dir() else "exists but is not a file" if path.exists() else "does not exist"
+    reason = f"{state}; give a Sigstore trusted_root.json file, or leave it empty for the shipped public-good root"
+    return [problem_line(f"{ENV_PREFIX}AICR__PROVENANCE__TRUSTED_ROOT", provenance.trusted_root, Invalid(reason))]
 
 
 def _writable_directory(place: str) -> None:
@@ -226,7 +306,22 @@ def _writable_directory(place: str) -> None:
         os.close(handle)
         os.unlink(probe)
     except OSError as exc:
-        raise Invalid(f"is not writable ({exc.strerror or exc})") from None
+        raise Invalid(_not_writable(exc)) from None
+
+
+def _not_writable(exc: OSError) -> str:
+    """Why a directory takes no file, in words that fit the errno: /proc answers
+    "No such file or directory" for a directory that is there."""
+    import errno
+
+    said = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"is not writable by this process ({said})"
+    if exc.errno == errno.EROFS:
+        return f"is on a read-only file system ({said})"
+    if exc.errno == errno.ENOENT:
+        return f"takes no file: creating one failed with '{said}', as in /proc and other special file systems"
+    return f"takes no file ({said})"
 
 
 def _results_dir(args: argparse.Namespace) -> Path | None:

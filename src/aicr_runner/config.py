@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 from aicr_runner import names
 from aicr_runner.catalog import SERVICE_ALIASES, release_numbers, version_guards
 from aicr_runner.errors import ConfigError
+from aicr_runner.masking import mask_userinfo, userinfo_span
 
 __all__ = [
     "ENV_PREFIX",
@@ -100,7 +101,6 @@ _SURROGATE = r"[\ud800-\udfff]"
 _E = TypeVar("_E", bound=Enum)
 _T = TypeVar("_T")
 _G = TypeVar("_G")
-_USERINFO = r"(?s)^([A-Za-z][A-Za-z0-9+.-]*://)?([^/?#@\s]*)@"
 
 
 class Arch(StrEnum):
@@ -158,16 +158,13 @@ def _escape_char(char: str) -> str:
     return repr(char)[1:-1]
 
 
-def mask_userinfo(text: str) -> str:
-    """``text`` with the ``user:password@`` of a URL or registry reference masked."""
-    return re.sub(_USERINFO, lambda m: f"{m.group(1) or ''}***@", text, count=1)
-
-
 def shown(value: object, *, limit: int = SHOW_CHARS, secret_userinfo: bool = True) -> str:
     """``value`` for a message: quoted, escaped (control characters, non-UTF-8
-    bytes, quotes), cut at ``limit`` characters, a URL's credentials masked."""
+    bytes, quotes), cut at ``limit`` characters, a URL's credentials masked
+    (``masking``: up to the last ``@``, whatever the characters before it)."""
     if not isinstance(value, str):
-        value = json.dumps(value, default=str)[: limit + 1]
+        value = json.dumps(value, default=str)
+    # Masked whole, then cut: a cut before the '@' would leave the password unmasked.
     text = mask_userinfo(value) if secret_userinfo else value
     body = "".join(_escape_char(c) for c in text[:limit])
     more = f"... ({len(text)} characters)" if len(text) > limit else ""
@@ -298,8 +295,22 @@ def _port(text: str) -> None:
         raise Invalid(f"port {text!r} must be a number from 1 to 65535")
 
 
+def _refuse_credentials(value: object, what: str, hint: str, *, elsewhere: str) -> None:
+    """Refuse a value with a user or password (``masking``: an ``@`` before the
+    end) before any other check: with a password holding '/', '?' or '#', a
+    parser takes a part of it for the host, port or tag, and its reason would
+    quote that part. ``elsewhere``: what an ``@`` past the host part may be."""
+    if not isinstance(value, str) or (span := userinfo_span(value)) is None:
+        return
+    refused = f"credentials in the {what} are refused (they would show in logs and reports); {hint}"
+    if any(c in "/?#" for c in value[span[0] : span[1]]):
+        refused = f"an '@' after a '/', '?' or '#': a password holding one of them, or {elsewhere}; {refused}"
+    raise Invalid(refused)
+
+
 def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], str]:
     def check(value: object) -> str:
+        _refuse_credentials(value, "URL", credentials_hint, elsewhere="an '@' in the path (write it %40)")
         text = _text(value)
         allowed = " or ".join(f"{s}://" for s in schemes)
         if " " in text:
@@ -308,10 +319,6 @@ def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], 
         if not sep or scheme.lower() not in schemes:
             raise Invalid(f"must be an {allowed} URL")
         authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-        if "@" in authority:
-            raise Invalid(
-                f"credentials in the URL are refused (they would show in logs and reports); {credentials_hint}"
-            )
         if "?" in rest or "#" in rest:
             raise Invalid("must have no query ('?') or fragment ('#')")
         host, port = authority, ""
@@ -327,20 +334,25 @@ def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], 
     return check
 
 
+#: What an '@' after the host of a reference may be.
+_DIGEST_AT = "a digest not written as @sha256:<64 lowercase hex characters> at the end"
+
+
 def _oci_reference(value: object) -> str:
     """An OCI push/pull target without a scheme: ``host[:port]/path[:tag|@digest]``."""
+    _refuse_credentials(
+        value,
+        "reference",
+        f"give a dockerconfigjson directory ({ENV_PREFIX}VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR; chart: "
+        "validate.publish.registrySecret)",
+        elsewhere=_DIGEST_AT,
+    )
     text = _text(value)
     if not text:
         return text
     if "://" in text:
         raise Invalid("must be an OCI reference without a scheme, like registry.example.com/org/name")
     authority, slash, path = text.partition("/")
-    if "@" in authority:
-        raise Invalid(
-            "credentials in the reference are refused (they would show in logs and reports); give a "
-            f"dockerconfigjson directory ({ENV_PREFIX}VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR; chart: "
-            "validate.publish.registrySecret)"
-        )
     if not slash or not path or any(c.isspace() for c in path):
         raise Invalid("must be host/path, like registry.example.com/org/name (no spaces)")
     host, colon, port = authority.partition(":") if not authority.startswith("[") else (authority, "", "")
@@ -351,13 +363,14 @@ def _oci_reference(value: object) -> str:
 
 
 def _pack_reference(value: object) -> str:
+    _refuse_credentials(
+        value,
+        "reference",
+        f"give a dockerconfigjson file ({ENV_PREFIX}PACK__CREDENTIALS_FILE; chart: dataPackSecret)",
+        elsewhere=_DIGEST_AT,
+    )
     text = _text(value)
     if text:
-        if "@" in text.partition("/")[0]:
-            raise Invalid(
-                "credentials in the reference are refused (they would show in logs and reports); give a "
-                f"dockerconfigjson file ({ENV_PREFIX}PACK__CREDENTIALS_FILE; chart: dataPackSecret)"
-            )
         from aicr_runner.reference import InvalidReference, PackReference
 
         try:
@@ -431,23 +444,44 @@ def _arch(value: object) -> Arch:
     return _host_arch() if value == "" else _choice(Arch)(value)
 
 
+_LIST_EXAMPLE = 'list values are JSON arrays, e.g. \'["--nodes", "4"]\''
+#: What a JSON value that is not an array is called in a message.
+_JSON_KINDS: dict[type, str] = {
+    dict: "an object",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+}
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_array(text: str) -> Any:
+    """``text`` parsed as JSON, refused unless it is an array (its items are checked by the caller)."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise Invalid("nested too deeply; list values are flat JSON arrays of strings") from None
+    except ValueError as exc:
+        # Python's reason helps inside an array or object; for a bare word it says only "Expecting value".
+        why = f" ({str(exc).split(':')[0]})" if text.lstrip().startswith(("[", "{")) else ""
+        raise Invalid(f"not valid JSON{why}; {_LIST_EXAMPLE}") from None
+    if not isinstance(value, list):
+        kind = "null" if value is None else _JSON_KINDS.get(type(value), type(value).__name__)
+        raise Invalid(f"valid JSON, but {kind}, not an array; {_LIST_EXAMPLE}")
+    return value
+
+
 def _json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
     """A JSON array (from the environment) or a list, of at most MAX_LIST_ITEMS
     strings; each item passes ``item``."""
 
     def check(value: object) -> list[_T]:
         if isinstance(value, str):
-            text = _text(value, limit=MAX_LIST_CHARS, whitespace=True)
-            if not text.lstrip().startswith("["):
-                raise Invalid('not valid JSON; list values are JSON arrays, e.g. \'["--nodes", "4"]\'')
-            try:
-                value = json.loads(text)
-            except RecursionError:
-                raise Invalid("nested too deeply; list values are flat JSON arrays of strings") from None
-            except ValueError as exc:
-                raise Invalid(
-                    f'not valid JSON ({str(exc).split(":")[0]}); list values are JSON arrays, e.g. \'["--nodes", "4"]\''
-                ) from None
+            value = _json_array(_text(value, limit=MAX_LIST_CHARS, whitespace=True))
         if not isinstance(value, list | tuple):
             raise Invalid("must be a JSON array of strings")
         if len(value) > MAX_LIST_ITEMS:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from aicr_runner.masking import has_userinfo
+
 __all__ = ["DIGEST", "InvalidReference", "PackReference"]
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -32,6 +34,12 @@ class PackReference:
 
     @classmethod
     def parse(cls, ref: str) -> PackReference:
+        if has_userinfo(ref):
+            # First: a password holding '/' would otherwise be read as a host, tag or repository and quoted.
+            raise InvalidReference(
+                "an '@' that does not start a digest at the end (@sha256:<64 lowercase hex characters>): a digest "
+                "written wrong, or a user or password (refused: it would show in logs and reports)"
+            )
         host, slash, rest = ref.partition("/")
         if "://" in ref:
             raise InvalidReference("must be an OCI reference without a scheme, like registry.example.com/org/pack:1.0")

@@ -181,6 +181,28 @@ def _cut(text: str) -> str:
     return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
 
 
+def _masked(text: str) -> str:
+    """A parser's message without a user or password: each quoted token masked
+    (``masking``), and the whole message when an '@' is left outside them."""
+    import re
+
+    from aicr_runner.masking import has_userinfo, mask_userinfo
+
+    if has_userinfo(re.sub(r"'[^']*'", "''", text)):
+        return "a problem with a value, not quoted: it may hold a user or password"
+    return re.sub(r"'([^']{2,})'", lambda m: f"'{mask_userinfo(m.group(1))}'", text)
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """What PyYAML found and where, without its snippet of the document (the
+    line it quotes may hold a password)."""
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    said = ", ".join(str(part) for part in parts if part) or type(exc).__name__
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return _masked(_cut(said)) + at
+
+
 def load_values_file(path: Path) -> dict[str, Any]:
     """The chart values in ``path``, checked against the chart's schema as
     ``helm install -f`` checks them. Raises ``ConfigError``: one line for a file
@@ -206,11 +228,11 @@ def load_values_file(path: Path) -> dict[str, Any]:
     try:
         document = yaml.load(text, Loader=_helm_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{where}: not valid YAML ({_cut(str(exc))})"]) from None
+        raise ConfigError([f"{where}: not valid YAML ({_yaml_problem(exc)})"]) from None
     except RecursionError:
         raise ConfigError([f"{where}: nested too deeply to be chart values"]) from None
     except (ValueError, OverflowError) as exc:  # a value PyYAML cannot build (an integer of 5,000 digits)
-        raise ConfigError([f"{where}: a value cannot be read ({_cut(str(exc))})"]) from None
+        raise ConfigError([f"{where}: a value cannot be read ({_masked(_cut(str(exc)))})"]) from None
     if document is None:
         return {}
     if not isinstance(document, dict):

@@ -141,6 +141,19 @@ def _number(value: float) -> str:
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
 
 
+def _value(value: Any) -> str:
+    """A value from the user's file, for a message: cut, quoted, a URL's or
+    reference's user and password masked (Helm quotes it whole; a plan's lines
+    go to the pod log and CI logs). A list or mapping is shown as JSON."""
+    from aicr_runner.masking import mask_userinfo
+
+    if isinstance(value, str):
+        return quote(mask_userinfo(value), QUOTE_CHARS)
+    # Masked whole, then cut: a cut before the '@' would leave the password unmasked.
+    text = mask_userinfo(json.dumps(value, default=str))
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS] + "..."
+
+
 def _literal(value: Any) -> str:
     return quote(value, QUOTE_CHARS) if isinstance(value, str) else json.dumps(value)
 
@@ -195,7 +208,7 @@ def _check(schema: Mapping[str, Any], value: Any, where: str) -> list[Problem]: 
         wanted = [types] if isinstance(types, str) else list(types)
         if not any(_is_type(value, name) for name in wanted):
             want = " or ".join(sorted(wanted, key=_TYPE_ORDER.index))
-            return [Problem(where, f"got {_json_type(value)}, want {want}")]
+            return [Problem(where, f"got {_json_type(value)} {_value(value)}, want {want}")]
     found: list[Problem] = []
     if "const" in schema and value != schema["const"]:
         found.append(Problem(where, f"value must be {_literal(schema['const'])}"))
@@ -208,9 +221,7 @@ def _check(schema: Mapping[str, Any], value: Any, where: str) -> list[Problem]: 
         if "maxLength" in schema and length > schema["maxLength"]:
             found.append(Problem(where, f"maxLength: got {length}, want {schema['maxLength']}"))
         if "pattern" in schema and not _matches(schema["pattern"], value):
-            found.append(
-                Problem(where, f"{quote(value, QUOTE_CHARS)} does not match pattern {quote(schema['pattern'])}")
-            )
+            found.append(Problem(where, f"{_value(value)} does not match pattern {quote(schema['pattern'])}"))
     if _json_type(value) == "number":
         for keyword, refused in _BOUNDS:
             if keyword in schema and refused(value, schema[keyword]):
@@ -245,7 +256,7 @@ def _object(schema: Mapping[str, Any], value: Mapping[str, Any], where: str) -> 
         elif isinstance(extra, Mapping):
             found.extend(_one(extra, item, _pointer(where, key)))
     if refused:
-        names = ", ".join(quote(name, QUOTE_CHARS) for name in refused[:20])
+        names = ", ".join(_value(name) for name in refused[:20])
         more = f" (and {len(refused) - 20} more)" if len(refused) > 20 else ""
         found.append(Problem(where, f"additional properties {names}{more} not allowed"))
     return found
