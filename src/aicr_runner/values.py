@@ -210,8 +210,9 @@ def load_values_file(path: Path) -> dict[str, Any]:
     import yaml
 
     from aicr_runner.config import escaped
+    from aicr_runner.masking import mask_userinfo
 
-    where = f"--values {escaped(str(path), 200)}"
+    where = f"--values {escaped(mask_userinfo(str(path)), 200)}"
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_VALUES_BYTES + 1)

@@ -72,9 +72,17 @@ class Problem:
     causes: list[Problem] = field(default_factory=list)
 
     def lines(self, indent: int = 0) -> Iterator[str]:
-        yield f"{'  ' * indent}- at {quote(self.location)}: {self.message}"
+        yield f"{'  ' * indent}- at {quote(_masked_pointer(self.location))}: {self.message}"
         for cause in self.causes:
             yield from cause.lines(indent + 1)
+
+
+def _masked_pointer(pointer: str) -> str:
+    """A JSON pointer with each key masked on its own (a user's key under a
+    free-form map may be a URL with a password)."""
+    from aicr_runner.masking import mask_userinfo
+
+    return "/".join(mask_userinfo(part) for part in pointer.split("/"))
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
