@@ -269,8 +269,11 @@ def _result_places(settings: RunnerSettings, args: argparse.Namespace, output: P
         try:
             _writable_directory(str(place))
         except Invalid as exc:
-            why = f"{exc.reason}; the results {ENV_PREFIX}{setting} names go in it: remove it or choose another {flag}"
-            problems.append(problem_line(flag, str(place), Invalid(why)))
+            why = (
+                f"{name}/ in it {exc.reason}; the results {ENV_PREFIX}{setting} names go there: remove it or "
+                f"choose another {flag}"
+            )
+            problems.append(problem_line(flag, str(output), Invalid(why)))
     return problems
 
 
