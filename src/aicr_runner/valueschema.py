@@ -10,9 +10,13 @@ JSON Schema 2020-12 the chart uses, wording each problem the way Helm's validato
 
     - at '/accelerator': value must be one of '', 'h100', ...
     - at '/validate': validation failed
-      - at '/validate/phases': got object, want null or array
+      - at '/validate/phases': got object {}, want null or array
 
-Helm prints the problems in a random order; here they come in document order.
+Two differences from Helm's words: a type error names the value (Helm says
+only ``got object``), and a value or key that may be a URL or registry
+reference is shown with its user and password masked (``masking``; Helm quotes
+it whole). Helm prints the problems in a random order; here they come in
+document order.
 A keyword this module does not know is refused by a test, not skipped silently.
 
 Only the standard library here: this runs before the heavy imports.

@@ -12,6 +12,7 @@ the problems ``helm install`` lists (the runtime carries a copy of the schema).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -159,7 +160,10 @@ def test_the_charts_defaults_and_every_example_pass_the_offline_schema() -> None
 
 
 def canonical(line: str) -> str:
-    """Helm names extra properties in map order (random): compare them as a set."""
+    """Helm names extra properties in map order (random): compare them as a set.
+    A type error names the value in plan's line (``got string 'x', want ...``),
+    not in Helm's: compared without it."""
+    line = re.sub(r"^(\s*- at '[^']*': got [a-z]+) .*(, want [a-z ]+)$", r"\1\2", line)
     head, found, tail = line.partition(": additional properties ")
     if not found:
         return line
