@@ -202,6 +202,7 @@ def _never_fail_on_encoding() -> None:
 def _command_environment(args: argparse.Namespace, env: dict[str, str], origins: dict[str, str]) -> dict[str, str]:
     """The settings' environment with the command line's flags applied; ``origins``
     learns which variable came from which flag or values key (for messages)."""
+    _paths_not_urls(args)
     if args.aicr_binary is not None:
         # The flag is the binary setting: every check that reads the setting sees it.
         env[f"{ENV_PREFIX}AICR__BINARY"] = os.path.abspath(args.aicr_binary)
@@ -223,6 +224,26 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
         env[f"{ENV_PREFIX}WORK_DIR"] = os.path.join(os.path.abspath(args.output), "work")
         origins[f"{ENV_PREFIX}WORK_DIR"] = "--output"
     return env
+
+
+def _paths_not_urls(args: argparse.Namespace) -> None:
+    """A path flag given a URL (``--aicr-binary https://user:pw@host/aicr``) is
+    refused: taken as a path under the working directory, the URL, password and
+    all, would be printed by every later message that names the path."""
+    import re
+
+    from aicr_runner.config import Invalid, problem_line
+    from aicr_runner.errors import ConfigError
+
+    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values")
+    # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
+    given = {f"--{name.replace('_', '-')}": str(getattr(args, name)) for name in flags if getattr(args, name, None)}
+    why = Invalid("a URL, not a path; give a local file or directory (download an aicr release or a pack first)")
+    problems = [
+        problem_line(flag, value, why) for flag, value in given.items() if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", value)
+    ]
+    if problems:
+        raise ConfigError(problems)
 
 
 def _check_places(settings: RunnerSettings, args: argparse.Namespace) -> None:

@@ -365,3 +365,30 @@ def test_no_userinfo_given_as_a_flag_reaches_any_output(flag: str, data: st.Data
         found = run_everywhere(tmp, "plan", {}, [f"{flag}={value}"])
     assert found.outcome.code == 2, found.outcome.text
     assert found.holding(CANARY) == [], found.outcome.text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["--aicr-binary", "--output", "--pack-dir", "--values"]),
+    st.sampled_from(["https://", "http://", "oci://", "ftp://"]),
+    st.data(),
+)
+def test_a_url_given_as_a_path_flag_is_refused_and_masked(flag: str, scheme: str, data: st.DataObject) -> None:
+    """Taken as a path, a URL would be printed whole by every message naming the path."""
+    value = f"{scheme}{data.draw(userinfo(ANY_CHARS))}@h/x"
+    with scratch() as tmp:
+        found = run_everywhere(tmp, "plan", {}, [f"{flag}={value}"])
+    assert found.outcome.code == 2, found.outcome.text
+    assert found.holding(CANARY) == [], found.outcome.text
+    assert f"invalid setting: {flag}='" in found.outcome.err
+    assert "a URL, not a path" in found.outcome.err
+
+
+def test_a_url_given_as_the_results_directory_of_a_run_is_refused(tmp_path: Path) -> None:
+    result = run_main(["run", "--results-dir", "https://user:pa/ss@h/results"], base_env(tmp_path))
+    assert result.code == 2, result.text
+    assert "pa/ss" not in result.text
+    assert result.err == (
+        "aicr-runner: invalid setting: --results-dir='***@h/results': a URL, not a path; give a local file or "
+        "directory (download an aicr release or a pack first)\n"
+    )
