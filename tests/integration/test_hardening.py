@@ -264,7 +264,7 @@ def test_a_report_that_did_not_land_fails_the_run(
     ("body", "line"),
     [
         ("accelerater: h200\n", "- at '': additional properties 'accelerater' not allowed"),
-        ("accelerator: h100\naicrDownload: fast\n", "- at '/aicrDownload': got string, want object"),
+        ("accelerator: h100\naicrDownload: fast\n", "- at '/aicrDownload': got string 'fast', want object"),
     ],
 )
 def test_plan_values_refuses_what_helm_install_refuses(
