@@ -392,3 +392,13 @@ def test_a_url_given_as_the_results_directory_of_a_run_is_refused(tmp_path: Path
         "aicr-runner: invalid setting: --results-dir='***@h/results': a URL, not a path; give a local file or "
         "directory (download an aicr release or a pack first)\n"
     )
+
+
+def test_a_reference_parsed_outside_the_settings_refuses_userinfo_before_quoting_a_part() -> None:
+    from aicr_runner.reference import InvalidReference, PackReference
+
+    with pytest.raises(InvalidReference) as caught:
+        PackReference.parse("user:pk/S3cret@registry.example/org/pack:1.0")
+    assert "S3cret" not in str(caught.value)
+    assert "pk" not in str(caught.value)
+    assert "a user or password (refused" in str(caught.value)
