@@ -402,3 +402,24 @@ def test_a_reference_parsed_outside_the_settings_refuses_userinfo_before_quoting
     assert "S3cret" not in str(caught.value)
     assert "pk" not in str(caught.value)
     assert "a user or password (refused" in str(caught.value)
+
+
+def test_a_real_process_masks_a_password_with_a_slash_and_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    """The same through a real environment (bytes) and a real stderr."""
+    import subprocess
+    import sys
+
+    env = {os.fsencode(k): os.fsencode(v) for k, v in base_env(tmp_path).items()}
+    env[b"PYTHONPATH"] = os.fsencode(os.pathsep.join(sys.path))
+    env[f"{P}AICR__RELEASE_BASE_URL".encode()] = b"https://user:pa/\xff" + CANARY.encode() + b"#x@mirror.example/r"
+    result = subprocess.run(
+        [sys.executable, "-m", "aicr_runner", "plan", "--output", str(tmp_path / "plan")],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert CANARY.encode() not in result.stdout + result.stderr
+    assert b"AICR_RUNNER_AICR__RELEASE_BASE_URL='https://***@mirror.example/r': " in result.stderr
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()] == []
