@@ -100,5 +100,4 @@ def test_the_changelog_has_an_unreleased_section_with_the_charts_changes() -> No
     assert changes
     for change in changes:
         section = unreleased.split(f"### {kinds[change['kind']]}\n", 1)[1].split("\n### ", 1)[0]
-        description = change["description"]
-        assert f"- {description[0].upper()}{description[1:]}\n" in section, change
+        assert f"- {change['description']}\n" in section, change
