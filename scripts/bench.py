@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The runner against the shell pipeline it replaces, metric by metric.
 
-Every row of the measurement table in README.md comes from here. Each metric runs
+Every row of the measurement table in docs/performance.md comes from here. Each metric runs
 the runner and its shell anchor in alternating pairs on loopback fixtures this
 script makes itself, and prints min and median of each side and the ratio of
 the medians (runner / shell):
@@ -961,7 +961,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (the CI smoke test)")
-    parser.add_argument("--markdown", action="store_true", help="a Markdown table for README.md")
+    parser.add_argument("--markdown", action="store_true", help="a Markdown table for docs/performance.md")
     parser.add_argument("--relay-mib", help="relay sizes in MiB, comma separated (default 100,1024; quick 1,8)")
     parser.add_argument("--relay-formats", default="console,json", help="log formats to relay in")
     parser.add_argument("--relay-repeat", type=int, help="pairs per relay size (default 2; quick 1)")

@@ -509,9 +509,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "notes-forget-the-pack-check",
         "templates/NOTES.txt",
-        "  criteria against aicr's catalog: the runtime checks them against the pack when",
-        "  criteria against aicr's catalog.",
+        "  check them: the runtime checks them against the pack, and a refusal fails the Job with exit 2)",
+        "  check them)",
         "test_job.py::test_notes_say_the_runtime_checks_a_packs_criteria",
+    ),
+    m(
+        "notes-wait-ignores-a-failed-job",
+        "templates/NOTES.txt",
+        '--for=condition=Failed --timeout=0 >/dev/null 2>&1 && { echo "Job failed"; exit 1; }',
+        '--for=condition=Failed --timeout=0 >/dev/null 2>&1 && echo "Job failed"',
+        "test_job.py::test_notes_give_the_commands_that_come_next_and_a_link_to_the_rest",
     ),
 )
 

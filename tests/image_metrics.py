@@ -2,7 +2,7 @@
 size on the wire (the compressed layers a registry serves) and the time to pull
 it from a registry and start it. The image size test (tests/image/test_image_size.py)
 holds the image to the budgets below; scripts/bench.py prints the same
-measurements beside them, and its output is where the figures in docs/development.md come from.
+measurements beside them, and its output is where the figures in docs/performance.md come from.
 
 The registry is Debian's ``docker-registry`` on loopback, without TLS or auth;
 every pull goes to a fresh, empty podman store, so no layer is already there."""

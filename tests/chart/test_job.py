@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 from aicr_runner.errors import DETERMINISTIC_EXIT_CODES
-from tests.chart.helm import CHART, NAMESPACE, RELEASE, helm, merge, render, renders
+from tests.chart.helm import CHART, NAMESPACE, RELEASE, ROOT, helm, merge, render, renders
+from tests.unit.test_doc_links import HOME, Link, problem
 
 PACK = "ghcr.io/acme/aicr-pack:1.0.0"
 AUTH = '{"auths":{"ghcr.io":{"auth":"dXNlcjp0b2tlbg=="}}}'
@@ -820,38 +822,73 @@ def notes(*sets: str) -> str:
     return proc.stdout.split("NOTES:", 1)[1]
 
 
+#: NOTES' budget: the commands that come next and a link, whatever the values.
+NOTES_LINES = 30
+#: The README's install: every component installed, deployment-phase validation passed.
+PROVING = ("--set", "deploy.failOnComponentFailure=true,validate.enabled=true,validate.failOnError=true")
+#: Every value that adds a line to NOTES, at once.
+MOST_LINES = (
+    "--set", f"dataPack={PACK}", "--set", "dataPackSecret=acme-cred", "--set", "rbac.create=false",
+    "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform",
+    "--set", "aicrProvenance.mode=off", "--set", "validate.enabled=true", "--set", "validate.emitEvidence=true",
+    "--set", "validate.publish.enabled=true", "--set", "validate.publish.ref=ghcr.io/acme/evidence",
+    "--set", "validate.publish.mode=unsigned",
+)  # fmt: skip
+NOTES_CASES = {
+    "defaults": (),
+    "proving posture": PROVING,
+    "every optional line": MOST_LINES,
+    **{f"examples/values/{p.name}": ("-f", str(p)) for p in sorted((ROOT / "examples" / "values").glob("*.yaml"))},
+}
+
+
+@pytest.mark.one_helm  # see notes(); e2e/test_notes.py renders them with Helm 3 against a real API server
+@pytest.mark.parametrize("case", NOTES_CASES)
+def test_notes_fit_in_30_lines(case: str) -> None:
+    text = notes(*NOTES_CASES[case])
+    lines = text.strip("\n").splitlines()
+    assert len(lines) <= NOTES_LINES, text
+    if case == "every optional line":
+        assert len(lines) == NOTES_LINES, "every optional line is in this case: it is the budget's worst case"
+
+
 @pytest.mark.one_helm  # see notes()
-def test_notes_give_the_commands_to_follow_the_run() -> None:
-    text = notes("--set", "validate.enabled=true", "--set", "validate.emitEvidence=true")
-    job = job_name({"validate": {"enabled": True, "emitEvidence": True}})
+def test_notes_give_the_commands_that_come_next_and_a_link_to_the_rest() -> None:
+    text = notes(*PROVING)
+    job = job_name({"deploy": {"failOnComponentFailure": True}, "validate": {"enabled": True, "failOnError": True}})
     # The log follow waits for the container first (a Pending pod has no log yet).
     assert (
         f"kubectl wait -n {NAMESPACE} pod -l job-name={job} --for=create "
         f"--for=jsonpath='{{.status.containerStatuses[0].containerID}}' --timeout=30m "
         f"&& kubectl logs -n {NAMESPACE} -f job/{job}"
     ) in text
-    assert f"kubectl events -n {NAMESPACE} --for job/{job}" in text
-    assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.phase}}'" in text
     # The wait ends on failure too (e2e/test_run_events.py runs it against a real API server).
-    assert f"kubectl wait -n {NAMESPACE} job/{job} --for=condition=Failed --timeout=0" in text
-    assert "--for=condition=Complete --timeout=10800s" not in text
-    assert f"kubectl get pod -n {NAMESPACE} -l job-name={job} -o jsonpath=" in text
-    assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.report\\.json}}'" in text
+    assert f"kubectl wait -n {NAMESPACE} job/{job} --for=condition=Complete --timeout=10s" in text
+    assert (
+        f"kubectl wait -n {NAMESPACE} job/{job} --for=condition=Failed --timeout=0 >/dev/null 2>&1 "
+        '&& { echo "Job failed"; exit 1; }'
+    ) in text
+    assert '[ "$outcome" = SucceededWithFailures ] && exit 3; exit 0' in text
+    assert f"kubectl get -n {NAMESPACE} job/{job} >/dev/null || exit 2" in text
+    assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.phase}}'" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.summary\\.txt}}'" in text
-    assert f"kubectl get cm -n {NAMESPACE} aicr-recipe -o jsonpath='{{.data.summary\\.txt}}'" in text
-    assert "{.binaryData.recipe\\.yaml\\.gz}" in text
-    assert f"kubectl get cm -n {NAMESPACE} aicr-validate-result -o jsonpath='{{.data.ctrf\\.json}}'" in text
-    assert f"kubectl get cm -n {NAMESPACE} aicr-evidence-bundle -o jsonpath='{{.binaryData.evidence\\.tgz}}'" in text
-    assert "{.data.pointer\\.yaml}" in text
-    assert "Do not upgrade" not in text
-    assert "Upgrading while the Job runs is safe." in text
-    assert f"kubectl get lease -n {NAMESPACE} {RELEASE}-install -o jsonpath='{{.spec.holderIdentity}}'" in text
-    assert "stops before the next component and hands the Lease" in text
-    assert "and a new chart version alone keep\n  this Job: no new run" in text
+    assert f"kubectl get pod -n {NAMESPACE} -l job-name={job} -o jsonpath=" in text
+    assert "  steps: recipe, bundle, verify, deploy, validate" in text
+    [link] = re.findall(re.escape(HOME) + r"\S*", text)
+    assert link == f"{HOME}/blob/main/docs/runs.md"
+    assert problem(Link(ROOT / "chart" / "templates" / "NOTES.txt", 1, link)) is None
+    assert 'README "Change safety"' in text
+    assert 'README "Uninstalling"' in text
     assert "pack" not in text.lower()
-    assert 'README "Uninstalling" gives the steps.' in text
     assert "rbac.create=false" not in text
     assert "existing ServiceAccount" not in text
+    assert "WARNING" not in text
+
+
+@pytest.mark.one_helm  # see notes()
+def test_notes_read_the_status_configmap_the_values_name() -> None:
+    assert "kubectl get cm -n aicr my-status -o jsonpath='{.data.phase}'" in notes("--set", "statusConfigMap=my-status")
+    assert "Read its status" not in notes("--set", "statusConfigMap=")
 
 
 @pytest.mark.one_helm  # see notes()
@@ -860,10 +897,10 @@ def test_notes_say_who_binds_the_account_when_the_chart_does_not() -> None:
         "--set", "rbac.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform"
     )
     assert (
-        "The chart created no RBAC (rbac.create=false): bind the ServiceAccount\n"
-        f'{NAMESPACE}/platform before the pod starts (README "Permissions" lists what it needs).'
+        "The chart created no RBAC (rbac.create=false): bind the ServiceAccount "
+        f'{NAMESPACE}/platform before the pod starts (README "Permissions").'
     ) in text
-    assert f"The Job runs as the existing ServiceAccount {NAMESPACE}/platform;" in text
+    assert f"The Job runs as the existing ServiceAccount {NAMESPACE}/platform:" in text
     off = notes("--set", "aicrProvenance.mode=off", "--set", "rbac.clusterAdmin=false")
     assert "aicr runs with the installer's cluster-wide permissions without proof of who built it" in off
 
@@ -888,5 +925,19 @@ def test_notes_say_whether_aicrs_provenance_is_enforced() -> None:
 @pytest.mark.one_helm  # see notes()
 def test_notes_say_the_runtime_checks_a_packs_criteria() -> None:
     text = notes("--set", f"dataPack={PACK}", "--set", "dataPackSecret=acme-cred")
-    assert "the runtime checks them against the pack" in text
+    assert "the runtime checks them against the pack, and a refusal fails the Job with exit 2" in text
     assert "The pod starts only once these Secrets exist in aicr: acme-cred." in text
+
+
+@pytest.mark.one_helm  # see notes()
+def test_notes_warn_of_an_anonymous_evidence_push() -> None:
+    publish = (
+        "--set", "validate.enabled=true", "--set", "validate.emitEvidence=true",
+        "--set", "validate.publish.enabled=true", "--set", "validate.publish.ref=ghcr.io/acme/evidence",
+    )  # fmt: skip
+    text = notes(*publish, "--set", "validate.publish.mode=unsigned")
+    assert "WARNING: no validate.publish.registrySecret: the push is anonymous and usually fails;" in text
+    assert ", publish evidence (unsigned) to ghcr.io/acme/evidence" in text
+    pushed = notes(*publish, "--set", "validate.publish.mode=unsigned", "--set", "validate.publish.registrySecret=push")
+    assert "WARNING" not in pushed
+    assert "The pod starts only once these Secrets exist in aicr: push." in pushed

@@ -93,8 +93,8 @@ def test_the_chart_readme_stands_alone_on_artifact_hub() -> None:
 
 def test_the_chart_readme_states_the_measured_image_size() -> None:
     """One set of figures: the chart's page quotes the image sizes scripts/bench.py measured
-    (the rows of the README's measurement table), and the supply-chain page the same ones."""
-    measured = (ROOT / "README.md").read_text()
+    (the rows of docs/performance.md's measurement table), and the supply-chain page the same ones."""
+    measured = (ROOT / "docs" / "performance.md").read_text()
     sizes = {}
     for kind in ("uncompressed", "compressed"):
         pattern = rf"^\| image size, {kind} .*?\| aicr-runner image \| [\d.]+ MB \| ([\d.]+) MB \|"

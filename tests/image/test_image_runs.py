@@ -202,7 +202,7 @@ def readme_docker_run_commands() -> list[list[str]]:
 
 
 DOC_COMMANDS = readme_docker_run_commands()
-#: Each distinct command once (the README and docs/runs.md show the same one).
+#: Each distinct command once (a page may repeat another's).
 README_COMMANDS = [list(argv) for argv in dict.fromkeys(tuple(argv) for argv in DOC_COMMANDS)]
 
 

@@ -1,5 +1,5 @@
 """scripts/bench.py --quick still runs every metric (a smoke test: no thresholds;
-the numbers belong in the README's measurement table, from a full run, not in a test)."""
+the numbers belong in docs/performance.md's measurement table, from a full run, not in a test)."""
 
 from __future__ import annotations
 

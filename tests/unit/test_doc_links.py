@@ -1,6 +1,6 @@
 """No dead link in the documentation a reader meets.
 
-Every relative link in README.md, docs/, chart/README.md and e2e/README.md names a
+Every relative link in README.md, CHANGELOG.md, docs/, chart/README.md and e2e/README.md names a
 file or directory of this repository, and its `#anchor` a heading of the target page
 under GitHub's anchor rules (lower case; punctuation dropped, letters, digits, `-`
 and `_` kept; spaces become `-`; a repeated heading gets `-1`, `-2`, ...). Links
@@ -24,6 +24,7 @@ PAGES = (
     ROOT / "README.md",
     ROOT / "chart" / "README.md",
     ROOT / "e2e" / "README.md",
+    ROOT / "CHANGELOG.md",
     *sorted((ROOT / "docs").glob("*.md")),
 )
 #: The repository's own address (Chart.yaml `home`); absolute links under it are checked too.
