@@ -30,6 +30,7 @@ __all__ = [
     "EVENT_REASON",
     "FLUX_NAMESPACE_LABEL",
     "FLUX_NAME_LABEL",
+    "INCONCLUSIVE_REASON",
     "HelmReleaseRef",
     "event_body",
     "report_failure",
@@ -40,6 +41,8 @@ FLUX_NAMESPACE_LABEL = "helm.toolkit.fluxcd.io/namespace"
 EVENT_REASON = "AicrRunFailed"
 #: A run that exited 0 with failed components (--best-effort): Flux shows it Ready.
 COMPONENTS_FAILED_REASON = "AicrRunSucceededWithFailures"
+#: A run that exited 0 although validation ran no check (no validate.failOnError).
+INCONCLUSIVE_REASON = "AicrRunSucceededInconclusive"
 #: events.k8s.io bounds a note to 1 KiB; a core/v1 message is kept to the same.
 MESSAGE_LIMIT = 1024
 _COMPONENT = "aicr-runner"
