@@ -143,17 +143,17 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
-    if inconclusive(report):
-        success += f", but {validate.message}"
+    # Validation that ran no check is said on a green exit: never a plain success.
+    no_check = validate.message if inconclusive(report) else ""
     if report.failed_components:
         failed = ", ".join(report.failed_components)
         if component_gate:
             return 1, f"Components FAILED ({failed}) and deploy.failOnComponentFailure is set"
         return 0, (
             f"{success}, but components failed: {failed} (--best-effort; deploy.failOnComponentFailure=true "
-            "fails the Job instead)"
+            "fails the Job instead)" + (f"; and {no_check}" if no_check else "")
         )
-    return 0, success
+    return 0, f"{success}, but {no_check}" if no_check else success
 
 
 def inconclusive(report: RunReport) -> bool:
