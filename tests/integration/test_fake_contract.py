@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from aicr_runner.capabilities import FEATURES, HelpProbe
-from aicr_runner.classify import DeployMarkers
+from aicr_runner.classify import CtrfVerdict, DeployMarkers, Outcome, classify_ctrf, classify_validate
 from aicr_runner.progress import ComponentTable
 from tests.fake_aicr import install_fake_aicr
 from tests.real_aicr import RealAicr
@@ -308,6 +308,83 @@ def test_what_0_11_lacks(fake: Path, real_aicr: RealAicr, tmp_path: Path, args: 
     assert (pair.fake.code, pair.real.code) == (code, code)
     assert shape(pair.fake.stderr) == shape(pair.real.stderr)
     assert bool(pair.fake.stdout.strip()) == bool(pair.real.stdout.strip()), "root usage printed by both or neither"
+
+
+# -- validate ---------------------------------------------------------------------------------------------------
+
+#: Snapshots as aicr reads them (``--snapshot``): the recipe's readiness constraints
+#: are checked against these readings before any check runs.
+SNAPSHOT = {"measurements": [{"type": "K8s", "subtypes": [{"subtype": "server", "data": {"version": "v1.34.1"}}]}]}
+DEBIAN = {
+    "measurements": [
+        *SNAPSHOT["measurements"],
+        {"type": "OS", "subtypes": [{"subtype": "release", "data": {"ID": "debian", "VERSION_ID": "12"}}]},
+    ]
+}
+
+
+def validate_inputs(real: RealAicr, tmp_path: Path, criteria: list[str], snapshot: dict[str, Any]) -> None:
+    """One recipe (the real aicr's, so both read the same checks and constraints)
+    and the snapshot, copied into the fake's and the real's working directories."""
+    _, recipe = real.recipe(dict(zip(criteria[::2], criteria[1::2], strict=True)))
+    for side in ("fake", "real"):
+        (tmp_path / side).mkdir(parents=True, exist_ok=True)
+        (tmp_path / side / "r.yaml").write_bytes(recipe.read_bytes())
+        (tmp_path / side / "snap.yaml").write_text(yaml.safe_dump(snapshot))
+
+
+def ctrf_of(result: Result) -> dict[str, Any] | None:
+    path = result.cwd / "c.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def phase_results(result: Result) -> list[tuple[str, str]]:
+    return [(r["phase"], r["status"]) for r in result.records() if r["msg"] == "phase result"]
+
+
+@pytest.mark.parametrize("phases", [["--phase", "deployment"], []], ids=["deployment", "all phases"])
+def test_validate_no_cluster_skips_every_catalog_check_and_exits_0(
+    fake: Path, real_aicr: RealAicr, tmp_path: Path, phases: list[str]
+) -> None:
+    """``--no-cluster``: every validator of the catalog's phase is skipped (not only
+    the recipe's; the kind recipe lists no deployment check), exit 0: no check ran."""
+    validate_inputs(real_aicr, tmp_path, ["service", "kind", "accelerator", "h100", "intent", "training"], SNAPSHOT)
+    args = ["--log-json", "validate", "--recipe", "r.yaml", *phases, "--no-cluster", "-s", "snap.yaml", "-o", "c.json"]
+    pair = both(fake, real_aicr, tmp_path, *args)
+    assert (pair.fake.code, pair.real.code) == (0, 0), (pair.fake.stderr, pair.real.stderr)
+    fake_report, real_report = ctrf_of(pair.fake), ctrf_of(pair.real)
+    assert fake_report is not None
+    assert real_report is not None
+    reports = [fake_report, real_report]
+    summaries = [{k: v for k, v in r["results"]["summary"].items() if k not in ("start", "stop")} for r in reports]
+    assert summaries[0] == summaries[1]
+    assert summaries[1]["skipped"] == summaries[1]["tests"] == (4 if phases else 16)
+    rows = [[(t["name"], t["status"], t["message"], t["suite"]) for t in r["results"]["tests"]] for r in reports]
+    assert rows[0] == rows[1]
+    assert phase_results(pair.fake) == phase_results(pair.real)
+    assert {status for _, status in phase_results(pair.real)} == {"skipped"}
+    verdicts = [classify_ctrf(0, CtrfVerdict.parse(json.dumps(r)), phases=["deployment"]) for r in reports]
+    assert [v.outcome for v in verdicts] == [Outcome.INCONCLUSIVE] * 2, "green on exit 0 would be wrong"
+    assert verdicts[0].reason == verdicts[1].reason
+
+
+def test_validate_failed_preflight_exits_8_and_writes_no_ctrf(fake: Path, real_aicr: RealAicr, tmp_path: Path) -> None:
+    """A readiness constraint the snapshot breaks: exit 8 (0.11 wraps INVALID_REQUEST
+    in INTERNAL), the same error, and no CTRF report: the exit code is the verdict."""
+    leaf = ["service", "eks", "accelerator", "h100", "intent", "training", "os", "ubuntu"]
+    validate_inputs(real_aicr, tmp_path, leaf, DEBIAN)
+    args = ["--log-json", "validate", "--recipe", "r.yaml", "--phase", "deployment", "--no-cluster", "-s", "snap.yaml"]
+    pair = both(fake, real_aicr, tmp_path, *args, "-o", "c.json")
+    assert (pair.fake.code, pair.real.code) == (8, 8)
+    expected = (
+        "[INTERNAL] validation failed: [INVALID_REQUEST] readiness check failed: OS.release.ID expected ubuntu, "
+        "got debian"
+    )
+    assert pair.fake.failure() == pair.real.failure() == expected
+    assert ctrf_of(pair.fake) is None
+    assert ctrf_of(pair.real) is None
+    verdict = classify_validate(8, error=pair.real.failure())
+    assert verdict.reason.startswith("the readiness pre-flight failed, so no validator ran")
 
 
 # -- deploy.sh -------------------------------------------------------------------------------------------------
