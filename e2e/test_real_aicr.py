@@ -29,6 +29,7 @@ runner goes to the API server unchanged.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Callable, Iterator
@@ -42,6 +43,8 @@ from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
+from e2e.test_run_events import documented
+from e2e.tools import tool
 from tests.podman import PODMAN
 from tests.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary
 
@@ -227,8 +230,10 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     component_releases_removed_after: None,
 ) -> None:
     server_version = snapshot_configmap(control_plane, namespace)
+    # The mirror serves the module's runs (one per parametrization): count this run's requests.
+    downloads_before = release_mirror.requests.count(f"/{TAG}/{ARCHIVE}")
     path = f"{HELM_REDIRECT_DIR}:{image_path(redirect_kubelet)}"
-    helm.install(
+    install = helm.install(
         RELEASE,
         CHART,
         namespace,
@@ -250,6 +255,22 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     )
 
     run = redirect_kubelet.run_job(RELEASE, namespace, timeout=800)
+    # NOTES.txt's wait, as rendered: 1 for the failed Job, 3 for a completed but inconclusive run.
+    wait = subprocess.run(
+        ["sh", "-c", documented(install.stdout.split("NOTES:", 1)[1], "(while :; do")],
+        env={
+            **os.environ,
+            "PATH": f"{tool('kubectl').parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "KUBECONFIG": str(control_plane.kubeconfig),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (wait.returncode, wait.stdout.strip()) == (
+        (1, "Job failed") if fail_on_error else (3, "Job complete: SucceededInconclusive")
+    ), wait
 
     # Zero checks ran: never green. Exit 32 under validate.failOnError, else exit 0 and SucceededInconclusive.
     phase, exit_code = ("Failed", 32) if fail_on_error else ("SucceededInconclusive", 0)
@@ -269,7 +290,7 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     fetch = results.step("fetch")
     assert (fetch["status"], fetch["classification"]) == ("warned", "provenance-unverified")
     assert fetch["message"].startswith(f"aicr v0.11.1 from {release_mirror.base_url}/{TAG}/{ARCHIVE} (sha256 ")
-    assert release_mirror.requests.count(f"/{TAG}/{ARCHIVE}") == 1
+    assert release_mirror.requests.count(f"/{TAG}/{ARCHIVE}") == downloads_before + 1
     # recipe: what the same aicr gives on this host
     recipe = yaml.safe_load(results.data("aicr-recipe")["recipe.yaml"])
     assert recipe == host_recipe["recipe"]
