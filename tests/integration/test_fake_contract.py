@@ -39,6 +39,7 @@ from aicr_runner.classify import CtrfVerdict, DeployMarkers, Outcome, classify_c
 from aicr_runner.progress import ComponentTable
 from tests.fake_aicr import install_fake_aicr
 from tests.real_aicr import RealAicr
+from tests.validator_cluster import Validators, validator_cluster
 
 LEAF = ["--service", "eks", "--accelerator", "h100", "--intent", "training", "--os", "ubuntu"]
 _STAMP = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d ")
@@ -385,6 +386,63 @@ def test_validate_failed_preflight_exits_8_and_writes_no_ctrf(fake: Path, real_a
     assert ctrf_of(pair.real) is None
     verdict = classify_validate(8, error=pair.real.failure())
     assert verdict.reason.startswith("the readiness pre-flight failed, so no validator ran")
+
+
+#: The fake's words for what a validator did (tests/fake_aicr/validate.py), given to
+#: the stand-in cluster as each validator's termination message.
+MESSAGES = {0: "check passed", 2: "no GPU nodes found in the cluster", 137: "validator crashed"}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "validators", "statuses", "phase"),
+    [
+        ("other", Validators({"operator-health": 137}), ["other", "passed", "passed", "passed"], "other"),
+        ("skip", Validators(default=2), ["skipped"] * 4, "passed"),
+    ],
+    ids=["a crashed check", "every check skipped"],
+)
+def test_validate_on_a_cluster_exits_0_when_a_check_crashed_or_every_check_skipped(  # noqa: PLR0917 - a table row
+    fake: Path,
+    real_aicr: RealAicr,
+    tmp_path: Path,
+    outcome: str,
+    validators: Validators,
+    statuses: list[str],
+    phase: str,
+) -> None:
+    """0.11 fails a run only on ``failed``: a crashed check (exit 137, status
+    ``other``) exits 0, and a phase whose checks all skipped is reported
+    ``passed``. The real aicr runs its validator Jobs against a stand-in API
+    server (tests/validator_cluster.py) that reports each validator's exit code."""
+    leaf = ["service", "eks", "accelerator", "h100", "intent", "training", "os", "ubuntu"]
+    validate_inputs(real_aicr, tmp_path, leaf, SNAPSHOT)
+    args = ["--log-json", "validate", "--recipe", "r.yaml", "--phase", "deployment", "-s", "snap.yaml", "-o", "c.json"]
+    validators.messages = MESSAGES
+    with validator_cluster(validators, tmp_path / "cluster") as kubeconfig:
+        real = call(real_aicr.binary, tmp_path / "real", args, {"KUBECONFIG": str(kubeconfig)})
+    fake_run = call(
+        fake, tmp_path / "fake", args, {"FAKE_AICR_VERSION": "0.11.1", "FAKE_AICR_VALIDATE_RESULT": outcome}
+    )
+    assert (fake_run.code, real.code) == (0, 0), (fake_run.stderr[-2000:], real.stderr[-2000:])
+    assert sum(r.startswith("PATCH /apis/batch/v1/") for r in validators.requests) == 4, "one Job per check"
+    fake_report, real_report = ctrf_of(fake_run), ctrf_of(real)
+    assert fake_report is not None
+    assert real_report is not None
+    for report in (fake_report, real_report):
+        results = report["results"]
+        assert [t["status"] for t in results["tests"]] == statuses
+        counted = {k: v for k, v in results["summary"].items() if k not in ("start", "stop")}
+        assert counted == {"tests": 4} | {
+            s: statuses.count(s) for s in ("passed", "failed", "skipped", "pending", "other")
+        }
+    names = [[t["name"] for t in r["results"]["tests"]] for r in (fake_report, real_report)]
+    assert names[0] == names[1]
+    assert [t["message"] for t in fake_report["results"]["tests"]] == [
+        t["message"] for t in real_report["results"]["tests"]
+    ], "the CTRF message is the validator's termination message"
+    assert phase_results(fake_run) == phase_results(real) == [("deployment", phase)]
+    verdict = classify_ctrf(0, CtrfVerdict.parse(json.dumps(real_report)), phases=["deployment"])
+    assert verdict.outcome is (Outcome.FAILED if outcome == "other" else Outcome.INCONCLUSIVE), verdict.reason
 
 
 # -- deploy.sh -------------------------------------------------------------------------------------------------
