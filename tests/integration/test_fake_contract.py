@@ -3,10 +3,11 @@
 Other tests trust the fake's 0.11 mode in place of a 0.11 aicr; here the same
 inputs go through both and must give the same exit codes, the same log and
 output shapes (the completion line, the failure record, verify's report), the
-same bundle layout (files, modes, checksums.txt order) and the same verify and
-deploy.sh behaviour. The fake's embedded overlays are v1.2.0's, so component
-lists differ; everything is compared relative to each one's own recipe. A drift
-fails here.
+same bundle layout (files, modes, checksums.txt order), the same verify and
+deploy.sh behaviour and the same validate verdicts (CTRF report or none, exit
+code). The fake's embedded overlays are v1.2.0's, so component
+lists differ; everything is compared relative to each one's own recipe (validate
+reads one recipe, the real aicr's, in both). A drift fails here.
 
 Found and fixed in the fake when this was written (the real binary disagreed):
 `evidence publish ... --push` exits 1 (a root-level flag-parse error), not 3;
@@ -16,7 +17,10 @@ values; thin criteria resolve instead of being refused; recipes are
 `aicr.nvidia.com/v1alpha1`; bundles have 0.11's flat layout (`<component>/`,
 `undeploy.sh`, checksums.txt in deployment order without recipe.yaml); verify's
 text has no `↳` line and a checksum mismatch names both digests; validate takes
-`--data`; `--help` lists the flags and criteria values.
+`--data`; `--help` lists the flags and criteria values. Later, for validate: a
+crashed check exits 0 in 0.11 (the fake failed it), an all-skipped phase is
+`passed`, and `--no-cluster` skips every catalog check of the phase, not only
+the recipe's.
 """
 
 from __future__ import annotations
