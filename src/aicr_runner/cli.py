@@ -572,7 +572,8 @@ def _conclude(
     events: JobEvents | None = None,
 ) -> None:
     """The outcome announced and recorded on the Job; a failed Job run (or one
-    with failed components) also reported on its HelmRelease."""
+    with failed components, or whose validation ran no check) also reported on
+    its HelmRelease."""
     from aicr_runner.report import RunPhase
 
     termination = _termination_line(report)
