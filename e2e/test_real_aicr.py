@@ -8,7 +8,10 @@ checks its checksum, extracts and asks the binary its version, then runs
 the real ``aicr recipe``, ``aicr bundle`` and ``aicr verify``, the bundle's real
 ``deploy.sh`` (bash, kubectl and helm from the image, against the real API server)
 and the real ``aicr validate`` (against the same API server, with a snapshot it
-reads from a ConfigMap), and captures the verdict.
+reads from a ConfigMap), and captures the verdict. The recipe lists no
+``deployment`` check for v0.11.1 (only conformance ones), so aicr exits 0 with a
+CTRF report of zero tests: the run is inconclusive, never green (exit 32 under
+``validate.failOnError``, phase ``SucceededInconclusive`` without it).
 
 What stands in, and why (e2e/README.md "Scenarios"): the component charts. aicr
 v0.11.1's deploy.sh names public chart repositories (https://charts.jetstack.io,
@@ -26,6 +29,7 @@ runner goes to the API server unchanged.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Callable, Iterator
@@ -39,6 +43,8 @@ from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
+from e2e.test_run_events import documented
+from e2e.tools import tool
 from tests.podman import PODMAN
 from tests.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary
 
@@ -171,13 +177,14 @@ def snapshot_configmap(plane: ControlPlane, namespace: str) -> str:
     return str(version)
 
 
-def assert_component_progress(
-    plane: ControlPlane, namespace: str, job: str, deploy: dict[str, Any], recipe: dict[str, Any]
-) -> None:
+def assert_component_progress(  # noqa: PLR0917 - one run's facts
+    plane: ControlPlane, namespace: str, job: str, deploy: dict[str, Any], recipe: dict[str, Any], phase: str
+) -> dict[str, str]:
     """The real deploy.sh's per-component lines, read as they came: every component
     in the status ConfigMap's progress, in deploy.sh's order, and the Events on the
     Job. A DeployProgress Event is only recorded while deploy.sh runs (when a
-    component ends), so it shows the progress went out live, not only at the end."""
+    component ends), so it shows the progress went out live, not only at the end.
+    The run's end: ``Run<phase>`` and the outcome annotation. Returns the Events' notes by reason."""
     namespaces = {ref["name"]: ref["namespace"] for ref in recipe["componentRefs"]}
     order = recipe["deploymentOrder"]
     progress = deploy["progress"]
@@ -199,13 +206,20 @@ def assert_component_progress(
     live = [e["note"] for e in events if e["reason"] == "DeployProgress"]
     assert live, f"no DeployProgress Event while deploy.sh ran: {sorted(notes)}"
     assert all(re.match(rf"\d+/{len(order)} components installed", note) for note in live), live
-    assert "RunSucceeded" in notes, notes
+    assert f"Run{phase}" in notes, notes
     annotations = plane.admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}")["metadata"]["annotations"]
-    assert annotations["aicr.nvidia.com/outcome"] == "Succeeded"
+    assert annotations["aicr.nvidia.com/outcome"] == phase
+    return notes
+
+
+#: What the run says when validation ran no check: the recipe lists no deployment check.
+NO_CHECK = "validation inconclusive: no check ran: the recipe lists no check for phase deployment (CTRF tests: 0)"
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("fail_on_error", [True, False], ids=["failOnError", "no-failOnError"])
 def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_image(  # noqa: PLR0917 - fixtures
+    fail_on_error: bool,
     helm: Helm,
     control_plane: ControlPlane,
     namespace: str,
@@ -216,8 +230,10 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     component_releases_removed_after: None,
 ) -> None:
     server_version = snapshot_configmap(control_plane, namespace)
+    # The mirror serves the module's runs (one per parametrization): count this run's requests.
+    downloads_before = release_mirror.requests.count(f"/{TAG}/{ARCHIVE}")
     path = f"{HELM_REDIRECT_DIR}:{image_path(redirect_kubelet)}"
-    helm.install(
+    install = helm.install(
         RELEASE,
         CHART,
         namespace,
@@ -228,25 +244,53 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
             "aicrReleaseBaseUrl": release_mirror.base_url,
             # No NVIDIA attestation in this release: warn runs it and says so.
             "aicrProvenance": {"mode": "warn"},
-            "validate": {"enabled": True, "phases": ["deployment"], "failOnError": True},
+            "validate": {"enabled": True, "phases": ["deployment"], "failOnError": fail_on_error},
             "validateArgs": ["--snapshot", f"cm://{namespace}/{SNAPSHOT}"],
-            "job": {"extraEnv": extra_env(PATH=path, E2E_CHART_REPO=f"{chart_repository.base_url}/charts")},
+            "job": {
+                "extraEnv": extra_env(PATH=path, E2E_CHART_REPO=f"{chart_repository.base_url}/charts"),
+                # One pod: a failed run is not retried behind the test's back.
+                "backoffLimit": 0,
+            },
         },
     )
 
     run = redirect_kubelet.run_job(RELEASE, namespace, timeout=800)
+    # NOTES.txt's wait, as rendered: 1 for the failed Job, 3 for a completed but inconclusive run.
+    wait = subprocess.run(
+        ["sh", "-c", documented(install.stdout.split("NOTES:", 1)[1], "(while :; do")],
+        env={
+            **os.environ,
+            "PATH": f"{tool('kubectl').parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "KUBECONFIG": str(control_plane.kubeconfig),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (wait.returncode, wait.stdout.strip()) == (
+        (1, "Job failed") if fail_on_error else (3, "Job complete: SucceededInconclusive")
+    ), wait
 
-    assert run.exit_code == 0, run.describe()
-    assert run.termination_message.startswith("Succeeded (exit 0)"), run.termination_message
+    # Zero checks ran: never green. Exit 32 under validate.failOnError, else exit 0 and SucceededInconclusive.
+    phase, exit_code = ("Failed", 32) if fail_on_error else ("SucceededInconclusive", 0)
+    assert run.exit_code == exit_code, run.describe()
+    if fail_on_error:
+        expected = f"Failed (exit 32): Validation INCONCLUSIVE (exit 32): {NO_CHECK} (validate.failOnError)"
+    else:
+        expected = f"SucceededInconclusive (exit 0): AICR Job complete, but {NO_CHECK}; validate.failOnError=true"
+    assert run.termination_message.startswith(expected), run.termination_message
     assert run.termination_message.endswith("[aicr v0.11.1]")
     results = RunResults(control_plane, namespace)
     report = results.report()
     assert report["aicrVersion"] == "v0.11.1"
+    assert (report["phase"], report["exitCode"]) == (phase, exit_code)
+    assert results.data("aicr-run-status")["summary.txt"].startswith(f"phase: {phase}\nexitCode: {exit_code}\n")
     # fetch: from the mirror, checksummed, extracted, version asked; provenance warned, not verified
     fetch = results.step("fetch")
     assert (fetch["status"], fetch["classification"]) == ("warned", "provenance-unverified")
     assert fetch["message"].startswith(f"aicr v0.11.1 from {release_mirror.base_url}/{TAG}/{ARCHIVE} (sha256 ")
-    assert release_mirror.requests.count(f"/{TAG}/{ARCHIVE}") == 1
+    assert release_mirror.requests.count(f"/{TAG}/{ARCHIVE}") == downloads_before + 1
     # recipe: what the same aicr gives on this host
     recipe = yaml.safe_load(results.data("aicr-recipe")["recipe.yaml"])
     assert recipe == host_recipe["recipe"]
@@ -259,7 +303,7 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     assert deploy["status"] == "succeeded", deploy
     # 0.11 prints no per-component success line: a component counts once the next starts
     assert deploy["message"] == f"AICR install complete: {len(components)}/{len(components)} installed"
-    assert_component_progress(control_plane, namespace, run.job_name, deploy, host_recipe["recipe"])
+    notes = assert_component_progress(control_plane, namespace, run.job_name, deploy, host_recipe["recipe"], phase)
     for marker in ("Running pre-flight checks...", "Pre-flight checks passed.", "Deployment complete."):
         assert marker in run.output, marker
     assert "WARNING: no DRA kubelet plugin daemonset found in nvidia-dra-driver" in run.output, "kubectl asked"
@@ -280,11 +324,16 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     assert "/charts/index.yaml" in chart_repository.requests
     # validate: the real aicr against the API server, its verdict captured
     validate = results.step("validate")
-    assert validate["status"] == "succeeded", validate
-    assert validate["message"] == "validation passed (every check passed or was skipped)"
+    assert (validate["status"], validate["exitCode"]) == ("failed" if fail_on_error else "warned", exit_code), validate
+    assert validate["classification"] == "validation-inconclusive"
+    assert validate["message"].startswith(NO_CHECK), validate
+    assert notes["ValidateFailed" if fail_on_error else "ValidateWarned"] == validate["message"], notes
+    assert "ValidateSucceeded" not in notes
     ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])
     assert ctrf["reportFormat"] == "CTRF"
     assert ctrf["results"]["tool"] == {"name": "aicr", "version": "0.11.1"}
+    assert ctrf["results"]["summary"]["tests"] == 0, "aicr v0.11.1 ran no check: the recipe lists none for the phase"
+    assert re.search(r"aicr validate exit=0\b", run.output), "aicr itself exited 0: the runner read the report"
     readiness = [line for line in run.output.splitlines() if "readiness constraint passed" in line]
     assert any(server_version in line for line in readiness), "readiness read the snapshot from its ConfigMap"
     assert control_plane.admin.exists("/api/v1/namespaces/aicr-validation"), "aicr validate created its namespace"

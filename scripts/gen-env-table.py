@@ -60,7 +60,7 @@ DESCRIPTIONS = {
     "VALIDATE__ARGS": "extra `aicr validate` arguments (JSON array)",
     "VALIDATE__ENABLED": "run `aicr validate` after the install (or alone, assert-only)",
     "VALIDATE__PHASES": "JSON array of phases: deployment, performance, conformance; never empty",
-    "VALIDATE__FAIL_ON_ERROR": "a failed validation fails the Job (after the verdict is captured)",
+    "VALIDATE__FAIL_ON_ERROR": "a failed validation fails the Job, and one that ran no check fails it with exit 32 (after the verdict is captured); `false`: the latter exits 0 with phase `SucceededInconclusive`",
     "VALIDATE__EMIT_EVIDENCE": "`--emit-attestation`: build the evidence bundle",
     "VALIDATE__RESULT_CONFIGMAP": "ConfigMap for the CTRF verdict (`ctrf.json`)",
     "VALIDATE__EVIDENCE_CONFIGMAP": "ConfigMap for `evidence.tgz` and `pointer.yaml`",

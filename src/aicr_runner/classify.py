@@ -5,24 +5,33 @@ aicr 0.18 never exited non-zero, 0.20+ exits 0 under ``--best-effort`` even
 when components failed, and 1.2 exits 2 when it withholds the DRA kubelet
 plugin restart. ``DeployMarkers`` scans deploy.sh's output line by line for the
 failure report and the DRA line; ``classify_deploy`` combines them.
+
+aicr validate's exit code alone is not enough either (aicr-snapshot-validate
+section 2.6): 0.11 exits 0 when a check crashed or never started (CTRF status
+``other``) and reports a phase whose checks all skipped as passed, so when aicr
+wrote a CTRF report ``classify_ctrf`` decides from its counts.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from aicr_runner import blockscan
+from aicr_runner.errors import ExitCode
 from aicr_runner.progress import ComponentTable, LineKind, component_line
 
 __all__ = [
     "DRA_DEFERRED_MARKER",
     "FAILURE_REPORT_MARKERS",
     "Classification",
+    "CtrfVerdict",
     "DeployMarkers",
     "Outcome",
+    "classify_ctrf",
     "classify_deploy",
     "classify_validate",
     "classify_verify",
@@ -50,6 +59,8 @@ class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
     WARNED = "warned"
     FAILED = "failed"
+    #: validate only: no check ran (zero tests, or every one skipped or pending).
+    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -291,3 +302,105 @@ def classify_verify(
     }
     reason = reasons.get(exit_code, f"unexpected exit {exit_code} from aicr verify")
     return Classification(Outcome.FAILED, exit_code, reason)
+
+
+#: Names listed per status in a step message; the rest are counted ("and 12 more").
+_NAMES_SHOWN = 5
+_COUNTED = ("passed", "failed", "skipped", "pending", "other")
+
+
+@dataclass(frozen=True)
+class CtrfVerdict:
+    """What a CTRF report (aicr validate ``--output``) says: its summary counts
+    and, per status, the checks with aicr's message for each."""
+
+    tests: int
+    counts: dict[str, int]
+    #: status -> [(check, aicr's message)], in report order.
+    checks: dict[str, list[tuple[str, str]]]
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> CtrfVerdict:
+        """Raises ValueError when ``raw`` is not a CTRF report with a summary."""
+        try:
+            document = json.loads(raw)
+            results = document["results"]
+            summary, tests = results["summary"], results.get("tests") or []
+            counts = {key: int(summary.get(key) or 0) for key in _COUNTED}
+            total = int(summary["tests"])
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"not a CTRF report with results.summary ({type(exc).__name__}: {exc})") from exc
+        checks: dict[str, list[tuple[str, str]]] = {}
+        for test in tests if isinstance(tests, list) else []:
+            if isinstance(test, dict):
+                entry = (str(test.get("name") or "?"), str(test.get("message") or "").strip())
+                checks.setdefault(str(test.get("status") or "other"), []).append(entry)
+        return cls(total, counts, checks)
+
+    def named(self, status: str, *, reasons: bool = False) -> str:
+        """``operator-health, check-nvidia-smi`` (with ``reasons``: ``name (message)``)."""
+        entries = self.checks.get(status, [])
+        shown = [f"{name} ({message})" if reasons and message else name for name, message in entries[:_NAMES_SHOWN]]
+        more = len(entries) - len(shown)
+        return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def classify_ctrf(exit_code: int, verdict: CtrfVerdict, *, phases: Iterable[str], error: str = "") -> Classification:
+    """aicr validate's verdict when it wrote a CTRF report: the counts decide,
+    whatever the exit code (0.11 exits 0 on ``other``), and a disagreement between
+    the two is said. ``phases`` are the phases asked for; ``error`` is aicr's
+    ``command failed`` error, if any."""
+    counts = verdict.counts
+    if counts["failed"] or counts["other"]:
+        return _ctrf_failed(exit_code, verdict, error)
+    note = _exit_disagrees(exit_code, error, "its CTRF report has no failed or crashed check")
+    if not counts["passed"]:
+        return Classification(
+            Outcome.INCONCLUSIVE, ExitCode.VALIDATION_INCONCLUSIVE, _no_check_ran(verdict, list(phases)) + note
+        )
+    skipped = f", {counts['skipped']} skipped" if counts["skipped"] else ""
+    reason = f"validation passed: {counts['passed']} of {verdict.tests} checks passed{skipped}"
+    return Classification(Outcome.WARNED if note else Outcome.SUCCEEDED, 0, reason + note)
+
+
+def _ctrf_failed(exit_code: int, verdict: CtrfVerdict, error: str) -> Classification:
+    counts = verdict.counts
+    parts = []
+    if counts["failed"]:
+        parts.append(f"{counts['failed']} failed: {verdict.named('failed', reasons=True)}")
+    if counts["other"]:
+        parts.append(
+            f"{counts['other']} crashed or never started (status other): {verdict.named('other', reasons=True)}"
+        )
+    reason = f"validation failed: {'; '.join(parts)} (of {verdict.tests} checks, {counts['passed']} passed)"
+    if exit_code == 0:
+        # aicr's own code for "one or more phases did not pass", so a gated run fails.
+        reason += "; aicr validate exited 0 all the same (aicr before ~0.18 does not fail a run on status other)"
+        return Classification(Outcome.FAILED, 8, reason)
+    return Classification(Outcome.FAILED, exit_code, reason)
+
+
+def _exit_disagrees(exit_code: int, error: str, fact: str) -> str:
+    """The step message's note when aicr failed although its report has no failure."""
+    if exit_code == 0:
+        return ""
+    said = f": {error}" if error else ""
+    return f"; aicr validate exited {exit_code}{said}, but {fact}: the report decides"
+
+
+def _no_check_ran(verdict: CtrfVerdict, phases: list[str]) -> str:
+    """Why a validation is inconclusive, with the reasons aicr gave."""
+    counts = verdict.counts
+    named = ", ".join(phases) or "the requested phases"
+    if not verdict.tests:
+        noun = "phase" if len(phases) == 1 else "phases"
+        return f"validation inconclusive: no check ran: the recipe lists no check for {noun} {named} (CTRF tests: 0)"
+    held = [f"{counts[s]} {s}" for s in ("skipped", "pending") if counts[s]]
+    listed = "; ".join(
+        f"{status}: {verdict.named(status, reasons=True)}"
+        for status in ("skipped", "pending")
+        if verdict.checks.get(status)
+    )
+    return f"validation inconclusive: no check ran: {', '.join(held) or f'{verdict.tests} tests, none passed'}" + (
+        f" ({listed})" if listed else ""
+    )

@@ -691,25 +691,31 @@ def _conclude(
     events: JobEvents | None = None,
 ) -> None:
     """The outcome announced and recorded on the Job; a failed Job run (or one
-    with failed components) also reported on its HelmRelease."""
+    with failed components, or whose validation ran no check) also reported on
+    its HelmRelease."""
     from aicr_runner.report import RunPhase
 
     termination = _termination_line(report)
     _announce(settings, mode, report, sink, args, line=termination)
     if events is not None:
         events.run_ended(report, termination)
-    warned = (RunPhase.FAILED, RunPhase.SUCCEEDED_WITH_FAILURES)
+    warned = (RunPhase.FAILED, RunPhase.SUCCEEDED_WITH_FAILURES, RunPhase.SUCCEEDED_INCONCLUSIVE)
     if report.phase in warned and api is not None and settings.lease.job_name:
         # After the capture and the termination message; never changes the exit code.
-        from aicr_runner.failure_event import COMPONENTS_FAILED_REASON, EVENT_REASON, report_failure
+        from aicr_runner import failure_event
 
-        report_failure(
+        reasons = {
+            RunPhase.FAILED: failure_event.EVENT_REASON,
+            RunPhase.SUCCEEDED_WITH_FAILURES: failure_event.COMPONENTS_FAILED_REASON,
+            RunPhase.SUCCEEDED_INCONCLUSIVE: failure_event.INCONCLUSIVE_REASON,
+        }
+        failure_event.report_failure(
             api,
             job_namespace=settings.namespace or _pod_namespace(),
             job=settings.lease.job_name,
             pod=settings.lease.pod_name,
             message=termination,
-            reason=EVENT_REASON if report.phase is RunPhase.FAILED else COMPONENTS_FAILED_REASON,
+            reason=reasons[report.phase],
         )
 
 

@@ -73,6 +73,9 @@ class ExitCode(IntEnum):
     #: The install Lease stayed with another live run for longer than the wait
     #: allowed (AICR_RUNNER_LEASE__WAIT_SECONDS), or the Lease API failed.
     LEASE_WAIT_EXPIRED = 31
+    #: validate.failOnError and aicr's CTRF report shows no check ran: zero tests,
+    #: or every one skipped or pending (aicr 0.11 exits 0 for both).
+    VALIDATION_INCONCLUSIVE = 32
     #: An unexpected internal error; the message says where to find details.
     INTERNAL = 70
     #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.

@@ -8,10 +8,12 @@ labels every object it renders with ``helm.toolkit.fluxcd.io/name`` and
 that HelmRelease carrying the termination message (redacted, bounded).
 ``kubectl describe helmrelease`` and ``flux events`` then show why.
 
-Only a Failed run records one: an Interrupted run (exit 143: its Job replaced
-on upgrade, or the pod evicted) did not fail the install, and the next run takes
-over. This is a courtesy on the way out: it runs after the verdict and run status are
-captured and the termination message is written, never changes the exit code,
+A Failed run records one, and so does a run that exited 0 (which Flux shows
+Ready) with failed components or with a validation that ran no check; an
+Interrupted run (exit 143: its Job replaced on upgrade, or the pod evicted) did
+not fail the install, and the next run takes over. This is a courtesy on the
+way out: it runs after the verdict and run status are captured and the
+termination message is written, never changes the exit code,
 and a failure here is logged and ignored.
 """
 
@@ -30,6 +32,7 @@ __all__ = [
     "EVENT_REASON",
     "FLUX_NAMESPACE_LABEL",
     "FLUX_NAME_LABEL",
+    "INCONCLUSIVE_REASON",
     "HelmReleaseRef",
     "event_body",
     "report_failure",
@@ -40,6 +43,8 @@ FLUX_NAMESPACE_LABEL = "helm.toolkit.fluxcd.io/namespace"
 EVENT_REASON = "AicrRunFailed"
 #: A run that exited 0 with failed components (--best-effort): Flux shows it Ready.
 COMPONENTS_FAILED_REASON = "AicrRunSucceededWithFailures"
+#: A run that exited 0 although validation ran no check (no validate.failOnError).
+INCONCLUSIVE_REASON = "AicrRunSucceededInconclusive"
 #: events.k8s.io bounds a note to 1 KiB; a core/v1 message is kept to the same.
 MESSAGE_LIMIT = 1024
 _COMPONENT = "aicr-runner"

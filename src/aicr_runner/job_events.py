@@ -4,7 +4,8 @@
 and Lens show what the run did: a Normal Event per step that ran and ended (its
 one-line reason), ``DeployProgress`` while deploy.sh installs, and at the end
 ``RunSucceeded``, or a Warning ``RunFailed``, ``RunSucceededWithFailures`` (failed
-components under --best-effort) or ``RunInterrupted``. They are
+components under --best-effort), ``RunSucceededInconclusive`` (validation ran no
+check) or ``RunInterrupted``. They are
 ``events.k8s.io/v1`` Events whose ``regarding`` is the Job (with its uid, which
 ``kubectl describe`` selects by), reported by ``aicr-runner`` from the pod.
 
@@ -56,6 +57,7 @@ FIELD_LIMIT = 128
 _RUN_END: dict[RunPhase, tuple[str, str]] = {
     RunPhase.SUCCEEDED: ("Normal", "RunSucceeded"),
     RunPhase.SUCCEEDED_WITH_FAILURES: ("Warning", "RunSucceededWithFailures"),
+    RunPhase.SUCCEEDED_INCONCLUSIVE: ("Warning", "RunSucceededInconclusive"),
     RunPhase.FAILED: ("Warning", "RunFailed"),
     RunPhase.INTERRUPTED: ("Warning", "RunInterrupted"),
 }

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from aicr_runner.report import RunPhase, RunReport, StepRecord, StepStatus, utcnow
 
-__all__ = ["TRANSITIONS", "Machine", "State", "StepResult", "final_exit"]
+__all__ = ["INCONCLUSIVE", "TRANSITIONS", "Machine", "State", "StepResult", "final_exit", "inconclusive"]
 
 
 class State(StrEnum):
@@ -61,6 +61,10 @@ FAILURE_HEADINGS = {
     "aicr-version-unsupported": "settings refused (the aicr that runs lacks what they need)",
     "criteria-refused": "criteria refused",
 }
+#: The validate step's classification when no check ran (zero tests, or only
+#: skipped/pending): failed under validate.failOnError, else warned, and then the
+#: run's phase is ``SucceededInconclusive``, never plain ``Succeeded``.
+INCONCLUSIVE = "validation-inconclusive"
 #: Run even after an interruption: they only store results that already exist.
 CAPTURE_STATES = (S.CAPTURE_RECIPE, S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE)
 
@@ -134,19 +138,28 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
             return records[state].exit_code or 1, f"{state} failed: {records[state].message}"
     validate = records[S.VALIDATE]
     if validate_gate and validate.status is StepStatus.FAILED:
-        return validate.exit_code or 1, f"Validation FAILED (exit {validate.exit_code}): {validate.message}"
+        heading = "INCONCLUSIVE" if validate.classification == INCONCLUSIVE else "FAILED"
+        return validate.exit_code or 1, f"Validation {heading} (exit {validate.exit_code}): {validate.message}"
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
+    # Validation that ran no check is said on a green exit: never a plain success.
+    no_check = validate.message if inconclusive(report) else ""
     if report.failed_components:
         failed = ", ".join(report.failed_components)
         if component_gate:
             return 1, f"Components FAILED ({failed}) and deploy.failOnComponentFailure is set"
         return 0, (
             f"{success}, but components failed: {failed} (--best-effort; deploy.failOnComponentFailure=true "
-            "fails the Job instead)"
+            "fails the Job instead)" + (f"; and {no_check}" if no_check else "")
         )
-    return 0, success
+    return 0, f"{success}, but {no_check}" if no_check else success
+
+
+def inconclusive(report: RunReport) -> bool:
+    """Validation ran no check and did not fail the run (no validate.failOnError)."""
+    validate = report.step(S.VALIDATE.value)
+    return validate.status is StepStatus.WARNED and validate.classification == INCONCLUSIVE
 
 
 class Machine:
@@ -252,6 +265,8 @@ class Machine:
             if code != 0
             else RunPhase.SUCCEEDED_WITH_FAILURES
             if self.report.failed_components
+            else RunPhase.SUCCEEDED_INCONCLUSIVE
+            if inconclusive(self.report)
             else RunPhase.SUCCEEDED
         )
         self._on_change(self.report)

@@ -38,6 +38,9 @@ class RunPhase(StrEnum):
     SUCCEEDED = "Succeeded"
     #: Exit 0, but deploy.sh reported failed components (--best-effort, the anchor's semantics).
     SUCCEEDED_WITH_FAILURES = "SucceededWithFailures"
+    #: Exit 0, but validation ran no check (zero tests, or all skipped/pending) and
+    #: validate.failOnError is off: a green run must mean checks ran and passed.
+    SUCCEEDED_INCONCLUSIVE = "SucceededInconclusive"
     FAILED = "Failed"
     INTERRUPTED = "Interrupted"
 

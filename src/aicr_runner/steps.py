@@ -31,6 +31,7 @@ from aicr_runner.process import child_env
 from aicr_runner.progress import ComponentTable
 from aicr_runner.report import StepStatus, utcnow
 from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, payload_size
+from aicr_runner.verdict import validate_result
 
 __all__ = ["Steps"]
 
@@ -361,17 +362,7 @@ class Steps:
         result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
         error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""
-        verdict = classify.classify_validate(result.exit_code, error=error)
-        if result.exit_code == 0 and not self.ctx.ctrf_path.is_file():
-            return StepResult.failed(
-                ExitCode.AICR_CONTRACT_BROKEN,
-                f"aicr broke its contract: aicr validate exited 0 but wrote no {self.ctx.ctrf_path.name} "
-                f"(--output {self.ctx.ctrf_path}); the verdict is unknown",
-                classification="aicr-contract-broken",
-            )
-        if verdict.outcome is Outcome.FAILED:
-            return StepResult.failed(result.exit_code, verdict.reason, classification="validation-failed")
-        return StepResult.ok(verdict.reason, classification="validation-passed")
+        return validate_result(result.exit_code, self.ctx.ctrf_path, self.s.validate, error=error)
 
     def capture_verdict(self) -> StepResult:
         validate_exit = self._validate_exit()

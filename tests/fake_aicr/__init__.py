@@ -43,8 +43,10 @@ FAKE_AICR_DEPLOY_HOLD_AT=<name>   deploy.sh holds that component's install (its
                                   created (kubectl wait --for=create)
 FAKE_AICR_DEPLOY_BACKOFF=<s>      retry backoff; default 0 when simulating,
                                   5s*attempt^2 (cap 120s) in real mode
-FAKE_AICR_VALIDATE_RESULT=...     pass | fail | other | readiness-fail | timeout
-                                  (exit 0 / 8 / 8 / 2 / 5; no CTRF for the last two)
+FAKE_AICR_VALIDATE_RESULT=...     pass | fail | other | skip | readiness-fail | timeout
+                                  (exit 0 / 8 / 8 / 0 / 2 / 5; no CTRF for the last
+                                  two). other: the first check crashed (0.11 mode:
+                                  exit 0); skip: every check skipped (validator exit 2)
 FAKE_AICR_VALIDATE_SLEEP=<s>      validate sleeps before the checks (SIGTERM -> 9)
 FAKE_AICR_EVIDENCE_BYTES=<n>      pad the evidence summary bundle by n random bytes
 FAKE_AICR_ORAS=<path>             evidence publish pushes for real with this oras

@@ -2,8 +2,13 @@
 ``aicr evidence publish`` (contract sections 10 and 11).
 
 No cluster is touched: the outcome comes from FAKE_AICR_VALIDATE_RESULT
-(pass | fail | other | readiness-fail | timeout). The CTRF report is written
-before the exit code is decided; evidence is emitted even when checks fail.
+(pass | fail | other | skip | readiness-fail | timeout). The CTRF report is
+written before the exit code is decided; evidence is emitted even when checks
+fail. A failed pre-flight writes no report. As 0.11 (aicr-snapshot-validate
+2.4, 2.6): a check with status ``other`` (crashed, never started) does not fail
+the run (exit 0), a phase whose checks all skipped is reported passed, and
+``--no-cluster`` reports every catalog validator of a phase skipped, not only
+the recipe's checks.
 """
 
 from __future__ import annotations
@@ -33,7 +38,28 @@ PREDICATE_TYPE = "https://aicr.nvidia.com/recipe-evidence/v1"
 EVIDENCE_ARTIFACT_TYPE = "application/vnd.nvidia.aicr.evidence.v1+json"
 SIGSTORE_ARTIFACT_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 CLUSTER_K8S_VERSION = "v1.33.2"
-RESULTS = ("pass", "fail", "other", "readiness-fail", "timeout")
+RESULTS = ("pass", "fail", "other", "skip", "readiness-fail", "timeout")
+#: aicr v0.11.1's embedded validator catalog, per phase in catalog order
+#: (recipes/validators/catalog.yaml): what its --no-cluster reports skipped.
+LEGACY_CATALOG = {
+    "deployment": ("operator-health", "expected-resources", "gpu-operator-version", "check-nvidia-smi"),
+    "performance": ("nccl-all-reduce-bw",),
+    "conformance": (
+        "dra-support",
+        "gang-scheduling",
+        "accelerator-metrics",
+        "ai-service-metrics",
+        "inference-gateway",
+        "pod-autoscaling",
+        "cluster-autoscaling",
+        "robust-controller",
+        "secure-accelerator-access",
+        "gpu-operator-health",
+        "platform-health",
+    ),
+}
+#: What a skipping validator said (check-nvidia-smi's words on a cluster without GPUs).
+SKIP_MESSAGE = "no GPU nodes found in the cluster"
 
 
 def _now() -> str:
@@ -80,19 +106,50 @@ def _phases(requested: list[str]) -> list[str]:
     return [phase for phase in PHASES if phase in requested]
 
 
-def _readiness(recipe: dict[str, Any], result: str, log: Logger) -> None:
+def _snapshot_readings(snapshot: str | None) -> dict[str, str]:
+    """``Type.subtype.key`` -> value from a ``--snapshot`` file; without one, the
+    simulated cluster's server version only (a ``cm://`` snapshot is not read)."""
+    if not snapshot or snapshot.startswith("cm://"):
+        return {"K8s.server.version": CLUSTER_K8S_VERSION}
+    document = yaml.safe_load(Path(snapshot).read_text(encoding="utf-8")) or {}
+    return {
+        f"{measurement.get('type')}.{subtype.get('subtype')}.{key}": str(value)
+        for measurement in document.get("measurements") or []
+        for subtype in measurement.get("subtypes") or []
+        for key, value in (subtype.get("data") or {}).items()
+    }
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.strip().lstrip("v").split("-")[0].split(".") if part.isdigit())
+
+
+def _meets(expected: str, actual: str) -> bool:
+    if expected.startswith(">="):
+        return _version(actual) >= _version(expected[2:])
+    return actual == expected
+
+
+def _readiness(recipe: dict[str, Any], result: str, snapshot: str | None, log: Logger) -> None:
+    """The readiness pre-flight: the recipe's constraints against the snapshot's
+    readings (a constraint without a reading is skipped). A failure ends validate
+    before any check, and before the CTRF report is written."""
     constraints = recipe.get("constraints") or []
+    readings = _snapshot_readings(snapshot)
     log.info("readiness pre-flight", constraints=len(constraints))
     for constraint in constraints:
-        name, expected = constraint.get("name"), constraint.get("value")
-        if name != "K8s.server.version":
-            log.info("readiness constraint skipped", name=name, expected=expected, reason="no reading in snapshot")
+        name, expected = str(constraint.get("name")), str(constraint.get("value"))
+        actual = readings.get(name)
+        if actual is None:
+            log.warn("readiness constraint skipped", name=name, error="value not found in snapshot")
             continue
-        if result == "readiness-fail":
-            failed = AicrError("INVALID_REQUEST", f"readiness check failed: {name} expected {expected}, got v1.20.0")
+        if result == "readiness-fail" and name == "K8s.server.version":
+            actual = "v1.20.0"
+        if not _meets(expected, actual):
+            failed = AicrError("INVALID_REQUEST", f"readiness check failed: {name} expected {expected}, got {actual}")
             # 0.11.1 wraps it: exit 8 (1.x keeps INVALID_REQUEST: exit 2).
             raise AicrError("INTERNAL", "validation failed", failed) if legacy() else failed
-        log.info("readiness constraint passed", name=name, expected=expected, actual=CLUSTER_K8S_VERSION)
+        log.info("readiness constraint passed", name=name, expected=expected, actual=actual)
 
 
 def _run_checks(recipe: dict[str, Any], phases: list[str], result: str, no_cluster: bool) -> list[dict[str, Any]]:
@@ -102,10 +159,14 @@ def _run_checks(recipe: dict[str, Any], phases: list[str], result: str, no_clust
     pending_failure = result in ("fail", "other") and not no_cluster
     for phase in phases:
         checks = (validation.get(phase) or {}).get("checks") or []
+        if no_cluster and legacy():
+            checks = list(LEGACY_CATALOG[phase])
         for check in checks:
             status, message = "passed", "check passed"
             if no_cluster:
                 status, message = "skipped", "skipped - no-cluster mode"
+            elif result == "skip":
+                status, message = "skipped", SKIP_MESSAGE
             elif pending_failure:
                 pending_failure = False
                 status = "failed" if result == "fail" else "other"
@@ -123,14 +184,15 @@ def _run_checks(recipe: dict[str, Any], phases: list[str], result: str, no_clust
     return tests
 
 
-def _phase_status(tests: list[dict[str, Any]]) -> str:
+def _phase_status(tests: list[dict[str, Any]], *, no_cluster: bool) -> str:
     statuses = {test["status"] for test in tests}
     if "failed" in statuses:
         return "failed"
     if "other" in statuses:
         return "other"
-    if not statuses or statuses == {"skipped"}:
+    if not statuses or no_cluster or (statuses == {"skipped"} and not legacy()):
         return "skipped"
+    # 0.11 reports a phase that ran checks, all of them skipped, as passed.
     return "passed"
 
 
@@ -199,7 +261,7 @@ def cmd_validate(args: list[str], log: Logger) -> int:
         )
     if result == "timeout":
         raise AicrError("TIMEOUT", "timed out waiting for the snapshot agent", "context deadline exceeded")
-    _readiness(recipe, result, log)
+    _readiness(recipe, result, parsed.get("snapshot"), log)
     sleep = float(os.environ.get("FAKE_AICR_VALIDATE_SLEEP") or 0)
     if sleep:
         time.sleep(sleep)
@@ -211,7 +273,7 @@ def cmd_validate(args: list[str], log: Logger) -> int:
         log.info(
             "phase result",
             phase=phase,
-            status=_phase_status(phase_tests),
+            status=_phase_status(phase_tests, no_cluster=no_cluster),
             duration=f"{sum(t['duration'] for t in phase_tests) / 1000:.1f}s",
             skipped=sum(1 for t in phase_tests if t["status"] == "skipped"),
         )
@@ -233,7 +295,9 @@ def cmd_validate(args: list[str], log: Logger) -> int:
         )
         if parsed.get("push"):
             _publish(evidence, parsed, log)
-    failed = any(test["status"] in ("failed", "other") for test in tests)
+    # 0.11 fails the run only on "failed": a crashed check ("other") exits 0.
+    failing = ("failed",) if legacy() else ("failed", "other")
+    failed = any(test["status"] in failing for test in tests)
     if failed and parsed.get("fail-on-error"):
         log.error("validation failed: one or more phases did not pass")
         raise AicrError("INTERNAL", "validation failed: one or more phases did not pass")

@@ -89,3 +89,23 @@ def test_a_successful_run_records_no_event(fake: Path, tmp_path: Path, monkeypat
     code, termination = run_in_job(fake, tmp_path, monkeypatch, api)
     assert code == 0, termination
     assert api.events == []
+
+
+def test_a_run_whose_validation_ran_no_check_tells_the_helmrelease_although_it_exits_0(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flux shows a completed Job Ready: the HelmRelease gets a Warning saying no check ran."""
+    api = RecordingApi(job_labels={("aicr", JOB): FLUX}, helmrelease_uids={("flux-system", "aicr"): "uid-1"})
+    code, termination = run_in_job(
+        fake, tmp_path, monkeypatch, api, AICR_RUNNER_VALIDATE__ENABLED="true", FAKE_AICR_VALIDATE_RESULT="skip"
+    )
+    assert code == 0, termination
+    assert termination.startswith("SucceededInconclusive (exit 0): AICR Job complete, but validation inconclusive")
+    [(_, event)] = api.events
+    assert (event["type"], event["reason"], event["message"]) == (
+        "Warning",
+        "AicrRunSucceededInconclusive",
+        termination,
+    )
+    assert api.status_at_event is not None
+    assert api.status_at_event["phase"] == "SucceededInconclusive"

@@ -3,10 +3,11 @@
 Other tests trust the fake's 0.11 mode in place of a 0.11 aicr; here the same
 inputs go through both and must give the same exit codes, the same log and
 output shapes (the completion line, the failure record, verify's report), the
-same bundle layout (files, modes, checksums.txt order) and the same verify and
-deploy.sh behaviour. The fake's embedded overlays are v1.2.0's, so component
-lists differ; everything is compared relative to each one's own recipe. A drift
-fails here.
+same bundle layout (files, modes, checksums.txt order), the same verify and
+deploy.sh behaviour and the same validate verdicts (CTRF report or none, exit
+code). The fake's embedded overlays are v1.2.0's, so component
+lists differ; everything is compared relative to each one's own recipe (validate
+reads one recipe, the real aicr's, in both). A drift fails here.
 
 Found and fixed in the fake when this was written (the real binary disagreed):
 `evidence publish ... --push` exits 1 (a root-level flag-parse error), not 3;
@@ -16,7 +17,10 @@ values; thin criteria resolve instead of being refused; recipes are
 `aicr.nvidia.com/v1alpha1`; bundles have 0.11's flat layout (`<component>/`,
 `undeploy.sh`, checksums.txt in deployment order without recipe.yaml); verify's
 text has no `↳` line and a checksum mismatch names both digests; validate takes
-`--data`; `--help` lists the flags and criteria values.
+`--data`; `--help` lists the flags and criteria values. Later, for validate: a
+crashed check exits 0 in 0.11 (the fake failed it), an all-skipped phase is
+`passed`, and `--no-cluster` skips every catalog check of the phase, not only
+the recipe's.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ import pytest
 import yaml
 
 from aicr_runner.capabilities import FEATURES, HelpProbe
-from aicr_runner.classify import DeployMarkers
+from aicr_runner.classify import CtrfVerdict, DeployMarkers, Outcome, classify_ctrf, classify_validate
 from aicr_runner.progress import ComponentTable
 from tests.fake_aicr import install_fake_aicr
 from tests.real_aicr import RealAicr
+from tests.validator_cluster import Validators, validator_cluster
 
 LEAF = ["--service", "eks", "--accelerator", "h100", "--intent", "training", "--os", "ubuntu"]
 _STAMP = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d ")
@@ -308,6 +313,140 @@ def test_what_0_11_lacks(fake: Path, real_aicr: RealAicr, tmp_path: Path, args: 
     assert (pair.fake.code, pair.real.code) == (code, code)
     assert shape(pair.fake.stderr) == shape(pair.real.stderr)
     assert bool(pair.fake.stdout.strip()) == bool(pair.real.stdout.strip()), "root usage printed by both or neither"
+
+
+# -- validate ---------------------------------------------------------------------------------------------------
+
+#: Snapshots as aicr reads them (``--snapshot``): the recipe's readiness constraints
+#: are checked against these readings before any check runs.
+SNAPSHOT = {"measurements": [{"type": "K8s", "subtypes": [{"subtype": "server", "data": {"version": "v1.34.1"}}]}]}
+DEBIAN = {
+    "measurements": [
+        *SNAPSHOT["measurements"],
+        {"type": "OS", "subtypes": [{"subtype": "release", "data": {"ID": "debian", "VERSION_ID": "12"}}]},
+    ]
+}
+
+
+def validate_inputs(real: RealAicr, tmp_path: Path, criteria: list[str], snapshot: dict[str, Any]) -> None:
+    """One recipe (the real aicr's, so both read the same checks and constraints)
+    and the snapshot, copied into the fake's and the real's working directories."""
+    _, recipe = real.recipe(dict(zip(criteria[::2], criteria[1::2], strict=True)))
+    for side in ("fake", "real"):
+        (tmp_path / side).mkdir(parents=True, exist_ok=True)
+        (tmp_path / side / "r.yaml").write_bytes(recipe.read_bytes())
+        (tmp_path / side / "snap.yaml").write_text(yaml.safe_dump(snapshot))
+
+
+def ctrf_of(result: Result) -> dict[str, Any] | None:
+    path = result.cwd / "c.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def phase_results(result: Result) -> list[tuple[str, str]]:
+    return [(r["phase"], r["status"]) for r in result.records() if r["msg"] == "phase result"]
+
+
+@pytest.mark.parametrize("phases", [["--phase", "deployment"], []], ids=["deployment", "all phases"])
+def test_validate_no_cluster_skips_every_catalog_check_and_exits_0(
+    fake: Path, real_aicr: RealAicr, tmp_path: Path, phases: list[str]
+) -> None:
+    """``--no-cluster``: every validator of the catalog's phase is skipped (not only
+    the recipe's; the kind recipe lists no deployment check), exit 0: no check ran."""
+    validate_inputs(real_aicr, tmp_path, ["service", "kind", "accelerator", "h100", "intent", "training"], SNAPSHOT)
+    args = ["--log-json", "validate", "--recipe", "r.yaml", *phases, "--no-cluster", "-s", "snap.yaml", "-o", "c.json"]
+    pair = both(fake, real_aicr, tmp_path, *args)
+    assert (pair.fake.code, pair.real.code) == (0, 0), (pair.fake.stderr, pair.real.stderr)
+    fake_report, real_report = ctrf_of(pair.fake), ctrf_of(pair.real)
+    assert fake_report is not None
+    assert real_report is not None
+    reports = [fake_report, real_report]
+    summaries = [{k: v for k, v in r["results"]["summary"].items() if k not in ("start", "stop")} for r in reports]
+    assert summaries[0] == summaries[1]
+    assert summaries[1]["skipped"] == summaries[1]["tests"] == (4 if phases else 16)
+    rows = [[(t["name"], t["status"], t["message"], t["suite"]) for t in r["results"]["tests"]] for r in reports]
+    assert rows[0] == rows[1]
+    assert phase_results(pair.fake) == phase_results(pair.real)
+    assert {status for _, status in phase_results(pair.real)} == {"skipped"}
+    verdicts = [classify_ctrf(0, CtrfVerdict.parse(json.dumps(r)), phases=["deployment"]) for r in reports]
+    assert [v.outcome for v in verdicts] == [Outcome.INCONCLUSIVE] * 2, "green on exit 0 would be wrong"
+    assert verdicts[0].reason == verdicts[1].reason
+
+
+def test_validate_failed_preflight_exits_8_and_writes_no_ctrf(fake: Path, real_aicr: RealAicr, tmp_path: Path) -> None:
+    """A readiness constraint the snapshot breaks: exit 8 (0.11 wraps INVALID_REQUEST
+    in INTERNAL), the same error, and no CTRF report: the exit code is the verdict."""
+    leaf = ["service", "eks", "accelerator", "h100", "intent", "training", "os", "ubuntu"]
+    validate_inputs(real_aicr, tmp_path, leaf, DEBIAN)
+    args = ["--log-json", "validate", "--recipe", "r.yaml", "--phase", "deployment", "--no-cluster", "-s", "snap.yaml"]
+    pair = both(fake, real_aicr, tmp_path, *args, "-o", "c.json")
+    assert (pair.fake.code, pair.real.code) == (8, 8)
+    expected = (
+        "[INTERNAL] validation failed: [INVALID_REQUEST] readiness check failed: OS.release.ID expected ubuntu, "
+        "got debian"
+    )
+    assert pair.fake.failure() == pair.real.failure() == expected
+    assert ctrf_of(pair.fake) is None
+    assert ctrf_of(pair.real) is None
+    verdict = classify_validate(8, error=pair.real.failure())
+    assert verdict.reason.startswith("the readiness pre-flight failed, so no validator ran")
+
+
+#: The fake's words for what a validator did (tests/fake_aicr/validate.py), given to
+#: the stand-in cluster as each validator's termination message.
+MESSAGES = {0: "check passed", 2: "no GPU nodes found in the cluster", 137: "validator crashed"}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "validators", "statuses", "phase"),
+    [
+        ("other", Validators({"operator-health": 137}), ["other", "passed", "passed", "passed"], "other"),
+        ("skip", Validators(default=2), ["skipped"] * 4, "passed"),
+    ],
+    ids=["a crashed check", "every check skipped"],
+)
+def test_validate_on_a_cluster_exits_0_when_a_check_crashed_or_every_check_skipped(  # noqa: PLR0917 - a table row
+    fake: Path,
+    real_aicr: RealAicr,
+    tmp_path: Path,
+    outcome: str,
+    validators: Validators,
+    statuses: list[str],
+    phase: str,
+) -> None:
+    """0.11 fails a run only on ``failed``: a crashed check (exit 137, status
+    ``other``) exits 0, and a phase whose checks all skipped is reported
+    ``passed``. The real aicr runs its validator Jobs against a stand-in API
+    server (tests/validator_cluster.py) that reports each validator's exit code."""
+    leaf = ["service", "eks", "accelerator", "h100", "intent", "training", "os", "ubuntu"]
+    validate_inputs(real_aicr, tmp_path, leaf, SNAPSHOT)
+    args = ["--log-json", "validate", "--recipe", "r.yaml", "--phase", "deployment", "-s", "snap.yaml", "-o", "c.json"]
+    validators.messages = MESSAGES
+    with validator_cluster(validators, tmp_path / "cluster") as kubeconfig:
+        real = call(real_aicr.binary, tmp_path / "real", args, {"KUBECONFIG": str(kubeconfig)})
+    fake_run = call(
+        fake, tmp_path / "fake", args, {"FAKE_AICR_VERSION": "0.11.1", "FAKE_AICR_VALIDATE_RESULT": outcome}
+    )
+    assert (fake_run.code, real.code) == (0, 0), (fake_run.stderr[-2000:], real.stderr[-2000:])
+    assert sum(r.startswith("PATCH /apis/batch/v1/") for r in validators.requests) == 4, "one Job per check"
+    fake_report, real_report = ctrf_of(fake_run), ctrf_of(real)
+    assert fake_report is not None
+    assert real_report is not None
+    for report in (fake_report, real_report):
+        results = report["results"]
+        assert [t["status"] for t in results["tests"]] == statuses
+        counted = {k: v for k, v in results["summary"].items() if k not in ("start", "stop")}
+        assert counted == {"tests": 4} | {
+            s: statuses.count(s) for s in ("passed", "failed", "skipped", "pending", "other")
+        }
+    names = [[t["name"] for t in r["results"]["tests"]] for r in (fake_report, real_report)]
+    assert names[0] == names[1]
+    assert [t["message"] for t in fake_report["results"]["tests"]] == [
+        t["message"] for t in real_report["results"]["tests"]
+    ], "the CTRF message is the validator's termination message"
+    assert phase_results(fake_run) == phase_results(real) == [("deployment", phase)]
+    verdict = classify_ctrf(0, CtrfVerdict.parse(json.dumps(real_report)), phases=["deployment"])
+    assert verdict.outcome is (Outcome.FAILED if outcome == "other" else Outcome.INCONCLUSIVE), verdict.reason
 
 
 # -- deploy.sh -------------------------------------------------------------------------------------------------

@@ -194,6 +194,51 @@ def test_failed_validation_is_captured_before_the_gate(
         assert "Validation FAILED (exit 8)" in r.termination
 
 
+@pytest.mark.parametrize(
+    ("fail_on_error", "code", "phase"), [("true", 32, "Failed"), ("false", 0, "SucceededInconclusive")]
+)
+def test_a_validation_where_every_check_skipped_is_never_green(  # noqa: PLR0917 - fixtures and a row
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fail_on_error: str, code: int, phase: str
+) -> None:
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        **VALIDATE,
+        AICR_RUNNER_VALIDATE__FAIL_ON_ERROR=fail_on_error,
+        FAKE_AICR_VALIDATE_RESULT="skip",
+    )
+    assert r.code == code, r.output
+    report = r.report()
+    assert (report["phase"], report["exitCode"]) == (phase, code)
+    validate = r.step("validate")
+    assert validate["classification"] == "validation-inconclusive"
+    assert validate["message"].startswith("validation inconclusive: no check ran: 4 skipped (skipped: operator-health")
+    assert "(no GPU nodes found in the cluster)" in validate["message"]
+    assert r.termination.startswith(f"{phase} (exit {code}): ")
+    assert (r.results / "aicr-run-status" / "summary.txt").read_text().startswith(f"phase: {phase}\n")
+    ctrf = json.loads(r.result("aicr-validate-result", "ctrf.json"))
+    assert ctrf["results"]["summary"]["skipped"] == 4, "the report is captured either way"
+
+
+def test_a_crashed_check_fails_the_run_although_aicr_0_11_exits_0(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(
+        fake,
+        tmp_path,
+        capsys,
+        AICR_RUNNER_VALIDATE__ENABLED="true",  # no evidence: 0.11 cannot emit it
+        AICR_RUNNER_VALIDATE__FAIL_ON_ERROR="true",
+        FAKE_AICR_VERSION="0.11.1",
+        FAKE_AICR_VALIDATE_RESULT="other",
+    )
+    assert r.code == 8, r.output
+    assert "aicr validate exit=0" in r.output
+    assert r.termination.startswith("Failed (exit 8): Validation FAILED (exit 8): validation failed: 1 crashed")
+    assert "aicr validate exited 0 all the same" in r.step("validate")["message"]
+
+
 def test_publish_failure_gate(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     r = run(
         fake,

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import itertools
+import json
+from typing import Any
 
 import pytest
 
 from aicr_runner.classify import (
     Classification,
+    CtrfVerdict,
     DeployMarkers,
     Outcome,
+    classify_ctrf,
     classify_deploy,
     classify_validate,
     classify_verify,
 )
+from aicr_runner.errors import ExitCode
 
-S, W, F = Outcome.SUCCEEDED, Outcome.WARNED, Outcome.FAILED
+S, W, F, NONE_RAN = Outcome.SUCCEEDED, Outcome.WARNED, Outcome.FAILED, Outcome.INCONCLUSIVE
 
 # (exit, failure_report, dra_deferred, best_effort) -> (outcome, job exit code)
 DEPLOY_TABLE: dict[tuple[int, bool, bool, bool], tuple[Outcome, int]] = {
@@ -233,3 +238,105 @@ def test_validate_exit_8_says_whether_checks_failed_or_validate_never_got_to_the
     result = classify_validate(8, error=error)
     assert (result.outcome, result.exit_code) == (Outcome.FAILED, 8)
     assert words in result.reason
+
+
+# -- the CTRF report decides (aicr-snapshot-validate 2.6) -------------------------------------------
+
+
+def ctrf(*tests: tuple[str, str, str]) -> CtrfVerdict:
+    """A CTRF report as aicr writes it, from (name, status, message) rows."""
+    rows: list[dict[str, Any]] = [
+        {"name": name, "status": status, "message": message, "suite": ["deployment"]} for name, status, message in tests
+    ]
+    summary = {"tests": len(rows)} | {
+        key: sum(1 for row in rows if row["status"] == key)
+        for key in ("passed", "failed", "skipped", "pending", "other")
+    }
+    return CtrfVerdict.parse(json.dumps({"reportFormat": "CTRF", "results": {"summary": summary, "tests": rows}}))
+
+
+PASSED = ("operator-health", "passed", "")
+FAILED = ("gpu-operator-version", "failed", "version 24.9 below 25.3")
+CRASHED = ("expected-resources", "other", "exit code 137")
+SKIPPED = ("check-nvidia-smi", "skipped", "no GPU nodes found in the cluster")
+PENDING = ("operator-health", "pending", "")
+NOT_PASSED = "aicr validate exited 8: [INTERNAL] validation failed: one or more phases did not pass"
+
+
+@pytest.mark.parametrize(
+    ("code", "tests", "outcome", "job_code", "words"),
+    [
+        # any failed or other: the step fails, naming the checks, whatever the exit code
+        (8, [PASSED, FAILED], F, 8, "1 failed: gpu-operator-version (version 24.9 below 25.3) (of 2 checks, 1 passed)"),
+        (0, [PASSED, CRASHED], F, 8, "1 crashed or never started (status other): expected-resources (exit code 137)"),
+        (0, [PASSED, CRASHED], F, 8, "aicr validate exited 0 all the same"),
+        (0, [FAILED, CRASHED], F, 8, "1 failed: gpu-operator-version"),
+        # no passed check: inconclusive (exit 32 when gated)
+        (
+            0,
+            [],
+            NONE_RAN,
+            ExitCode.VALIDATION_INCONCLUSIVE,
+            "no check ran: the recipe lists no check for phase deployment",
+        ),
+        (
+            0,
+            [SKIPPED],
+            NONE_RAN,
+            32,
+            "no check ran: 1 skipped (skipped: check-nvidia-smi (no GPU nodes found in the cluster))",
+        ),
+        (0, [SKIPPED, PENDING], NONE_RAN, 32, "no check ran: 1 skipped, 1 pending"),
+        (8, [SKIPPED], NONE_RAN, 32, f"; {NOT_PASSED}, but its CTRF report has no failed or crashed check"),
+        # checks ran and passed: green; a failing exit code alone is said, and warned
+        (0, [PASSED, SKIPPED], S, 0, "validation passed: 1 of 2 checks passed, 1 skipped"),
+        (0, [PASSED], S, 0, "validation passed: 1 of 1 checks passed"),
+        (8, [PASSED], W, 0, f"1 of 1 checks passed; {NOT_PASSED}, but its CTRF report has no failed"),
+    ],
+)
+def test_the_ctrf_counts_decide_whatever_the_exit_code(
+    code: int, tests: list[tuple[str, str, str]], outcome: Outcome, job_code: int, words: str
+) -> None:
+    error = "[INTERNAL] validation failed: one or more phases did not pass" if code == 8 else ""
+    result = classify_ctrf(code, ctrf(*tests), phases=["deployment"], error=error)
+    assert (result.outcome, result.exit_code) == (outcome, job_code), result.reason
+    assert words in result.reason, result.reason
+    # exit 0 with a failure, or a failing exit without one: the two disagree, and the reason says so
+    assert ("exited" in result.reason) is ((code == 0) is (outcome is F)), result.reason
+
+
+def test_a_clean_verdict_says_nothing_about_the_exit_code() -> None:
+    assert "exited" not in classify_ctrf(0, ctrf(PASSED), phases=["deployment"]).reason
+    assert "exited" not in classify_ctrf(0, ctrf(SKIPPED), phases=["deployment"]).reason
+    assert "exited" not in classify_ctrf(8, ctrf(FAILED), phases=["deployment"]).reason
+
+
+def test_zero_tests_name_every_phase_asked_for() -> None:
+    result = classify_ctrf(0, ctrf(), phases=["deployment", "conformance"])
+    assert result.reason == (
+        "validation inconclusive: no check ran: the recipe lists no check for phases deployment, conformance "
+        "(CTRF tests: 0)"
+    )
+
+
+def test_many_checks_are_counted_not_all_listed() -> None:
+    rows = [(f"check-{i}", "other", "") for i in range(8)]
+    result = classify_ctrf(0, ctrf(*rows), phases=["conformance"])
+    assert "8 crashed or never started (status other): check-0, check-1, check-2, check-3, check-4 and 3 more" in (
+        result.reason
+    )
+
+
+def test_the_summary_counts_decide_even_when_the_test_list_is_short() -> None:
+    report = {"results": {"summary": {"tests": 3, "passed": 2, "other": 1}, "tests": []}}
+    result = classify_ctrf(0, CtrfVerdict.parse(json.dumps(report)), phases=["deployment"])
+    assert (result.outcome, result.exit_code) == (F, 8)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["", "not json", "[]", '{"results": {}}', '{"results": {"summary": {"passed": 1}}}', '{"results": []}'],
+)
+def test_what_is_not_a_ctrf_report_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError, match=r"not a CTRF report with results\.summary"):
+        CtrfVerdict.parse(raw)

@@ -4,10 +4,12 @@ and the runner's deploy tally reads those markers for what they are."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,3 +102,35 @@ def test_no_markers_at_all_is_not_0_of_0() -> None:
     markers = DeployMarkers()
     markers.feed("Deployment complete.")
     assert markers.counts() == "no component started"
+
+
+def ctrf_after(aicr: Path, tmp_path: Path, outcome: str, env: Mapping[str, str]) -> tuple[int, dict[str, Any], str]:
+    assert call(aicr, tmp_path, "recipe", *LEAF, "--output", "r.yaml", env=env).returncode == 0
+    (tmp_path / "c.json").unlink(missing_ok=True)
+    result = call(
+        aicr, tmp_path, "--log-json", "validate", "--recipe", "r.yaml", "--phase", "deployment", "-o", "c.json",
+        env={**env, "FAKE_AICR_VALIDATE_RESULT": outcome},
+    )  # fmt: skip
+    report = json.loads((tmp_path / "c.json").read_text())
+    return result.returncode, report["results"], result.stderr
+
+
+@pytest.mark.parametrize(("env", "code"), [(LEGACY, 0), ({}, 8)], ids=["0.11", "1.x"])
+def test_a_crashed_check_exits_0_only_in_0_11(
+    aicr_path: Path, tmp_path: Path, env: Mapping[str, str], code: int
+) -> None:
+    exit_code, results, _ = ctrf_after(aicr_path, tmp_path, "other", env)
+    assert exit_code == code
+    assert results["summary"]["other"] == 1
+
+
+@pytest.mark.parametrize(("env", "phase"), [(LEGACY, "passed"), ({}, "skipped")], ids=["0.11", "1.x"])
+def test_every_check_skipped_exits_0_and_0_11_calls_the_phase_passed(
+    aicr_path: Path, tmp_path: Path, env: Mapping[str, str], phase: str
+) -> None:
+    exit_code, results, stderr = ctrf_after(aicr_path, tmp_path, "skip", env)
+    assert exit_code == 0
+    assert results["summary"]["skipped"] == results["summary"]["tests"] == 4
+    assert {t["message"] for t in results["tests"]} == {"no GPU nodes found in the cluster"}
+    records = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert [(r["phase"], r["status"]) for r in records if r["msg"] == "phase result"] == [("deployment", phase)]

@@ -131,6 +131,7 @@ def test_a_run_of_50_components_and_every_step_stays_within_the_bound() -> None:
     [
         (RunPhase.SUCCEEDED, "Normal", "RunSucceeded"),
         (RunPhase.SUCCEEDED_WITH_FAILURES, "Warning", "RunSucceededWithFailures"),
+        (RunPhase.SUCCEEDED_INCONCLUSIVE, "Warning", "RunSucceededInconclusive"),
         (RunPhase.FAILED, "Warning", "RunFailed"),
         (RunPhase.INTERRUPTED, "Warning", "RunInterrupted"),
     ],

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from aicr_runner.machine import TRANSITIONS, Machine, State, StepResult, final_exit
+from aicr_runner.machine import INCONCLUSIVE, TRANSITIONS, Machine, State, StepResult, final_exit
 from aicr_runner.report import RunPhase, RunReport, StepStatus
 
 ALL: list[State] = [s for s in State if s is not State.DONE]
@@ -83,6 +83,58 @@ def test_validate_failure_without_fail_on_error_goes_green() -> None:
     machine, _ = build({State.VALIDATE: StepResult.failed(8, "checks failed")})
     machine.run()
     assert machine.finish(validate_gate=False, publish_gate=True) == 0
+
+
+NO_CHECK = "validation inconclusive: no check ran: the recipe lists no check for phase deployment (CTRF tests: 0)"
+
+
+def test_an_inconclusive_validation_without_fail_on_error_exits_0_but_is_never_plain_succeeded() -> None:
+    warned = StepResult.warned(NO_CHECK, classification=INCONCLUSIVE)
+    machine, _ = build({State.VALIDATE: warned})
+    machine.run()
+    assert machine.finish(validate_gate=False, publish_gate=True) == 0
+    assert machine.report.phase is RunPhase.SUCCEEDED_INCONCLUSIVE
+    assert machine.report.message == f"AICR Job complete, but {NO_CHECK}"
+    assert machine.report.summary_text().startswith("phase: SucceededInconclusive\nexitCode: 0\n")
+
+
+def test_an_inconclusive_validation_under_fail_on_error_fails_with_exit_32() -> None:
+    failed = StepResult.failed(32, f"{NO_CHECK} (validate.failOnError)", classification=INCONCLUSIVE)
+    machine, calls = build({State.VALIDATE: failed})
+    machine.run()
+    assert "capture-verdict" in calls, "the report is still captured"
+    assert machine.finish(validate_gate=True, publish_gate=True) == 32
+    assert machine.report.phase is RunPhase.FAILED
+    assert machine.report.message == f"Validation INCONCLUSIVE (exit 32): {NO_CHECK} (validate.failOnError)"
+
+
+def test_failed_components_and_an_inconclusive_validation_are_both_said() -> None:
+    report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
+
+    def deploy() -> StepResult:
+        report.failed_components = ["nfd"]
+        return StepResult.warned("components failed")
+
+    def step(state: State) -> Callable[[], StepResult]:
+        if state is State.DEPLOY:
+            return deploy
+        if state is State.VALIDATE:
+            return lambda: StepResult.warned(NO_CHECK, classification=INCONCLUSIVE)
+        return StepResult.ok
+
+    machine = Machine({s: step(s) for s in ALL}, report, on_change=lambda r: None, interrupted=lambda: False)
+    machine.run()
+    assert machine.finish(validate_gate=False, publish_gate=False) == 0
+    assert report.phase is RunPhase.SUCCEEDED_WITH_FAILURES, "failed components weigh more"
+    assert report.message.startswith("AICR Job complete, but components failed: nfd (--best-effort;")
+    assert report.message.endswith(f"fails the Job instead); and {NO_CHECK}")
+
+
+def test_a_warned_validation_that_ran_checks_keeps_the_run_succeeded() -> None:
+    machine, _ = build({State.VALIDATE: StepResult.warned("1 of 1 checks passed; aicr exited 8", "validation-passed")})
+    machine.run()
+    assert machine.finish(validate_gate=True, publish_gate=True) == 0
+    assert machine.report.phase is RunPhase.SUCCEEDED
 
 
 def test_gates_apply_in_the_anchor_order() -> None:

@@ -142,6 +142,22 @@ def test_missing_ctrf_is_a_warning_naming_the_validate_exit(tmp_path: Path) -> N
     assert reason == "no ctrf.json (exit=5)"
 
 
+def test_the_step_reads_the_report_aicr_wrote_at_its_output(tmp_path: Path) -> None:
+    def validate(argv: Sequence[str]) -> None:
+        report = {"results": {"summary": {"tests": 1, "skipped": 1}, "tests": [{"name": "a", "status": "skipped"}]}}
+        Path(argv[list(argv).index("--output") + 1]).write_text(json.dumps(report))
+
+    ctx = context(
+        tmp_path,
+        StubProcesses(effect=validate),
+        AICR_RUNNER_VALIDATE__ENABLED="true",
+        AICR_RUNNER_VALIDATE__FAIL_ON_ERROR="true",
+    )
+    status, code, reason = step(ctx, State.VALIDATE)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.VALIDATION_INCONCLUSIVE)
+    assert reason.startswith("validation inconclusive: no check ran: 1 skipped")
+
+
 def test_an_unexpected_error_is_exit_70_with_the_traceback_in_the_work_dir(tmp_path: Path) -> None:
     def explode(argv: Sequence[str]) -> None:
         raise KeyError("surprise")
