@@ -33,6 +33,7 @@ from e2e.harness.node import (
     test_image,
 )
 from e2e.harness.registry import Registry, start_registry
+from e2e.tools import floor_apiserver_name
 
 #: Seconds each session component took to start (reported in the terminal summary).
 STARTUP: dict[str, float] = {}
@@ -87,6 +88,28 @@ def control_plane(e2e_workdir: Path) -> Iterator[ControlPlane]:
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def floor_control_plane(e2e_workdir: Path) -> Iterator[ControlPlane]:
+    """etcd + the kube-apiserver of the oldest minor the chart supports
+    (KUBE_APISERVER_FLOOR_VERSION), built like ``control_plane``'s, without
+    controllers: kube-controller-manager of the image's minor would be outside its
+    skew, and installing the chart and a runner run on this host need none."""
+    plane = start_control_plane(
+        e2e_workdir / "apiserver-floor", apiserver_tool=floor_apiserver_name(), controllers=False
+    )
+    STARTUP[f"etcd + {floor_apiserver_name()}"] = plane.startup_seconds
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def floor_helm(floor_control_plane: ControlPlane, e2e_workdir: Path) -> Helm:
+    """The pinned helm, talking to the floor's API server as cluster admin."""
+    return Helm(floor_control_plane.kubeconfig, e2e_workdir / "helm-home-floor")
 
 
 @pytest.fixture(scope="session")

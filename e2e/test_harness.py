@@ -64,6 +64,10 @@ def test_pinned_tools_report_their_pinned_versions() -> None:
     for name in ("kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"):
         assert _version(tool(name), "--version").strip() == f"Kubernetes {kubernetes}", name
     assert f"Client Version: {kubernetes}" in _version(tool("kubectl"), "version", "--client")
+    # The floor's API server: its own pin, under a name carrying its minor.
+    floor = pins["KUBE_APISERVER_FLOOR_VERSION"]
+    assert tools_module.floor_apiserver_name() == "kube-apiserver-" + ".".join(floor[1:].split(".")[:2])
+    assert _version(tool(tools_module.floor_apiserver_name()), "--version").strip() == f"Kubernetes {floor}"
 
 
 def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,6 +79,8 @@ def test_kubebuilder_assets_win_for_etcd_and_kube_apiserver(tmp_path: Path, monk
         assert tool("kube-apiserver") == tmp_path / "kube-apiserver"
         assert tool("etcd") == tmp_path / "etcd"
         assert tool("helm") == tools_module.TOOLS_BIN / "helm"
+        floor = tools_module.floor_apiserver_name()
+        assert tool(floor) == tools_module.TOOLS_BIN / floor, "the assets never stand in for the floor's API server"
     finally:
         tools_module._tool.cache_clear()
 

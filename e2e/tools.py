@@ -10,6 +10,10 @@ own output.
 etcd and kube-apiserver follow the envtest convention: when ``KUBEBUILDER_ASSETS``
 names a directory holding both, those binaries win over the pinned builds
 (kube-controller-manager too, when the directory holds it).
+
+The floor's API server (KUBE_APISERVER_FLOOR_VERSION: the oldest Kubernetes minor
+the chart supports) is the tool ``floor_apiserver_name()``, a name carrying its
+minor (``kube-apiserver-1.33``); KUBEBUILDER_ASSETS never replaces it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ __all__ = [
     "TOOLS_BIN",
     "BootstrapError",
     "argocd_crds",
+    "floor_apiserver_name",
     "flux_crds",
     "npm_tarball",
     "pinned_versions",
@@ -83,6 +88,21 @@ def pinned_versions() -> dict[str, str]:
     return pins
 
 
+def floor_apiserver_name() -> str:
+    """``kube-apiserver-<minor>`` of KUBE_APISERVER_FLOOR_VERSION (the bootstrap's name for it)."""
+    major, minor, _ = pinned_versions()["KUBE_APISERVER_FLOOR_VERSION"].removeprefix("v").split(".", 2)
+    return f"kube-apiserver-{major}.{minor}"
+
+
+def _entry(name: str) -> tuple[str, str | None]:
+    """(bootstrap target, pin key) of ``name``; KeyError for an unknown tool."""
+    if name == floor_apiserver_name():
+        return ("kube-apiserver-floor", "KUBE_APISERVER_FLOOR_VERSION")
+    if name not in _TOOLS:
+        raise KeyError(f"unknown tool {name!r}; known: {', '.join(sorted([*_TOOLS, floor_apiserver_name()]))}")
+    return _TOOLS[name]
+
+
 def _envtest_asset(name: str) -> Path | None:
     assets = os.environ.get("KUBEBUILDER_ASSETS", "")
     if not assets:
@@ -94,7 +114,7 @@ def _envtest_asset(name: str) -> Path | None:
 
 
 def _located(name: str) -> Path | None:
-    target, pin_key = _TOOLS[name]
+    target, pin_key = _entry(name)
     if target == "debian":
         found = shutil.which(name)
         return Path(found) if found else None
@@ -123,8 +143,7 @@ def _bootstrap(target: str) -> str:
 
 @functools.cache
 def _tool(name: str) -> Path:
-    if name not in _TOOLS:
-        raise KeyError(f"unknown tool {name!r}; known: {', '.join(sorted(_TOOLS))}")
+    target, _ = _entry(name)
     if name in _ENVTEST and (asset := _envtest_asset(name)) is not None:
         return asset
     if name == "kube-controller-manager":
@@ -134,7 +153,6 @@ def _tool(name: str) -> Path:
     path = _located(name)
     if path is not None:
         return path
-    target = _TOOLS[name][0]
     output = _bootstrap(target)
     path = _located(name)
     if path is None:

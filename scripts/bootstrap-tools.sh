@@ -9,7 +9,7 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian|
+#        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian|
 #        image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
@@ -152,12 +152,13 @@ helm_ldflags() { # MAJOR VERSION
   fi
 }
 
-kube_ldflags() {
-  local v=${KUBERNETES_VERSION#v} out="" pkg
+kube_ldflags() { # [VERSION] (default KUBERNETES_VERSION)
+  local version=${1:-$KUBERNETES_VERSION}
+  local v=${version#v} out="" pkg
   local major=${v%%.*} rest=${v#*.}
   local minor=${rest%%.*}
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    out+="-X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor "
+    out+="-X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor "
     out+="-X $pkg.gitTreeState=clean "
   done
   printf '%s' "${out% }"
@@ -319,6 +320,18 @@ kube_apiserver() {
     "$(kube_ldflags)"
 }
 
+# The API server of the oldest Kubernetes minor the chart supports (the floor of
+# IMAGE_KUBERNETES_MINORS), built like the current one, under a name carrying its
+# minor (kube-apiserver-1.33): the e2e floor tests run the chart's install and a
+# whole run against it. Only the API server: controllers and a node of the image's
+# minor would be outside their skew against it, and the floor tests need neither.
+kube_apiserver_floor() {
+  local v=${KUBE_APISERVER_FLOOR_VERSION#v} minor
+  minor=${v%.*}
+  go_build "kube-apiserver-$minor" "$KUBERNETES_MODULE" "$KUBE_APISERVER_FLOOR_VERSION" "$KUBE_APISERVER_PACKAGE" \
+    k8s-staging "$(kube_ldflags "$KUBE_APISERVER_FLOOR_VERSION")"
+}
+
 kube_controller_manager() {
   if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-controller-manager" ]]; then
     log "using kube-controller-manager from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
@@ -356,7 +369,7 @@ pause() {
 }
 
 want=("$@")
-((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-controller-manager
+((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-apiserver-floor kube-controller-manager
   kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
@@ -383,12 +396,13 @@ for t in "${want[@]}"; do
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
     etcd | kube-apiserver) kube_apiserver ;;
+    kube-apiserver-floor) kube_apiserver_floor ;;
     aicr) aicr ;;
     debian) debian ;;
     image-tools) image_tools ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds npm image-tools)" >&2
+        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds npm image-tools)" >&2
       exit 2
       ;;
   esac

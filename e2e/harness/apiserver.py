@@ -157,6 +157,11 @@ class ControlPlane:
 
         wait_for(furnished, timeout=timeout, what=f"namespace {name}: default ServiceAccount and kube-root-ca.crt")
 
+    def create_namespace(self, name: str) -> None:
+        """Create the namespace and return: for a control plane without controllers
+        (nothing adds a ``default`` ServiceAccount or ``kube-root-ca.crt``)."""
+        self.admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
     # -- outages ------------------------------------------------------------
     def _apiserver(self) -> ManagedProcess:
         return next(proc for proc in self.processes if proc.name == "kube-apiserver")
@@ -223,8 +228,16 @@ def _start_etcd(workdir: Path, timeout: float) -> tuple[ManagedProcess, str]:
     raise AssertionError("unreachable")
 
 
-def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane:
-    """Start etcd and kube-apiserver; return once /readyz answers ok."""
+def start_control_plane(
+    workdir: Path, *, timeout: float = 60.0, apiserver_tool: str = "kube-apiserver", controllers: bool = True
+) -> ControlPlane:
+    """Start etcd and kube-apiserver (the tool ``apiserver_tool``); return once
+    /readyz answers ok and, with ``controllers``, kube-controller-manager acts.
+
+    Without ``controllers`` no controller runs: a namespace gets no ``default``
+    ServiceAccount or ``kube-root-ca.crt`` (use ``create_namespace``) and no Job
+    runs. That is how the floor's API server (an older minor, outside
+    kube-controller-manager's skew) is started."""
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     pki_dir = workdir / "pki"
@@ -261,7 +274,7 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
             apiserver = ManagedProcess(
                 "kube-apiserver",
                 [
-                    tool("kube-apiserver"),
+                    tool(apiserver_tool),
                     f"--etcd-servers={etcd_url}",
                     "--bind-address=127.0.0.1",
                     "--advertise-address=127.0.0.1",
@@ -310,27 +323,18 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
 
     server = admin.server
     kubeconfig = _cert_kubeconfig(workdir / "admin.kubeconfig", server, ca.cert_pem, admin_pair, "e2e-admin")
-    # kube-controller-manager as the user the API server's RBAC bootstrap expects.
-    kcm_pair = ca.client("system:kube-controller-manager")
-    kcm_kubeconfig = _cert_kubeconfig(
-        workdir / "kube-controller-manager.kubeconfig", server, ca.cert_pem, kcm_pair, "system:kube-controller-manager"
-    )
     kcm_started = time.monotonic()
-    try:
-        processes.append(
-            start_controller_manager(
-                kubeconfig=kcm_kubeconfig,
-                ca_file=ca_file,
-                service_account_key=sa_key,
-                admin=admin,
-                workdir=workdir,
-                timeout=timeout,
-            )
+    if controllers:
+        _start_controllers(
+            processes,
+            server=server,
+            ca=ca,
+            ca_file=ca_file,
+            sa_key=sa_key,
+            admin=admin,
+            workdir=workdir,
+            timeout=timeout,
         )
-    except BaseException:
-        for proc in reversed(processes):
-            proc.stop()
-        raise
     kcm_seconds = time.monotonic() - kcm_started
     plane = ControlPlane(
         host="127.0.0.1",
@@ -346,6 +350,40 @@ def start_control_plane(workdir: Path, *, timeout: float = 60.0) -> ControlPlane
     plane.startup_seconds = time.monotonic() - started
     plane.controller_manager_seconds = kcm_seconds
     return plane
+
+
+def _start_controllers(
+    processes: list[ManagedProcess],
+    *,
+    server: str,
+    ca: CertAuthority,
+    ca_file: Path,
+    sa_key: Path,
+    admin: Kube,
+    workdir: Path,
+    timeout: float,
+) -> None:
+    """kube-controller-manager, appended to ``processes``; on failure every process stops."""
+    # kube-controller-manager as the user the API server's RBAC bootstrap expects.
+    kcm_pair = ca.client("system:kube-controller-manager")
+    kcm_kubeconfig = _cert_kubeconfig(
+        workdir / "kube-controller-manager.kubeconfig", server, ca.cert_pem, kcm_pair, "system:kube-controller-manager"
+    )
+    try:
+        processes.append(
+            start_controller_manager(
+                kubeconfig=kcm_kubeconfig,
+                ca_file=ca_file,
+                service_account_key=sa_key,
+                admin=admin,
+                workdir=workdir,
+                timeout=timeout,
+            )
+        )
+    except BaseException:
+        for proc in reversed(processes):
+            proc.stop()
+        raise
 
 
 def _cert_kubeconfig(path: Path, server: str, ca_pem: bytes, pair: KeyPair, user: str) -> Path:

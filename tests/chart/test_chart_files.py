@@ -62,24 +62,59 @@ def version_pins() -> dict[str, Any]:
 # -- Chart.yaml -------------------------------------------------------------------------------------------
 
 
+def supported_minors() -> list[str]:
+    """IMAGE_KUBERNETES_MINORS of tools/versions.env, oldest first (the one statement of the range)."""
+    text = (ROOT / "tools" / "versions.env").read_text()
+    match = re.search(r'^IMAGE_KUBERNETES_MINORS="([^"]*)"$', text, re.M)
+    assert match is not None, "tools/versions.env has no IMAGE_KUBERNETES_MINORS"
+    return match.group(1).split()
+
+
 def test_chart_metadata() -> None:
     chart = version_pins()
     assert chart["apiVersion"] == "v2"
     assert chart["name"] == "nvidia-aicr"
     assert chart["type"] == "application"
     assert chart["version"] == "0.4.0"
-    assert chart["kubeVersion"] == ">= 1.36.0-0"
+    assert chart["kubeVersion"] == ">= 1.33.0-0"
     assert chart["appVersion"] == "0.1.0"
     assert 'appVersion: "0.1.0"' in (CHART / "Chart.yaml").read_text(), "appVersion is quoted"
 
 
 def test_kube_version_floor_is_enforced_by_helm() -> None:
-    proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", "1.35.9")
+    """helm refuses the minor below the supported range and admits its oldest
+    (a managed cluster's pre-release version too, EKS style)."""
+    oldest = supported_minors()[0]
+    major, minor = oldest.split(".")
+    below = f"{major}.{int(minor) - 1}.99"
+    proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", below)
     assert proc.returncode != 0
     assert "kubeVersion" in proc.stderr or "incompatible" in proc.stderr.lower(), proc.stderr
-    # A managed-cluster pre-release version (EKS style) passes.
-    proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", "v1.36.3-eks-1")
-    assert proc.returncode == 0, proc.stderr
+    for admitted in (f"v{oldest}.0", f"v{oldest}.3-eks-1"):
+        proc = helm("template", "t", str(CHART), "--set", "accelerator=h100", "--kube-version", admitted)
+        assert proc.returncode == 0, f"{admitted}: {proc.stderr}"
+
+
+@pytest.mark.parametrize("end", ["oldest", "newest"])
+def test_every_object_renders_the_same_at_both_ends_of_the_supported_range(end: str) -> None:
+    """With every optional object on, the render at the oldest and the newest
+    supported minor (--kube-version) is the render helm gives by default: nothing
+    in the chart depends on the cluster's minor inside the range."""
+    minors = supported_minors()
+    minor = minors[0] if end == "oldest" else minors[-1]
+    every_object = merge(EVERYTHING, {"rbac": {"clusterAdmin": False}})  # the narrower ClusterRole too
+    at_end = renders(every_object, args=("--kube-version", f"v{minor}.0"))
+    assert sorted(set(at_end.kinds())) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Job",
+        "Role",
+        "RoleBinding",
+        "Secret",
+        "ServiceAccount",
+    ], at_end.kinds()
+    assert at_end.docs == renders(every_object).docs
 
 
 # -- lint ---------------------------------------------------------------------------------------------------

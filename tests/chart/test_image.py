@@ -125,24 +125,43 @@ def test_the_tools_binary_is_helm_kubectl_and_cosign_at_their_pins() -> None:
     assert 'go build -trimpath -ldflags "-s -w $xflags" -o "$work/image-tools" .' in bootstrap
 
 
-def test_the_supported_kubernetes_minors_fit_kubectls_skew_and_include_the_e2e_server() -> None:
-    """kubectl works with API servers one minor either side of its own; the e2e
-    suite's API server is one of the supported minors. (helm's side: the image
-    test reads the client-go minor compiled into the binary.)"""
+def test_the_supported_kubernetes_minors_are_a_range_whose_ends_the_e2e_servers_are() -> None:
+    """IMAGE_KUBERNETES_MINORS lists every supported minor, oldest first, without
+    gaps. Its newest is kubectl's own minor, the e2e suite's main API server
+    (KUBERNETES_VERSION); its oldest is the e2e suite's floor API server
+    (KUBE_APISERVER_FLOOR_VERSION), where e2e/test_kubernetes_floor.py installs the
+    chart and runs a whole run. The minors below kubectl's documented skew (its
+    minor -1) rest on that test. (helm's side: the image test reads the
+    client-go minor compiled into the binary.)"""
     pinned = versions()
+    supported = [int(minor.removeprefix("1.")) for minor in pinned["IMAGE_KUBERNETES_MINORS"].split()]
+    assert all(minor.startswith("1.") for minor in pinned["IMAGE_KUBERNETES_MINORS"].split())
+    assert supported == list(range(supported[0], supported[-1] + 1)), f"not a range without gaps: {supported}"
     kubectl_minor = int(pinned["KUBERNETES_VERSION"].split(".")[1])
-    supported = pinned["IMAGE_KUBERNETES_MINORS"].split()
-    assert supported
-    for minor in supported:
-        major, number = minor.split(".")
-        assert major == "1"
-        assert abs(int(number) - kubectl_minor) <= 1, f"{minor} is outside kubectl v1.{kubectl_minor}'s skew"
-    assert f"1.{kubectl_minor}" in supported, "the e2e API server (KUBERNETES_VERSION) is a supported minor"
+    floor_minor = int(pinned["KUBE_APISERVER_FLOOR_VERSION"].split(".")[1])
+    assert supported[-1] == kubectl_minor, "the newest supported minor is the e2e API server's (KUBERNETES_VERSION)"
+    assert supported[0] == floor_minor, "the oldest supported minor is the floor API server's"
+    assert floor_minor < kubectl_minor - 1, "within kubectl's own skew no floor server is needed: drop it"
     # The chart refuses clusters older than the image supports (helm checks kubeVersion
     # against the live server at install), so the two statements cannot drift apart.
-    lowest = min(supported, key=lambda minor: int(minor.split(".")[1]))
     chart = (ROOT / "chart" / "Chart.yaml").read_text()
-    assert f'kubeVersion: ">= {lowest}.0-0"' in chart, f"chart/Chart.yaml's kubeVersion floor is not {lowest}"
+    oldest = f"1.{supported[0]}"
+    assert f'kubeVersion: ">= {oldest}.0-0"' in chart, f"chart/Chart.yaml's kubeVersion floor is not {oldest}"
+
+
+def test_the_docs_state_the_supported_range_as_versions_env_does() -> None:
+    """Every page that states the range states IMAGE_KUBERNETES_MINORS' ends."""
+    minors = versions()["IMAGE_KUBERNETES_MINORS"].split()
+    oldest, newest = minors[0], minors[-1]
+    stated = {
+        "docs/installing.md": f"Kubernetes {oldest} to {newest}",
+        "chart/README.md": f"Kubernetes {oldest} to {newest}",
+        "docs/supply-chain.md": f"Kubernetes {oldest} to {newest}",
+    }
+    for page, words in stated.items():
+        text = " ".join((ROOT / page).read_text().split())
+        assert words in text, f"{page} does not say {words!r}"
+        assert f"`>= {oldest}.0-0`" in text, f"{page} does not quote the chart's kubeVersion"
 
 
 def test_the_lock_matches_pyproject() -> None:

@@ -213,6 +213,38 @@ def test_a_component_named_like_a_marker_word_is_not_a_report() -> None:
     assert markers.installed == ["failures"]
 
 
+#: What the image's kubectl (v1.37.2) printed to stderr for `kubectl version` against
+#: a v1.33.13 API server (e2e/test_kubernetes_floor.py, verbatim): the chart supports
+#: that minor, below kubectl's documented skew, so a deploy.sh or a pre-flight that
+#: asks `kubectl version` prints it on a supported cluster.
+KUBECTL_SKEW_WARNING = (
+    "Warning: version difference between client (1.37) and server (1.33) exceeds the supported minor version "
+    "skew of +/-1"
+)
+
+
+@pytest.mark.parametrize("results_reported", [True, False], ids=["1.x", "0.11"])
+def test_the_kubectl_skew_warning_is_an_ordinary_line(results_reported: bool) -> None:
+    """Not a failure, not an error, not a component: it changes no marker, is
+    relayed as text (no event of its own), and the run's verdict stays a success."""
+    markers = DeployMarkers(results_reported=results_reported)
+    assert markers.feed(KUBECTL_SKEW_WARNING) is None
+    text = (
+        f"Running pre-flight checks...\n{KUBECTL_SKEW_WARNING}\nPre-flight checks passed.\n"
+        "Installing nfd (node-feature-discovery)...\n"
+        f"{KUBECTL_SKEW_WARNING}\n"
+        "Deployment complete.\n"
+    )
+    meaningful = [text[start:end] for start, end, _ in markers.scan(text)]
+    assert KUBECTL_SKEW_WARNING not in meaningful
+    assert (markers.failure_report, markers.dra_deferred, markers.preflight_failed) == (False, False, False)
+    assert markers.all_failed == []
+    verdict = classify_deploy(
+        0, failure_report=markers.failure_report, dra_deferred=markers.dra_deferred, best_effort=True
+    )
+    assert verdict.outcome is S
+
+
 # aicr v0.11.1's errors for a validate that never reached its checks (both exit 8).
 NO_CLIENT = (
     "[INTERNAL] failed to create kubernetes client: [INTERNAL] failed to get in-cluster config: unable to load "
