@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import settings
 
 from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
+
+# No per-example deadline: CI's two cores are shared by the API server, the node and
+# image builds, so an example's time says nothing about the code (a first example
+# that builds a scan database once took 289 ms against the default 200 ms).
+settings.register_profile("aicr-runner", deadline=None)
+settings.load_profile("aicr-runner")
 
 
 @pytest.fixture(autouse=True)
