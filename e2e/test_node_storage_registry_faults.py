@@ -11,9 +11,12 @@ backoffLimit).
 
 * ``/work`` over ``job.workSizeLimit``: the kubelet's eviction manager (local
   storage capacity isolation, separate from the node's disk thresholds, which
-  the harness sets out of reach) evicts the pod; podFailurePolicy ignores it
-  (DisruptionTarget), so backoffLimit 0 is not consumed and the next pod
-  completes the run.
+  the harness sets out of reach) evicts the pod, with a 1 s grace. Unlike a
+  node-pressure eviction or the Eviction API, the kubelet (1.37) sets no
+  DisruptionTarget condition for a local storage limit, so podFailurePolicy's
+  Ignore rule does not apply: the Job controller counts the pod against
+  backoffLimit. With 1 (the chart's default) the next pod completes the run;
+  with 0 the Job fails.
 * the registry gone between the pack's manifest and its first blob: a TCP proxy
   on the node's bridge address, in front of the harness registry, cuts at the
   first blob request (the request it sees, not a guessed time) and refuses
@@ -22,7 +25,7 @@ backoffLimit).
   succeeds. Not back: exit 22 naming the registry, a pod counted against
   backoffLimit, and the Job controller's next pod pulls once it is back.
 
-Timings are printed (``-s``) and recorded in docs/runs.md "Faults on the node".
+Timings are printed (``-s``) and recorded in docs/troubleshooting.md "Faults on the node".
 """
 
 from __future__ import annotations
