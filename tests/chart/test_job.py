@@ -493,7 +493,6 @@ def test_writable_paths_are_empty_dirs_and_nothing_else_by_default() -> None:
         assert env[var].startswith("/home/aicr/"), var
 
 
-
 def test_job_work_size_limit_bounds_the_work_volume_only() -> None:
     result = renders({"job": {"workSizeLimit": "2Gi"}})
     assert result.volumes["work"] == {"name": "work", "emptyDir": {"sizeLimit": "2Gi"}}
