@@ -136,7 +136,9 @@ class CuttableProxy:
     forwarded and its connection is closed, the listener closes (new connections
     are refused, as from a registry that went away), and any later request on a
     connection still open is closed unanswered. Answers already on their way are
-    let through. ``restore`` listens again on the same port."""
+    let through. With ``cut_in_body`` the request is forwarded instead, and the
+    cut comes in the middle of its answer's body (half of what arrived is passed
+    on). ``restore`` listens again on the same port."""
 
     def __init__(self, host: str, upstream: str) -> None:
         upstream_host, _, port = upstream.rpartition(":")
@@ -145,6 +147,7 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self.requests: list[str] = []
         self.cut_on: str | None = None
+        self.cut_in_body = False
         self.cut_at: float | None = None
         self.restored_at: float | None = None
         self._down = False
@@ -173,15 +176,22 @@ class CuttableProxy:
                 return
             server = socket.create_connection(self._upstream, timeout=10)
             server.settimeout(None)
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+            link = _Link()
+            threading.Thread(target=self._pump, args=(client, server, link, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, link, False), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, link: _Link, from_client: bool) -> None:
         try:
             while chunk := source.recv(65536):
-                if from_client and not self._forward(chunk):
+                if from_client and not self._forward(chunk, link):
                     break
+                cut_now = False
+                if not from_client and link.cut_in_body:
+                    chunk, cut_now = link.part_of_body(chunk)
                 sink.sendall(chunk)
+                if cut_now:
+                    self._go_down()
+                    break
         except OSError:
             pass  # the other side closed: close both
         for sock in (source, sink):
@@ -189,19 +199,30 @@ class CuttableProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
-    def _forward(self, chunk: bytes) -> bool:
+    def _forward(self, chunk: bytes, link: _Link) -> bool:
         """Whether a client's ``chunk`` goes on; records its request lines and cuts when armed."""
         targets = [m.group(2).decode() for m in REQUEST_LINE.finditer(chunk)]
         with self._lock:
             if self._down and targets:
                 return False
             if self.cut_on is not None and any(self.cut_on in t for t in targets):
-                self.cut_on, self._down, self.cut_at = None, True, time.monotonic()
-                self._listener.close()
+                self.cut_on = None
                 self.requests.extend(f"cut: {t}" for t in targets)
+                if self.cut_in_body:
+                    link.cut_in_body = True
+                    return True
+                self._go_down_locked()
                 return False
             self.requests.extend(targets)
         return True
+
+    def _go_down(self) -> None:
+        with self._lock:
+            self._go_down_locked()
+
+    def _go_down_locked(self) -> None:
+        self._down, self.cut_at = True, time.monotonic()
+        self._listener.close()
 
     @property
     def cut(self) -> bool:
@@ -219,6 +240,25 @@ class CuttableProxy:
         with self._lock:
             self._down = True
             self._listener.close()
+
+
+class _Link:
+    """One client connection through the proxy: whether its answer is to be cut mid-body."""
+
+    def __init__(self) -> None:
+        self.cut_in_body = False
+        self._headers_passed = False
+
+    def part_of_body(self, chunk: bytes) -> tuple[bytes, bool]:
+        """What of the answer's ``chunk`` to pass on, and whether to cut after it:
+        the headers whole, then half of the first body bytes."""
+        if self._headers_passed:
+            return chunk[: len(chunk) // 2], True
+        head, end, body = chunk.partition(b"\r\n\r\n")
+        if not end:
+            return chunk, False
+        self._headers_passed = True
+        return head + end + body[: len(body) // 2], bool(body)
 
 
 @pytest.fixture
@@ -472,4 +512,54 @@ def test_a_registry_gone_past_the_retry_budget_fails_the_pod_with_exit_22_and_th
     print(
         f"\nregistry gone past the budget: pod 1 exit 22 after {failed.container('aicr-runner').seconds:.1f}s; "
         f"the Job complete {completed_at - failed_at:.1f}s after (restored at once; the controller's back-off)"
+    )
+
+
+# -- 4. the registry gone in the middle of a blob's body ------------------------------------------
+
+
+def test_a_registry_gone_in_the_middle_of_a_blob_fails_the_pod_at_once_and_the_jobs_next_pod_pulls(
+    env: Env, aicr_kubelet: Kubelet, proxy: CuttableProxy
+) -> None:
+    ref = through_proxy(env, proxy)
+    values = run_values(ref, backoffLimit=1)
+    values["dataPackSecret"] = PROXY_SECRET
+    env.helm.install(RELEASE, CHART, env.namespace, values=values)
+    [job] = jobs(env.plane, env.namespace)
+    proxy.cut_on, proxy.cut_in_body = "/blobs/", True
+
+    failed = aicr_kubelet.run_job(RELEASE, env.namespace, job_name=job)
+    asked_while_down = list(proxy.requests)
+    first_report = env.results.report()
+    proxy.restore()
+    outcome = aicr_kubelet.run_job_to_completion(RELEASE, env.namespace, job_name=job)
+
+    assert proxy.cut_at is not None, proxy.requests
+    [cut] = [r for r in asked_while_down if r.startswith("cut: ")]
+    blob = cut.removeprefix("cut: ")
+    # A body cut short is not retried within the pod (only a request that got no
+    # answer is): the blob was never asked for again, and the pod failed at once.
+    assert blob not in asked_while_down, asked_while_down
+    assert failed.exit_code == 22, failed.describe()
+    message = failed.termination_message
+    assert f"download from registry {proxy.host} broke off" in message, message
+    assert failed.container("aicr-runner").seconds < 30, failed.describe()
+    assert first_report["phase"] == "Failed", first_report
+    assert {s["state"]: s["status"] for s in first_report["steps"]}["pack"] == "failed", first_report
+    # Lost: the first pod and one retry of backoffLimit; the next pod pulls it whole.
+    assert (outcome.status, outcome.reason, len(outcome.attempts)) == ("Complete", "CompletionsReached", 1), (
+        outcome.describe()
+    )
+    final = outcome.last
+    assert final.exit_code == 0, final.describe()
+    job_status = env.plane.admin.get(f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{job}")["status"]
+    assert (job_status.get("failed"), job_status.get("succeeded")) == (1, 1), job_status
+    assert_succeeded(env.results, final.pod_name)
+    assert releases(env.helm, env.components) == {"acme-agent": ("deployed", 1), "acme-config": ("deployed", 1)}
+    events = runner_events(env.plane, env.namespace, job, failed.pod_name)
+    assert "PackFailed" in events, events
+    assert events[-1] == "RunFailed", events
+    print(
+        f"\nregistry gone mid-blob: pod 1 exit 22 after {failed.container('aicr-runner').seconds:.1f}s "
+        f"({len(retries(failed.output))} retry line(s) of other requests)"
     )
