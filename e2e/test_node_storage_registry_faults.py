@@ -24,6 +24,9 @@ backoffLimit).
   attempts per request, 1 s then 2 s apart): the pull resumes and the run
   succeeds. Not back: exit 22 naming the registry, a pod counted against
   backoffLimit, and the Job controller's next pod pulls once it is back.
+* the registry gone in the middle of a blob's body (the proxy cuts in the
+  answer): a body cut short is not retried within the pod; exit 22 at once, and
+  the Job controller's next pod pulls.
 
 Timings are printed (``-s``) and recorded in docs/troubleshooting.md "Faults on the node".
 """
