@@ -227,10 +227,6 @@ class CuttableProxy:
         self._down, self.cut_at = True, time.monotonic()
         self._listener.close()
 
-    @property
-    def cut(self) -> bool:
-        return self.cut_at is not None
-
     def restore(self) -> None:
         with self._lock:
             if not self._down:
