@@ -384,6 +384,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- chart knobs --------------------------------------------------------------------------------------
     m(
+        "work-size-limit-ignored",
+        "templates/_pod.tpl",
+        "{{- if $v.job.workSizeLimit }}",
+        "{{- if false }}",
+        "test_job.py::test_job_work_size_limit_bounds_the_work_volume_only",
+    ),
+    m(
         "global-image-registry-ignored",
         "templates/_helpers.tpl",
         "{{- if $registry -}}",

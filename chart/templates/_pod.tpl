@@ -165,7 +165,12 @@ spec:
     - name: tmp
       emptyDir: {}
     - name: work
+      {{- if $v.job.workSizeLimit }}
+      emptyDir:
+        sizeLimit: {{ $v.job.workSizeLimit | quote }}
+      {{- else }}
       emptyDir: {}
+      {{- end }}
     - name: home
       emptyDir: {}
     {{- if $packSecret }}

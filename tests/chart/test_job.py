@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from aicr_runner.errors import DETERMINISTIC_EXIT_CODES
-from tests.chart.helm import CHART, NAMESPACE, RELEASE, ROOT, helm, merge, render, renders
+from tests.chart.helm import CHART, NAMESPACE, RELEASE, ROOT, helm, merge, rejects_by_schema, render, renders
 from tests.unit.test_doc_links import HOME, Link, problem
 
 PACK = "ghcr.io/acme/aicr-pack:1.0.0"
@@ -493,6 +493,17 @@ def test_writable_paths_are_empty_dirs_and_nothing_else_by_default() -> None:
     assert env["AICR_RUNNER_WORK_DIR"] == "/work"
     for var in ("XDG_CACHE_HOME", "HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "KUBECACHEDIR"):
         assert env[var].startswith("/home/aicr/"), var
+
+
+def test_job_work_size_limit_bounds_the_work_volume_only() -> None:
+    result = renders({"job": {"workSizeLimit": "2Gi"}})
+    assert result.volumes["work"] == {"name": "work", "emptyDir": {"sizeLimit": "2Gi"}}
+    assert result.volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
+    assert result.volumes["home"] == {"name": "home", "emptyDir": {}}
+
+
+def test_job_work_size_limit_must_be_a_quantity() -> None:
+    rejects_by_schema({"job": {"workSizeLimit": "two gigs"}}, "/job/workSizeLimit", "does not match")
 
 
 # -- data pack credentials -------------------------------------------------------------------------------
