@@ -58,6 +58,7 @@ VERSION_LABELS = {"app.kubernetes.io/version": "0.1.0", "helm.sh/chart": "nvidia
 def test_labels_follow_helm_conventions_on_every_object() -> None:
     result = renders()
     expected = STABLE_LABELS | VERSION_LABELS
+    assert result.docs
     for doc in result.docs:
         labels = doc["metadata"]["labels"]
         assert {k: labels[k] for k in expected} == expected, doc["metadata"]
