@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from aicr_runner import logs
 from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
 
 
@@ -19,6 +20,13 @@ def _reset_logging() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     logging.getLogger().handlers.clear()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_secrets() -> Iterator[None]:
+    """What a test registers for redaction is forgotten when it ends."""
+    with logs.SECRETS.isolated():
+        yield
 
 
 @pytest.fixture(scope="session")

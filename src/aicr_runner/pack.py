@@ -121,7 +121,7 @@ _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _DOCKER_HUB_API = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 _CHUNK_BYTES = 1 << 20
 
-log = logs.get_logger()  # structlog's API and rendering, without importing structlog
+log = logs.get_logger()
 
 
 def _parse_ref(ref: str) -> PackReference:
