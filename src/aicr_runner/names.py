@@ -1,7 +1,7 @@
 """Names the command line needs before anything heavy is imported.
 
 ``aicr-runner version`` and ``--help`` read these and nothing else: they must
-not pay for pydantic, structlog, the Kubernetes client, oras, httpx or
+not pay for loading the settings module, the Kubernetes client, oras, httpx or
 requests. ``config`` re-exports them, so the settings stay their one source.
 """
 

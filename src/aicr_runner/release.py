@@ -1,4 +1,4 @@
-"""Download and verify the aicr release (anchor steps R-02..R-05), fail closed.
+"""Download and verify the aicr release, fail closed.
 
 The release archive and ``aicr_checksums.txt`` are streamed to disk and hashed
 while they stream; the archive is never held in memory. The archive's own line
@@ -32,7 +32,7 @@ import tenacity
 from aicr_runner import logs
 from aicr_runner.archive import extract_members
 from aicr_runner.backoff import parse_retry_after
-from aicr_runner.binary import ATTESTATION_NAME, AicrBinary, use_preinstalled
+from aicr_runner.binary import ATTESTATION_NAME, AicrBinary
 from aicr_runner.config import AicrSettings
 from aicr_runner.deadline import Cancellation
 from aicr_runner.digests import sha256_file
@@ -42,11 +42,8 @@ __all__ = [
     "ATTESTATION_NAME",
     "BINARY_NAME",
     "CHECKSUMS_NAME",
-    "AicrBinary",
     "fetch_aicr",
-    "parse_retry_after",
     "release_urls",
-    "use_preinstalled",
 ]
 
 BINARY_NAME = "aicr"
@@ -72,7 +69,7 @@ _BACKOFF_JITTER_SECONDS = 1.0
 _BUDGET_SETTING = " (AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS)"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
-log = logs.get_logger()  # structlog's API and rendering, without importing structlog
+log = logs.get_logger()
 
 Sleep = Callable[[float], object]
 Clock = Callable[[], float]

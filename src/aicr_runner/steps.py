@@ -220,7 +220,7 @@ class Steps:
         try:
             self.ctx.sink.put(name, data={**summary, **data}, binary_data=binary or None)
         except CaptureError as exc:
-            # Advisory, as in the anchor: this runs before anything is deployed.
+            # Advisory, as in the bash chart: this runs before anything is deployed.
             return StepResult.warned(f"recipe capture failed: {exc}")
         where = self.ctx.sink.describe(name)
         if fitted is None:
