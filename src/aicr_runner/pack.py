@@ -76,6 +76,7 @@ from aicr_runner.errors import (
 from aicr_runner.logs import register_dockerconfig_secrets, register_secret
 from aicr_runner.oraspy import oras
 from aicr_runner.reference import DIGEST, InvalidReference, PackReference
+from aicr_runner.text import cut
 
 if TYPE_CHECKING:
     from requests.sessions import _Settings as RequestSettings
@@ -1203,4 +1204,4 @@ def _short(exc: BaseException) -> str:
     match = _ROOT_CAUSE.search(text)
     if match:
         return match.group(0).strip()
-    return text if len(text) <= 300 else text[:297] + "..."
+    return cut(text, 300)
