@@ -582,7 +582,7 @@ def _conclude(
     warned = (RunPhase.FAILED, RunPhase.SUCCEEDED_WITH_FAILURES)
     if report.phase in warned and api is not None and settings.lease.job_name:
         # After the capture and the termination message; never changes the exit code.
-        from aicr_runner.failure_event import COMPONENTS_FAILED_REASON, EVENT_REASON, report_failure
+        from aicr_runner.job_events import COMPONENTS_FAILED_REASON, EVENT_REASON, report_failure
 
         report_failure(
             api,

@@ -20,7 +20,7 @@ the loser gets ``ApiConflictError`` and reads again.
 
 When a run fails, the runner reads its own Job's labels and, if a Flux
 HelmRelease rendered it, records a Warning Event on that HelmRelease
-(``failure_event``). These calls take a short budget of their own: the pod is on
+(``job_events.report_failure``). These calls take a short budget of their own: the pod is on
 its way out and the failure is already recorded.
 """
 
@@ -174,7 +174,7 @@ class KubeApi(Protocol):
         ...
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Create a core/v1 Event (``failure_event.event_body``)."""
+        """Create a core/v1 Event (``job_events.helmrelease_event_body``)."""
         ...
 
     def get_job_uid(self, namespace: str, name: str) -> str | None:
@@ -182,7 +182,7 @@ class KubeApi(Protocol):
         ...
 
     def create_job_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Create an ``events.k8s.io/v1`` Event (``job_events.event_body``)."""
+        """Create an ``events.k8s.io/v1`` Event (``job_events.job_event_body``)."""
         ...
 
     def annotate_job(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
