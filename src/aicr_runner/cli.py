@@ -239,18 +239,10 @@ def _results_dir(args: argparse.Namespace) -> Path | None:
 
 def _internal_error(exc: Exception, settings: RunnerSettings) -> int:
     """An unexpected error outside the steps: one line, the traceback in the work directory."""
-    import traceback
-
     from aicr_runner import logs
     from aicr_runner.errors import ExitCode
 
-    details = settings.work_path / "logs" / "traceback.txt"
-    try:
-        details.parent.mkdir(parents=True, exist_ok=True)
-        details.write_text(logs.redact(traceback.format_exc()), errors="backslashreplace")
-        where = f"traceback in {details}"
-    except OSError:
-        where = "no traceback written (the work directory is not writable)"
+    where = logs.write_traceback(settings.work_path)
     logs.get_logger().error(
         f"internal error: {type(exc).__name__}: {logs.redact(str(exc))[:500]} ({where})",
         exit_code=int(ExitCode.INTERNAL),

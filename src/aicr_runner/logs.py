@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
+from pathlib import Path
 from typing import Any, TextIO
 
 from aicr_runner.config import LogFormat
@@ -50,6 +51,7 @@ __all__ = [
     "register_dockerconfig_secrets",
     "register_secret",
     "relay",
+    "write_traceback",
 ]
 
 _MASK = "***"
@@ -484,3 +486,18 @@ def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) 
 
 def get_logger(**initial: Any) -> BoundLogger:
     return BoundLogger(initial)
+
+
+def write_traceback(work: Path) -> str:
+    """The exception being handled, redacted, to ``work/logs/traceback.txt``;
+    returns where it went (or that it went nowhere), for the one line an
+    internal error gets. Never raises: it runs inside an error handler."""
+    import traceback  # only for a bug: not on every run's path
+
+    details = work / "logs" / "traceback.txt"
+    try:
+        details.parent.mkdir(parents=True, exist_ok=True)
+        details.write_text(redact(traceback.format_exc()), errors="backslashreplace")
+    except OSError:
+        return "no traceback written (the work directory is not writable)"
+    return f"traceback in {details}"

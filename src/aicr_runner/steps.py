@@ -64,15 +64,10 @@ class Steps:
             except RunnerError as exc:
                 result = StepResult.failed(int(exc.exit_code), exc.message)
             except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
-                import traceback  # only for a bug: not on every run's path
-
-                details = self.ctx.work / "logs" / "traceback.txt"
-                details.parent.mkdir(parents=True, exist_ok=True)
-                details.write_text(logs.redact(traceback.format_exc()))
+                where = logs.write_traceback(self.ctx.work)
                 result = StepResult.failed(
                     ExitCode.INTERNAL,
-                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} "
-                    f"(traceback in {details})",
+                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} ({where})",
                 )
             record = self.ctx.report.step(state.value)
             started = record.started_at
