@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -365,24 +364,22 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     sink = _make_sink(settings, mode, args, api)
     shutdown = ShutdownController()
     lease = _make_lease(settings, api, shutdown)
-    previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
-    ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
-    report = ctx.report
-    events = _make_events(settings, api)
-    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None or mode is Mode.RUN)
-    ctx.lease = lease
-    ctx.progress = lambda: publish_status(report)
-    ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
-    if events is not None:
-        ctx.on_deploy_progress = events.deploy_progress
-    on_change = publish_status if events is None else _with_step_events(publish_status, events)
-    try:
-        code = _run_machine(ctx, on_change, shutdown)
-    finally:
-        if lease is not None:
-            lease.release()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with shutdown.installed():
+        ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
+        report = ctx.report
+        events = _make_events(settings, api)
+        publish_status, status_warned = _status_publisher(settings, sink, live=api is not None or mode is Mode.RUN)
+        ctx.lease = lease
+        ctx.progress = lambda: publish_status(report)
+        ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
+        if events is not None:
+            ctx.on_deploy_progress = events.deploy_progress
+        on_change = publish_status if events is None else _with_step_events(publish_status, events)
+        try:
+            code = _run_machine(ctx, on_change, shutdown)
+        finally:
+            if lease is not None:
+                lease.release()
     if status_warned and api is None and code == 0:
         code = _report_not_written(report, status_warned[0])
     _conclude(settings, mode, report, sink, args, api=api, events=events)
