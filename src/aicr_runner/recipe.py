@@ -22,6 +22,7 @@ import yaml
 from aicr_runner.catalog import SERVICE_ALIASES
 from aicr_runner.config import Criteria, RecipeExpectations, RunnerSettings
 from aicr_runner.errors import RecipeFormatError
+from aicr_runner.names import CRITERIA_DIMENSIONS
 
 __all__ = [
     "ACCEPTED_API_VERSIONS",
@@ -49,7 +50,8 @@ LEGACY_API_VERSIONS = ("aicr.nvidia.com/v1alpha1", "aicr.run/v1alpha2", "aicr.ru
 FAILURE_MESSAGE = "command failed"
 #: Overlays every query gets; a recipe of only these matched nothing specific.
 BASE_OVERLAYS = frozenset({"base", "monitoring-hpa"})
-_CORE_DIMENSIONS = ("service", "accelerator", "intent", "os")
+#: Every dimension but platform, which most clusters need not state.
+_CORE_DIMENSIONS = tuple(name for name in CRITERIA_DIMENSIONS if name != "platform")
 
 #: libyaml's safe loader parses the same documents several times faster.
 _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -226,7 +228,7 @@ def with_supported(message: str, supported: Sequence[str]) -> str:
     return f"{message}; supported combinations: {', '.join(supported)}"
 
 
-_UNKNOWN_VALUE = re.compile(r"invalid (service|accelerator|intent|os|platform) type: (\S+)", re.IGNORECASE)
+_UNKNOWN_VALUE = re.compile(rf"invalid ({'|'.join(CRITERIA_DIMENSIONS)}) type: (\S+)", re.IGNORECASE)
 
 
 def unknown_value(message: str) -> tuple[str, str] | None:
