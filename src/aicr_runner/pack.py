@@ -64,7 +64,7 @@ from requests.utils import requote_uri, select_proxy
 
 from aicr_runner import logs
 from aicr_runner.archive import safe_extract_all
-from aicr_runner.deadline import Cancellation
+from aicr_runner.deadline import Cancellation, shut_down
 from aicr_runner.errors import (
     ConfigError,
     PackAuthError,
@@ -626,7 +626,7 @@ class _SocketWatch:
             aborted = self._aborted
         weakref.finalize(sock, self._forget, key)
         if aborted:
-            _shut(duplicate)
+            shut_down(duplicate)
 
     def _forget(self, key: int) -> None:
         with self._lock:
@@ -638,7 +638,7 @@ class _SocketWatch:
         with self._lock:
             self._aborted = True
             for duplicate in self._duplicates.values():
-                _shut(duplicate)
+                shut_down(duplicate)
 
     def close(self) -> None:
         with self._lock:
@@ -646,11 +646,6 @@ class _SocketWatch:
             self._duplicates.clear()
         for duplicate in duplicates:
             duplicate.close()
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _watched_pool_classes(watch: _SocketWatch) -> dict[str, type[urllib3.HTTPConnectionPool]]:

@@ -16,7 +16,6 @@ into ``DownloadError`` or ``ChecksumError`` here.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import socket
@@ -34,7 +33,7 @@ from aicr_runner.archive import extract_members
 from aicr_runner.backoff import parse_retry_after
 from aicr_runner.binary import ATTESTATION_NAME, AicrBinary
 from aicr_runner.config import AicrSettings
-from aicr_runner.deadline import Cancellation
+from aicr_runner.deadline import Cancellation, shut_down
 from aicr_runner.digests import sha256_file
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError
 
@@ -210,18 +209,14 @@ def _names_file(line: str, name: str) -> bool:
 def _shut_down(response: httpx.Response) -> None:
     """Make a read blocked on ``response``'s connection return now (from another thread).
 
-    httpcore exposes the connection's socket; shutting it down (not closing it:
-    the reading thread still owns the descriptor) ends the read at once. A
-    request still waiting for its status line has no response yet; that wait
-    is bounded by the download timeout, in a daemon thread.
+    httpcore exposes the connection's socket (``deadline.shut_down`` ends the read
+    at once). A request still waiting for its status line has no response yet;
+    that wait is bounded by the download timeout, in a daemon thread.
     """
     stream = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if isinstance(sock, socket.socket):
-        with contextlib.suppress(OSError):
-            # The plain socket's shutdown, also for TLS: SSLSocket.shutdown would
-            # drop the TLS state under the reading thread's feet.
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        shut_down(sock)
 
 
 class _Transient(Exception):
