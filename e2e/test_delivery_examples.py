@@ -471,7 +471,9 @@ def test_each_example_works_as_its_comments_say_in_their_order(example_run: Exam
 def test_the_values_examples_use_the_published_chart_name_and_version() -> None:
     """The owner is the project's (no ``<owner>`` left to fill in), the version the chart's."""
     version = yaml.safe_load((REPO_ROOT / "chart" / "Chart.yaml").read_text())["version"]
-    for example in sorted((REPO_ROOT / "examples" / "values").glob("*.yaml")):
+    examples = sorted((REPO_ROOT / "examples" / "values").glob("*.yaml"))
+    assert examples
+    for example in examples:
         [helm] = [step for step in documented_steps(example) if step.startswith("helm ")]
         assert f" {PUBLISHED_CHART} " in f" {helm} ", example.name
         assert f"--version {version} " in helm, example.name

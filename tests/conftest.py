@@ -10,6 +10,7 @@ import pytest
 import structlog
 from hypothesis import settings
 
+from aicr_runner import logs
 from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
 
 # No per-example deadline: CI's two cores are shared by the API server, the node and
@@ -26,6 +27,13 @@ def _reset_logging() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     logging.getLogger().handlers.clear()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_secrets() -> Iterator[None]:
+    """What a test registers for redaction is forgotten when it ends."""
+    with logs.SECRETS.isolated():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,7 @@ from typing import ClassVar
 
 from aicr_runner.catalog import version_guards
 from aicr_runner.config import ENV_PREFIX, RunnerSettings
+from aicr_runner.names import CRITERIA_DIMENSIONS
 
 __all__ = [
     "BEHAVIOURS",
@@ -52,8 +53,6 @@ _HELP_FLAG = re.compile(r"(?:^|, )--([a-z][a-z0-9-]*)")
 _HELP_VALUES = re.compile(r"^\s*--([a-z]+)\b[^(]*\(e\.g\. ([^)]*)\)")
 #: ``aicr --help``: a command under ``COMMANDS:``, ``     recipe    Create ...``.
 _HELP_COMMAND = re.compile(r"^ {3,}([a-z][a-z-]*)(?:, [a-z-]+)* {2,}\S")
-#: The criteria flags of ``aicr recipe``.
-CRITERIA_DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
 
 Version = tuple[int, int, int]
 

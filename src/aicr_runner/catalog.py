@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aicr_runner.names import ENV_PREFIX
+from aicr_runner.names import CRITERIA_DIMENSIONS, ENV_PREFIX
 
 __all__ = [
     "CATALOG_PATH",
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "criteria-catalog.json"
-DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
 #: Service values aicr reads as another: ``generic`` in 1.x, ``any`` in 0.x.
 SERVICE_ALIASES = ("self-managed", "self", "vanilla")
 
@@ -42,14 +41,14 @@ def load_catalog(path: Path = CATALOG_PATH) -> dict[str, Any]:
 
 
 def _stated(criteria: Mapping[str, str]) -> dict[str, str]:
-    return {d: criteria[d] for d in DIMENSIONS if criteria.get(d, "") not in ("", "any")}
+    return {d: criteria[d] for d in CRITERIA_DIMENSIONS if criteria.get(d, "") not in ("", "any")}
 
 
 def problems(criteria: Mapping[str, str], catalog: Mapping[str, Any]) -> list[str]:
     """One problem per stated value no applicable overlay carries (the chart's rule)."""
     query = _stated(criteria)
     entries: list[Mapping[str, Any]] = catalog["entries"]
-    applied = [e for e in entries if all(str(e[d]) in ("any", query.get(d, "")) for d in DIMENSIONS)]
+    applied = [e for e in entries if all(str(e[d]) in ("any", query.get(d, "")) for d in CRITERIA_DIMENSIONS)]
     found: list[str] = []
     for dim, value in query.items():
         if any(str(e[dim]) == value for e in applied):
@@ -59,8 +58,12 @@ def problems(criteria: Mapping[str, str], catalog: Mapping[str, Any]) -> list[st
         for entry in entries:
             if str(entry[dim]) != value:
                 continue
-            parts = [f"{o}={entry[o]}" for o in DIMENSIONS if o != dim and str(entry[o]) != "any"]
-            if all(query.get(o, str(entry[o])) == str(entry[o]) for o in DIMENSIONS if o != dim and entry[o] != "any"):
+            parts = [f"{o}={entry[o]}" for o in CRITERIA_DIMENSIONS if o != dim and str(entry[o]) != "any"]
+            if all(
+                query.get(o, str(entry[o])) == str(entry[o])
+                for o in CRITERIA_DIMENSIONS
+                if o != dim and entry[o] != "any"
+            ):
                 compatible = True
             combos[", ".join(parts)] = parts
         if not combos:
@@ -88,7 +91,9 @@ def overlay_criteria(aicr_version: str, catalog: Mapping[str, Any] | None = None
     catalog = catalog if catalog is not None else load_catalog()
     if str(catalog["aicrVersion"]).removeprefix("v") != aicr_version.removeprefix("v"):
         return {}
-    return {str(e["name"]): {d: str(e[d]) for d in DIMENSIONS if str(e[d]) != "any"} for e in catalog["entries"]}
+    return {
+        str(e["name"]): {d: str(e[d]) for d in CRITERIA_DIMENSIONS if str(e[d]) != "any"} for e in catalog["entries"]
+    }
 
 
 def refusal(criteria: Mapping[str, str], aicr_version: str, catalog: Mapping[str, Any] | None = None) -> str | None:

@@ -44,11 +44,10 @@ DRA_DEFERRED_MARKER = "DRA kubelet plugin restart blocked, retry needed for:"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
 _ERROR_PREFIXES = ("Error", "ERROR")
-#: Every line ``feed`` reacts to contains one of these anywhere, or starts (after
+#: Every line ``feed`` reacts to contains one of ``blockscan.ANYWHERE``, or starts (after
 #: blanks) with one of ``LINE_STARTS`` (checked in tests/unit/test_relay.py), so
 #: ``scan`` looks only at those lines, which ``blockscan`` finds in its one pass
 #: over a block (the same pass that looks for secrets).
-SCAN_CANDIDATES = blockscan.ANYWHERE
 LINE_STARTS = blockscan.LINE_STARTS
 #: And for aicr 0.11's deploy.sh (its component lines), only when the running
 #: aicr prints no per-component results.

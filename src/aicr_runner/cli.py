@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -358,18 +357,10 @@ def _results_dir(args: argparse.Namespace) -> Path | None:
 
 def _internal_error(exc: Exception, settings: RunnerSettings) -> int:
     """An unexpected error outside the steps: one line, the traceback in the work directory."""
-    import traceback
-
     from aicr_runner import logs
     from aicr_runner.errors import ExitCode
 
-    details = settings.work_path / "logs" / "traceback.txt"
-    try:
-        details.parent.mkdir(parents=True, exist_ok=True)
-        details.write_text(logs.redact(traceback.format_exc()), errors="backslashreplace")
-        where = f"traceback in {details}"
-    except OSError:
-        where = "no traceback written (the work directory is not writable)"
+    where = logs.write_traceback(settings.work_path)
     logs.get_logger().error(
         f"internal error: {type(exc).__name__}: {logs.redact(str(exc))[:500]} ({where})",
         exit_code=int(ExitCode.INTERNAL),
@@ -492,24 +483,22 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     sink = _make_sink(settings, mode, args, api)
     shutdown = ShutdownController()
     lease = _make_lease(settings, api, shutdown)
-    previous = {sig: signal.signal(sig, shutdown.request) for sig in (signal.SIGTERM, signal.SIGINT)}
-    ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
-    report = ctx.report
-    events = _make_events(settings, api)
-    publish_status, status_warned = _status_publisher(settings, sink, live=api is not None or mode is Mode.RUN)
-    ctx.lease = lease
-    ctx.progress = lambda: publish_status(report)
-    ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
-    if events is not None:
-        ctx.on_deploy_progress = events.deploy_progress
-    on_change = publish_status if events is None else _with_step_events(publish_status, events)
-    try:
-        code = _run_machine(ctx, on_change, shutdown)
-    finally:
-        if lease is not None:
-            lease.release()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with shutdown.installed():
+        ctx = _run_context(settings, mode, args, env, sink=sink, shutdown=shutdown)
+        report = ctx.report
+        events = _make_events(settings, api)
+        publish_status, status_warned = _status_publisher(settings, sink, live=api is not None or mode is Mode.RUN)
+        ctx.lease = lease
+        ctx.progress = lambda: publish_status(report)
+        ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
+        if events is not None:
+            ctx.on_deploy_progress = events.deploy_progress
+        on_change = publish_status if events is None else _with_step_events(publish_status, events)
+        try:
+            code = _run_machine(ctx, on_change, shutdown)
+        finally:
+            if lease is not None:
+                lease.release()
     if status_warned and api is None and code == 0:
         code = _report_not_written(report, status_warned[0])
     _conclude(settings, mode, report, sink, args, api=api, events=events)
@@ -702,14 +691,14 @@ def _conclude(
     warned = (RunPhase.FAILED, RunPhase.SUCCEEDED_WITH_FAILURES, RunPhase.SUCCEEDED_INCONCLUSIVE)
     if report.phase in warned and api is not None and settings.lease.job_name:
         # After the capture and the termination message; never changes the exit code.
-        from aicr_runner import failure_event
+        from aicr_runner import job_events
 
         reasons = {
-            RunPhase.FAILED: failure_event.EVENT_REASON,
-            RunPhase.SUCCEEDED_WITH_FAILURES: failure_event.COMPONENTS_FAILED_REASON,
-            RunPhase.SUCCEEDED_INCONCLUSIVE: failure_event.INCONCLUSIVE_REASON,
+            RunPhase.FAILED: job_events.EVENT_REASON,
+            RunPhase.SUCCEEDED_WITH_FAILURES: job_events.COMPONENTS_FAILED_REASON,
+            RunPhase.SUCCEEDED_INCONCLUSIVE: job_events.INCONCLUSIVE_REASON,
         }
-        failure_event.report_failure(
+        job_events.report_failure(
             api,
             job_namespace=settings.namespace or _pod_namespace(),
             job=settings.lease.job_name,

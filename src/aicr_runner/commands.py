@@ -1,12 +1,13 @@
 """argv builders for every aicr and deploy.sh call. Pure: settings in, list out.
 
-Order follows the anchor chart (R-07, R-10, R-13, R-17, R-19): the runner's own
+Order follows the bash chart this runner replaces (docs/migration.md) for every
+call it made (recipe, bundle, deploy.sh, validate, publish): the runner's own
 flags first, then the legacy ``*Flags`` string split on whitespace, then the
 ``*Args`` list, so a user's flag comes last and wins where the CLI lets a
 later flag override an earlier one.
 
 ``*Flags`` strings are split with ``str.split()`` only: no quote handling and,
-unlike the anchor's unquoted shell expansion, no glob expansion. Anything that
+unlike the bash chart's unquoted shell expansion, no glob expansion. Anything that
 needs spaces or quotes belongs in ``*Args``, which is passed verbatim.
 
 Every aicr call starts with the global ``--log-json``: the runner relays each
@@ -37,7 +38,7 @@ __all__ = [
 
 AICR_GLOBAL_FLAGS: tuple[str, ...] = ("--log-json",)
 
-#: environment.preinstalledDriver (anchor R-11): all three are needed for aicr's
+#: environment.preinstalledDriver (the bash chart's bundle sets): all three are needed for aicr's
 #: driver-ownership coherence gate.
 PREINSTALLED_DRIVER_SETS: tuple[str, ...] = (
     "gpuoperator:driver.enabled=false",
@@ -84,12 +85,12 @@ def bundle_argv(settings: RunnerSettings, aicr: Path | str, recipe: Path, output
 
 
 def verify_argv(settings: RunnerSettings, aicr: Path | str, bundle_dir: Path) -> list[str]:
-    """``aicr verify``: the closed-world checksum gate (anchor R-12)."""
+    """``aicr verify``: the closed-world checksum gate the bash chart ran before deploying."""
     return _aicr(aicr, "verify", str(bundle_dir))
 
 
 def deploy_argv(settings: RunnerSettings, bundle_dir: Path) -> list[str]:
-    """``bash <bundle>/deploy.sh`` with deploy flags and args (anchor R-13)."""
+    """``bash <bundle>/deploy.sh`` with deploy flags and args, as the bash chart ran it."""
     argv = ["bash", str(bundle_dir / "deploy.sh")]
     return argv + split_flags(settings.deploy.flags) + list(settings.deploy.args)
 

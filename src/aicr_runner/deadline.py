@@ -11,8 +11,9 @@ its own budget reports its own reason). Either way it then cancels the work's
 
 The ``Cancellation`` is the work's to pass down: loops poll it between reads,
 and whatever can block in a read (a socket waiting on a silent server)
-registers an ``on_cancel`` callback that breaks the read (e.g. shuts the socket
-down), so a stalled or hung peer cannot keep the work alive. The worker is a
+registers an ``on_cancel`` callback that breaks the read (``shut_down``, the one
+way both the release download and the pack pull break a read on a socket), so a
+stalled or hung peer cannot keep the work alive. The worker is a
 daemon thread, so even work that ignores its cancellation never holds up the
 process's exit.
 """
@@ -23,11 +24,14 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from aicr_runner.errors import InterruptedRun, RunnerError
 
-__all__ = ["Cancellation", "bounded"]
+if TYPE_CHECKING:
+    import socket
+
+__all__ = ["Cancellation", "bounded", "shut_down"]
 
 T = TypeVar("T")
 
@@ -142,3 +146,18 @@ def bounded(
     if failure:
         raise failure[0]
     return outcome[0]
+
+
+def shut_down(sock: socket.socket) -> None:
+    """Make a read blocked on ``sock`` return now, in whatever thread it waits.
+
+    ``shutdown`` acts on the socket, not the descriptor: the reading thread
+    still owns it, and closing it under that thread's feet could let the number
+    be reused. The plain socket's shutdown, also for TLS: ``SSLSocket.shutdown``
+    would drop the TLS state the reading thread is using. A socket already
+    closed or never connected is left as it is.
+    """
+    import socket  # the callers have it loaded already; a plan never gets here
+
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)

@@ -7,6 +7,27 @@ collide with aicr's (0-9), deploy.sh's (130) or a shell's (126/127).
 Third-party errors (httpx, oras/requests, kubernetes, OSError from subprocesses)
 are translated into this tree at the boundary of the module that calls them, so
 the state machine only ever sees a ``RunnerError`` with an exit code.
+
+The tree (exit code in brackets)::
+
+    RunnerError [70 INTERNAL, or the code given]
+    ├── ConfigError [2 BAD_INPUT]
+    ├── DownloadError [20 DOWNLOAD_FAILED]
+    ├── ChecksumError [21 AICR_VERIFICATION_FAILED]
+    ├── ArchiveError [21 AICR_VERIFICATION_FAILED]
+    ├── PackError [22 PACK_UNAVAILABLE]
+    │   ├── PackNotFoundError [22 PACK_UNAVAILABLE]
+    │   ├── PackAuthError [23 PACK_AUTH_FAILED]
+    │   └── PackIntegrityError [24 PACK_VERIFICATION_FAILED]
+    ├── CaptureError [26 CAPTURE_FAILED]
+    │   └── ApiConflictError [26 CAPTURE_FAILED]
+    ├── ToolError [27 TOOL_MISSING]
+    ├── HelmReleasePendingError [28 HELM_RELEASE_PENDING]
+    ├── ProvenanceError [29 PROVENANCE_FAILED]
+    ├── AicrContractError [30 AICR_CONTRACT_BROKEN]
+    ├── LeaseError [31 LEASE_WAIT_EXPIRED]
+    ├── RecipeFormatError [70 INTERNAL]
+    └── InterruptedRun [143 INTERRUPTED]
 """
 
 from __future__ import annotations
@@ -20,10 +41,8 @@ __all__ = [
     "CaptureError",
     "ChecksumError",
     "ConfigError",
-    "CriteriaRejectedError",
     "DownloadError",
     "ExitCode",
-    "ExpectationError",
     "HelmReleasePendingError",
     "InterruptedRun",
     "LeaseError",
@@ -32,6 +51,7 @@ __all__ = [
     "PackIntegrityError",
     "PackNotFoundError",
     "ProvenanceError",
+    "RecipeFormatError",
     "RunnerError",
     "ToolError",
 ]
@@ -160,20 +180,6 @@ class PackIntegrityError(PackError):
     exit_code = ExitCode.PACK_VERIFICATION_FAILED
 
 
-class ExpectationError(RunnerError):
-    exit_code = ExitCode.EXPECTATIONS_NOT_MET
-
-
-class CriteriaRejectedError(RunnerError):
-    """aicr refused the criteria; ``supported`` lists what it would accept."""
-
-    exit_code = ExitCode.BAD_INPUT
-
-    def __init__(self, message: str, *, exit_code: int, supported: list[str]) -> None:
-        super().__init__(message, exit_code=exit_code)
-        self.supported = supported
-
-
 class CaptureError(RunnerError):
     exit_code = ExitCode.CAPTURE_FAILED
 
@@ -186,6 +192,12 @@ class AicrContractError(RunnerError):
     """aicr said it succeeded but did not do what its contract promises."""
 
     exit_code = ExitCode.AICR_CONTRACT_BROKEN
+
+
+class RecipeFormatError(RunnerError):
+    """aicr wrote a recipe the runner cannot read."""
+
+    exit_code = ExitCode.INTERNAL
 
 
 class ToolError(RunnerError):

@@ -1,4 +1,7 @@
-"""Events on the runner's own Job, as Kubernetes controllers record them.
+"""The Events a run writes: on its own Job, and on the Flux HelmRelease that rendered it.
+
+The runner's own Job
+--------------------
 
 ``kubectl describe job``, ``kubectl get events`` and the event views of Argo CD
 and Lens show what the run did: a Normal Event per step that ran and ended (its
@@ -16,30 +19,62 @@ writes tens of Events. The outcome is also written on the
 Job as annotations (``OUTCOME_ANNOTATION``, ``FAILED_COMPONENTS_ANNOTATION``) for
 health checks (docs/installing.md "Health in delivery tools").
 
-Advisory, like ``failure_event``: each call has a short budget, a failure is
-logged (once) and never changes the run's outcome or exit code; after
-``MAX_FAILURES`` failed writes the recorder stops trying.
+Advisory: each call has a short budget, a failure is logged (once) and never
+changes the run's outcome or exit code; after ``MAX_FAILURES`` failed writes the
+recorder stops trying.
+
+The Flux HelmRelease
+--------------------
+Flux's helm-controller waits for the Job and, when it fails, reports only
+"Job Failed" on the HelmRelease: the runner's termination message stays on the
+pod. So a run that failed, or succeeded with failed components, reads its own
+Job; when Flux rendered it (helm-controller labels every object it renders with
+``helm.toolkit.fluxcd.io/name`` and ``helm.toolkit.fluxcd.io/namespace``), the
+runner records a Warning Event on that HelmRelease carrying the termination
+message (redacted, bounded): ``EVENT_REASON`` for a failed run,
+``COMPONENTS_FAILED_REASON`` for one that succeeded with failed components
+(--best-effort; Flux shows it Ready), ``INCONCLUSIVE_REASON`` for one whose
+validation ran no check (without validate.failOnError; Flux shows it Ready too). ``kubectl describe helmrelease`` and
+``flux events`` then show why. An Interrupted run (exit 143: its Job replaced on
+upgrade, or the pod evicted) did not fail the install, and the next run takes
+over, so it records none. This is a courtesy on the way out: it runs after the
+verdict and run status are captured and the termination message is written,
+never changes the exit code, and a failure here is logged and ignored.
+
+One function writes an Event body per API version: ``job_event_body``
+(``events.k8s.io/v1``) and ``helmrelease_event_body`` (core ``v1``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aicr_runner import logs
 from aicr_runner.kube import KubeApi
 from aicr_runner.report import RunPhase, RunReport, StepRecord, StepStatus
+from aicr_runner.text import cut
 
 __all__ = [
+    "COMPONENTS_FAILED_REASON",
+    "EVENT_REASON",
     "FAILED_COMPONENTS_ANNOTATION",
+    "FLUX_NAMESPACE_LABEL",
+    "FLUX_NAME_LABEL",
+    "INCONCLUSIVE_REASON",
     "MAX_EVENTS",
     "MAX_PROGRESS_EVENTS",
+    "MESSAGE_LIMIT",
     "OUTCOME_ANNOTATION",
     "PROGRESS_INTERVAL_SECONDS",
+    "HelmReleaseRef",
     "JobEvents",
-    "event_body",
+    "helmrelease_event_body",
+    "job_event_body",
+    "report_failure",
 ]
 
 OUTCOME_ANNOTATION = "aicr.nvidia.com/outcome"
@@ -53,6 +88,16 @@ MAX_FAILURES = 2
 #: events.k8s.io/v1 bounds: note 1 KiB, reason/action/instance 128 characters.
 NOTE_LIMIT = 1024
 FIELD_LIMIT = 128
+
+FLUX_NAME_LABEL = "helm.toolkit.fluxcd.io/name"
+FLUX_NAMESPACE_LABEL = "helm.toolkit.fluxcd.io/namespace"
+EVENT_REASON = "AicrRunFailed"
+#: A run that exited 0 with failed components (--best-effort): Flux shows it Ready.
+COMPONENTS_FAILED_REASON = "AicrRunSucceededWithFailures"
+#: A run that exited 0 although validation ran no check (no validate.failOnError).
+INCONCLUSIVE_REASON = "AicrRunSucceededInconclusive"
+#: A core/v1 message is kept to the events.k8s.io note's bound.
+MESSAGE_LIMIT = NOTE_LIMIT
 
 _RUN_END: dict[RunPhase, tuple[str, str]] = {
     RunPhase.SUCCEEDED: ("Normal", "RunSucceeded"),
@@ -68,11 +113,10 @@ def _camel(state: str) -> str:
 
 
 def _bounded(text: str, limit: int) -> str:
-    text = logs.redact(text)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(logs.redact(text), limit)
 
 
-def event_body(
+def job_event_body(
     *,
     namespace: str,
     job: str,
@@ -162,7 +206,7 @@ class JobEvents:
             return
         if self._uid is None and not self._call("reading", self._read_uid):
             return
-        body = event_body(
+        body = job_event_body(
             namespace=self._namespace,
             job=self._job,
             job_uid=self._uid or "",
@@ -195,3 +239,93 @@ class JobEvents:
             )
             return False
         return True
+
+
+# -- the Flux HelmRelease that rendered the Job ----------------------------------------
+
+
+@dataclass(frozen=True)
+class HelmReleaseRef:
+    namespace: str
+    name: str
+    uid: str | None = None
+
+
+def owning_helmrelease(job_labels: Mapping[str, str]) -> HelmReleaseRef | None:
+    name, namespace = job_labels.get(FLUX_NAME_LABEL, ""), job_labels.get(FLUX_NAMESPACE_LABEL, "")
+    return HelmReleaseRef(namespace, name) if name and namespace else None
+
+
+def helmrelease_event_body(
+    release: HelmReleaseRef,
+    message: str,
+    *,
+    job: str,
+    job_namespace: str,
+    pod: str,
+    now: datetime,
+    reason: str = EVENT_REASON,
+) -> dict[str, Any]:
+    """A core/v1 Warning Event on the HelmRelease, related to the Job."""
+    involved: dict[str, Any] = {
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "name": release.name,
+        "namespace": release.namespace,
+    }
+    if release.uid:
+        involved["uid"] = release.uid  # kubectl describe selects events by uid
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        # An Event lives in its object's namespace.
+        "metadata": {"generateName": f"{release.name}.", "namespace": release.namespace},
+        "involvedObject": involved,
+        "type": "Warning",
+        "reason": reason,
+        "message": _bounded(message, MESSAGE_LIMIT),
+        "source": {"component": REPORTING_CONTROLLER},
+        "reportingComponent": REPORTING_CONTROLLER,
+        "reportingInstance": pod or job,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "related": {"apiVersion": "batch/v1", "kind": "Job", "name": job, "namespace": job_namespace},
+    }
+
+
+def report_failure(
+    api: KubeApi,
+    *,
+    job_namespace: str,
+    job: str,
+    pod: str,
+    message: str,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    reason: str = EVENT_REASON,
+) -> HelmReleaseRef | None:
+    """Record ``message`` on the HelmRelease that rendered ``job``, if any.
+
+    Returns the HelmRelease it was recorded on; None when the Job was not
+    rendered by Flux, or when anything failed (logged as a warning).
+    """
+    log = logs.get_logger()
+    try:
+        labels = api.get_job_labels(job_namespace, job)
+        release = owning_helmrelease(labels or {})
+        if release is None:
+            return None
+        uid = api.get_helmrelease_uid(release.namespace, release.name)
+        release = HelmReleaseRef(release.namespace, release.name, uid)
+        api.create_event(
+            release.namespace,
+            helmrelease_event_body(
+                release, message, job=job, job_namespace=job_namespace, pod=pod, now=now(), reason=reason
+            ),
+        )
+    except Exception as exc:  # noqa: BLE001 - a courtesy: the failure itself is already recorded
+        log.warning("failure not recorded as an Event on the HelmRelease", job=job, reason=str(exc))
+        return None
+    log.info("failure recorded as an Event on the HelmRelease", helmrelease=f"{release.namespace}/{release.name}")
+    return release

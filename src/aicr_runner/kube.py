@@ -9,9 +9,9 @@ Bodies are plain dicts so the client's major version can move without touching
 this code.
 
 Every write goes through ``ClientKubeApi.request``, which retries what waiting can
-fix (429, 5xx, connection errors: an API server restarting or upgrading) with
-back-off and jitter, honouring ``Retry-After``, within a wall-time budget. Other
-4xx answers fail at once with a hint; 409 becomes ``ApiConflictError`` for the
+fix (408, 429, 5xx, connection errors: an API server restarting or upgrading)
+with back-off and jitter, honouring ``Retry-After``, within a wall-time budget
+(``backoff.BudgetedRetry``). Other 4xx answers fail at once with a hint; 409 becomes ``ApiConflictError`` for the
 caller to decide (a Lease someone else holds).
 
 The install Lease (``coordination.k8s.io/v1``) is read, created and replaced with
@@ -20,7 +20,7 @@ the loser gets ``ApiConflictError`` and reads again.
 
 When a run fails, the runner reads its own Job's labels and, if a Flux
 HelmRelease rendered it, records a Warning Event on that HelmRelease
-(``failure_event``). These calls take a short budget of their own: the pod is on
+(``job_events.report_failure``). These calls take a short budget of their own: the pod is on
 its way out and the failure is already recorded.
 """
 
@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aicr_runner import logs
-from aicr_runner.backoff import parse_retry_after
+from aicr_runner.backoff import RETRYABLE_STATUS, BudgetedRetry, OutOfBudget, Transient, WaitPolicy, parse_retry_after
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
 
 __all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "LeaseRecord", "configmap_body", "lease_body"]
@@ -60,9 +60,7 @@ _RESOURCES = {
     "jobs": "Jobs",
     "helmreleases": "HelmReleases",
 }
-_BACKOFF_INITIAL_SECONDS = 0.5
-_BACKOFF_MAX_SECONDS = 10.0
-_BACKOFF_JITTER_SECONDS = 0.5
+_WAIT_POLICY = WaitPolicy(initial=0.5, maximum=10.0, jitter=0.5)
 #: Each call of the failure Event may retry this long: the failure is already
 #: recorded, and the pod should not linger on its way out.
 _EVENT_BUDGET_SECONDS = 15.0
@@ -73,9 +71,6 @@ _JOB = "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
 #: One request may take at most this long (connect + read); a hung API server
 #: must not hold a write past its budget.
 _REQUEST_TIMEOUT_SECONDS = 15.0
-
-if TYPE_CHECKING:  # tenacity (and the asyncio it imports) only where the API is written
-    import tenacity
 
 
 @dataclass(frozen=True)
@@ -174,7 +169,7 @@ class KubeApi(Protocol):
         ...
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Create a core/v1 Event (``failure_event.event_body``)."""
+        """Create a core/v1 Event (``job_events.helmrelease_event_body``)."""
         ...
 
     def get_job_uid(self, namespace: str, name: str) -> str | None:
@@ -182,7 +177,7 @@ class KubeApi(Protocol):
         ...
 
     def create_job_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Create an ``events.k8s.io/v1`` Event (``job_events.event_body``)."""
+        """Create an ``events.k8s.io/v1`` Event (``job_events.job_event_body``)."""
         ...
 
     def annotate_job(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
@@ -209,19 +204,6 @@ def configmap_body(
     return body
 
 
-class _Retryable(Exception):
-    """One attempt failed in a way that waiting may fix."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-class _OutOfBudget(Exception):
-    pass
-
-
 class _Call(NamedTuple):
     """One API request, as ``ClientKubeApi.request`` was given it."""
 
@@ -239,9 +221,9 @@ def _failure(exc: Any, *, what: str, method: str, path: str, error: type[RunnerE
     of a read that may miss is None, 409 is ``ApiConflictError``, the rest ``error``
     with a hint."""
     status = exc.status or 0
-    if status == 429 or status >= 500:
+    if status in RETRYABLE_STATUS:
         headers = exc.headers or {}
-        raise _Retryable(
+        raise Transient(
             f"HTTP {status} {exc.reason}", retry_after=parse_retry_after(headers.get("Retry-After"))
         ) from exc
     if status == 404 and missing_ok:
@@ -285,11 +267,6 @@ class ClientKubeApi:
         self.write_budget_seconds = write_budget_seconds
         self._sleep = sleep
         self._clock = clock
-        import tenacity
-
-        self._backoff = tenacity.wait_exponential(
-            multiplier=_BACKOFF_INITIAL_SECONDS, max=_BACKOFF_MAX_SECONDS
-        ) + tenacity.wait_random(0, _BACKOFF_JITTER_SECONDS)
 
     def apply_configmap(
         self,
@@ -338,15 +315,26 @@ class ClientKubeApi:
         deadline = self._clock() + budget
         call = _Call(path, method, path_params, query_params, content_type, body, response_type)
         failed = functools.partial(_failure, what=what, method=method, path=path, error=error, missing_ok=missing_ok)
+        retry = BudgetedRetry(
+            _WAIT_POLICY,
+            deadline=deadline,
+            clock=self._clock,
+            sleep=self._sleep,
+            on_retry=lambda note: logs.get_logger().warning(
+                "Kubernetes API write retry",
+                what=what,
+                attempt=note.attempt,
+                reason=note.reason,
+                wait=round(note.wait, 3),
+            ),
+        )
         try:
-            return self._retrying(what, deadline)(self._attempt, call, deadline, failed)
-        except _OutOfBudget as exc:
-            last = exc.__cause__
-            reason = last.reason if isinstance(last, _Retryable) else repr(last)
+            return retry.call(lambda: self._attempt(call, deadline, failed))
+        except OutOfBudget as exc:
             raise error(
-                f"{what} failed: gave up after {exc.args[0]} attempt(s) within the "
-                f"{budget:g}s API write budget; last error: {reason}"
-            ) from last
+                f"{what} failed: gave up after {exc.attempts} attempt(s) within the "
+                f"{budget:g}s API write budget; last error: {exc.last.reason}"
+            ) from exc.last
 
     def _attempt(self, call: _Call, deadline: float, failed: Callable[[Any], Any]) -> Any:
         """One try, bounded by what is left of the budget: a connection error is
@@ -372,39 +360,7 @@ class ClientKubeApi:
         except ApiException as exc:
             return failed(exc)
         except (HTTPError, OSError) as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
-
-    def _retrying(self, what: str, deadline: float) -> tenacity.Retrying:
-        """Retries ``_Retryable`` after Retry-After or the back-off, until the deadline."""
-
-        def wait(state: tenacity.RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            retry_after = exc.retry_after if isinstance(exc, _Retryable) else None
-            pause = retry_after if retry_after is not None else self._backoff(state)
-            if pause >= deadline - self._clock():
-                raise _OutOfBudget(state.attempt_number) from exc
-            return pause
-
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            logs.get_logger().warning(
-                "Kubernetes API write retry",
-                what=what,
-                attempt=state.attempt_number,
-                reason=exc.reason if isinstance(exc, _Retryable) else repr(exc),
-                wait=round(state.upcoming_sleep, 3),
-            )
-
-        import tenacity
-
-        return tenacity.Retrying(
-            stop=tenacity.stop_never,
-            wait=wait,
-            retry=tenacity.retry_if_exception_type(_Retryable),
-            before_sleep=before_sleep,
-            sleep=self._sleep,
-            reraise=True,
-        )
+            raise Transient(f"{type(exc).__name__}: {exc}") from exc
 
     # -- the install Lease -------------------------------------------------------------
 

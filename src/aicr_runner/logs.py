@@ -16,9 +16,9 @@ markers, errors) are logged as structured events by the caller.
 Events are rendered here the way structlog renders them (console without colours,
 or JSON; level, ISO UTC timestamp, every value redacted), without importing
 structlog: its import (and asyncio's) was a large part of a quick plan's own
-time. Modules that log through structlog directly (the pack pull, the release
-download) get the same rendering: structlog is configured the moment it is
-imported.
+time. Every module logs through ``get_logger``; records of the standard
+library's loggers (oras, urllib3) get the same rendering, configured the moment
+``logging`` is imported.
 """
 
 from __future__ import annotations
@@ -30,14 +30,17 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
+from pathlib import Path
 from typing import Any, TextIO
 
 from aicr_runner.config import LogFormat
 
 __all__ = [
+    "SECRETS",
+    "SecretRegistry",
     "configure",
     "flush_relay",
     "flush_relay_if_due",
@@ -48,52 +51,94 @@ __all__ = [
     "register_dockerconfig_secrets",
     "register_secret",
     "relay",
+    "write_traceback",
 ]
 
 _MASK = "***"
-_secrets: set[str] = set()
-_secrets_lock = threading.Lock()
-#: Longest first, so a secret containing another is masked whole; rebuilt on
-#: registration (rare), read without a lock (a tuple is replaced atomically).
-_ordered: tuple[str, ...] = ()
-_ordered_bytes: tuple[bytes, ...] = ()
-#: (secret, witness): the shortest registered secret inside it. Where the witness
-#: is absent the secret is too, so a password and its ``user:password`` cost one
-#: scan of the text, not two.
-_plan: tuple[tuple[str, str], ...] = ()
 #: Shorter values would mask ordinary words; registry passwords are not this short.
 _MIN_SECRET_LENGTH = 4
 
 
-def register_secret(value: str) -> None:
-    """Never print ``value`` again, in any log line or relayed output.
+class SecretRegistry:
+    """Values never to print: every log line and relayed block is redacted with them.
 
-    Output is redacted line by line, so each line of a multi-line value is
-    registered too: a value cut by a line break still leaves no piece behind.
+    Registration is rare and takes the lock; redaction is hot and reads tuples
+    that are replaced whole (atomically), without the lock. ``isolated`` is the
+    one seam for tests: whatever a test registers is gone when it ends.
     """
-    value = value.strip()
-    candidates = [value, *(line.strip() for line in value.splitlines())] if "\n" in value else [value]
-    with _secrets_lock:
-        for candidate in candidates:
-            if len(candidate) >= _MIN_SECRET_LENGTH:
-                _secrets.add(candidate)
-        _rebuild()
+
+    def __init__(self) -> None:
+        self._secrets: set[str] = set()
+        self._lock = threading.Lock()
+        #: Longest first, so a secret containing another is masked whole.
+        self._ordered_bytes: tuple[bytes, ...] = ()
+        #: (secret, witness): the shortest registered secret inside it. Where the
+        #: witness is absent the secret is too, so a password and its
+        #: ``user:password`` cost one scan of the text, not two.
+        self._plan: tuple[tuple[str, str], ...] = ()
+
+    def register(self, value: str) -> None:
+        """Never print ``value`` again, in any log line or relayed output.
+
+        Output is redacted line by line, so each line of a multi-line value is
+        registered too: a value cut by a line break still leaves no piece behind.
+        """
+        value = value.strip()
+        candidates = [value, *(line.strip() for line in value.splitlines())] if "\n" in value else [value]
+        with self._lock:
+            self._secrets.update(c for c in candidates if len(c) >= _MIN_SECRET_LENGTH)
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Derive the lock-free views of the set (call with the lock held)."""
+        ordered = tuple(sorted(self._secrets, key=len, reverse=True))
+        self._ordered_bytes = tuple(secret.encode() for secret in ordered)
+        self._plan = tuple((secret, min((o for o in ordered if o in secret), key=len)) for secret in ordered)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every registered secret masked; ``text`` may hold many lines."""
+        absent: set[str] = set()
+        for secret, witness in self._plan:
+            if witness in absent:
+                continue
+            # The (shorter) witness first: usually absent, and then so is the secret.
+            if secret is not witness and witness not in text:
+                absent.add(witness)
+            elif secret in text:
+                text = text.replace(secret, _MASK)
+            elif secret is witness:
+                absent.add(witness)
+        return text
+
+    def protected_bytes(self) -> Sequence[bytes]:
+        """The registered secrets as UTF-8: where a too-long line is cut, no cut may
+        fall inside one of these (each piece is redacted on its own)."""
+        return self._ordered_bytes
+
+    @contextlib.contextmanager
+    def isolated(self, secrets: Iterable[str] | None = None) -> Iterator[None]:
+        """Within the block, the registry holds ``secrets`` exactly as given (None:
+        what it holds now); afterwards, what it held before, whatever was registered."""
+        with self._lock:
+            saved = set(self._secrets)
+            if secrets is not None:
+                self._secrets = set(secrets)
+                self._rebuild()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._secrets = saved
+                self._rebuild()
 
 
-def _rebuild() -> None:
-    """Derive the lock-free views of ``_secrets`` (call with the lock held)."""
-    global _ordered, _ordered_bytes, _plan  # noqa: PLW0603 - the registry is process-wide by design
-    _ordered = tuple(sorted(_secrets, key=len, reverse=True))
-    _ordered_bytes = tuple(secret.encode() for secret in _ordered)
-    _plan = tuple((secret, min((o for o in _ordered if o in secret), key=len)) for secret in _ordered)
+#: The process's registry: credentials are registered where they are read.
+SECRETS = SecretRegistry()
 
 
-def _replace_secrets_for_tests(values: Iterable[str]) -> None:
-    """Tests only: put the registry back the way it was."""
-    with _secrets_lock:
-        _secrets.clear()
-        _secrets.update(values)
-        _rebuild()
+def register_secret(value: str) -> None:
+    """Never print ``value`` again (see ``SecretRegistry.register``)."""
+    SECRETS.register(value)
 
 
 def register_dockerconfig_secrets(raw: str | bytes) -> None:
@@ -127,24 +172,12 @@ def register_dockerconfig_secrets(raw: str | bytes) -> None:
 
 def redact(text: str) -> str:
     """``text`` with every registered secret masked; ``text`` may hold many lines."""
-    absent: set[str] = set()
-    for secret, witness in _plan:
-        if witness in absent:
-            continue
-        # The (shorter) witness first: usually absent, and then so is the secret.
-        if secret is not witness and witness not in text:
-            absent.add(witness)
-        elif secret in text:
-            text = text.replace(secret, _MASK)
-        elif secret is witness:
-            absent.add(witness)
-    return text
+    return SECRETS.redact(text)
 
 
 def protected_bytes() -> Sequence[bytes]:
-    """The registered secrets as UTF-8: where a too-long line is cut, no cut may
-    fall inside one of these (each piece is redacted on its own)."""
-    return _ordered_bytes
+    """The registered secrets as UTF-8 (see ``SecretRegistry.protected_bytes``)."""
+    return SECRETS.protected_bytes()
 
 
 def _redact_value(value: Any) -> Any:
@@ -378,30 +411,10 @@ class BoundLogger:
         return log
 
 
-def _structlog_renderer(_logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
-    """The one processor of structlog's configuration: modules that log with
-    structlog directly (the pack pull, the release download) look the same."""
-    event = event_dict.pop("event", None)
-    return render_event(_LEVELS.get(method, method), event, event_dict)
-
-
-def _configure_structlog(structlog: Any) -> None:
-    import logging
-
-    stream = _output.stream if _output.stream is not None else sys.stderr
-    structlog.configure(
-        processors=[_structlog_renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
-        cache_logger_on_first_use=False,
-    )
-
-
 class _ConfigureOnImport:
     """A meta path finder that configures a module the moment something imports
-    it: structlog (the pack pull and the release download log with it) and the
-    standard library's logging (oras, urllib3). A run that needs neither, like a
-    ``plan``, never pays for importing them."""
+    it: the standard library's logging (oras and urllib3 log with it). A run
+    that needs none of them, like a ``plan``, never pays for importing it."""
 
     def __init__(self, name: str, configure: Callable[[Any], None]) -> None:
         self.name = name
@@ -462,13 +475,12 @@ def _log_record(record: Any) -> None:
 
 
 def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) -> None:
-    """Configure events and relayed output and, once anything imports them, the
-    stdlib loggers (oras, urllib3) and structlog."""
+    """Configure events and relayed output and, once anything imports it, the
+    standard library's logging (oras, urllib3)."""
     global _relay, _output  # noqa: PLW0603 - one pod log per process
     _relay.flush()
     _relay = _Relay(fmt, stream)
     _output = _Output(fmt, stream)
-    _configure_on_import("structlog", _configure_structlog)
     _configure_on_import("logging", _configure_logging)
 
 
@@ -476,7 +488,16 @@ def get_logger(**initial: Any) -> BoundLogger:
     return BoundLogger(initial)
 
 
-def secrets_snapshot() -> Iterable[str]:
-    """For tests: the registered secrets."""
-    with _secrets_lock:
-        return frozenset(_secrets)
+def write_traceback(work: Path) -> str:
+    """The exception being handled, redacted, to ``work/logs/traceback.txt``;
+    returns where it went (or that it went nowhere), for the one line an
+    internal error gets. Never raises: it runs inside an error handler."""
+    import traceback  # only for a bug: not on every run's path
+
+    details = work / "logs" / "traceback.txt"
+    try:
+        details.parent.mkdir(parents=True, exist_ok=True)
+        details.write_text(redact(traceback.format_exc()), errors="backslashreplace")
+    except OSError:
+        return "no traceback written (the work directory is not writable)"
+    return f"traceback in {details}"

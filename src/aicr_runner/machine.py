@@ -4,7 +4,7 @@ Each state's code is ``steps.Steps.<state name>``. A step returns a ``StepResult
 the table says where the run goes next when the step went well (succeeded,
 skipped, warned) and when it failed. Validation and publish failures do not stop
 the run: their gates apply last, after the verdict and the evidence are captured
-(anchor R-21), so nothing is lost.
+(in the bash chart's order, docs/migration.md), so nothing is lost.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
     S.FETCH:            (S.PACK,             S.DONE),
     S.PACK:             (S.RECIPE,           S.DONE),
     S.RECIPE:           (S.CAPTURE_RECIPE,   S.DONE),
-    S.CAPTURE_RECIPE:   (S.CHECK_RECIPE,     S.CHECK_RECIPE),      # advisory, anchor R-08
+    S.CAPTURE_RECIPE:   (S.CHECK_RECIPE,     S.CHECK_RECIPE),      # advisory: nothing deployed yet
     S.CHECK_RECIPE:     (S.BUNDLE,           S.DONE),              # expectations, before bundle
     S.BUNDLE:           (S.VERIFY,           S.DONE),
     S.VERIFY:           (S.LEASE,            S.DONE),

@@ -64,7 +64,8 @@ from requests.utils import requote_uri, select_proxy
 
 from aicr_runner import logs
 from aicr_runner.archive import safe_extract_all
-from aicr_runner.deadline import Cancellation
+from aicr_runner.backoff import RETRYABLE_STATUS, BudgetedRetry, RetryNote, Transient, WaitPolicy, parse_retry_after
+from aicr_runner.deadline import Cancellation, shut_down
 from aicr_runner.errors import (
     ConfigError,
     PackAuthError,
@@ -76,6 +77,7 @@ from aicr_runner.errors import (
 from aicr_runner.logs import register_dockerconfig_secrets, register_secret
 from aicr_runner.oraspy import oras
 from aicr_runner.reference import DIGEST, InvalidReference, PackReference
+from aicr_runner.text import cut
 
 if TYPE_CHECKING:
     from requests.sessions import _Settings as RequestSettings
@@ -116,12 +118,13 @@ MAX_PACK_MEMBERS = 50_000
 MAX_PARALLEL_FETCHES = 4
 
 
-_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+#: The pack's retry: 1 s, then 2 s, ... (no jitter: a pull runs once per Job).
+_BACKOFF_MAX_SECONDS = 30.0
 #: Docker Hub's names for itself; its registry API answers on another host.
 _DOCKER_HUB_API = {"docker.io": "registry-1.docker.io", "index.docker.io": "registry-1.docker.io"}
 _CHUNK_BYTES = 1 << 20
 
-log = logs.get_logger()  # structlog's API and rendering, without importing structlog
+log = logs.get_logger()
 
 
 def _parse_ref(ref: str) -> PackReference:
@@ -625,7 +628,7 @@ class _SocketWatch:
             aborted = self._aborted
         weakref.finalize(sock, self._forget, key)
         if aborted:
-            _shut(duplicate)
+            shut_down(duplicate)
 
     def _forget(self, key: int) -> None:
         with self._lock:
@@ -637,7 +640,7 @@ class _SocketWatch:
         with self._lock:
             self._aborted = True
             for duplicate in self._duplicates.values():
-                _shut(duplicate)
+                shut_down(duplicate)
 
     def close(self) -> None:
         with self._lock:
@@ -645,11 +648,6 @@ class _SocketWatch:
             self._duplicates.clear()
         for duplicate in duplicates:
             duplicate.close()
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _watched_pool_classes(watch: _SocketWatch) -> dict[str, type[urllib3.HTTPConnectionPool]]:
@@ -790,7 +788,7 @@ _MAX_REDIRECTS = 30
 #: A redirect's body up to this size is read so its connection can be kept; a bigger one is closed.
 _DRAINED_BODY_BYTES = 64 * 1024
 #: The answers a pooled GET hands back; anything else goes through oras-py's request and challenge flow.
-_POOLED_STATUS = frozenset({200, *_RETRYABLE_STATUS})
+_POOLED_STATUS = frozenset({200, *RETRYABLE_STATUS})
 
 
 #: A pooled GET's way to one origin: the adapter, its pool key (host, TLS) and the verify setting.
@@ -997,30 +995,64 @@ class _OrasProvider(oras.provider.Registry):  # type: ignore[misc]
         return _UNRETRIED_DO_REQUEST(self, url, method, data, headers=headers, json=json, stream=stream)
 
     def _retried(self, url: str, send: Callable[[], requests.Response]) -> requests.Response:
-        for attempt in range(1, self._attempts + 1):
-            last = attempt == self._attempts
+        """``send`` under the shared retry. The last retryable answer is returned
+        for the caller to word; the last connection error is raised as requests
+        raised it."""
+
+        def attempt() -> requests.Response:
             try:
                 response = send()
             except requests.exceptions.SSLError:
                 raise  # a certificate problem does not heal by waiting
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if last or self._aborted():  # an abort broke it on purpose: no retry
+                if self._aborted():  # an abort broke it on purpose: no retry
                     raise
-                reason = f"{type(exc).__name__}: {exc}"
-            else:
-                if last or response.status_code not in _RETRYABLE_STATUS or self._aborted():
-                    return response
-                response.close()
-                reason = f"HTTP {response.status_code}"
-            self._wait_before_retry(attempt, url, reason)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                raise _BrokenOff(f"{type(exc).__name__}: {exc}", exc) from exc
+            if response.status_code not in RETRYABLE_STATUS or self._aborted():
+                return response
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            raise _RetryableAnswer(f"HTTP {response.status_code}", response, retry_after)
 
-    def _wait_before_retry(self, attempt: int, url: str, reason: str) -> None:
-        wait = self._backoff_seconds * 2 ** (attempt - 1)
-        log.warning(
-            "pack registry retry", attempt=attempt, max_attempts=self._attempts, url=url, reason=reason, wait=wait
+        retry = BudgetedRetry(
+            WaitPolicy(initial=self._backoff_seconds, maximum=_BACKOFF_MAX_SECONDS),
+            attempts=self._attempts,
+            sleep=self._sleep,
+            on_retry=lambda note: self._before_retry(url, note),
         )
-        self._sleep(wait)
+        try:
+            return retry.call(attempt)
+        except _RetryableAnswer as exc:
+            return exc.response
+        except _BrokenOff as exc:
+            raise exc.error from None  # as requests raised it
+
+    def _before_retry(self, url: str, note: RetryNote) -> None:
+        log.warning(
+            "pack registry retry",
+            attempt=note.attempt,
+            max_attempts=self._attempts,
+            url=url,
+            reason=note.reason,
+            wait=note.wait,
+        )
+        if isinstance(note.error, _RetryableAnswer):
+            note.error.response.close()  # its connection goes back to the pool before the wait
+
+
+class _RetryableAnswer(Transient):
+    """An answer waiting may change (429, 5xx): the last one is the caller's to word."""
+
+    def __init__(self, reason: str, response: requests.Response, retry_after: float | None) -> None:
+        super().__init__(reason, retry_after)
+        self.response = response
+
+
+class _BrokenOff(Transient):
+    """A connection error or timeout: the last one is raised as requests raised it."""
+
+    def __init__(self, reason: str, error: requests.RequestException) -> None:
+        super().__init__(reason)
+        self.error = error
 
 
 class OrasRegistry:
@@ -1203,4 +1235,4 @@ def _short(exc: BaseException) -> str:
     match = _ROOT_CAUSE.search(text)
     if match:
         return match.group(0).strip()
-    return text if len(text) <= 300 else text[:297] + "..."
+    return cut(text, 300)

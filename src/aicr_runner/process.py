@@ -62,7 +62,7 @@ __all__ = [
     "child_env",
 ]
 
-#: Credentials that only the publish call may see (anchor R-19).
+#: Credentials that only the publish call may see: no other child needs them.
 CREDENTIAL_VARIABLES = ("DOCKER_CONFIG", "COSIGN_IDENTITY_TOKEN")
 
 #: The child's output pipe is widened to this where the kernel allows, so a

@@ -1,12 +1,11 @@
-"""The resolved recipe: aicr's completion line, the RecipeResult document, the
-operator's expectations, and aicr's rejection message.
+"""The resolved recipe: the RecipeResult document, the operator's expectations,
+and aicr's rejection message.
 
-aicr logs ``recipe generation completed`` with ``output``, ``components`` and
-``overlays`` (1.x adds ``componentNames``), as a JSON record with
-``--log-json`` or as ``[cli] msg: k=v ...`` text (0.11 wraps text lines in ANSI
-colour). A rejected query ends with ``command failed`` whose ``error`` is
-``[CODE] message``, possibly wrapping another ``[CODE] message``; the innermost
-one names the problem and, in 1.x, the supported combinations.
+aicr logs as a JSON record with ``--log-json`` or as ``[cli] msg: k=v ...``
+text (0.11 wraps text lines in ANSI colour). A rejected query ends with
+``command failed`` whose ``error`` is ``[CODE] message``, possibly wrapping
+another ``[CODE] message``; the innermost one names the problem and, in 1.x,
+the supported combinations.
 """
 
 from __future__ import annotations
@@ -22,14 +21,13 @@ import yaml
 
 from aicr_runner.catalog import SERVICE_ALIASES
 from aicr_runner.config import Criteria, RecipeExpectations, RunnerSettings
-from aicr_runner.errors import ExitCode, RunnerError
+from aicr_runner.errors import RecipeFormatError
+from aicr_runner.names import CRITERIA_DIMENSIONS
 
 __all__ = [
     "ACCEPTED_API_VERSIONS",
     "LEGACY_API_VERSIONS",
-    "CompletionLine",
     "Component",
-    "RecipeFormatError",
     "RecipeSummary",
     "check_expectations",
     "component_table",
@@ -37,7 +35,6 @@ __all__ = [
     "last_error",
     "load_recipe",
     "pack_overlay_criteria",
-    "parse_completion_line",
     "parse_recipe",
     "parse_rejection",
     "summary_text",
@@ -50,23 +47,17 @@ __all__ = [
 ACCEPTED_API_VERSIONS = ("aicr.run/v1", "aicr.run/v1beta2")
 #: Older aicr releases a pin may still select; parsed, never written.
 LEGACY_API_VERSIONS = ("aicr.nvidia.com/v1alpha1", "aicr.run/v1alpha2", "aicr.run/v1alpha3")
-COMPLETION_MESSAGE = "recipe generation completed"
 FAILURE_MESSAGE = "command failed"
 #: Overlays every query gets; a recipe of only these matched nothing specific.
 BASE_OVERLAYS = frozenset({"base", "monitoring-hpa"})
-_CORE_DIMENSIONS = ("service", "accelerator", "intent", "os")
+#: Every dimension but platform, which most clusters need not state.
+_CORE_DIMENSIONS = tuple(name for name in CRITERIA_DIMENSIONS if name != "platform")
 
 #: libyaml's safe loader parses the same documents several times faster.
 _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CODE_PREFIX = re.compile(r"\[[A-Z][A-Z_]*\] ")
 _COMBINATION = re.compile(r"\(([^()]*)\)")
-
-
-class RecipeFormatError(RunnerError):
-    """aicr wrote a recipe the runner cannot read."""
-
-    exit_code = ExitCode.INTERNAL
 
 
 @dataclass(frozen=True)
@@ -180,15 +171,6 @@ def load_recipe(path: Path) -> RecipeSummary:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CompletionLine:
-    output: str
-    components: int
-    overlays: int
-    #: None for aicr 0.11, which did not log the names.
-    component_names: tuple[str, ...] | None
-
-
 def _record(line: str) -> dict[str, Any] | None:
     """A log line as a flat record: a --log-json object, or text key=values."""
     text = _ANSI.sub("", line).strip()
@@ -198,13 +180,12 @@ def _record(line: str) -> dict[str, Any] | None:
         except ValueError:
             return None
         return record if isinstance(record, dict) else None
-    for message in (COMPLETION_MESSAGE, FAILURE_MESSAGE):
-        index = text.find(message)
-        if index != -1:
-            # Text mode is "[cli] msg: k=v k=v"; --debug is slog's "... msg="msg" k=v".
-            rest = text[index + len(message) :].lstrip('": ')
-            return {"msg": message, **_key_values(rest)}
-    return None
+    index = text.find(FAILURE_MESSAGE)
+    if index == -1:
+        return None
+    # Text mode is "[cli] msg: k=v k=v"; --debug is slog's "... msg="msg" k=v".
+    rest = text[index + len(FAILURE_MESSAGE) :].lstrip('": ')
+    return {"msg": FAILURE_MESSAGE, **_key_values(rest)}
 
 
 _KEY_VALUE = re.compile(r'(?:^|\s)([A-Za-z_][\w.]*)=("(?:[^"\\]|\\.)*"|.*?)(?=\s+[A-Za-z_][\w.]*=|$)')
@@ -217,25 +198,6 @@ def _key_values(text: str) -> dict[str, str]:
     for key, raw in _KEY_VALUE.findall(text):
         pairs[key] = json.loads(raw) if raw.startswith('"') and raw.endswith('"') and len(raw) > 1 else raw
     return pairs
-
-
-def parse_completion_line(line: str) -> CompletionLine | None:
-    """The ``recipe generation completed`` record, or None for any other line."""
-    record = _record(line)
-    if record is None or record.get("msg") != COMPLETION_MESSAGE:
-        return None
-    try:
-        components = int(record["components"])
-        overlays = int(record["overlays"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    names = record.get("componentNames")
-    return CompletionLine(
-        output=_text(record.get("output")),
-        components=components,
-        overlays=overlays,
-        component_names=None if names is None else tuple(n.strip() for n in str(names).split(",") if n.strip()),
-    )
 
 
 def _failure_error(line: str) -> str | None:
@@ -266,7 +228,7 @@ def with_supported(message: str, supported: Sequence[str]) -> str:
     return f"{message}; supported combinations: {', '.join(supported)}"
 
 
-_UNKNOWN_VALUE = re.compile(r"invalid (service|accelerator|intent|os|platform) type: (\S+)", re.IGNORECASE)
+_UNKNOWN_VALUE = re.compile(rf"invalid ({'|'.join(CRITERIA_DIMENSIONS)}) type: (\S+)", re.IGNORECASE)
 
 
 def unknown_value(message: str) -> tuple[str, str] | None:
@@ -369,8 +331,9 @@ def dropped_values(
 def thin_resolution_warnings(
     summary: RecipeSummary, criteria: Criteria, known: Mapping[str, Mapping[str, str]] | None = None
 ) -> list[str]:
-    """Reasons to suspect the recipe is thinner than intended (anchor pain point 2):
-    only base overlays applied, a stated value no applied overlay carries (``known``:
+    """Reasons to suspect the recipe is thinner than intended (a query that
+    silently matched only generic overlays deploys the wrong stack): only base
+    overlays applied, a stated value no applied overlay carries (``known``:
     overlay name -> its criteria, where known), a stated value that did not survive
     resolution, or core dimensions left unstated."""
     warnings: list[str] = []

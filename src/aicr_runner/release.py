@@ -1,4 +1,4 @@
-"""Download and verify the aicr release (anchor steps R-02..R-05), fail closed.
+"""Download and verify the aicr release, fail closed.
 
 The release archive and ``aicr_checksums.txt`` are streamed to disk and hashed
 while they stream; the archive is never held in memory. The archive's own line
@@ -16,7 +16,6 @@ into ``DownloadError`` or ``ChecksumError`` here.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import socket
@@ -27,14 +26,21 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-import tenacity
 
 from aicr_runner import logs
 from aicr_runner.archive import extract_members
-from aicr_runner.backoff import parse_retry_after
-from aicr_runner.binary import ATTESTATION_NAME, AicrBinary, use_preinstalled
+from aicr_runner.backoff import (
+    RETRYABLE_STATUS,
+    BudgetedRetry,
+    OutOfBudget,
+    RetryNote,
+    Transient,
+    WaitPolicy,
+    parse_retry_after,
+)
+from aicr_runner.binary import ATTESTATION_NAME, AicrBinary
 from aicr_runner.config import AicrSettings
-from aicr_runner.deadline import Cancellation
+from aicr_runner.deadline import Cancellation, shut_down
 from aicr_runner.digests import sha256_file
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError
 
@@ -42,11 +48,8 @@ __all__ = [
     "ATTESTATION_NAME",
     "BINARY_NAME",
     "CHECKSUMS_NAME",
-    "AicrBinary",
     "fetch_aicr",
-    "parse_retry_after",
     "release_urls",
-    "use_preinstalled",
 ]
 
 BINARY_NAME = "aicr"
@@ -57,7 +60,6 @@ MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
 MAX_BINARY_BYTES = 512 * 1024 * 1024
 MAX_CHECKSUMS_BYTES = 1024 * 1024
 
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TRANSIENT_ERRORS: tuple[type[httpx.HTTPError], ...] = (
     httpx.TimeoutException,
     httpx.ConnectError,
@@ -65,14 +67,12 @@ _TRANSIENT_ERRORS: tuple[type[httpx.HTTPError], ...] = (
     httpx.WriteError,
     httpx.RemoteProtocolError,
 )
-_BACKOFF_INITIAL_SECONDS = 1.0
-_BACKOFF_MAX_SECONDS = 30.0
-_BACKOFF_JITTER_SECONDS = 1.0
+_WAIT_POLICY = WaitPolicy(initial=1.0, maximum=30.0, jitter=1.0)
 #: Named in every budget message, so the operator knows which setting to raise.
 _BUDGET_SETTING = " (AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS)"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
-log = logs.get_logger()  # structlog's API and rendering, without importing structlog
+log = logs.get_logger()
 
 Sleep = Callable[[float], object]
 Clock = Callable[[], float]
@@ -213,31 +213,14 @@ def _names_file(line: str, name: str) -> bool:
 def _shut_down(response: httpx.Response) -> None:
     """Make a read blocked on ``response``'s connection return now (from another thread).
 
-    httpcore exposes the connection's socket; shutting it down (not closing it:
-    the reading thread still owns the descriptor) ends the read at once. A
-    request still waiting for its status line has no response yet; that wait
-    is bounded by the download timeout, in a daemon thread.
+    httpcore exposes the connection's socket (``deadline.shut_down`` ends the read
+    at once). A request still waiting for its status line has no response yet;
+    that wait is bounded by the download timeout, in a daemon thread.
     """
     stream = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if isinstance(sock, socket.socket):
-        with contextlib.suppress(OSError):
-            # The plain socket's shutdown, also for TLS: SSLSocket.shutdown would
-            # drop the TLS state under the reading thread's feet.
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-class _Transient(Exception):
-    """One attempt failed in a way that waiting may fix."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-class _OutOfBudget(Exception):
-    """The next wait would use up what is left of the budget."""
+        shut_down(sock)
 
 
 def is_certificate_verification_failure(exc: BaseException) -> bool:
@@ -294,9 +277,6 @@ class _Downloader:
         self._sleep = sleep
         self._clock = clock
         self._deadline = clock() + settings.download_budget_seconds
-        self._backoff = tenacity.wait_exponential_jitter(
-            initial=_BACKOFF_INITIAL_SECONDS, max=_BACKOFF_MAX_SECONDS, jitter=_BACKOFF_JITTER_SECONDS
-        )
 
     def close(self) -> None:
         if self._own_client:
@@ -309,54 +289,36 @@ class _Downloader:
         """Stream ``url`` to ``dest`` with retries; return the sha256 of what landed."""
         attempts = self._settings.download_attempts
         budget = self._settings.download_budget_seconds
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(attempts),
-            wait=self._wait,
-            retry=tenacity.retry_if_exception_type(_Transient),
-            before_sleep=lambda state: self._log_retry(url, state),
-            sleep=self._pause,
-            reraise=True,
+        retry = BudgetedRetry(
+            _WAIT_POLICY,
+            attempts=attempts,
+            deadline=self._deadline,
+            clock=self._clock,
+            sleep=self._sleep,
+            on_retry=lambda note: self._log_retry(url, note),
         )
         try:
-            return retrying(self._attempt, url, dest, max_bytes)
-        except _Transient as exc:
+            return retry.call(lambda: self._attempt(url, dest, max_bytes))
+        except Transient as exc:
             raise DownloadError(
                 f"download of {url} failed after {attempts} attempt(s) within the {budget:g}s budget"
                 f"{_BUDGET_SETTING}: {exc.reason}"
             ) from exc
-        except _OutOfBudget as exc:
-            raise DownloadError(f"download of {url} gave up: {exc}") from exc
-
-    def _pause(self, seconds: float) -> None:
-        self._sleep(seconds)
-
-    def _wait(self, state: tenacity.RetryCallState) -> float:
-        if state.attempt_number >= self._settings.download_attempts:
-            return 0.0  # the attempt limit stops the loop; no wait follows
-        exc = state.outcome.exception() if state.outcome else None
-        retry_after = exc.retry_after if isinstance(exc, _Transient) else None
-        wait = retry_after if retry_after is not None else self._backoff(state)
-        remaining = self._remaining()
-        # Capped by the budget: a wait that would reach the deadline leaves no time
-        # for another attempt, so stop now instead of sleeping for nothing.
-        if wait >= remaining:
-            asked = f"Retry-After {retry_after:g}s" if retry_after is not None else f"a {wait:.1f}s back-off"
-            reason = exc.reason if isinstance(exc, _Transient) else "unknown"
-            raise _OutOfBudget(
-                f"{asked} exceeds the {max(remaining, 0.0):.1f}s left of the "
-                f"{self._settings.download_budget_seconds:g}s budget{_BUDGET_SETTING} (last error: {reason})"
+        except OutOfBudget as exc:
+            # A wait that would reach the deadline leaves no time for another attempt.
+            raise DownloadError(
+                f"download of {url} gave up: {exc.asked} exceeds the {exc.remaining:.1f}s left of the "
+                f"{budget:g}s budget{_BUDGET_SETTING} (last error: {exc.last.reason})"
             ) from exc
-        return wait
 
-    def _log_retry(self, url: str, state: tenacity.RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
+    def _log_retry(self, url: str, note: RetryNote) -> None:
         log.warning(
             "aicr download retry",
-            attempt=state.attempt_number,
+            attempt=note.attempt,
             max_attempts=self._settings.download_attempts,
             url=url,
-            reason=exc.reason if isinstance(exc, _Transient) else repr(exc),
-            wait=round(state.upcoming_sleep, 3),
+            reason=note.reason,
+            wait=round(note.wait, 3),
         )
 
     def _attempt(self, url: str, dest: Path, max_bytes: int) -> str:
@@ -364,7 +326,10 @@ class _Downloader:
             raise DownloadError(f"download of {url} was stopped before it started")
         remaining = self._remaining()
         if remaining <= 0:
-            raise _OutOfBudget(f"the {self._settings.download_budget_seconds:g}s budget{_BUDGET_SETTING} is used up")
+            raise DownloadError(
+                f"download of {url} gave up: the {self._settings.download_budget_seconds:g}s budget"
+                f"{_BUDGET_SETTING} is used up"
+            )
         timeout = min(self._settings.download_timeout_seconds, remaining)
         partial = dest.with_name(f".{dest.name}.partial")
         try:
@@ -396,7 +361,7 @@ class _Downloader:
         if status == 200:
             return
         if status in RETRYABLE_STATUS:
-            raise _Transient(
+            raise Transient(
                 f"HTTP {status} from {response.url}",
                 retry_after=parse_retry_after(response.headers.get("Retry-After")),
             )
@@ -428,5 +393,5 @@ class _Downloader:
         if is_certificate_verification_failure(exc):
             return DownloadError(f"download of {url} failed: TLS certificate verification failure ({exc}); not retried")
         if isinstance(exc, _TRANSIENT_ERRORS):
-            return _Transient(f"{type(exc).__name__}: {exc or 'no detail'} ({url})")
+            return Transient(f"{type(exc).__name__}: {exc or 'no detail'} ({url})")
         return DownloadError(f"download of {url} failed: {type(exc).__name__}: {exc}; not retried")

@@ -65,15 +65,10 @@ class Steps:
             except RunnerError as exc:
                 result = StepResult.failed(int(exc.exit_code), exc.message)
             except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
-                import traceback  # only for a bug: not on every run's path
-
-                details = self.ctx.work / "logs" / "traceback.txt"
-                details.parent.mkdir(parents=True, exist_ok=True)
-                details.write_text(logs.redact(traceback.format_exc()))
+                where = logs.write_traceback(self.ctx.work)
                 result = StepResult.failed(
                     ExitCode.INTERNAL,
-                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} "
-                    f"(traceback in {details})",
+                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} ({where})",
                 )
             record = self.ctx.report.step(state.value)
             started = record.started_at
@@ -221,7 +216,7 @@ class Steps:
         try:
             self.ctx.sink.put(name, data={**summary, **data}, binary_data=binary or None)
         except CaptureError as exc:
-            # Advisory, as in the anchor: this runs before anything is deployed.
+            # Advisory, as in the bash chart: this runs before anything is deployed.
             return StepResult.warned(f"recipe capture failed: {exc}")
         where = self.ctx.sink.describe(name)
         if fitted is None:

@@ -171,6 +171,7 @@ def test_rendered_objects_match_the_kubernetes_schemas(name: str, kube: str) -> 
 @pytest.mark.parametrize("example", VALUES_EXAMPLES, ids=lambda p: p.name)
 def test_examples_match_the_kubernetes_schemas(example: Path) -> None:
     result = renders(yaml.safe_load(example.read_text()), raw=True)
+    assert result.docs
     for doc in result.docs:
         kubernetes_validate.validate(doc, "1.32.0", strict=True)
 
@@ -226,7 +227,9 @@ def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any
 
 def test_every_schema_property_has_a_description_and_a_type() -> None:
     untyped = {"runtimeImage", "orasImage", "environment.k0sContainerd"}  # any type, to reach the guard
-    for path, node in _walk(schema()):
+    nodes = _walk(schema())
+    assert len(nodes) > 1, "the schema has no properties"
+    for path, node in nodes:
         assert node.get("description"), f"{path or '<root>'} has no description"
         if path not in untyped:
             assert node.get("type"), f"{path} has no type"
@@ -263,11 +266,16 @@ def test_sub_objects_refuse_unknown_keys() -> None:
         "job.annotations",
         "serviceAccount.annotations",
     }
-    for path, node in _walk(schema()):
-        if node.get("type") == "object" or (isinstance(node.get("type"), list) and "object" in node["type"]):
-            if path in open_objects or "[]" in path:
-                continue
-            assert node.get("additionalProperties") is False, f"{path or '<root>'} accepts unknown keys"
+    closed = [
+        (path, node)
+        for path, node in _walk(schema())
+        if (node.get("type") == "object" or (isinstance(node.get("type"), list) and "object" in node["type"]))
+        and path not in open_objects
+        and "[]" not in path
+    ]
+    assert len(closed) > 1, "no sub-object was checked"
+    for path, node in closed:
+        assert node.get("additionalProperties") is False, f"{path or '<root>'} accepts unknown keys"
 
 
 # -- values docs -----------------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ VERSION_LABELS = {"app.kubernetes.io/version": "0.1.0", "helm.sh/chart": "nvidia
 def test_labels_follow_helm_conventions_on_every_object() -> None:
     result = renders()
     expected = STABLE_LABELS | VERSION_LABELS
+    assert result.docs
     for doc in result.docs:
         labels = doc["metadata"]["labels"]
         assert {k: labels[k] for k in expected} == expected, doc["metadata"]
@@ -95,7 +96,7 @@ ROLE_RULES = [
 
 def role_rules(job: str) -> list[dict[str, Any]]:
     """The namespaced Role: ROLE_RULES, then this Job by name (its labels read, its
-    outcome annotations merged: aicr_runner.failure_event, aicr_runner.job_events)
+    outcome annotations merged: aicr_runner.job_events)
     and the Events recorded on it."""
     return [
         *ROLE_RULES,

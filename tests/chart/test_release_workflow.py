@@ -45,6 +45,7 @@ def test_one_action_version_is_one_sha_everywhere() -> None:
             assert match
             pin = (match["sha"], match["version"])
             assert seen.setdefault(match["action"], pin) == pin, f"{match['action']} pinned two ways"
+    assert seen, "no workflow uses an action"
 
 
 def test_nothing_is_pushed_before_both_tags_are_known_to_be_new() -> None:

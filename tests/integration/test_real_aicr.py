@@ -36,6 +36,7 @@ import yaml
 from aicr_runner import catalog as runtime_catalog
 from aicr_runner.cli import main
 from aicr_runner.config import Criteria
+from aicr_runner.names import CRITERIA_DIMENSIONS
 from aicr_runner.recipe import dropped_values, parse_recipe
 from tests.real_aicr import ARCHIVE, LEAVES, TAG, THIN, UNKNOWN, FolderMirror, RealAicr, combo, release_dir
 
@@ -406,7 +407,7 @@ def test_the_v0_11_1_catalog_agrees_with_the_binary(real_aicr: RealAicr, criteri
     summary = parse_recipe(recipe_file.read_text())
     stated = {d: v for d, v in criteria.items() if v != "any"}
     predicted = {
-        e["name"] for e in doc["entries"] if all(e[d] in ("any", stated.get(d, "")) for d in runtime_catalog.DIMENSIONS)
+        e["name"] for e in doc["entries"] if all(e[d] in ("any", stated.get(d, "")) for d in CRITERIA_DIMENSIONS)
     }
     assert predicted == set(summary.applied_overlays)
     known = runtime_catalog.overlay_criteria("v0.11.1", doc)

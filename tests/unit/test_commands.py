@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from aicr_runner import commands, config
 from aicr_runner.config import RunnerSettings
+from aicr_runner.names import CRITERIA_DIMENSIONS, CRITERIA_FLAG_ORDER
 
 AICR = Path("/opt/aicr")
 RECIPE = Path("/w/recipe.yaml")
@@ -320,3 +321,8 @@ def test_args_lists_are_appended_verbatim_and_last(recipe: list[str], bundle: li
     assert recipe_argv[len(recipe_argv) - len(recipe) :] == recipe
     assert bundle_argv[len(bundle_argv) - len(bundle) :] == bundle
     assert deploy_argv == ["bash", str(BUNDLE / "deploy.sh"), "--no-wait", *deploy]
+
+
+def test_the_flag_order_names_each_criteria_dimension_once() -> None:
+    assert len(set(CRITERIA_FLAG_ORDER)) == len(CRITERIA_FLAG_ORDER)
+    assert sorted(CRITERIA_FLAG_ORDER) == sorted(CRITERIA_DIMENSIONS)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from aicr_runner import logs
-from aicr_runner.failure_event import EVENT_REASON, MESSAGE_LIMIT, HelmReleaseRef, report_failure
+from aicr_runner.job_events import EVENT_REASON, MESSAGE_LIMIT, HelmReleaseRef, report_failure
 from tests.fakes import FakeKubeApi
 
 JOB = ("aicr", "nvidia-aicr-3f2a9c0d1e")
@@ -46,11 +46,8 @@ def test_a_job_rendered_by_flux_gets_a_warning_event_on_its_helmrelease() -> Non
 
 def test_the_message_is_redacted_and_bounded() -> None:
     api = FakeKubeApi(job_labels={JOB: FLUX_LABELS})
-    logs._replace_secrets_for_tests(["hunter2-token"])
-    try:
-        report(api, "Failed (exit 23): password hunter2-token refused " + "x" * 5000)
-    finally:
-        logs._replace_secrets_for_tests([])
+    logs.register_secret("hunter2-token")
+    report(api, "Failed (exit 23): password hunter2-token refused " + "x" * 5000)
     [(_, event)] = api.events
     assert "hunter2-token" not in event["message"]
     assert "password *** refused" in event["message"]

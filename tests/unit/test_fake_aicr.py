@@ -490,10 +490,12 @@ def test_bundle_writes_the_1x_layout(aicr: Run, recipe_file: Path, tmp_path: Pat
 
 
 def test_bundle_file_modes_are_0600_and_scripts_0755(bundle_dir: Path) -> None:
-    for path in bundle_dir.rglob("*"):
-        if path.is_file():
-            expected = 0o755 if path.name.endswith(".sh") else 0o600
-            assert path.stat().st_mode & 0o777 == expected, path
+    files = [path for path in bundle_dir.rglob("*") if path.is_file()]
+    assert any(path.name.endswith(".sh") for path in files)
+    assert any(not path.name.endswith(".sh") for path in files)
+    for path in files:
+        expected = 0o755 if path.name.endswith(".sh") else 0o600
+        assert path.stat().st_mode & 0o777 == expected, path
 
 
 def test_checksums_list_every_payload_file_sorted(bundle_dir: Path) -> None:

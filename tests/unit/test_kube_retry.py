@@ -80,12 +80,12 @@ def api_for(url: str, budget: float = 30.0) -> ClientKubeApi:
     return ClientKubeApi(client.ApiClient(configuration), write_budget_seconds=budget)
 
 
-def test_429_and_5xx_are_retried_honouring_retry_after(server: tuple[str, Script]) -> None:
+def test_408_429_and_5xx_are_retried_honouring_retry_after(server: tuple[str, Script]) -> None:
     url, script = server
-    script.answers[:] = [(429, {"Retry-After": "1"}), (503, {}), (500, {}), (200, {})]
+    script.answers[:] = [(429, {"Retry-After": "1"}), (503, {}), (500, {}), (408, {}), (200, {})]
     api = api_for(url)
     api.apply_configmap("ns", "aicr-run-status", data={"k": "v"})
-    assert len(script.seen) == 4
+    assert len(script.seen) == 5
     assert all(path.startswith("/api/v1/namespaces/ns/configmaps/aicr-run-status?") for _, path, _ in script.seen)
     assert script.seen[1][2] - script.seen[0][2] >= 0.95, "Retry-After: 1 was honoured"
 

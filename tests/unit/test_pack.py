@@ -35,7 +35,7 @@ from aicr_runner.errors import (
     PackNotFoundError,
     RunnerError,
 )
-from aicr_runner.logs import secrets_snapshot
+from aicr_runner.logs import redact
 from aicr_runner.pack import (
     OCI_MANIFEST,
     OrasRegistry,
@@ -559,7 +559,8 @@ def test_credential_lookup_matches_hosts_like_docker_does(tmp_path: Path) -> Non
     assert load_registry_credential(config, "127.0.0.1:5000") == b64("local:localpass")
     assert load_registry_credential(config, "GHCR.io") == b64("gh:ghpass-0123")
     # every form of the secret is registered for redaction
-    assert {"ghpass-0123", b64("gh:ghpass-0123"), "localpass"} <= set(secrets_snapshot())
+    for secret in ("ghpass-0123", b64("gh:ghpass-0123"), "localpass"):
+        assert redact(f"<{secret}>") == "<***>", secret
 
 
 def test_no_entry_for_the_host_is_an_auth_error_not_an_anonymous_pull(tmp_path: Path) -> None:
@@ -616,6 +617,8 @@ class Served:
     manifests: dict[str, bytes] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
     fail_with: list[int] = field(default_factory=list)
+    #: The Retry-After header those failures carry ("" for none).
+    retry_after: str = ""
     requests: list[tuple[str, str]] = field(default_factory=list)
     token: str = "token-for-alice"
     port: int = 0
@@ -696,7 +699,9 @@ class _RegistryHandler(BaseHTTPRequestHandler):
             self._send(200, json.dumps({"token": token}).encode(), {"Content-Type": "application/json"})
             return
         if state.fail_with:
-            self._send(state.fail_with.pop(0), b"busy")
+            self._send(
+                state.fail_with.pop(0), b"busy", {"Retry-After": state.retry_after} if state.retry_after else None
+            )
             return
         if not self._authorised():
             return
@@ -926,6 +931,16 @@ def test_server_errors_are_retried_a_bounded_number_of_times(tmp_path: Path, ser
         local_pull(tmp_path / "again", served, user="alice", password=served.password, sleeps=sleeps)
     assert sleeps.waits == [1.0, 2.0]
     assert caught.value.exit_code == ExitCode.PACK_UNAVAILABLE
+
+
+def test_a_408_is_retried_too_and_retry_after_sets_the_wait(tmp_path: Path, served: Served) -> None:
+    push_default(served)
+    served.fail_with = [408, 429]
+    served.retry_after = "7"
+    sleeps = Sleeps()
+
+    local_pull(tmp_path, served, user="alice", password=served.password, sleeps=sleeps)
+    assert sleeps.waits == [7.0, 7.0]
 
 
 def test_connection_refused_is_unreachable_after_bounded_retries(tmp_path: Path) -> None:

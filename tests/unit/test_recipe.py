@@ -1,4 +1,4 @@
-"""Completion line, recipe document, expectations, thin resolution, rejection."""
+"""Recipe document, expectations, thin resolution, rejection."""
 
 from __future__ import annotations
 
@@ -12,17 +12,15 @@ import yaml
 
 from aicr_runner import config
 from aicr_runner.config import Criteria, RecipeExpectations
+from aicr_runner.errors import RecipeFormatError
 from aicr_runner.recipe import (
-    CompletionLine,
     Component,
-    RecipeFormatError,
     RecipeSummary,
     check_expectations,
     dropped_values,
     last_error,
     load_recipe,
     pack_overlay_criteria,
-    parse_completion_line,
     parse_recipe,
     parse_rejection,
     thin_resolution_warnings,
@@ -32,108 +30,10 @@ from tests.fake_aicr import install_fake_aicr
 
 NAMES = ("cert-manager", "nfd", "gpu-operator")
 
-# ---------------------------------------------------------------------------
-# completion line
-# ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [
-        pytest.param(
-            json.dumps(
-                {
-                    "time": "2026-05-04T10:00:00Z",
-                    "level": "INFO",
-                    "msg": "recipe generation completed",
-                    "module": "aicr",
-                    "version": "1.2.0",
-                    "output": "/w/recipe.yaml",
-                    "components": 3,
-                    "overlays": 2,
-                    "componentNames": "cert-manager, nfd, gpu-operator",
-                }
-            ),
-            CompletionLine("/w/recipe.yaml", 3, 2, NAMES),
-            id="json-1x",
-        ),
-        pytest.param(
-            '{"time":"t","level":"INFO","msg":"recipe generation completed","module":"aicr","version":"0.11.1",'
-            '"output":"r.yaml","components":12,"overlays":2}',
-            CompletionLine("r.yaml", 12, 2, None),
-            id="json-0.11",
-        ),
-        pytest.param(
-            "[cli] recipe generation completed: output=/w/recipe.yaml components=3 overlays=2 "
-            "componentNames=cert-manager, nfd, gpu-operator",
-            CompletionLine("/w/recipe.yaml", 3, 2, NAMES),
-            id="text-1x",
-        ),
-        pytest.param(
-            "\x1b[32m[cli] recipe generation completed: output=recipe.yaml components=12 overlays=2\x1b[0m",
-            CompletionLine("recipe.yaml", 12, 2, None),
-            id="text-0.11-ansi",
-        ),
-        pytest.param(
-            'time=2026-05-04T10:00:00Z level=INFO msg="recipe generation completed" module=aicr version=1.2.0 '
-            'output=r.yaml components=3 overlays=2 componentNames="cert-manager, nfd, gpu-operator"',
-            CompletionLine("r.yaml", 3, 2, NAMES),
-            id="slog-debug",
-        ),
-        pytest.param(
-            "[cli] recipe generation completed: output= components=1 overlays=1 componentNames=nfd",
-            CompletionLine("", 1, 1, ("nfd",)),
-            id="stdout-output",
-        ),
-    ],
-)
-def test_completion_line_in_every_format(line: str, expected: CompletionLine) -> None:
-    assert parse_completion_line(line) == expected
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        "[cli] building recipe from criteria: criteria=criteria(service=eks)",
-        '{"msg":"generating recipe offline"}',
-        '{"msg":"recipe generation completed","components":"many","overlays":1}',
-        "[cli] recipe generation completed: output=r.yaml",
-        "{not json",
-        "",
-    ],
-)
-def test_other_lines_are_not_completion_lines(line: str) -> None:
-    assert parse_completion_line(line) is None
-
 
 @pytest.fixture(scope="module")
 def fake_aicr(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_fake_aicr(tmp_path_factory.mktemp("bin"))
-
-
-@pytest.mark.parametrize(
-    ("global_flags", "style", "names"), [(["--log-json"], "", True), ([], "", True), ([], "0.11", False)]
-)
-def test_completion_line_from_the_fake_matches_its_recipe(
-    fake_aicr: Path, tmp_path: Path, global_flags: list[str], style: str, names: bool
-) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_AICR_", "AICR_"))}
-    env["FAKE_AICR_LOG_STYLE"] = style
-    out = tmp_path / "recipe.yaml"
-    proc = subprocess.run(
-        [str(fake_aicr), *global_flags, "recipe", "--service", "eks", "--accelerator", "h100", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    parsed = [found for line in proc.stderr.splitlines() if (found := parse_completion_line(line))]
-    assert len(parsed) == 1
-    summary = load_recipe(out)
-    assert parsed[0].components == len(summary.components)
-    assert parsed[0].overlays == len(summary.applied_overlays)
-    assert parsed[0].output == str(out)
-    assert parsed[0].component_names == (tuple(summary.component_names) if names else None)
 
 
 # ---------------------------------------------------------------------------

@@ -56,10 +56,8 @@ MARKER_FRAGMENTS = [
 
 
 @pytest.fixture(autouse=True)
-def _restore_secrets() -> Iterator[None]:
-    before = set(logs.secrets_snapshot())
+def _restore_logging() -> Iterator[None]:
     yield
-    logs._replace_secrets_for_tests(before)
     logs.configure(LogFormat.CONSOLE)
 
 
@@ -176,13 +174,13 @@ def test_every_marker_contains_a_scan_candidate_or_starts_as_a_line_start() -> N
     a marker with neither would be missed."""
     literals = [*classify.FAILURE_REPORT_MARKERS, classify.DRA_DEFERRED_MARKER, *classify._PREFLIGHT_FAILED]
     for literal in literals:
-        assert any(candidate in literal for candidate in classify.SCAN_CANDIDATES), literal
+        assert any(candidate in literal for candidate in blockscan.ANYWHERE), literal
     # feed's error lines start with these, and progress.component_line's one literal is 0.11's
     assert classify.LINE_STARTS == classify._ERROR_PREFIXES
     assert "Deployment complete." in classify.LEGACY_LINE_STARTS
     for pattern, _kind, legacy in progress._PATTERNS:
         starts = classify.LINE_STARTS + (classify.LEGACY_LINE_STARTS if legacy else ())
-        anywhere = any(candidate in pattern for candidate in classify.SCAN_CANDIDATES)
+        anywhere = any(candidate in pattern for candidate in blockscan.ANYWHERE)
         at_start = any(pattern.startswith("^" + start) for start in starts)
         assert anywhere or at_start, pattern
 
@@ -301,7 +299,8 @@ def test_waiting_for_a_secret_never_hides_the_next_line_from_the_length_check() 
 def test_overlapping_secrets_never_put_a_cut_inside_a_secret(
     secrets: list[str], stream: str, limit: int, expected: list[str], chunk: int | None
 ) -> None:
-    logs._replace_secrets_for_tests(secrets)
+    for secret in secrets:
+        logs.register_secret(secret)
     splitter = _LineSplitter(limit, logs.protected_bytes)
     data = stream.encode()
     size = chunk or limit
@@ -316,7 +315,8 @@ def test_a_secret_reading_like_the_date_level_or_step_is_masked_in_relayed_lines
     """The relay writes the timestamp, level, step and source itself; they are
     values of the event, masked as structlog's processor masks them."""
     year = datetime.now(UTC).year
-    logs._replace_secrets_for_tests([str(year), str(year + 1), "info", "deploy"])
+    for secret in (str(year), str(year + 1), "info", "deploy"):
+        logs.register_secret(secret)
     fast, slow = io.StringIO(), io.StringIO()
     logs.configure(fmt, stream=fast)
     logs.relay("one\ntwo\n", step="deploy", source="deploy.sh")
@@ -330,6 +330,19 @@ def test_a_secret_reading_like_the_date_level_or_step_is_masked_in_relayed_lines
     assert stamp.sub("T", fast.getvalue()) == stamp.sub("T", slow.getvalue())
     for secret in (str(year), "info", "deploy"):
         assert secret not in fast.getvalue()
+
+
+def test_an_isolated_registry_holds_what_it_is_given_and_then_what_it_held() -> None:
+    logs.register_secret("kept-secret")
+    with logs.SECRETS.isolated(["only-this"]):
+        logs.register_secret("gone-after")
+        assert logs.redact("kept-secret only-this gone-after") == "kept-secret *** ***"
+        assert logs.protected_bytes() == (b"gone-after", b"only-this")
+    assert logs.redact("kept-secret only-this gone-after") == "*** only-this gone-after"
+    with logs.SECRETS.isolated():
+        logs.register_secret("gone-after")
+        assert logs.redact("kept-secret gone-after") == "*** ***"
+    assert logs.redact("kept-secret gone-after") == "*** gone-after"
 
 
 def test_an_over_long_line_inside_a_big_chunk_is_cut() -> None:
@@ -369,16 +382,17 @@ def test_one_pass_redacts_a_block_exactly_as_redact_does(
     """The flood path (one blockscan pass, ``redact`` only where a secret is) writes
     the same log and hands the relay the same text as redacting every block,
     with CRLF line ends and bytes that are not UTF-8 too."""
-    logs._replace_secrets_for_tests(secrets)
-    part = st.one_of(plain_text, st.sampled_from(secrets), st.sampled_from([*MARKER_FRAGMENTS, "\r\n", "\n"]))
-    raw = ("".join(data.draw(st.lists(part, max_size=30))) + "\n").encode() + (b"\xff\xfe\n" if invalid else b"")
-    work = tmp_path_factory.mktemp("one-pass")
-    results = []
-    for one_pass_bytes in (0, len(raw) + 1):
-        seen: list[str] = []
-        with (work / f"{one_pass_bytes}.log").open("wb") as log:
-            _Delivery(log, logs.redact, on_line=None, on_block=seen.append, one_pass_bytes=one_pass_bytes)(raw)
-        results.append(((work / f"{one_pass_bytes}.log").read_bytes(), seen))
+    # Hypothesis runs many examples in one test: each gets exactly its own secrets.
+    with logs.SECRETS.isolated(secrets):
+        part = st.one_of(plain_text, st.sampled_from(secrets), st.sampled_from([*MARKER_FRAGMENTS, "\r\n", "\n"]))
+        raw = ("".join(data.draw(st.lists(part, max_size=30))) + "\n").encode() + (b"\xff\xfe\n" if invalid else b"")
+        work = tmp_path_factory.mktemp("one-pass")
+        results = []
+        for one_pass_bytes in (0, len(raw) + 1):
+            seen: list[str] = []
+            with (work / f"{one_pass_bytes}.log").open("wb") as log:
+                _Delivery(log, logs.redact, on_line=None, on_block=seen.append, one_pass_bytes=one_pass_bytes)(raw)
+            results.append(((work / f"{one_pass_bytes}.log").read_bytes(), seen))
     assert results[0] == results[1]
     for secret in secrets:
         assert secret not in results[0][0].decode(errors="replace")

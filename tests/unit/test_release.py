@@ -26,9 +26,11 @@ import respx
 
 from aicr_runner import logs as runner_logs
 from aicr_runner import release
+from aicr_runner.backoff import parse_retry_after
+from aicr_runner.binary import AicrBinary, use_preinstalled
 from aicr_runner.config import AicrSettings, Arch, LogFormat, Sha256Pins
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ExitCode, ToolError
-from aicr_runner.release import AicrBinary, fetch_aicr, parse_retry_after, use_preinstalled
+from aicr_runner.release import fetch_aicr
 from tests.hostile_server import self_signed_certificate
 
 BASE = "https://releases.example.test/NVIDIA/aicr/releases/download"

@@ -169,6 +169,17 @@ def test_an_unexpected_error_is_exit_70_with_the_traceback_in_the_work_dir(tmp_p
     assert "KeyError: 'surprise'" in (tmp_path / "logs" / "traceback.txt").read_text()
 
 
+def test_an_unexpected_error_whose_traceback_cannot_be_written_still_ends_the_step(tmp_path: Path) -> None:
+    def explode(argv: Sequence[str]) -> None:
+        raise KeyError("surprise")
+
+    (tmp_path / "logs" / "traceback.txt").mkdir(parents=True)  # writing the file fails
+    ctx = context(tmp_path, StubProcesses(effect=explode))
+    status, code, reason = step(ctx, State.VERIFY)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.INTERNAL)
+    assert reason.endswith("(no traceback written (the work directory is not writable))")
+
+
 def test_a_local_pack_without_registry_yaml_is_refused(tmp_path: Path) -> None:
     ctx = context(tmp_path, StubProcesses())
     ctx.pack_dir = tmp_path / "pack"
