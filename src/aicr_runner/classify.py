@@ -1,6 +1,7 @@
 """What an exit code plus a few log lines mean. Pure functions, table-tested.
 
-deploy.sh's exit code alone is not enough (anchor R-13..R-15, pain point 16):
+deploy.sh's exit code alone is not enough (the bash chart's deploy gate read the
+log for the failure report too; docs/migration.md):
 aicr 0.18 never exited non-zero, 0.20+ exits 0 under ``--best-effort`` even
 when components failed, and 1.2 exits 2 when it withholds the DRA kubelet
 plugin restart. ``DeployMarkers`` scans deploy.sh's output line by line for the
@@ -205,7 +206,8 @@ def _unique(names: list[str]) -> list[str]:
 
 
 def classify_deploy(exit_code: int, *, failure_report: bool, dra_deferred: bool, best_effort: bool) -> Classification:
-    """deploy.sh's verdict (anchor R-13..R-15, contract section 8)."""
+    """deploy.sh's verdict from its exit code, its failure report and its DRA line
+    (docs/runs.md, the deploy step)."""
     if exit_code == 0:
         return _deploy_exited_zero(failure_report=failure_report, dra_deferred=dra_deferred, best_effort=best_effort)
     if exit_code == 2:
@@ -236,8 +238,9 @@ def _deploy_exited_zero(*, failure_report: bool, dra_deferred: bool, best_effort
 
 
 def _deploy_exited_two(*, failure_report: bool, dra_deferred: bool, best_effort: bool) -> Classification:
-    """Exit 2 continues only as the anchor's R-15 allows: DRA line, no failure
-    report, --best-effort."""
+    """Exit 2 continues only as the bash chart let it: DRA line, no failure
+    report, --best-effort (every component installed, the DRA kubelet-plugin
+    restart deferred)."""
     if dra_deferred and not failure_report and best_effort:
         return Classification(
             Outcome.WARNED,
@@ -266,7 +269,8 @@ _VALIDATE_NO_VERDICT = (
 
 
 def classify_validate(exit_code: int, *, error: str = "") -> Classification:
-    """aicr validate's verdict (anchor R-17, contract section 10). ``error`` is
+    """aicr validate's verdict from its exit code alone (docs/runs.md, the validate
+    step; used when aicr wrote no CTRF report). ``error`` is
     aicr's ``command failed`` error, if any: exit 8 means failed checks only when
     it is not an error that stopped validate before the checks."""
     if exit_code == 0:
@@ -290,7 +294,8 @@ def classify_validate(exit_code: int, *, error: str = "") -> Classification:
 def classify_verify(
     exit_code: int, *, passed: str = "bundle verified: every file listed and matching, and nothing unlisted"
 ) -> Classification:
-    """aicr verify's verdict (anchor R-12, contract section 9). ``passed`` says what
+    """aicr verify's verdict from its exit code (4: a file added, removed or changed).
+    ``passed`` says what
     a pass established for the running aicr (only 1.x is closed-world)."""
     if exit_code == 0:
         return Classification(Outcome.SUCCEEDED, 0, passed)
