@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from aicr_runner.errors import CaptureError
-from aicr_runner.kube import ClientKubeApi
-from aicr_runner.lease import RELEASES_ANNOTATION
+from aicr_runner.kube.api import ClientKubeApi
+from aicr_runner.kube.lease import RELEASES_ANNOTATION
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm

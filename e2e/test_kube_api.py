@@ -9,8 +9,8 @@ import pytest
 from kubernetes import client, config
 
 from aicr_runner.errors import CaptureError
-from aicr_runner.kube import FIELD_MANAGER, ClientKubeApi
-from aicr_runner.sink import RESULT_LABELS, ConfigMapSink
+from aicr_runner.kube.api import FIELD_MANAGER, ClientKubeApi
+from aicr_runner.kube.sink import RESULT_LABELS, ConfigMapSink
 from e2e.harness.apiserver import ControlPlane
 
 pytestmark = pytest.mark.e2e

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from aicr_runner.config import LeaseSettings
 from aicr_runner.errors import LeaseError
-from aicr_runner.kube import ClientKubeApi, LeaseRecord
-from aicr_runner.lease import RELEASES_ANNOTATION, InstallLease
+from aicr_runner.kube.api import ClientKubeApi, LeaseRecord
+from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
+from aicr_runner.settings.config import LeaseSettings
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.scenarios import CHART

@@ -376,10 +376,10 @@ def test_the_charts_namespaced_role_alone_lets_the_runner_record_events_and_anno
     cluster-admin binding): the runner's own JobEvents, through the Python client it
     uses, records Events on its Job and annotates it; another Job it may not touch."""
     from aicr_runner import logs
-    from aicr_runner.job_events import OUTCOME_ANNOTATION, JobEvents
-    from aicr_runner.kube import ClientKubeApi
-    from aicr_runner.machine import Machine
-    from aicr_runner.report import RunPhase, StepRecord, StepStatus
+    from aicr_runner.kube.api import ClientKubeApi
+    from aicr_runner.kube.events import OUTCOME_ANNOTATION, JobEvents
+    from aicr_runner.run.machine import Machine
+    from aicr_runner.run.report import RunPhase, StepRecord, StepStatus
 
     docs = helm.template(RELEASE, CHART, namespace, values={"accelerator": "h100"})
     [account] = [d for d in docs if d["kind"] == "ServiceAccount"]

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aicr_runner.helmguard import STOP_NAME
+from aicr_runner.helm.guard import STOP_NAME
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm, HelmError

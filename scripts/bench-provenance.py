@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aicr_runner.config import AicrSettings, ProvenanceSettings  # noqa: E402
+from aicr_runner.aicr.provenance import CosignVerifier, check_provenance, default_trusted_root  # noqa: E402
+from aicr_runner.children.process import SubprocessRunner  # noqa: E402
 from aicr_runner.errors import ProvenanceError  # noqa: E402
-from aicr_runner.process import SubprocessRunner  # noqa: E402
-from aicr_runner.provenance import CosignVerifier, check_provenance, default_trusted_root  # noqa: E402
+from aicr_runner.settings.config import AicrSettings, ProvenanceSettings  # noqa: E402
 from e2e.tools import npm_tarball, pinned_versions, tool  # noqa: E402
 
 BUNDLE = ROOT / "tests" / "data" / "sigstore" / "sigstore-3.1.0.sigstore.json"

@@ -199,7 +199,11 @@ def _base_env() -> dict[str, str]:
 def _compile_bytecode() -> None:
     """Fill the benchmark's bytecode cache with the runner and everything it imports."""
     subprocess.run(
-        [PYTHON, "-c", "import aicr_runner.cli, aicr_runner.steps, aicr_runner.release, aicr_runner.pack, yaml"],
+        [
+            PYTHON,
+            "-c",
+            "import aicr_runner.cli, aicr_runner.steps.table, aicr_runner.aicr.release, aicr_runner.pack.pull, yaml",
+        ],
         env=_base_env(),
         check=True,
     )
@@ -237,13 +241,13 @@ def _run_context(env: dict[str, str], work: Path) -> Any:
 
     Imported here, in the child interpreter, so the parent never pays for the runner's import."""
     from aicr_runner import logs
+    from aicr_runner.children.process import SubprocessRunner
     from aicr_runner.cli import _status_publisher
-    from aicr_runner.config import load
-    from aicr_runner.context import Mode, RunContext
-    from aicr_runner.machine import Machine
-    from aicr_runner.process import SubprocessRunner
-    from aicr_runner.report import StepStatus
-    from aicr_runner.sink import DirectorySink
+    from aicr_runner.kube.sink import DirectorySink
+    from aicr_runner.run.machine import Machine
+    from aicr_runner.run.report import StepStatus
+    from aicr_runner.settings.config import load
+    from aicr_runner.steps.context import Mode, RunContext
 
     settings = load(env)
     logs.configure(settings.log_format)
@@ -272,8 +276,8 @@ def relay_harness(size: int, fmt: str, work: Path, result: Path) -> None:
     includes the whole runner import, as in the pod.
     """
     from aicr_runner import cli, logs  # noqa: F401 - the runner's whole import, as in the pod
-    from aicr_runner.machine import State
-    from aicr_runner.steps import Steps
+    from aicr_runner.run.machine import State
+    from aicr_runner.steps.table import Steps
 
     env = {f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()}
     env |= {"AICR_RUNNER_WORK_DIR": str(work), "AICR_RUNNER_LOG_FORMAT": fmt, "PATH": os.environ["PATH"]}
@@ -388,7 +392,7 @@ def _size(mib: float) -> str:
 def call_harness(repeat: int, work: Path, result: Path) -> None:
     """Run in a child interpreter: a Go child through the runner's step path
     against ``subprocess.run``, alternating, in one warm process."""
-    from aicr_runner.machine import State
+    from aicr_runner.run.machine import State
 
     env = {f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()}
     env |= {"AICR_RUNNER_WORK_DIR": str(work), "PATH": os.environ["PATH"]}
@@ -653,8 +657,8 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
             _push(host, f"bench/{label}:v1", source, paths, home)
             dest = tmp / f"pack-dest-{label}"
             pull = (
-                "import sys; from pathlib import Path; from aicr_runner.config import PackSettings; "
-                "from aicr_runner.pack import pull_pack; "
+                "import sys; from pathlib import Path; from aicr_runner.settings.config import PackSettings; "
+                "from aicr_runner.pack.pull import pull_pack; "
                 "pull_pack(PackSettings(ref=sys.argv[1], plain_http=True), Path(sys.argv[2]))"
             )
             runner_env = _base_env()
@@ -704,10 +708,11 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
 def _pack_imports_row(repeat: int) -> Row:
     """Start-up only: what the runner's pull imports against what the floor imports."""
     env = _base_env()
-    runner = "import aicr_runner.config, aicr_runner.pack"
+    runner = "import aicr_runner.settings.config, aicr_runner.pack.pull"
     floor = [PYTHON, str(ROOT / "scripts" / "pack_floor.py"), "--imports-only"]
     row = Row(
-        "pack pull start-up: the runner's imports (`aicr_runner.config`, `aicr_runner.pack`), whole process",
+        "pack pull start-up: the runner's imports (`aicr_runner.settings.config`, `aicr_runner.pack.pull`), "
+        "whole process",
         "reference: part of the pull rows",
         f"`python -c '{runner}'`",
         "the floor's imports (`pack_floor.py --imports-only`)",
@@ -803,8 +808,8 @@ def bench_release(size_bytes: int, repeat: int, tmp: Path) -> Row:
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     fetch = (
-        "import sys; from pathlib import Path; from aicr_runner.config import AicrSettings; "
-        "from aicr_runner.release import fetch_aicr; "
+        "import sys; from pathlib import Path; from aicr_runner.settings.config import AicrSettings; "
+        "from aicr_runner.aicr.release import fetch_aicr; "
         "fetch_aicr(AicrSettings(version=sys.argv[1], release_base_url=sys.argv[2], arch=sys.argv[3]), "
         "Path(sys.argv[4]))"
     )

@@ -11,7 +11,7 @@ belongs in a module-level constant, not in a function body.
 ruff has no rule that measures this (PLR0915 counts statements, not lines).
 
 Some modules also have a size limit (``MODULE_LIMITS``, lines of the whole file):
-``steps.py`` holds one short method per state, and what is not a step belongs
+``steps/table.py`` holds one short method per state, and what is not a step belongs
 elsewhere. They are checked when no paths are given (the whole package).
 
 Usage: check-function-length.py [--limit N] [--top N] [--root DIR] [paths...]
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 40
 #: Modules with a size limit: path under the repository root -> most lines allowed.
-MODULE_LIMITS = {Path("src/aicr_runner/steps.py"): 450}
+MODULE_LIMITS = {Path("src/aicr_runner/steps/table.py"): 450}
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 

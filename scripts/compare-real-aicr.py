@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from aicr_runner.recipe import parse_recipe  # noqa: E402 - after the path set-up
+from aicr_runner.aicr.recipe import parse_recipe  # noqa: E402 - after the path set-up
 from tests.real_aicr import LEAVES, THIN, UNKNOWN, criteria_words, extract_binary  # noqa: E402
 
 

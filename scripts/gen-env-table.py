@@ -2,7 +2,7 @@
 """Writes the environment table of docs/configuration.md from the runtime's settings model.
 
 Every variable the runtime reads must have a description here; `--check` fails
-when the page or this list drift from `aicr_runner.config.env_var_names()`.
+when the page or this list drift from `aicr_runner.settings.config.env_var_names()`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aicr_runner.config import RunnerSettings, env_var_names
+from aicr_runner.settings.config import RunnerSettings, env_var_names
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- env-table:start -->", "<!-- env-table:end -->"

@@ -3,7 +3,7 @@
 
 The configuration reference carries the chart's values table (from the `# --`
 comments of chart/values.yaml, scripts/gen-values-table.py) and the runtime's
-environment table (from aicr_runner.config, scripts/gen-env-table.py). No other
+environment table (from aicr_runner.settings.config, scripts/gen-env-table.py). No other
 page carries a copy: the README and chart/README.md link to the reference.
 
     scripts/sync-readme.py           # rewrite both tables

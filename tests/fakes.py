@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError
-from aicr_runner.kube import LeaseRecord
+from aicr_runner.kube.api import LeaseRecord
 
 
 @dataclass

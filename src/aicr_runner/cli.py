@@ -23,18 +23,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from aicr_runner import __version__
-from aicr_runner.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSION
+from aicr_runner.settings.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_AICR_VERSION
 
 if TYPE_CHECKING:
-    from aicr_runner.config import RunnerSettings
-    from aicr_runner.context import Mode, RunContext
+    from aicr_runner.children.process import ShutdownController
     from aicr_runner.errors import ConfigError
-    from aicr_runner.job_events import JobEvents
-    from aicr_runner.kube import KubeApi
-    from aicr_runner.lease import InstallLease
-    from aicr_runner.process import ShutdownController
-    from aicr_runner.report import RunReport
-    from aicr_runner.sink import Sink
+    from aicr_runner.kube.api import KubeApi
+    from aicr_runner.kube.events import JobEvents
+    from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.kube.sink import Sink
+    from aicr_runner.run.report import RunReport
+    from aicr_runner.settings.config import RunnerSettings
+    from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = ["main"]
 
@@ -147,8 +147,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
         return 0
     _never_fail_on_encoding()
-    from aicr_runner.config import load
     from aicr_runner.errors import ConfigError, ExitCode
+    from aicr_runner.settings.config import load
 
     origins: dict[str, str] = {}
     try:
@@ -170,8 +170,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 def _run(settings: RunnerSettings, args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """The run itself, once every input is known good."""
     from aicr_runner import logs
-    from aicr_runner.context import Mode
     from aicr_runner.errors import RunnerError
+    from aicr_runner.steps.context import Mode
 
     mode = Mode(args.command)
     logs.configure(settings.log_format)
@@ -209,7 +209,7 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
     if args.command != "plan":
         return env
     if args.values is not None:
-        from aicr_runner.values import VALUE_TO_ENV, env_from_values, load_values_file
+        from aicr_runner.settings.values_file import VALUE_TO_ENV, env_from_values, load_values_file
 
         from_values = env_from_values(load_values_file(args.values))
         keys = {ENV_PREFIX + name: dotted for dotted, name in VALUE_TO_ENV.items()}
@@ -231,8 +231,8 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     all, would be printed by every later message that names the path."""
     import re
 
-    from aicr_runner.config import Invalid, problem_line
     from aicr_runner.errors import ConfigError
+    from aicr_runner.settings.config import Invalid, problem_line
 
     flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values")
     # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
@@ -248,8 +248,8 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
 def _check_places(settings: RunnerSettings, args: argparse.Namespace) -> None:
     """Every directory the run writes exists or is created now, and takes a file.
     Before any step: a run never reports success with results that went nowhere."""
-    from aicr_runner.config import Invalid, problem_line
     from aicr_runner.errors import ConfigError
+    from aicr_runner.settings.config import Invalid, problem_line
 
     places: list[tuple[str, str]] = [(f"{ENV_PREFIX}WORK_DIR", settings.work_dir)]
     output = _results_dir(args)
@@ -272,7 +272,7 @@ def _result_places(settings: RunnerSettings, args: argparse.Namespace, output: P
     """The results directory's subdirectories (one per result, named as its
     ConfigMap would be): one already there must be a directory that takes a
     file, or the run would end without its report after all its work."""
-    from aicr_runner.config import Invalid, problem_line
+    from aicr_runner.settings.config import Invalid, problem_line
 
     flag = "--output" if args.command == "plan" else "--results-dir"
     results = {
@@ -299,7 +299,7 @@ def _result_places(settings: RunnerSettings, args: argparse.Namespace, output: P
 
 def _trusted_root_problem(settings: RunnerSettings) -> list[str]:
     """A Sigstore trusted root that is given must be a file (when provenance is checked at all)."""
-    from aicr_runner.config import Invalid, problem_line
+    from aicr_runner.settings.config import Invalid, problem_line
 
     provenance = settings.aicr.provenance
     path = Path(provenance.trusted_root)
@@ -314,7 +314,7 @@ def _writable_directory(place: str) -> None:
     """``place`` is (now) a directory this process can create files in; raises ``Invalid``."""
     import tempfile
 
-    from aicr_runner.config import Invalid, absolute_path
+    from aicr_runner.settings.config import Invalid, absolute_path
 
     absolute_path(required=True)(place)  # UTF-8, no control characters, absolute
     path = Path(place)
@@ -376,7 +376,7 @@ def _criteria_refused_offline(settings: RunnerSettings, args: argparse.Namespace
     """
     if settings.pack.ref or _local_pack(args) is not None or settings.aicr.binary:
         return None
-    from aicr_runner.catalog import refusal
+    from aicr_runner.settings.criteria_catalog import refusal
 
     return refusal(settings.criteria.stated(), settings.aicr.version)
 
@@ -387,8 +387,8 @@ def _local_pack(args: argparse.Namespace) -> Path | None:
     if pack_dir is None:
         return None
     if not pack_dir.is_dir():
-        from aicr_runner.config import Invalid, problem_line
         from aicr_runner.errors import ConfigError
+        from aicr_runner.settings.config import Invalid, problem_line
 
         state = "is not a directory" if pack_dir.exists() else "the directory does not exist"
         reason = Invalid(f"{state}; give a data pack directory with registry.yaml")
@@ -400,8 +400,8 @@ def _local_pack(args: argparse.Namespace) -> Path | None:
 def _bad_input(exc: ConfigError, origins: Mapping[str, str] | None = None) -> int:
     """One line per problem on stderr (at most MAX_PROBLEMS, each bounded), naming
     the flag or values key a variable came from; exit 2."""
-    from aicr_runner.config import MAX_PROBLEMS
     from aicr_runner.errors import ExitCode
+    from aicr_runner.settings.config import MAX_PROBLEMS
 
     if exc.report:
         print(
@@ -436,7 +436,7 @@ def _register_credentials(settings: RunnerSettings) -> None:
 
 def _make_sink(settings: RunnerSettings, mode: Mode, args: Any, api: KubeApi | None) -> Sink:
     from aicr_runner.errors import RunnerError
-    from aicr_runner.sink import ConfigMapSink, DirectorySink
+    from aicr_runner.kube.sink import ConfigMapSink, DirectorySink
 
     if api is not None:
         return ConfigMapSink(api, settings.namespace or _pod_namespace())
@@ -448,11 +448,11 @@ def _make_sink(settings: RunnerSettings, mode: Mode, args: Any, api: KubeApi | N
 
 def _make_api(settings: RunnerSettings, mode: Mode, args: Any) -> KubeApi | None:
     """The cluster's API for a Job run; None for plan and ``run --results-dir``."""
-    from aicr_runner.context import Mode
+    from aicr_runner.steps.context import Mode
 
     if mode is Mode.PLAN or args.results_dir is not None:
         return None
-    from aicr_runner.kube import ClientKubeApi
+    from aicr_runner.kube.api import ClientKubeApi
 
     return ClientKubeApi(write_budget_seconds=settings.kube_write_budget_seconds)
 
@@ -460,7 +460,7 @@ def _make_api(settings: RunnerSettings, mode: Mode, args: Any) -> KubeApi | None
 def _make_lease(settings: RunnerSettings, api: KubeApi | None, shutdown: ShutdownController) -> InstallLease | None:
     if api is None or not settings.lease.name:
         return None
-    from aicr_runner.lease import InstallLease
+    from aicr_runner.kube.lease import InstallLease
 
     return InstallLease(api, settings.namespace or _pod_namespace(), settings.lease, interrupted=shutdown.requested)
 
@@ -475,8 +475,8 @@ def _pod_namespace() -> str:
 
 
 def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, str]) -> int:
-    from aicr_runner.context import Mode
-    from aicr_runner.process import ShutdownController
+    from aicr_runner.children.process import ShutdownController
+    from aicr_runner.steps.context import Mode
 
     _prepare_work(settings)
     api = _make_api(settings, mode, args)
@@ -507,9 +507,9 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
 
 def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdown: ShutdownController) -> int:
     """The steps run, and the run's exit code under its gates."""
-    from aicr_runner.context import Mode
-    from aicr_runner.machine import Machine
-    from aicr_runner.steps import Steps
+    from aicr_runner.run.machine import Machine
+    from aicr_runner.steps.context import Mode
+    from aicr_runner.steps.table import Steps
 
     settings = ctx.settings
     machine = Machine(Steps(ctx).functions(), ctx.report, on_change=on_change, interrupted=shutdown.requested)
@@ -526,7 +526,7 @@ def _make_events(settings: RunnerSettings, api: KubeApi | None) -> JobEvents | N
     """Events on the runner's own Job: in a Job run that knows its Job's name."""
     if api is None or not settings.lease.job_name:
         return None
-    from aicr_runner.job_events import JobEvents
+    from aicr_runner.kube.events import JobEvents
 
     return JobEvents(
         api,
@@ -554,7 +554,7 @@ def _report_not_written(report: RunReport, reason: str) -> int:
     """Outside a cluster the results directory is the product: a run whose
     report did not land there did not succeed."""
     from aicr_runner.errors import ExitCode
-    from aicr_runner.report import RunPhase
+    from aicr_runner.run.report import RunPhase
 
     code = report.exit_code = int(ExitCode.CAPTURE_FAILED)
     report.message = f"the run report was not written: {reason}"
@@ -574,9 +574,9 @@ def _run_context(
 ) -> RunContext:
     """The run's context and report, after the start line said what runs."""
     from aicr_runner import logs
-    from aicr_runner.context import RunContext
-    from aicr_runner.machine import Machine
-    from aicr_runner.process import SubprocessRunner
+    from aicr_runner.children.process import SubprocessRunner
+    from aicr_runner.run.machine import Machine
+    from aicr_runner.steps.context import RunContext
 
     aicr_version, version_output = _aicr_version_before_fetch(settings, env)
     report = Machine.new_report(
@@ -624,7 +624,7 @@ def _status_publisher(
     """
     from aicr_runner import logs
     from aicr_runner.errors import RunnerError
-    from aicr_runner.report import RunPhase, StepStatus
+    from aicr_runner.run.report import RunPhase, StepStatus
 
     status_warned: list[str] = []
     # The deploy step's progress is written from a thread of its own: one write at a time.
@@ -682,7 +682,7 @@ def _conclude(
     """The outcome announced and recorded on the Job; a failed Job run (or one
     with failed components, or whose validation ran no check) also reported on
     its HelmRelease."""
-    from aicr_runner.report import RunPhase
+    from aicr_runner.run.report import RunPhase
 
     termination = _termination_line(report)
     _announce(settings, mode, report, sink, args, line=termination)
@@ -691,7 +691,7 @@ def _conclude(
     warned = (RunPhase.FAILED, RunPhase.SUCCEEDED_WITH_FAILURES, RunPhase.SUCCEEDED_INCONCLUSIVE)
     if report.phase in warned and api is not None and settings.lease.job_name:
         # After the capture and the termination message; never changes the exit code.
-        from aicr_runner import job_events
+        from aicr_runner.kube import events as job_events
 
         reasons = {
             RunPhase.FAILED: job_events.EVENT_REASON,
@@ -718,8 +718,8 @@ def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str])
     it, and, like a release (only a tag until it is downloaded), the fetch step
     reports what it is.
     """
-    from aicr_runner.capabilities import AicrVersion
-    from aicr_runner.process import child_env
+    from aicr_runner.aicr.capabilities import AicrVersion
+    from aicr_runner.children.process import child_env
 
     binary = settings.aicr.binary
     if not binary:
@@ -745,7 +745,7 @@ def _aicr_version_before_fetch(settings: RunnerSettings, env: Mapping[str, str])
 
 def _termination_line(report: RunReport) -> str:
     """The pod's termination message (before redaction): phase, exit code, why, aicr version."""
-    from aicr_runner.recipe import with_supported
+    from aicr_runner.aicr.recipe import with_supported
 
     line = f"{report.phase.value} (exit {report.exit_code}): "
     return line + with_supported(report.message, report.supported_combinations) + f" [aicr {report.aicr_version}]"
@@ -755,8 +755,8 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
     """Log the outcome, write the termination message ``line`` (redacted, bounded)
     and, outside a Job, print the summary."""
     from aicr_runner import logs
-    from aicr_runner.context import Mode
-    from aicr_runner.recipe import component_table
+    from aicr_runner.aicr.recipe import component_table
+    from aicr_runner.steps.context import Mode
 
     log = logs.get_logger()
     if report.exit_code == 0:
@@ -772,7 +772,7 @@ def _announce(settings: RunnerSettings, mode: Mode, report: RunReport, sink: Sin
             return
     print(report.summary_text())
     if report.components:
-        from aicr_runner.recipe import RecipeSummary
+        from aicr_runner.aicr.recipe import RecipeSummary
 
         print(component_table(RecipeSummary.from_rows(report.components)))
     print(f"\nresults in {_results_dir(args)}")

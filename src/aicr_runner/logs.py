@@ -36,7 +36,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, TextIO
 
-from aicr_runner.config import LogFormat
+from aicr_runner.settings.config import LogFormat
 
 __all__ = [
     "SECRETS",

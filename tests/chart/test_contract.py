@@ -1,7 +1,7 @@
 """The chart and the runtime agree on the environment contract.
 
 For each example (and the defaults with criteria), the Job container's env value
-entries are fed to ``aicr_runner.config.load``: they must parse, pass the
+entries are fed to ``aicr_runner.settings.config.load``: they must parse, pass the
 runtime's own cross-field rules and mean what the values said. The set of
 AICR_RUNNER_* names the chart renders must equal ``env_var_names()``: no variable
 the runtime does not read, no runtime setting the chart cannot reach.
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from aicr_runner.config import Arch, LogFormat, Phase, PublishMode, RunnerSettings, env_var_names, load
 from aicr_runner.errors import ConfigError
+from aicr_runner.settings.config import Arch, LogFormat, Phase, PublishMode, RunnerSettings, env_var_names, load
 from tests.chart.helm import NAMESPACE, ROOT, Rendered, merge, render, renders
 
 EXAMPLES = sorted((ROOT / "examples" / "values").glob("*.yaml"))

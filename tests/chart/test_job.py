@@ -96,7 +96,7 @@ ROLE_RULES = [
 
 def role_rules(job: str) -> list[dict[str, Any]]:
     """The namespaced Role: ROLE_RULES, then this Job by name (its labels read, its
-    outcome annotations merged: aicr_runner.job_events)
+    outcome annotations merged: aicr_runner.kube.events)
     and the Events recorded on it."""
     return [
         *ROLE_RULES,

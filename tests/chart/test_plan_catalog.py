@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from aicr_runner import catalog
+from aicr_runner.settings import criteria_catalog as catalog
 from tests.chart.helm import ROOT, render
 from tests.chart.test_criteria import COMBINATIONS
 
@@ -53,7 +53,8 @@ def test_another_aicr_version_is_not_checked_against_this_catalog() -> None:
 def test_the_check_imports_nothing_heavy() -> None:
     heavy = ("kubernetes", "oras", "httpx", "requests", "pydantic")
     probe = (
-        "import sys; from aicr_runner.catalog import refusal; refusal({'accelerator': 'sparc'}, 'v1.2.0'); "
+        "import sys; from aicr_runner.settings.criteria_catalog import refusal; "
+        "refusal({'accelerator': 'sparc'}, 'v1.2.0'); "
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

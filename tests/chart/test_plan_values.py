@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from aicr_runner import valueschema
-from aicr_runner.config import ENV_PREFIX, env_var_names
-from aicr_runner.values import CLUSTER_ONLY_VALUES, VALUE_TO_ENV, env_from_values
+from aicr_runner.settings import values_schema as valueschema
+from aicr_runner.settings.config import ENV_PREFIX, env_var_names
+from aicr_runner.settings.values_file import CLUSTER_ONLY_VALUES, VALUE_TO_ENV, env_from_values
 from tests.chart.helm import ROOT, merge, render, renders
 from tests.chart.test_contract import CASES
 
@@ -151,7 +151,9 @@ def keywords(node: Any) -> set[str]:
 
 def test_plan_checks_every_keyword_the_charts_schema_uses() -> None:
     used = keywords(json.loads(CHART_SCHEMA.read_text()))
-    assert used <= valueschema.KEYWORDS, f"teach aicr_runner/valueschema.py {sorted(used - valueschema.KEYWORDS)}"
+    assert used <= valueschema.KEYWORDS, (
+        f"teach aicr_runner/settings/values_schema.py {sorted(used - valueschema.KEYWORDS)}"
+    )
 
 
 def test_the_charts_defaults_and_every_example_pass_the_offline_schema() -> None:

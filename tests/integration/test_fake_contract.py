@@ -38,9 +38,9 @@ from typing import Any
 import pytest
 import yaml
 
-from aicr_runner.capabilities import FEATURES, HelpProbe
-from aicr_runner.classify import CtrfVerdict, DeployMarkers, Outcome, classify_ctrf, classify_validate
-from aicr_runner.progress import ComponentTable
+from aicr_runner.aicr.capabilities import FEATURES, HelpProbe
+from aicr_runner.aicr.classify import CtrfVerdict, DeployMarkers, Outcome, classify_ctrf, classify_validate
+from aicr_runner.aicr.progress import ComponentTable
 from tests.fake_aicr import install_fake_aicr
 from tests.real_aicr import RealAicr
 from tests.validator_cluster import Validators, validator_cluster

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from aicr_runner.aicr.release import fetch_aicr
 from aicr_runner.cli import main
-from aicr_runner.config import AicrSettings, PackSettings
-from aicr_runner.deadline import Cancellation, bounded
 from aicr_runner.errors import DownloadError, PackError
-from aicr_runner.pack import pull_pack
-from aicr_runner.release import fetch_aicr
+from aicr_runner.net.deadline import Cancellation, bounded
+from aicr_runner.pack.pull import pull_pack
+from aicr_runner.settings.config import AicrSettings, PackSettings
 from tests.fake_aicr import install_fake_aicr
 from tests.hostile_server import HostileRegistry, ReleaseServer, StalledListener, release_archive, tls_context
 from tests.integration.test_runs import clean_env

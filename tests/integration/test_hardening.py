@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
-from aicr_runner import config, provenance
+from aicr_runner.aicr import provenance
 from aicr_runner.cli import main
 from aicr_runner.errors import ConfigError, ProvenanceError
-from aicr_runner.sink import DirectorySink
-from aicr_runner.values import env_from_values
+from aicr_runner.kube.sink import DirectorySink
+from aicr_runner.settings import config
+from aicr_runner.settings.values_file import env_from_values
 from tests.fake_aicr import install_fake_aicr
 from tests.hostile_server import ReleaseServer
 from tests.integration.test_runs import clean_env

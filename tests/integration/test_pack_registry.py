@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from aicr_runner.config import PackSettings
 from aicr_runner.errors import ExitCode, PackAuthError, PackIntegrityError, PackNotFoundError
-from aicr_runner.pack import Placement, pull_pack
+from aicr_runner.pack.pull import Placement, pull_pack
+from aicr_runner.settings.config import PackSettings
 
 from .conftest import LocalRegistry, docker_config
 

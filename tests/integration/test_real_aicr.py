@@ -33,11 +33,11 @@ from typing import Any
 import pytest
 import yaml
 
-from aicr_runner import catalog as runtime_catalog
+from aicr_runner.aicr.recipe import dropped_values, parse_recipe
 from aicr_runner.cli import main
-from aicr_runner.config import Criteria
-from aicr_runner.names import CRITERIA_DIMENSIONS
-from aicr_runner.recipe import dropped_values, parse_recipe
+from aicr_runner.settings import criteria_catalog as runtime_catalog
+from aicr_runner.settings.config import Criteria
+from aicr_runner.settings.names import CRITERIA_DIMENSIONS
 from tests.real_aicr import ARCHIVE, LEAVES, TAG, THIN, UNKNOWN, FolderMirror, RealAicr, combo, release_dir
 
 ROOT = Path(__file__).resolve().parents[2]

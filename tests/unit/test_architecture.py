@@ -1,15 +1,17 @@
-"""docs/ARCHITECTURE.md's module map is the package, and the imports keep its layers.
+"""The package's folders are its layers, and docs/ARCHITECTURE.md maps the tree.
 
-The map lists every module of src/aicr_runner, and nothing else; the imports
-(those that run, at module level or inside functions, not the type-checking
-ones) form no cycle, the machine knows no step, and only the entry points
-import what sits above them.
+Every module of src/aicr_runner sits in a folder (a layer) or is one of the few
+top-level modules (the entry point, the exception tree, the logs). The layers are
+floors: a module imports only from a floor below its own (or from its own
+folder), never up and never sideways. The imports that run (at module level or
+inside functions; ``TYPE_CHECKING`` blocks left out) are read from the source.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,21 +22,51 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "aicr_runner"
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 
+#: The floors, lowest first. A unit is a folder or a top-level module; units on
+#: one floor do not import each other. ``__init__`` is the package's version.
+FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__", "errors", "masking", "text"}),
+    frozenset({"run"}),
+    frozenset({"net"}),
+    frozenset({"settings"}),
+    frozenset({"logs"}),
+    frozenset({"children", "kube", "pack"}),
+    frozenset({"aicr"}),
+    frozenset({"helm"}),
+    frozenset({"steps"}),
+    frozenset({"cli"}),
+    frozenset({"__main__"}),
+)
 
-def mapped_modules(text: str) -> list[str]:
-    """The modules the map's table names, in its order (second column of each row)."""
-    section = text.split("## Runtime modules (src/aicr_runner)", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| [^|`]+ \| `([A-Za-z_][A-Za-z0-9_]*)` \|", section, flags=re.MULTILINE)
+
+def module_name(path: Path, package: Path) -> str:
+    """``aicr/release.py`` -> ``aicr.release``; the package's own ``__init__.py`` -> ``__init__``."""
+    parts = path.relative_to(package).with_suffix("").parts
+    return "__init__" if parts == ("__init__",) else ".".join(parts)
 
 
-def package_modules() -> set[str]:
-    return {path.stem for path in PACKAGE.glob("*.py")}
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by dotted name (a folder's empty ``__init__`` left out)."""
+    found = {module_name(path, package): path for path in package.rglob("*.py")}
+    return {name: path for name, path in found.items() if not name.endswith(".__init__")}
 
 
-def imports_of(path: Path) -> set[str]:
+def unit_of(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+def floor_of(unit: str) -> int:
+    return next(index for index, floor in enumerate(FLOORS) if unit in floor)
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
     """The package's modules ``path`` imports when it runs (``TYPE_CHECKING`` blocks left out)."""
-    modules = package_modules()
     found: set[str] = set()
+
+    def resolve(dotted: str) -> str | None:
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
 
     class Visitor(ast.NodeVisitor):
         def visit_If(self, node: ast.If) -> None:
@@ -45,22 +77,36 @@ def imports_of(path: Path) -> set[str]:
             parts = (node.module or "").split(".")
             if parts[0] != "aicr_runner":
                 return
-            names = parts[1:2] or [alias.name for alias in node.names]
-            found.update(name for name in names if name in modules)
+            base = ".".join(parts[1:])
+            for alias in node.names:
+                target = resolve(f"{base}.{alias.name}" if base else alias.name) or resolve(base)
+                found.add(target or "__init__")
 
         def visit_Import(self, node: ast.Import) -> None:
             for alias in node.names:
                 parts = alias.name.split(".")
-                if parts[0] == "aicr_runner" and parts[1:2] and parts[1] in modules:
-                    found.add(parts[1])
+                if parts[0] == "aicr_runner" and (target := resolve(".".join(parts[1:]))):
+                    found.add(target)
 
     Visitor().visit(ast.parse(path.read_text()))
-    found.discard(path.stem)
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    return {path.stem: imports_of(path) for path in PACKAGE.glob("*.py")}
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    found = modules(package)
+    known = set(found)
+    return {name: imports_of(path, known) - {name} for name, path in found.items()}
+
+
+def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import that goes up a floor or sideways to another unit of the same floor."""
+    problems = []
+    for module, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            here, there = unit_of(module), unit_of(target)
+            if here != there and floor_of(there) >= floor_of(here):
+                problems.append(f"{module} imports {target}")
+    return problems
 
 
 def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
@@ -71,7 +117,7 @@ def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
     def visit(module: str) -> list[str] | None:
         state[module] = "open"
         path.append(module)
-        for imported in sorted(graph[module]):
+        for imported in sorted(graph.get(module, set())):
             if state.get(imported) == "open":
                 return [*path[path.index(imported) :], imported]
             if imported not in state and (found := visit(imported)):
@@ -86,19 +132,43 @@ def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_module_map_names_every_module_once_and_no_other() -> None:
-    mapped = mapped_modules(ARCHITECTURE.read_text())
-    assert sorted(set(mapped)) == sorted(mapped), "a module is in the map twice"
-    assert sorted(package_modules() - set(mapped)) == [], "modules missing from docs/ARCHITECTURE.md's map"
-    assert sorted(set(mapped) - package_modules()) == [], "the map names modules that do not exist"
+def mapped_modules(text: str) -> list[str]:
+    """The modules the map's table names, in its order (second column of each row)."""
+    section = text.split("## Runtime modules (src/aicr_runner)", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| [^|`]+ \| `([A-Za-z_][A-Za-z0-9_.]*)` \|", section, flags=re.MULTILINE)
 
 
-def test_the_map_reader_sees_a_missing_and_a_stale_row() -> None:
-    text = ARCHITECTURE.read_text()
-    row = next(line for line in text.splitlines() if line.startswith("| ") and "| `recovery` |" in line)
-    assert "recovery" not in mapped_modules(text.replace(row + "\n", ""))
-    stale = text.replace(row, row.replace("`recovery`", "`no_such_module`"))
-    assert "no_such_module" in mapped_modules(stale)
+def test_every_unit_of_the_tree_is_on_one_floor_and_there_are_at_least_five_folders() -> None:
+    units = {unit_of(name) for name in modules()}
+    placed = set().union(*FLOORS)
+    assert sorted(units - placed) == [], "a folder or top-level module is on no floor of FLOORS"
+    assert sorted(placed - units) == [], "FLOORS names a unit the package does not have"
+    assert sum(len(floor) for floor in FLOORS) == len(placed), "a unit is on two floors"
+    folders = sorted(path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file())
+    assert len(folders) >= 5, folders
+
+
+def test_every_folder_init_is_empty_so_version_imports_nothing_it_does_not_need() -> None:
+    inits = sorted(PACKAGE.glob("*/__init__.py"))
+    assert inits, "no layer folder found"
+    assert [str(init.relative_to(PACKAGE)) for init in inits if init.read_text().strip()] == []
+
+
+def test_imports_only_go_down_the_floors() -> None:
+    graph = import_graph()
+    assert graph, "the package's import graph is empty"
+    assert wrong_way_imports(graph) == []
+
+
+def test_the_floor_check_fails_on_a_planted_upward_import(tmp_path: Path) -> None:
+    planted = tmp_path / "aicr_runner"
+    shutil.copytree(PACKAGE, planted, ignore=shutil.ignore_patterns("__pycache__"))
+    deadline = planted / "net" / "deadline.py"
+    deadline.write_text(deadline.read_text() + "\nfrom aicr_runner.steps import table  # planted\n")
+    sideways = planted / "kube" / "sink.py"
+    sideways.write_text(sideways.read_text() + "\nimport aicr_runner.pack.pull  # planted\n")
+    graph = import_graph(planted)
+    assert wrong_way_imports(graph) == ["kube.sink imports pack.pull", "net.deadline imports steps.table"]
 
 
 def test_the_imports_form_no_cycle() -> None:
@@ -112,9 +182,25 @@ def test_the_cycle_finder_finds_one() -> None:
 
 def test_the_machine_knows_no_step_and_only_the_entry_points_import_what_is_above_them() -> None:
     graph = import_graph()
-    assert graph["machine"] <= {"report"}
-    assert sorted(m for m, imported in graph.items() if "steps" in imported) == ["cli"]
+    assert graph["run.machine"] <= {"run.report"}
+    assert sorted(m for m, imported in graph.items() if "steps.table" in imported) == ["cli"]
     assert sorted(m for m, imported in graph.items() if "cli" in imported) == ["__main__"]
+
+
+def test_the_module_map_names_every_module_once_and_no_other() -> None:
+    mapped = mapped_modules(ARCHITECTURE.read_text())
+    assert mapped, "docs/ARCHITECTURE.md's module map is empty"
+    assert sorted(set(mapped)) == sorted(mapped), "a module is in the map twice"
+    assert sorted(set(modules()) - set(mapped)) == [], "modules missing from docs/ARCHITECTURE.md's map"
+    assert sorted(set(mapped) - set(modules())) == [], "the map names modules that do not exist"
+
+
+def test_the_map_reader_sees_a_missing_and_a_stale_row() -> None:
+    text = ARCHITECTURE.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| ") and "| `helm.pending` |" in line)
+    assert "helm.pending" not in mapped_modules(text.replace(row + "\n", ""))
+    stale = text.replace(row, row.replace("`helm.pending`", "`helm.no_such_module`"))
+    assert "helm.no_such_module" in mapped_modules(stale)
 
 
 @pytest.mark.parametrize(
@@ -140,15 +226,15 @@ def test_the_function_length_check_counts_as_its_docstring_says(tmp_path: Path, 
 
 
 @pytest.mark.parametrize(("lines", "over"), [(450, False), (451, True)])
-def test_the_module_size_check_holds_steps_to_450_lines(tmp_path: Path, lines: int, over: bool) -> None:
-    package = tmp_path / "src" / "aicr_runner"
+def test_the_module_size_check_holds_the_step_table_to_450_lines(tmp_path: Path, lines: int, over: bool) -> None:
+    package = tmp_path / "src" / "aicr_runner" / "steps"
     package.mkdir(parents=True)
-    (package / "steps.py").write_text("x = 1\n" * lines)
+    (package / "table.py").write_text("x = 1\n" * lines)
     check = [sys.executable, str(ROOT / "scripts" / "check-function-length.py"), "--root", str(tmp_path)]
     result = subprocess.run(check, capture_output=True, text=True, check=False)
     assert result.returncode == (1 if over else 0), result.stderr
     if over:
-        assert "src/aicr_runner/steps.py: 451 lines, over its module limit of 450" in result.stderr
+        assert "src/aicr_runner/steps/table.py: 451 lines, over its module limit of 450" in result.stderr
 
 
 def test_no_function_in_the_package_is_over_the_limit() -> None:

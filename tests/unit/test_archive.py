@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from aicr_runner.archive import extract_members, safe_extract_all
 from aicr_runner.errors import ArchiveError, ExitCode, PackIntegrityError
+from aicr_runner.net.archive import extract_members, safe_extract_all
 
 Entry = Callable[[tarfile.TarFile], None]
 

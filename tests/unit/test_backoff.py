@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from aicr_runner.backoff import RETRYABLE_STATUS, BudgetedRetry, OutOfBudget, RetryNote, Transient, WaitPolicy
+from aicr_runner.net.retry import RETRYABLE_STATUS, BudgetedRetry, OutOfBudget, RetryNote, Transient, WaitPolicy
 
 
 class Clock:

@@ -26,8 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aicr_runner import cli, config
+from aicr_runner import cli
 from aicr_runner.errors import ConfigError
+from aicr_runner.settings import config
 
 P = config.ENV_PREFIX
 #: Most a refusal may print (stdout and stderr together).
@@ -501,7 +502,7 @@ def test_any_values_file_is_read_or_refused_with_a_bounded_message(body: bytes) 
     refused with ConfigError lines of bounded size; nothing else escapes."""
     import tempfile
 
-    from aicr_runner.values import load_values_file
+    from aicr_runner.settings.values_file import load_values_file
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "values.yaml"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aicr_runner.classify import (
+from aicr_runner.aicr.classify import (
     Classification,
     CtrfVerdict,
     DeployMarkers,

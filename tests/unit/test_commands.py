@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aicr_runner import commands, config
-from aicr_runner.config import RunnerSettings
-from aicr_runner.names import CRITERIA_DIMENSIONS, CRITERIA_FLAG_ORDER
+from aicr_runner.aicr import argv as commands
+from aicr_runner.settings import config
+from aicr_runner.settings.config import RunnerSettings
+from aicr_runner.settings.names import CRITERIA_DIMENSIONS, CRITERIA_FLAG_ORDER
 
 AICR = Path("/opt/aicr")
 RECIPE = Path("/w/recipe.yaml")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from aicr_runner import config
-from aicr_runner.config import Arch, Phase, PublishMode, load
 from aicr_runner.errors import ConfigError, ExitCode
+from aicr_runner.settings import config
+from aicr_runner.settings.config import Arch, Phase, PublishMode, load
 
 BASE = {"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100"}
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from aicr_runner.deadline import Cancellation, bounded
 from aicr_runner.errors import DownloadError, InterruptedRun
+from aicr_runner.net.deadline import Cancellation, bounded
 
 
 def over_budget() -> DownloadError:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from aicr_runner import logs
-from aicr_runner.job_events import EVENT_REASON, MESSAGE_LIMIT, HelmReleaseRef, report_failure
+from aicr_runner.kube.events import EVENT_REASON, MESSAGE_LIMIT, HelmReleaseRef, report_failure
 from tests.fakes import FakeKubeApi
 
 JOB = ("aicr", "nvidia-aicr-3f2a9c0d1e")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from aicr_runner.classify import DeployMarkers
+from aicr_runner.aicr.classify import DeployMarkers
 from tests.fake_aicr import install_fake_aicr
 
 LEGACY = {"FAKE_AICR_VERSION": "0.11.1"}

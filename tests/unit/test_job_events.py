@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aicr_runner import logs
-from aicr_runner.job_events import (
+from aicr_runner.aicr.progress import ProgressPublisher
+from aicr_runner.kube.events import (
     FAILED_COMPONENTS_ANNOTATION,
     MAX_EVENTS,
     MAX_PROGRESS_EVENTS,
@@ -16,9 +17,8 @@ from aicr_runner.job_events import (
     PROGRESS_INTERVAL_SECONDS,
     JobEvents,
 )
-from aicr_runner.machine import TRANSITIONS, Machine, State, StepResult, final_exit
-from aicr_runner.progress import ProgressPublisher
-from aicr_runner.report import RunPhase, RunReport, StepRecord, StepStatus
+from aicr_runner.run.machine import TRANSITIONS, Machine, State, StepResult, final_exit
+from aicr_runner.run.report import RunPhase, RunReport, StepRecord, StepStatus
 from tests.fakes import FakeKubeApi
 
 JOB = ("aicr", "nvidia-aicr-3f2a9c0d1e")

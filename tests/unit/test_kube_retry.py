@@ -16,9 +16,9 @@ import pytest
 from kubernetes import client
 from kubernetes.config import kube_config
 
-from aicr_runner import kube
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
-from aicr_runner.kube import ClientKubeApi, LeaseRecord
+from aicr_runner.kube import api as kube
+from aicr_runner.kube.api import ClientKubeApi, LeaseRecord
 
 
 @dataclass

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from aicr_runner.config import LeaseSettings
 from aicr_runner.errors import ExitCode, InterruptedRun, LeaseError
-from aicr_runner.kube import LeaseRecord
-from aicr_runner.lease import RELEASES_ANNOTATION, InstallLease
+from aicr_runner.kube.api import LeaseRecord
+from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
+from aicr_runner.settings.config import LeaseSettings
 from tests.fakes import FakeKubeApi
 
 NS = "aicr"

@@ -19,7 +19,7 @@ import pytest
 import structlog
 
 from aicr_runner import logs
-from aicr_runner.config import LogFormat
+from aicr_runner.settings.config import LogFormat
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 EVENTS: list[tuple[str, str, dict[str, Any]]] = [

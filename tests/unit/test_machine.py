@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from aicr_runner.machine import INCONCLUSIVE, TRANSITIONS, Machine, State, StepResult, final_exit
-from aicr_runner.report import RunPhase, RunReport, StepStatus
+from aicr_runner.run.machine import INCONCLUSIVE, TRANSITIONS, Machine, State, StepResult, final_exit
+from aicr_runner.run.report import RunPhase, RunReport, StepStatus
 
 ALL: list[State] = [s for s in State if s is not State.DONE]
 

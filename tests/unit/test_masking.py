@@ -395,7 +395,7 @@ def test_a_url_given_as_the_results_directory_of_a_run_is_refused(tmp_path: Path
 
 
 def test_a_reference_parsed_outside_the_settings_refuses_userinfo_before_quoting_a_part() -> None:
-    from aicr_runner.reference import InvalidReference, PackReference
+    from aicr_runner.net.reference import InvalidReference, PackReference
 
     with pytest.raises(InvalidReference) as caught:
         PackReference.parse("user:pk/S3cret@registry.example/org/pack:1.0")

@@ -24,8 +24,6 @@ import oras.logger
 import oras.provider
 import pytest
 
-from aicr_runner import pack
-from aicr_runner.config import PackSettings, load, shown
 from aicr_runner.errors import (
     ConfigError,
     ExitCode,
@@ -36,7 +34,9 @@ from aicr_runner.errors import (
     RunnerError,
 )
 from aicr_runner.logs import redact
-from aicr_runner.pack import (
+from aicr_runner.net.reference import InvalidReference
+from aicr_runner.pack import pull as pack
+from aicr_runner.pack.pull import (
     OCI_MANIFEST,
     OrasRegistry,
     PackLayer,
@@ -45,7 +45,7 @@ from aicr_runner.pack import (
     load_registry_credential,
     pull_pack,
 )
-from aicr_runner.reference import InvalidReference
+from aicr_runner.settings.config import PackSettings, load, shown
 
 REF = "registry.example.test/acme/pack:1.0"
 HOST = "registry.example.test"
@@ -1146,7 +1146,7 @@ def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes
     import sys
 
     probe = (
-        "import sys; import aicr_runner.pack; import oras.provider, oras.schemas; "
+        "import sys; import aicr_runner.pack.pull; import oras.provider, oras.schemas; "
         "print('jsonschema.validators' in sys.modules); "
         "oras.provider.jsonschema.validate({'schemaVersion': 2}, schema={'type': 'object'}); "
         "print('jsonschema.validators' in sys.modules)"

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aicr_runner.errors import InterruptedRun, ToolError
-from aicr_runner.process import (
+from aicr_runner.children.process import (
     ProcessResult,
     ProcessRunner,
     ShutdownController,
     SubprocessRunner,
     child_env,
 )
+from aicr_runner.errors import InterruptedRun, ToolError
 
 PY = sys.executable
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"}
@@ -382,13 +382,13 @@ def test_redact_hook_scrubs_the_log_file_and_the_relay(tmp_path: Path) -> None:
     assert (tmp_path / "step.log").read_text() == "token=***\nplain\n"
 
 
-# -- stopping deploy.sh only between helm operations (aicr_runner.helmguard) ------------------
+# -- stopping deploy.sh only between helm operations (aicr_runner.helm.guard) ------------------
 
 
 def guarded_deploy(tmp_path: Path, helm_seconds: float) -> tuple[list[str], dict[str, str], Path]:
     """A deploy.sh that runs two `helm upgrade` in a row through the guard's shim;
     the "real" helm records its start and end in a journal."""
-    from aicr_runner.helmguard import HelmGuard
+    from aicr_runner.helm.guard import HelmGuard
 
     journal = tmp_path / "journal"
     real = tmp_path / "real-helm"
@@ -406,7 +406,7 @@ def guarded_deploy(tmp_path: Path, helm_seconds: float) -> tuple[list[str], dict
 
 
 def test_a_shutdown_stops_deploy_sh_after_the_helm_in_flight_not_during_it(tmp_path: Path) -> None:
-    from aicr_runner.helmguard import HelmGuard
+    from aicr_runner.helm.guard import HelmGuard
 
     argv, env, journal = guarded_deploy(tmp_path, helm_seconds=1.5)
     shutdown = ShutdownController()
@@ -434,7 +434,7 @@ def test_a_shutdown_stops_deploy_sh_after_the_helm_in_flight_not_during_it(tmp_p
 
 
 def test_without_a_helm_in_flight_the_stop_is_immediate(tmp_path: Path) -> None:
-    from aicr_runner.helmguard import HelmGuard
+    from aicr_runner.helm.guard import HelmGuard
 
     script = tmp_path / "deploy.sh"
     script.write_text("#!/usr/bin/env bash\ntrap 'exit 130' TERM\nsleep 30 & wait $!\n")
@@ -457,7 +457,7 @@ def test_without_a_helm_in_flight_the_stop_is_immediate(tmp_path: Path) -> None:
 def test_the_shim_refuses_a_new_helm_operation_once_the_stop_was_requested(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from aicr_runner import helmguard
+    from aicr_runner.helm import guard as helmguard
 
     _, _, journal = guarded_deploy(tmp_path, helm_seconds=0)
     guard = helmguard.HelmGuard(tmp_path / "guard")
@@ -473,7 +473,7 @@ def test_the_output_pipe_is_widened_as_far_as_the_kernel_allows() -> None:
     run ahead and each read carry more lines."""
     import fcntl
 
-    from aicr_runner.process import _PIPE_BYTES, _widen_pipe
+    from aicr_runner.children.process import _PIPE_BYTES, _widen_pipe
 
     read, write = os.pipe()
     try:

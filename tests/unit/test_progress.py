@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from aicr_runner.classify import DeployMarkers
-from aicr_runner.progress import ComponentLine, ComponentTable, LineKind, component_line
+from aicr_runner.aicr.classify import DeployMarkers
+from aicr_runner.aicr.progress import ComponentLine, ComponentTable, LineKind, component_line
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "aicr-0.11.1-deploy"
 SCENARIOS: dict[str, dict[str, object]] = json.loads((FIXTURES / "scenarios.json").read_text())

@@ -24,10 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from aicr_runner.config import AicrSettings, ProvenanceMode, ProvenanceSettings, load
-from aicr_runner.errors import ExitCode, ProvenanceError, ToolError
-from aicr_runner.process import SubprocessRunner
-from aicr_runner.provenance import (
+from aicr_runner.aicr.provenance import (
     SLSA_PROVENANCE_V1,
     TRUSTED_ROOT_SOURCE,
     Attestation,
@@ -37,6 +34,9 @@ from aicr_runner.provenance import (
     explain_cosign_failure,
     read_attestation,
 )
+from aicr_runner.children.process import SubprocessRunner
+from aicr_runner.errors import ExitCode, ProvenanceError, ToolError
+from aicr_runner.settings.config import AicrSettings, ProvenanceMode, ProvenanceSettings, load
 from e2e.tools import npm_tarball, tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -436,7 +436,7 @@ def test_without_cosign_require_fails_and_warn_warns(material: tuple[Path, Path]
 
 def test_sha256_subjects_are_matched_too(tmp_path: Path) -> None:
     """aicr's statement names its binary by sha256 (npm's by sha512)."""
-    from aicr_runner.provenance import _matching_subject
+    from aicr_runner.aicr.provenance import _matching_subject
 
     binary = tmp_path / "aicr"
     binary.write_bytes(b"aicr binary")

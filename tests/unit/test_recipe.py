@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aicr_runner import config
-from aicr_runner.config import Criteria, RecipeExpectations
-from aicr_runner.errors import RecipeFormatError
-from aicr_runner.recipe import (
+from aicr_runner.aicr.recipe import (
     Component,
     RecipeSummary,
     check_expectations,
@@ -26,6 +23,9 @@ from aicr_runner.recipe import (
     thin_resolution_warnings,
     unknown_value,
 )
+from aicr_runner.errors import RecipeFormatError
+from aicr_runner.settings import config
+from aicr_runner.settings.config import Criteria, RecipeExpectations
 from tests.fake_aicr import install_fake_aicr
 
 NAMES = ("cert-manager", "nfd", "gpu-operator")

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from aicr_runner.config import LeaseSettings
+from aicr_runner.aicr.recipe import Component, RecipeSummary
+from aicr_runner.children.process import SubprocessRunner
 from aicr_runner.errors import ExitCode, HelmReleasePendingError
-from aicr_runner.kube import LeaseRecord
-from aicr_runner.lease import RELEASES_ANNOTATION, InstallLease
-from aicr_runner.process import SubprocessRunner
-from aicr_runner.recipe import Component, RecipeSummary
-from aicr_runner.recovery import PendingRelease, PendingReleases
+from aicr_runner.helm.pending import PendingRelease, PendingReleases
+from aicr_runner.kube.api import LeaseRecord
+from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
+from aicr_runner.settings.config import LeaseSettings
 from tests.fakes import FakeKubeApi
 
 HELM = """#!/bin/sh

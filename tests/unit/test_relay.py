@@ -26,13 +26,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aicr_runner import blockscan, classify, logs, progress
-from aicr_runner.config import LogFormat, load
-from aicr_runner.context import Mode, RunContext
-from aicr_runner.machine import Machine, State
-from aicr_runner.process import SubprocessRunner, _Delivery, _LineSplitter
-from aicr_runner.relays import deploy_relay
-from aicr_runner.sink import DirectorySink
+from aicr_runner import logs
+from aicr_runner.aicr import classify, progress
+from aicr_runner.aicr.relays import deploy_relay
+from aicr_runner.children import blockscan
+from aicr_runner.children.process import SubprocessRunner, _Delivery, _LineSplitter
+from aicr_runner.kube.sink import DirectorySink
+from aicr_runner.run.machine import Machine, State
+from aicr_runner.settings.config import LogFormat, load
+from aicr_runner.steps.context import Mode, RunContext
 
 #: No "*": the mask must not be able to form a secret; no whitespace: secrets are stripped.
 SECRET_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_:=+/.é─✓"

@@ -25,12 +25,12 @@ import pytest
 import respx
 
 from aicr_runner import logs as runner_logs
-from aicr_runner import release
-from aicr_runner.backoff import parse_retry_after
-from aicr_runner.binary import AicrBinary, use_preinstalled
-from aicr_runner.config import AicrSettings, Arch, LogFormat, Sha256Pins
+from aicr_runner.aicr import release
+from aicr_runner.aicr.binary import AicrBinary, use_preinstalled
+from aicr_runner.aicr.release import fetch_aicr
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ExitCode, ToolError
-from aicr_runner.release import fetch_aicr
+from aicr_runner.net.retry import parse_retry_after
+from aicr_runner.settings.config import AicrSettings, Arch, LogFormat, Sha256Pins
 from tests.hostile_server import self_signed_certificate
 
 BASE = "https://releases.example.test/NVIDIA/aicr/releases/download"

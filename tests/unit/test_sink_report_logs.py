@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from aicr_runner import logs
-from aicr_runner.config import LogFormat
 from aicr_runner.errors import CaptureError
-from aicr_runner.kube import configmap_body
-from aicr_runner.machine import Machine
-from aicr_runner.report import StepStatus
-from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, RESULT_LABELS, ConfigMapSink, DirectorySink
+from aicr_runner.kube.api import configmap_body
+from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, RESULT_LABELS, ConfigMapSink, DirectorySink
+from aicr_runner.run.machine import Machine
+from aicr_runner.run.report import StepStatus
+from aicr_runner.settings.config import LogFormat
 from tests.fakes import FakeKubeApi
 
 

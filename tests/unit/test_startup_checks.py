@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from aicr_runner import cli
-from aicr_runner.config import shown
+from aicr_runner.settings.config import shown
 
 P = "AICR_RUNNER_"
 

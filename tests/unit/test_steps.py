@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from aicr_runner.config import load
-from aicr_runner.context import Mode, RunContext
+from aicr_runner.children.process import ProcessResult
 from aicr_runner.errors import ExitCode
-from aicr_runner.machine import Machine, State
-from aicr_runner.process import ProcessResult
-from aicr_runner.report import StepStatus
-from aicr_runner.sink import CONFIGMAP_BUDGET_BYTES, ConfigMapSink, DirectorySink
-from aicr_runner.steps import Steps
+from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, ConfigMapSink, DirectorySink
+from aicr_runner.run.machine import Machine, State
+from aicr_runner.run.report import StepStatus
+from aicr_runner.settings.config import load
+from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.table import Steps
 from tests.fakes import FakeKubeApi
 
 
@@ -85,7 +85,7 @@ def validated(ctx: RunContext, exit_code: int) -> None:
 
 def resolved(ctx: RunContext, recipe_bytes: bytes) -> None:
     """Record that the recipe step resolved ``recipe_bytes``, as a run would."""
-    from aicr_runner.recipe import Component, RecipeSummary
+    from aicr_runner.aicr.recipe import Component, RecipeSummary
 
     ctx.recipe_path.write_bytes(recipe_bytes)
     ctx.recipe_summary = RecipeSummary(components=(Component("gpu-operator"),))
@@ -234,8 +234,8 @@ def test_aicr_that_cannot_report_its_version_is_exit_27(tmp_path: Path) -> None:
 def provenance_context(tmp_path: Path, processes: StubProcesses, **env: str) -> RunContext:
     """A preinstalled "aicr" that is really the sigstore@3.1.0 npm tarball, with that
     tarball's real provenance bundle as its attestation sidecar; real cosign, offline."""
-    from aicr_runner.process import SubprocessRunner
-    from aicr_runner.provenance import CosignVerifier
+    from aicr_runner.aicr.provenance import CosignVerifier
+    from aicr_runner.children.process import SubprocessRunner
     from e2e.tools import npm_tarball
     from tests.unit.test_provenance import BUNDLE, offline_environ
 
@@ -301,7 +301,7 @@ def test_assert_only_skips(tmp_path: Path, state: State, expected: str) -> None:
 
 def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -> RunContext:
     """A context whose PATH has a `helm` and whose recipe has gpu-operator in gpu-operator."""
-    from aicr_runner.recipe import Component, RecipeSummary
+    from aicr_runner.aicr.recipe import Component, RecipeSummary
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -393,9 +393,9 @@ def test_no_resolved_recipe_means_nothing_to_capture(tmp_path: Path) -> None:
 def recovery_context(tmp_path: Path, answers: dict[str, str], announced: list[str]) -> RunContext:
     """deploy_context whose helm answers per subcommand, holding a Lease whose
     previous holders announced ``announced``."""
-    from aicr_runner.config import LeaseSettings
-    from aicr_runner.kube import LeaseRecord
-    from aicr_runner.lease import RELEASES_ANNOTATION, InstallLease
+    from aicr_runner.kube.api import LeaseRecord
+    from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
+    from aicr_runner.settings.config import LeaseSettings
     from tests.fakes import FakeKubeApi
 
     ctx = deploy_context(tmp_path, [])
@@ -470,7 +470,7 @@ def test_a_pending_release_no_run_of_this_release_announced_is_left_alone_with_e
 
 
 def test_deploy_announces_its_releases_in_the_lease_before_deploy_sh(tmp_path: Path) -> None:
-    from aicr_runner.lease import RELEASES_ANNOTATION
+    from aicr_runner.kube.lease import RELEASES_ANNOTATION
 
     ctx = recovery_context(tmp_path, {"list": "[]"}, [])
     step(ctx, State.DEPLOY)
@@ -480,9 +480,9 @@ def test_deploy_announces_its_releases_in_the_lease_before_deploy_sh(tmp_path: P
 
 
 def test_a_waiting_run_shows_whom_it_waits_for_in_the_status_while_it_waits(tmp_path: Path) -> None:
-    from aicr_runner.config import LeaseSettings
-    from aicr_runner.kube import LeaseRecord
-    from aicr_runner.lease import InstallLease
+    from aicr_runner.kube.api import LeaseRecord
+    from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.settings.config import LeaseSettings
     from tests.fakes import FakeKubeApi
 
     ctx = context(tmp_path, StubProcesses())

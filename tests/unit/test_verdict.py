@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from aicr_runner.config import ValidateSettings, load
+from aicr_runner.aicr.verdict import validate_result
 from aicr_runner.errors import ExitCode
-from aicr_runner.machine import INCONCLUSIVE
-from aicr_runner.report import StepStatus
-from aicr_runner.verdict import validate_result
+from aicr_runner.run.machine import INCONCLUSIVE
+from aicr_runner.run.report import StepStatus
+from aicr_runner.settings.config import ValidateSettings, load
 
 READINESS = (
     "[INTERNAL] validation failed: [INVALID_REQUEST] readiness check failed: OS.release.ID expected ubuntu, got debian"

@@ -1,0 +1,136 @@
+"""Stop deploy.sh only between helm operations, never in the middle of one.
+
+deploy.sh runs one ``helm upgrade --install`` per component; a helm killed
+mid-operation leaves its release ``pending-*``. The runner therefore puts a
+``helm`` shim first on deploy.sh's PATH. For an operation that changes a release
+(install, upgrade, rollback, uninstall) the shim takes an exclusive ``flock`` on
+a lock file, refuses to start once a stop was requested, and otherwise runs the
+real helm while holding the lock, printing one line when it starts and one when
+it ends (the per-run log then shows every helm operation with its times).
+
+On SIGTERM the runner requests the stop and then takes the same lock: it gets it
+as soon as the helm operation in flight (if any) has finished, and from then on
+no new one can start. Holding it, the runner stops deploy.sh's process group:
+deploy.sh is between two components, its trap exits 130, and every release is
+in a settled state. Only when the grace period runs out first is helm cut (and
+the next run recovers the release it left pending).
+
+``python -m aicr_runner.helm.guard <real-helm> <state-dir> <helm args...>`` is the
+shim's body; it imports nothing but the standard library (it starts per call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["MUTATING_COMMANDS", "HelmGuard", "install_guard", "main"]
+
+#: helm subcommands (and aliases) that change a release.
+MUTATING_COMMANDS = frozenset({"install", "upgrade", "rollback", "uninstall", "delete", "del", "un"})
+LOCK_NAME = "helm.lock"
+STOP_NAME = "stop"
+#: deploy.sh's own "interrupted" code: the shim refused to start an operation.
+REFUSED_EXIT = 130
+PREFIX = "aicr-runner helm-guard:"
+
+
+def install_guard(search_path: str | None, state_dir: Path) -> HelmGuard | None:
+    """deploy.sh's helm (the one on ``search_path``) behind the guard, its state in
+    ``state_dir``; None without a helm on that path."""
+    helm = shutil.which("helm", path=search_path)
+    if helm is None:
+        return None
+    guard = HelmGuard(state_dir)
+    guard.install(str(Path(helm).absolute()))
+    return guard
+
+
+class HelmGuard:
+    """The runner's side: install the shim, request the stop, hold the lock."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.bin_dir = state_dir / "bin"
+        self._held: int | None = None
+
+    def install(self, real_helm: str, python: str = sys.executable) -> Path:
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / STOP_NAME).unlink(missing_ok=True)
+        shim = self.bin_dir / "helm"
+        shim.write_text(
+            "#!/bin/sh\n"
+            "# aicr-runner: stop deploy.sh only between helm operations (aicr_runner.helm.guard)\n"
+            f"exec {shlex.quote(python)} -m aicr_runner.helm.guard {shlex.quote(real_helm)} "
+            f'{shlex.quote(str(self.state_dir))} "$@"\n'
+        )
+        shim.chmod(0o755)
+        return self.bin_dir
+
+    def request_stop(self) -> None:
+        (self.state_dir / STOP_NAME).touch()
+
+    def try_hold(self) -> bool:
+        """Take the lock without waiting: True once no helm operation is in flight."""
+        if self._held is not None:
+            return True
+        fd = os.open(self.state_dir / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._held = fd
+        return True
+
+    def release(self) -> None:
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _describe(args: list[str]) -> str:
+    words = [a for a in args if not a.startswith("-")][:2]
+    namespace = ""
+    for flag in ("-n", "--namespace"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            namespace = args[args.index(flag) + 1]
+    return " ".join(words) + (f" -n {namespace}" if namespace else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    real_helm, state_dir, *args = argv if argv is not None else sys.argv[1:]
+    command = next((a for a in args if not a.startswith("-")), "")
+    if command not in MUTATING_COMMANDS:
+        os.execv(real_helm, [real_helm, *args])  # noqa: S606 - the real helm, verbatim
+    state = Path(state_dir)
+    fd = os.open(state / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    what = _describe(args)
+    if (state / STOP_NAME).exists():
+        print(f"{PREFIX} not starting helm {what}: the run is stopping between helm operations", flush=True)
+        return REFUSED_EXIT
+    started = time.monotonic()
+    print(f"{PREFIX} helm {what} started at {_now()}", flush=True)
+    code = 1
+    with contextlib.suppress(KeyboardInterrupt):
+        code = subprocess.call([real_helm, *args])
+        code = 128 - code if code < 0 else code
+    print(f"{PREFIX} helm {what} ended at {_now()} (exit {code}, {time.monotonic() - started:.1f}s)", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Where results land: ConfigMaps in a cluster, or a directory for local dry runs."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from aicr_runner.errors import CaptureError
+
+if TYPE_CHECKING:  # the Kubernetes API module (and its retry stack) only where a cluster is written
+    from aicr_runner.kube.api import KubeApi
+
+__all__ = [
+    "CONFIGMAP_BUDGET_BYTES",
+    "RESULT_LABELS",
+    "ConfigMapSink",
+    "DirectorySink",
+    "Sink",
+    "encoded",
+    "fit",
+    "payload_size",
+    "tar_gz",
+]
+
+#: The anchor's budget: a ConfigMap holds at most 1 MiB; keep headroom for metadata.
+CONFIGMAP_BUDGET_BYTES = 921_600
+
+#: Result objects are the runner's, not Helm's or Argo CD's: no instance label and
+#: no tracking annotation, so neither claims nor prunes them.
+RESULT_LABELS = {
+    "app.kubernetes.io/name": "nvidia-aicr",
+    "app.kubernetes.io/managed-by": "aicr-runner",
+}
+
+
+def encoded(text: str) -> bytes:
+    """``text`` as UTF-8; what is not (bytes that were not UTF-8, kept by Python as
+    lone surrogates) is written as an escape instead of failing the write."""
+    return text.encode("utf-8", "backslashreplace")
+
+
+def payload_size(data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> int:
+    return sum(len(encoded(v)) for v in data.values()) + sum(len(v) for v in (binary_data or {}).values())
+
+
+class Sink(Protocol):
+    def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None: ...
+
+    def describe(self, name: str) -> str:
+        """Where ``name`` lands, for log lines and the termination message."""
+        ...
+
+
+class ConfigMapSink:
+    def __init__(self, api: KubeApi, namespace: str, labels: Mapping[str, str] | None = None) -> None:
+        self._api = api
+        self.namespace = namespace
+        self._labels = {**RESULT_LABELS, **(labels or {})}
+
+    def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
+        size = payload_size(data, binary_data)
+        if size > CONFIGMAP_BUDGET_BYTES:
+            raise CaptureError(
+                f"ConfigMap {self.namespace}/{name} payload is {size} bytes, over the "
+                f"{CONFIGMAP_BUDGET_BYTES}-byte budget"
+            )
+        self._api.apply_configmap(self.namespace, name, data=data, binary_data=binary_data, labels=self._labels)
+
+    def describe(self, name: str) -> str:
+        return f"configmap {self.namespace}/{name}"
+
+
+class DirectorySink:
+    """Writes ``<root>/<name>/<key>``; each file is replaced atomically."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
+        target = self.root / name
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            for key, text in data.items():
+                _atomic_write(target / key, encoded(text))
+            for key, blob in (binary_data or {}).items():
+                _atomic_write(target / key, blob)
+        except OSError as exc:
+            raise CaptureError(f"writing {encoded(str(target)).decode()} failed: {exc.strerror or exc}") from exc
+
+    def describe(self, name: str) -> str:
+        return str(self.root / name)
+
+
+def _atomic_write(path: Path, content: bytes) -> None:
+    if "/" in path.name or path.name in ("", ".", ".."):
+        raise CaptureError(f"refusing to write result key {path.name!r}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fit(key: str, raw: bytes, budget: int) -> tuple[dict[str, str], dict[str, bytes]] | None:
+    """``raw`` as text under ``key``; over ``budget``, gzip-compressed in binaryData
+    under ``key.gz`` rather than dropped; None when even that does not fit."""
+    if len(raw) <= budget:
+        return {key: raw.decode(errors="replace")}, {}
+    import gzip  # only a payload over its budget: not on plan's path
+
+    packed = gzip.compress(raw, mtime=0)
+    if len(packed) <= budget:
+        return {}, {f"{key}.gz": packed}
+    return None
+
+
+def tar_gz(directory: Path, budget: int) -> bytes | None:
+    """The directory as tar+gzip, or None when it would exceed ``budget`` bytes."""
+    import tarfile  # the evidence step only: not on plan's path
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(directory.parent)), recursive=False)
+            if buffer.tell() > budget:
+                return None
+    data = buffer.getvalue()
+    return data if len(data) <= budget else None

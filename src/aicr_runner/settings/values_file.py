@@ -1,0 +1,260 @@
+"""Chart values to runtime settings, for ``aicr-runner plan --values``.
+
+Users try the same values file they will give ``helm install``. This maps the keys
+that mean something outside a cluster onto the ``AICR_RUNNER_*`` environment the
+chart renders; a test renders every example through the real chart and checks the
+two agree. Cluster-only keys (``CLUSTER_ONLY_VALUES``: Secrets, image, the Job's
+pod and scheduling, RBAC, the install Lease) are accepted and ignored: a local plan
+runs no pod and takes credentials from the environment
+(``AICR_RUNNER_PACK__CREDENTIALS_FILE``). A test holds every key of the chart's
+values.yaml to one of the two lists, so a new chart value must be classified.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aicr_runner.errors import ConfigError
+from aicr_runner.settings.config import ENV_PREFIX
+
+__all__ = ["CLUSTER_ONLY_VALUES", "VALUE_TO_ENV", "env_from_values", "load_values_file"]
+
+#: chart value path -> runtime variable (without the prefix)
+VALUE_TO_ENV: dict[str, str] = {
+    "service": "CRITERIA__SERVICE",
+    "accelerator": "CRITERIA__ACCELERATOR",
+    "intent": "CRITERIA__INTENT",
+    "os": "CRITERIA__OS",
+    "platform": "CRITERIA__PLATFORM",
+    "dataPack": "PACK__REF",
+    "dataPackPlainHTTP": "PACK__PLAIN_HTTP",
+    "dataPackInsecureTLS": "PACK__INSECURE_TLS",
+    "dataPackPullBudgetSeconds": "PACK__PULL_BUDGET_SECONDS",
+    "aicrVersion": "AICR__VERSION",
+    "aicrArch": "AICR__ARCH",
+    "aicrSha256.amd64": "AICR__SHA256__AMD64",
+    "aicrSha256.arm64": "AICR__SHA256__ARM64",
+    "aicrReleaseBaseUrl": "AICR__RELEASE_BASE_URL",
+    "aicrBinary.path": "AICR__BINARY",
+    "aicrBinary.sha256": "AICR__BINARY_SHA256",
+    "aicrDownload.attempts": "AICR__DOWNLOAD_ATTEMPTS",
+    "aicrDownload.timeoutSeconds": "AICR__DOWNLOAD_TIMEOUT_SECONDS",
+    "aicrDownload.budgetSeconds": "AICR__DOWNLOAD_BUDGET_SECONDS",
+    "aicrProvenance.mode": "AICR__PROVENANCE__MODE",
+    "aicrProvenance.identity": "AICR__PROVENANCE__IDENTITY",
+    "aicrProvenance.issuer": "AICR__PROVENANCE__ISSUER",
+    "aicrProvenance.trustedRoot": "AICR__PROVENANCE__TRUSTED_ROOT",
+    "recipeFlags": "RECIPE__FLAGS",
+    "recipeArgs": "RECIPE__ARGS",
+    "recipeConfigMap": "RECIPE__CONFIGMAP",
+    "recipe.expect.minComponents": "RECIPE__EXPECT__MIN_COMPONENTS",
+    "recipe.expect.components": "RECIPE__EXPECT__COMPONENTS",
+    "recipe.expect.overlays": "RECIPE__EXPECT__OVERLAYS",
+    "bundleFlags": "BUNDLE__FLAGS",
+    "bundleArgs": "BUNDLE__ARGS",
+    "storageClass": "BUNDLE__STORAGE_CLASS",
+    "deploy.enabled": "DEPLOY__ENABLED",
+    "deployFlags": "DEPLOY__FLAGS",
+    "deployArgs": "DEPLOY__ARGS",
+    "deploy.failOnComponentFailure": "DEPLOY__FAIL_ON_COMPONENT_FAILURE",
+    "environment.preinstalledDriver": "ENVIRONMENT__PREINSTALLED_DRIVER",
+    "validate.enabled": "VALIDATE__ENABLED",
+    "validate.phases": "VALIDATE__PHASES",
+    "validate.failOnError": "VALIDATE__FAIL_ON_ERROR",
+    "validate.emitEvidence": "VALIDATE__EMIT_EVIDENCE",
+    "validate.resultConfigMap": "VALIDATE__RESULT_CONFIGMAP",
+    "validate.evidenceConfigMap": "VALIDATE__EVIDENCE_CONFIGMAP",
+    "validateFlags": "VALIDATE__FLAGS",
+    "validateArgs": "VALIDATE__ARGS",
+    "validate.publish.enabled": "VALIDATE__PUBLISH__ENABLED",
+    "validate.publish.mode": "VALIDATE__PUBLISH__MODE",
+    "validate.publish.ref": "VALIDATE__PUBLISH__REF",
+    "validate.publish.failOnError": "VALIDATE__PUBLISH__FAIL_ON_ERROR",
+    "validate.publish.insecureTLS": "VALIDATE__PUBLISH__INSECURE_TLS",
+    "validate.publish.plainHTTP": "VALIDATE__PUBLISH__PLAIN_HTTP",
+    "statusConfigMap": "STATUS_CONFIGMAP",
+    "logFormat": "LOG_FORMAT",
+    "kubeWriteBudgetSeconds": "KUBE_WRITE_BUDGET_SECONDS",
+}
+
+
+#: Chart values (a key and everything under it) that mean something only in a
+#: cluster; ``plan --values`` accepts and ignores them.
+CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
+    {
+        "global",  # imageRegistry, imagePullSecrets: the pod's image
+        "image",
+        "imagePullSecrets",
+        "serviceAccount",
+        "rbac",
+        "job",  # the Job and its pod: scheduling, resources, labels, volumes, extraEnv
+        "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
+        "rerun",  # names a new Job
+        "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)
+        "dataPackSecret",  # Secrets: plan reads AICR_RUNNER_PACK__CREDENTIALS_FILE instead
+        "dataPackAuth",
+        "validate.publish.identityTokenSecret",
+        "validate.publish.registrySecret",
+    }
+)
+
+
+def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = values
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _as_env(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        # The chart drops empty phases (anchor V-17); lists are JSON arrays.
+        return json.dumps([item for item in value if item != ""])
+    return str(value)
+
+
+def env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
+    """The ``AICR_RUNNER_*`` variables for the keys ``values`` sets."""
+    env: dict[str, str] = {}
+    for dotted, name in VALUE_TO_ENV.items():
+        present, value = _lookup(values, dotted)
+        if present:
+            env[ENV_PREFIX + name] = _as_env(value)
+    return env
+
+
+#: A values file is a few KiB; more than this is not one (``/dev/zero``, a log).
+MAX_VALUES_BYTES = 1024 * 1024
+#: Values after YAML aliases are expanded: an alias bomb stops here, not at 226 MB.
+MAX_VALUES_NODES = 100_000
+#: Longest cut of a parser's message that is printed.
+_MESSAGE_CHARS = 300
+
+
+def _helm_loader() -> type[Any]:
+    """PyYAML's safe loader reading numbers as Helm's YAML library does: ``1e3``
+    is a number there (YAML 1.2), a string in PyYAML's YAML 1.1."""
+    import re
+
+    import yaml
+
+    class HelmLoader(yaml.SafeLoader):
+        # A copy: add_implicit_resolver must not change PyYAML's own SafeLoader.
+        yaml_implicit_resolvers = {  # noqa: RUF012 - PyYAML keeps its resolvers in a class attribute
+            key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
+
+    HelmLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
+    return HelmLoader
+
+
+def _expanded_size(document: Any, budget: int) -> int:
+    """How many values ``document`` holds with every alias expanded, counting up
+    to ``budget`` + 1 (a cycle or a bomb stops there)."""
+    stack, count = [document], 0
+    while stack and count <= budget:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
+
+
+def _masked(text: str) -> str:
+    """A parser's message without a user or password: each quoted token masked
+    (``masking``), and the whole message when an '@' is left outside them."""
+    import re
+
+    from aicr_runner.masking import has_userinfo, mask_userinfo
+
+    if has_userinfo(re.sub(r"'[^']*'", "''", text)):
+        return "a problem with a value, not quoted: it may hold a user or password"
+    return re.sub(r"'([^']{2,})'", lambda m: f"'{mask_userinfo(m.group(1))}'", text)
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """What PyYAML found and where, without its snippet of the document (the
+    line it quotes may hold a password)."""
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    said = ", ".join(str(part) for part in parts if part) or type(exc).__name__
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return _masked(_cut(said)) + at
+
+
+def load_values_file(path: Path) -> dict[str, Any]:
+    """The chart values in ``path``, checked against the chart's schema as
+    ``helm install -f`` checks them. Raises ``ConfigError``: one line for a file
+    that is not a values document, Helm's schema report otherwise."""
+    import yaml
+
+    from aicr_runner.masking import mask_userinfo
+    from aicr_runner.settings.config import escaped
+
+    where = f"--values {escaped(mask_userinfo(str(path)), 200)}"
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_VALUES_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError([f"{where}: {exc.strerror or exc}"]) from exc
+    if len(raw) > MAX_VALUES_BYTES:
+        raise ConfigError([f"{where}: larger than {MAX_VALUES_BYTES} bytes; a chart values file is a few KiB"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"]
+        ) from None
+    try:
+        document = yaml.load(text, Loader=_helm_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{where}: not valid YAML ({_yaml_problem(exc)})"]) from None
+    except RecursionError:
+        raise ConfigError([f"{where}: nested too deeply to be chart values"]) from None
+    except (ValueError, OverflowError) as exc:  # a value PyYAML cannot build (an integer of 5,000 digits)
+        raise ConfigError([f"{where}: a value cannot be read ({_masked(_cut(str(exc)))})"]) from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise ConfigError([f"{where}: must be a mapping of chart values, found {type(document).__name__}"])
+    if _expanded_size(document, MAX_VALUES_NODES) > MAX_VALUES_NODES:
+        raise ConfigError(
+            [f"{where}: more than {MAX_VALUES_NODES} values once YAML aliases are expanded (an alias bomb?)"]
+        )
+    _check_schema(document, where)
+    return document
+
+
+def _check_schema(document: dict[str, Any], where: str) -> None:
+    from aicr_runner.settings import values_schema as valueschema
+
+    try:
+        found = valueschema.problems(document)
+    except ValueError as exc:  # what JSON cannot hold: Helm refuses to parse the file
+        raise ConfigError([f"{where}: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{where}: nested too deeply to be chart values"]) from None
+    if found:
+        lines = valueschema.render(found)
+        raise ConfigError([f"{where}: {lines[0]}", *lines[1:]], report=True)

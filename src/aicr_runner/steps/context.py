@@ -1,0 +1,160 @@
+"""What the steps of one run share: its settings and externals, and what each step found.
+
+``RunContext`` is filled in as the run goes (the aicr binary, the pack, the
+resolved recipe, the detected aicr version) and runs each step's children
+(``run_child``): output to the state's log file and the pod log, a child a
+shutdown stopped turned into ``InterruptedRun``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aicr_runner.aicr import capabilities, recipe
+from aicr_runner.aicr.relays import aicr_relay
+from aicr_runner.children.process import ProcessResult, ProcessRunner, child_env
+from aicr_runner.errors import InterruptedRun
+from aicr_runner.kube.sink import Sink
+from aicr_runner.run.machine import State
+from aicr_runner.run.report import RunReport
+from aicr_runner.settings.config import RunnerSettings
+
+if TYPE_CHECKING:
+    from aicr_runner.aicr.binary import AicrBinary
+    from aicr_runner.aicr.provenance import SignatureVerifier
+    from aicr_runner.helm.guard import HelmGuard
+    from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.pack.pull import PulledPack
+
+__all__ = ["Mode", "RunContext", "fetch_aicr", "pull_pack"]
+
+
+def pull_pack(*args: Any, **kwargs: Any) -> PulledPack:
+    """``pack.pull_pack``, imported when a pack is pulled: oras and requests are
+    heavy, and a run with a local pack or none never needs them."""
+    from aicr_runner.pack.pull import pull_pack as pull
+
+    return pull(*args, **kwargs)
+
+
+def fetch_aicr(*args: Any, **kwargs: Any) -> AicrBinary:
+    """``release.fetch_aicr``, imported when aicr is downloaded (httpx is heavy)."""
+    from aicr_runner.aicr.release import fetch_aicr as fetch
+
+    return fetch(*args, **kwargs)
+
+
+class Mode(StrEnum):
+    RUN = "run"
+    PLAN = "plan"
+
+
+@dataclass
+class RunContext:
+    settings: RunnerSettings
+    mode: Mode
+    sink: Sink
+    processes: ProcessRunner
+    environ: Mapping[str, str]
+    report: RunReport
+    aicr_binary: Path | None = None
+    pack_dir: Path | None = None
+    pull: Callable[..., PulledPack] = pull_pack
+    fetch: Callable[..., AicrBinary] = fetch_aicr
+    #: What a preinstalled aicr printed for --version before the start line (not asked twice).
+    version_output: list[str] | None = None
+    #: True once SIGTERM/SIGINT arrived: network steps stop at once.
+    interrupted: Callable[[], bool] = lambda: False
+    #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
+    verifier: SignatureVerifier | None = None
+    #: The install Lease (None: runs are not serialised, e.g. outside a cluster).
+    lease: InstallLease | None = None
+    #: Writes the run report now (the status ConfigMap), e.g. while waiting.
+    progress: Callable[[], None] = lambda: None
+    #: Told the deploy step's progress (``ComponentTable.snapshot``) after each write (Events on the Job).
+    on_deploy_progress: Callable[[dict[str, Any]], None] = lambda snapshot: None
+    #: Called by the renewal thread when the Lease is lost (the run must stop).
+    on_lease_lost: Callable[[str], None] = lambda reason: None
+    # Filled in as the run goes.
+    aicr: Path | None = None
+    pack: Path | None = None
+    recipe_summary: recipe.RecipeSummary | None = None
+    completion_line: str = ""
+    #: What the binary said it is (``aicr --version``), once fetched.
+    aicr_version: capabilities.AicrVersion | None = None
+
+    @property
+    def behaviour(self) -> capabilities.Behaviour:
+        """How the running aicr talks; the pinned version's until the fetch told."""
+        if self.aicr_version is not None:
+            return capabilities.behaviour_of(self.aicr_version.numbers)
+        pinned = capabilities.AicrVersion.parse(f"aicr version {self.settings.aicr.version}")
+        return capabilities.behaviour_of(pinned.numbers if pinned else (0, 0, 0))
+
+    @property
+    def work(self) -> Path:
+        return self.settings.work_path
+
+    @property
+    def recipe_path(self) -> Path:
+        return self.work / "recipe.yaml"
+
+    @property
+    def bundle_dir(self) -> Path:
+        return self.work / "bundle"
+
+    @property
+    def ctrf_path(self) -> Path:
+        return self.work / "ctrf.json"
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.work / "evidence"
+
+    def log_path(self, state: State) -> Path:
+        path = self.work / "logs" / f"{state.value}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def run_child(
+        self,
+        state: State,
+        argv: list[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        tail: deque[str] | None = None,
+        on_line: Callable[[str], None] | None = None,
+        on_block: Callable[[str], None] | None = None,
+        cwd: Path | None = None,
+        safe_stop: HelmGuard | None = None,
+    ) -> ProcessResult:
+        """Run a step's child: its output in the state's log file and relayed to the
+        pod log; a child the shutdown stopped raises ``InterruptedRun``."""
+        relay = on_block or aicr_relay(state.value, tail, on_line)
+        child = env if env is not None else child_env(self.environ)
+        log_path = self.log_path(state)
+        run = self.processes.run
+        result = (
+            run(argv, env=child, cwd=cwd or self.work, log_path=log_path, on_block=relay, safe_stop=safe_stop)
+            if safe_stop is not None
+            else run(argv, env=child, cwd=cwd or self.work, log_path=log_path, on_block=relay)
+        )
+        if result.safe_point:
+            raise InterruptedRun(
+                f"interrupted: a shutdown was requested; {state} was stopped between two helm operations "
+                f"(none was cut, exit {result.exit_code}); the next run of this release takes over"
+            )
+        if result.stopped:
+            # The runner stopped the child after the grace period; a child that
+            # finished within it keeps its outcome and the machine stops the run.
+            hint = "; check `helm list -A --pending`, then re-run" if state is State.DEPLOY else ""
+            raise InterruptedRun(
+                f"interrupted: {state} did not finish within the {self.settings.shutdown_grace_seconds:.0f}s grace "
+                f"period and was stopped (exit {result.exit_code}){hint}"
+            )
+        return result

@@ -1,0 +1,77 @@
+"""The deploy step's run of deploy.sh: its helm behind the guard, its output
+relayed and read by the markers, its per-component progress published as it
+goes; and the Helm releases a dead predecessor left pending, settled first."""
+
+from __future__ import annotations
+
+import os
+
+from aicr_runner.aicr import argv as commands
+from aicr_runner.aicr import classify
+from aicr_runner.aicr.progress import ProgressPublisher
+from aicr_runner.aicr.relays import aicr_relay, deploy_relay
+from aicr_runner.children.process import child_env
+from aicr_runner.errors import InterruptedRun
+from aicr_runner.helm.guard import install_guard
+from aicr_runner.helm.pending import PendingReleases
+from aicr_runner.run.machine import State
+from aicr_runner.steps.context import RunContext
+
+__all__ = ["bundled_components", "pending_releases", "run_deploy_sh"]
+
+
+def bundled_components(ctx: RunContext) -> int:
+    """How many components deploy.sh will install, for a deploy.sh that does not
+    say (0.11, flat layout: one folder per component); 0 when unknown."""
+    summary = ctx.recipe_summary
+    if summary is None or ctx.behaviour.per_component_results:
+        return 0
+    return sum(1 for c in summary.components if (ctx.bundle_dir / c.name).is_dir())
+
+
+def pending_releases(ctx: RunContext) -> PendingReleases:
+    """The run's view of the Helm releases an interrupted helm left pending."""
+    return PendingReleases(
+        ctx.processes,
+        ctx.environ,
+        ctx.work,
+        relay=aicr_relay(State.DEPLOY.value),
+        recoveries=ctx.report.recoveries,
+        progress=ctx.progress,
+        step=State.DEPLOY.value,
+    )
+
+
+def run_deploy_sh(ctx: RunContext, markers: classify.DeployMarkers) -> int:
+    """deploy.sh's exit code; its helm behind the guard (when there is a helm),
+    its output relayed and read by ``markers``, its progress published as it goes."""
+    guard = install_guard(ctx.environ.get("PATH"), ctx.work / "helm-guard")
+    env = child_env(ctx.environ)
+    if guard is not None:
+        env["PATH"] = os.pathsep.join([str(guard.bin_dir), env.get("PATH", "")])
+    record = ctx.report.step(State.DEPLOY.value)
+    table = markers.components
+
+    def publish() -> None:
+        record.progress = table.snapshot()
+        ctx.progress()
+        ctx.on_deploy_progress(record.progress)
+
+    try:
+        with ProgressPublisher(publish) as publisher:
+            markers.on_component = publisher.changed
+            result = ctx.run_child(
+                State.DEPLOY,
+                commands.deploy_argv(ctx.settings, ctx.bundle_dir),
+                env=env,
+                on_block=deploy_relay(State.DEPLOY.value, markers),
+                cwd=ctx.bundle_dir,
+                safe_stop=guard,
+            )
+    except InterruptedRun:
+        table.finish(exit_code=143, interrupted=True)
+        record.progress = table.snapshot()
+        raise
+    table.finish(exit_code=result.exit_code, interrupted=result.interrupted)
+    record.progress = table.snapshot()
+    return result.exit_code

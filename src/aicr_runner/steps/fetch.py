@@ -1,0 +1,146 @@
+"""The fetch step's work: the aicr binary the run uses, checked before it is trusted.
+
+A preinstalled binary (checked against its sha256 when one is given) or the
+pinned release, downloaded and verified within its download budget; then its
+Sigstore provenance, verified before aicr runs at all (``--version`` included)
+and recorded in the run report whatever the outcome; then its version, asked
+once (``aicr --version``) and recorded, so the run knows what it can do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aicr_runner import logs
+from aicr_runner.aicr import capabilities
+from aicr_runner.aicr.provenance import CosignVerifier, ProvenanceCheck, check_provenance
+from aicr_runner.children.process import child_env
+from aicr_runner.errors import DownloadError, RunnerError, ToolError
+from aicr_runner.net import deadline
+from aicr_runner.run.machine import State
+from aicr_runner.settings.config import ENV_PREFIX
+from aicr_runner.steps.context import Mode, RunContext
+
+if TYPE_CHECKING:
+    from aicr_runner.aicr.binary import AicrBinary
+
+__all__ = ["detect_version", "help_text", "known_values", "obtain", "probe_help", "verify_provenance"]
+
+
+def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
+    """The aicr binary, how the step names it, and whether it was preinstalled."""
+    aicr = ctx.settings.aicr
+    override = ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
+    if override is not None:
+        from aicr_runner.aicr.binary import use_preinstalled
+
+        # Children run in the work directory: a relative path would point elsewhere there.
+        binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
+        return binary, f"preinstalled {binary.path}", True
+    try:
+        binary = _download(ctx, ctx.work / "aicr-release", aicr.download_budget_seconds)
+    except DownloadError as exc:
+        if ctx.mode is Mode.PLAN and "--aicr-binary" not in exc.message:
+            exc.message += (
+                f"; to plan without downloading, give a local aicr (--aicr-binary PATH) or a "
+                f"mirror of the releases ({ENV_PREFIX}AICR__RELEASE_BASE_URL)"
+            )
+        raise
+    return binary, f"{binary.source_url} (sha256 {binary.tarball_sha256})", False
+
+
+def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
+    aicr = ctx.settings.aicr
+    return deadline.bounded(
+        lambda cancelled: ctx.fetch(aicr, dest, cancelled=cancelled),
+        budget_seconds=budget,
+        interrupted=ctx.interrupted,
+        what="the aicr download",
+        over_budget=lambda: DownloadError(
+            f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
+            f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
+            f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
+            "(--aicr-binary / aicrBinary.path)"
+        ),
+    )
+
+
+def verify_provenance(ctx: RunContext, binary: AicrBinary) -> ProvenanceCheck:
+    """aicr's Sigstore provenance, recorded in the run report whatever the outcome."""
+    aicr = ctx.settings.aicr
+    verifier = ctx.verifier or CosignVerifier(ctx.processes, ctx.environ)
+    try:
+        provenance = check_provenance(binary.path, binary.attestation_path, aicr, verifier, ctx.work)
+    except RunnerError as exc:
+        ctx.report.provenance = {"mode": aicr.provenance.mode.value, "status": "failed", "reason": exc.message}
+        raise
+    ctx.report.provenance = provenance.to_dict()
+    return provenance
+
+
+def detect_version(ctx: RunContext, binary: Path, *, preinstalled: bool) -> capabilities.AicrVersion:
+    """What the binary says it is, recorded; one that names no release version is
+    probed (its ``--help``), never taken for the pin; a downloaded one that is not
+    its tag is warned about."""
+    log = logs.get_logger()
+    pinned = ctx.settings.aicr.version
+    printed = _version_lines(ctx, binary, preinstalled=preinstalled)
+    version = capabilities.AicrVersion.parse("\n".join(printed))
+    if version is None:
+        version = capabilities.AicrVersion.detected(logs.redact(" ".join(printed)), probe_help(ctx, binary))
+        log.warning(
+            "aicr names no release version (a build without release version data?); "
+            "its capabilities were detected from the flags its --help lists",
+            step=State.FETCH.value,
+            reported=version.line,
+            behaves_as=f"aicr >= v{'.'.join(map(str, version.numbers))}",
+        )
+    ctx.aicr_version = version
+    ctx.report.aicr_version = version.text
+    log.info("aicr version detected", step=State.FETCH.value, aicr=version.text, reported=version.line)
+    if not preinstalled and not version.detected_from_flags and version.text != pinned:
+        log.warning(
+            "the downloaded aicr reports another version than its release tag",
+            step=State.FETCH.value,
+            tag=pinned,
+            aicr=version.text,
+        )
+    return version
+
+
+def probe_help(ctx: RunContext, binary: Path) -> capabilities.HelpProbe:
+    """``aicr --help`` and each probed subcommand's ``--help`` (kept in the work
+    directory's logs, not relayed: they are long and say nothing about the run)."""
+    texts = {sub: help_text(ctx, [str(binary), sub, "--help"]) for sub in capabilities.HelpProbe.SUBCOMMANDS}
+    return capabilities.HelpProbe.read(help_text(ctx, [str(binary), "--help"]), texts)
+
+
+def help_text(ctx: RunContext, argv: list[str]) -> str:
+    """What a ``--help`` call printed (stdout and stderr)."""
+    lines: list[str] = []
+    name = "-".join(["help", *argv[1:-1]])
+    ctx.processes.run(
+        argv, env=child_env(ctx.environ), cwd=ctx.work, log_path=ctx.work / "logs" / f"{name}.log", on_line=lines.append
+    )
+    return "\n".join(lines)
+
+
+def known_values(ctx: RunContext, binary: Path) -> Mapping[str, tuple[str, ...]]:
+    """The criteria values the running aicr accepts, as its ``recipe --help`` lists them."""
+    version = ctx.aicr_version
+    if version is not None and version.probe is not None:
+        return version.probe.values
+    return capabilities.listed_values(help_text(ctx, [str(binary), "recipe", "--help"]))
+
+
+def _version_lines(ctx: RunContext, binary: Path, *, preinstalled: bool) -> list[str]:
+    """What ``aicr --version`` prints; a preinstalled binary was asked for the start line already."""
+    if preinstalled and ctx.version_output is not None:
+        return list(ctx.version_output)
+    printed: list[str] = []
+    result = ctx.run_child(State.FETCH, [str(binary), "--version"], on_line=printed.append)
+    if result.exit_code != 0:
+        raise ToolError(f"{binary} --version exited {result.exit_code}")
+    return printed

@@ -1,0 +1,437 @@
+"""One method per state of the run; ``Steps.<state name>`` is that state's code.
+
+Each step returns a ``StepResult`` and never raises: a ``RunnerError`` becomes a
+failed result with its exit code, anything else an internal error whose traceback
+goes to the work directory (never to the pod log as a wall of text).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from aicr_runner import logs
+from aicr_runner.aicr import argv as commands
+from aicr_runner.aicr import capabilities, classify, recipe
+from aicr_runner.aicr.classify import Outcome
+from aicr_runner.aicr.progress import ComponentTable
+from aicr_runner.aicr.verdict import validate_result
+from aicr_runner.children.process import child_env
+from aicr_runner.errors import (
+    AicrContractError,
+    CaptureError,
+    ExitCode,
+    HelmReleasePendingError,
+    InterruptedRun,
+    PackError,
+    RunnerError,
+)
+from aicr_runner.kube import sink
+from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
+from aicr_runner.net import deadline
+from aicr_runner.run.machine import State, StepResult
+from aicr_runner.run.report import StepStatus, utcnow
+from aicr_runner.settings import criteria_catalog as catalog
+from aicr_runner.settings.config import ENV_PREFIX
+from aicr_runner.steps import deploy as deploy_run
+from aicr_runner.steps import fetch as acquire
+from aicr_runner.steps.context import Mode, RunContext
+
+__all__ = ["Steps"]
+
+#: Lines of a failing command kept to explain the failure (never the whole output).
+_TAIL_LINES = 60
+
+
+class Steps:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.s = ctx.settings
+        self.log = logs.get_logger()
+
+    def functions(self) -> dict[State, Callable[[], StepResult]]:
+        """Every state's step, found by the state's name."""
+        table: dict[State, Callable[[], StepResult]] = {}
+        for state in State:
+            if state is not State.DONE:
+                method = getattr(self, state.name.lower())
+                table[state] = self._guarded(state, method)
+        return table
+
+    def _guarded(self, state: State, method: Callable[[], StepResult]) -> Callable[[], StepResult]:
+        def run() -> StepResult:
+            log = self.log.bind(step=state.value)
+            log.info("step started")
+            try:
+                result = method()
+            except InterruptedRun as exc:
+                result = StepResult(StepStatus.INTERRUPTED, int(exc.exit_code), exc.message)
+            except RunnerError as exc:
+                result = StepResult.failed(int(exc.exit_code), exc.message)
+            except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
+                where = logs.write_traceback(self.ctx.work)
+                result = StepResult.failed(
+                    ExitCode.INTERNAL,
+                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} ({where})",
+                )
+            record = self.ctx.report.step(state.value)
+            started = record.started_at
+            log.info(
+                "step ended",
+                outcome=result.status.value,
+                exit_code=result.exit_code,
+                reason=result.reason,
+                duration_s=None if started is None else round(_elapsed(started), 3),
+            )
+            return result
+
+        return run
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _deploying(self) -> bool:
+        return self.ctx.mode is Mode.PLAN or self.s.deploy.enabled
+
+    def _validate_exit(self) -> int | None:
+        """validate's exit code once it ran (or was stopped); None when it did not run."""
+        record = self.ctx.report.step(State.VALIDATE.value)
+        if record.status in (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED):
+            return None
+        return record.exit_code
+
+    @property
+    def _binary(self) -> Path:
+        if self.ctx.aicr is None:
+            raise RunnerError("aicr is not available (the fetch step did not succeed)")
+        return self.ctx.aicr
+
+    # -- steps -------------------------------------------------------------------
+
+    def fetch(self) -> StepResult:
+        binary, how, preinstalled = acquire.obtain(self.ctx)
+        # Provenance is verified before aicr runs at all, --version included.
+        provenance = acquire.verify_provenance(self.ctx, binary)
+        self.ctx.aicr = binary.path
+        version = acquire.detect_version(self.ctx, binary.path, preinstalled=preinstalled)
+        refused = capabilities.unsupported(self.s, version)
+        if refused:
+            return StepResult.failed(ExitCode.BAD_INPUT, "; ".join(refused), classification="aicr-version-unsupported")
+        criteria = capabilities.criteria_refusals(self.s, version) if preinstalled else []
+        if criteria:
+            return StepResult.failed(ExitCode.BAD_INPUT, "; ".join(criteria), classification="criteria-refused")
+        if provenance.warning:
+            return StepResult.warned(
+                f"aicr {version.text} from {how}; {provenance.warning}", classification="provenance-unverified"
+            )
+        if provenance.verified is None:
+            return StepResult.ok(f"aicr {version.text} from {how}; provenance not checked (mode off)")
+        return StepResult.ok(f"aicr {version.text} from {how}; {provenance.verified.summary()}")
+
+    def pack(self) -> StepResult:
+        if self.ctx.pack_dir is not None:
+            if not (self.ctx.pack_dir / "registry.yaml").is_file():
+                return StepResult.failed(
+                    ExitCode.PACK_VERIFICATION_FAILED,
+                    f"pack directory {self.ctx.pack_dir} has no registry.yaml; aicr requires it even as a stub",
+                )
+            self.ctx.pack = self.ctx.pack_dir
+            return StepResult.ok(f"local pack {self.ctx.pack_dir}")
+        if not self.s.pack.ref:
+            return StepResult.skipped("no data pack")
+        target = self.ctx.work / "pack"
+        shutil.rmtree(target, ignore_errors=True)
+        budget = self.s.pack.pull_budget_seconds
+        pulled = deadline.bounded(
+            lambda cancelled: self.ctx.pull(self.s.pack, target, cancelled=cancelled),
+            budget_seconds=budget,
+            interrupted=self.ctx.interrupted,
+            what="the data pack pull",
+            over_budget=lambda: PackError(
+                f"the data pack pull of {self.s.pack.ref} did not finish within the {budget:g}s pull budget "
+                f"({ENV_PREFIX}PACK__PULL_BUDGET_SECONDS); the registry is slow or stalled"
+            ),
+        )
+        self.ctx.pack = pulled.path
+        return StepResult.ok(f"pulled {pulled.ref} ({pulled.manifest_digest}, {len(pulled.layers)} layers)")
+
+    def recipe(self) -> StepResult:
+        self.ctx.recipe_path.unlink(missing_ok=True)
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+
+        def watch(line: str) -> None:
+            if self.ctx.behaviour.completion_message in line:
+                self.ctx.completion_line = logs.format_relayed_line(line)
+
+        argv = commands.recipe_argv(self.s, self._binary, self.ctx.pack, self.ctx.recipe_path)
+        result = self.ctx.run_child(State.RECIPE, argv, tail=tail, on_line=watch)
+        if result.exit_code != 0:
+            message, supported = recipe.parse_rejection(list(tail))
+            unknown = recipe.unknown_value(message)
+            if unknown is not None and not supported:
+                return self._unknown_criteria_value(result.exit_code, message, *unknown)
+            if supported:
+                self.ctx.report.supported_combinations = supported
+                rejected = recipe.with_supported(message, supported)
+                self.log.error(f"CRITERIA REJECTED: {rejected}", step=State.RECIPE.value)
+            return StepResult.failed(
+                result.exit_code,
+                f"aicr recipe failed (exit {result.exit_code}): {message}",
+                classification="criteria-rejected" if supported else "recipe-failed",
+            )
+        if not self.ctx.recipe_path.is_file():
+            raise AicrContractError(
+                f"aicr broke its contract: aicr recipe exited 0 but wrote no {self.ctx.recipe_path.name} "
+                f"(--output {self.ctx.recipe_path})"
+            )
+        summary = recipe.load_recipe(self.ctx.recipe_path)
+        self.ctx.recipe_summary = summary
+        self.ctx.report.components = [c.as_row() for c in summary.components]
+        return StepResult.ok(
+            f"{len(summary.components)} components, overlays: {', '.join(summary.applied_overlays) or '-'}"
+        )
+
+    def _unknown_criteria_value(self, exit_code: int, message: str, dimension: str, value: str) -> StepResult:
+        """aicr does not know a criteria value (0.11 exits 8 for it, the refusal
+        wrapped as an internal error, and lists nothing): a deterministic refusal,
+        exit 2, with the values its ``recipe --help`` lists."""
+        version = self.ctx.aicr_version
+        named = f"aicr {version.text}" if version is not None and version.probe is None else "this aicr"
+        known = acquire.known_values(self.ctx, self._binary).get(dimension, ())
+        if known:
+            self.ctx.report.supported_combinations = [f"{dimension}={v}" for v in known]
+        text = recipe.unknown_value_refusal(named, exit_code, message, dimension=dimension, value=value, known=known)
+        self.log.error(f"CRITERIA REJECTED: {text}", step=State.RECIPE.value)
+        return StepResult.failed(ExitCode.BAD_INPUT, text, classification="criteria-rejected")
+
+    def capture_recipe(self) -> StepResult:
+        name = self.s.recipe.configmap
+        if not name:
+            return StepResult.skipped("recipe capture is off (the recipe ConfigMap name is empty)")
+        if self.ctx.recipe_summary is None:
+            return StepResult.skipped("no recipe was resolved")
+        pack = self.s.pack.ref or self.ctx.pack_dir
+        text = recipe.summary_text(
+            self.s, pack=pack, completion_line=self.ctx.completion_line, summary=self.ctx.recipe_summary
+        )
+        summary = {"summary.txt": text}
+        raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
+        fitted = sink.fit("recipe.yaml", raw, CONFIGMAP_BUDGET_BYTES - payload_size(summary))
+        data, binary = fitted or ({}, {})
+        try:
+            self.ctx.sink.put(name, data={**summary, **data}, binary_data=binary or None)
+        except CaptureError as exc:
+            # Advisory, as in the bash chart: this runs before anything is deployed.
+            return StepResult.warned(f"recipe capture failed: {exc}")
+        where = self.ctx.sink.describe(name)
+        if fitted is None:
+            return StepResult.warned(
+                f"recipe written to {where} (recipe.yaml is {len(raw)} bytes, over budget even compressed: "
+                "summary only)"
+            )
+        note = f" (recipe.yaml is {len(raw)} bytes: stored gzip-compressed as recipe.yaml.gz)" if binary else ""
+        return StepResult.ok(f"recipe written to {where}{note}")
+
+    def check_recipe(self) -> StepResult:
+        summary = self.ctx.recipe_summary
+        if summary is None:
+            return StepResult.skipped("no recipe")
+        expect = self.s.recipe.expect
+        if expect.any_set:
+            problems = recipe.check_expectations(summary, expect)
+            if problems:
+                return StepResult.failed(
+                    ExitCode.EXPECTATIONS_NOT_MET,
+                    "recipe falls short of recipe.expect: " + "; ".join(problems),
+                    classification="expectations-not-met",
+                )
+            return StepResult.ok("recipe meets recipe.expect")
+        version = self.ctx.aicr_version.text if self.ctx.aicr_version is not None else self.s.aicr.version
+        # What each applied overlay carries: the running aicr's catalog, the pack's overlays.
+        known = {**catalog.overlay_criteria(version), **recipe.pack_overlay_criteria(self.ctx.pack)}
+        warnings = recipe.thin_resolution_warnings(summary, self.s.criteria, known)
+        if warnings:
+            return StepResult.warned("; ".join(warnings), classification="thin-resolution")
+        return StepResult.ok("no expectations set; resolution is a full leaf")
+
+    def bundle(self) -> StepResult:
+        if not self._deploying():
+            return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
+        # aicr 1.x verify is closed-world: always bundle into a fresh, empty directory.
+        shutil.rmtree(self.ctx.bundle_dir, ignore_errors=True)
+        argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.ctx.pack)
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        result = self.ctx.run_child(State.BUNDLE, argv, tail=tail)
+        if result.exit_code != 0:
+            # aicr's own reason (e.g. "flag provided but not defined: -storage-class"), not just a number.
+            reason = recipe.parse_rejection(list(tail))[0]
+            return StepResult.failed(result.exit_code, f"aicr bundle failed (exit {result.exit_code}): {reason}")
+        if not (self.ctx.bundle_dir / "deploy.sh").is_file():
+            raise AicrContractError(
+                f"aicr broke its contract: aicr bundle exited 0 but wrote no deploy.sh into {self.ctx.bundle_dir}"
+            )
+        files = sum(1 for p in self.ctx.bundle_dir.rglob("*") if p.is_file())
+        return StepResult.ok(f"bundle rendered: {files} files in {self.ctx.bundle_dir}")
+
+    def verify(self) -> StepResult:
+        if not self._deploying():
+            return StepResult.skipped("assert-only run: no bundle")
+        result = self.ctx.run_child(State.VERIFY, commands.verify_argv(self.s, self._binary, self.ctx.bundle_dir))
+        verdict = classify.classify_verify(result.exit_code, passed=self.ctx.behaviour.verify_checks)
+        if verdict.outcome is Outcome.FAILED:
+            return StepResult.failed(
+                result.exit_code,
+                f"Bundle verification FAILED (exit {result.exit_code}): {verdict.reason}",
+                classification="verify-failed",
+            )
+        return StepResult.ok(verdict.reason, classification="verified")
+
+    def lease(self) -> StepResult:
+        if self.ctx.mode is Mode.PLAN:
+            return StepResult.skipped("plan: nothing is deployed")
+        if not self.s.deploy.enabled:
+            return StepResult.skipped("assert-only run: nothing is deployed, no install Lease needed")
+        lease = self.ctx.lease
+        if lease is None:
+            return StepResult.skipped(
+                "no install Lease (AICR_RUNNER_LEASE__NAME is empty): runs of this release are not serialised"
+            )
+        record = self.ctx.report.step(State.LEASE.value)
+
+        def on_wait(holder: str, waited: float) -> None:
+            record.message = (
+                f"waiting for the install Lease {lease.where}, held by {holder} "
+                f"(waited {waited:.0f}s; gives up after {self.s.lease.wait_seconds:g}s)"
+            )
+            self.ctx.progress()
+
+        waited = lease.acquire(on_wait)
+        lease.start_renewing(self.ctx.on_lease_lost)
+        after = f" after waiting {waited:.0f}s" if waited >= 1 else ""
+        return StepResult.ok(f"install Lease {lease.where} held by {lease.holder}{after}")
+
+    def deploy(self) -> StepResult:
+        if self.ctx.mode is Mode.PLAN:
+            return StepResult.skipped("plan: nothing is deployed")
+        if not self.s.deploy.enabled:
+            return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
+        try:
+            recovered = deploy_run.pending_releases(self.ctx).settle(self.ctx.recipe_summary, self.ctx.lease)
+        except HelmReleasePendingError as exc:
+            return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
+        if self.ctx.lease is not None and self.ctx.recipe_summary is not None:
+            self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.ctx.recipe_summary.components)
+        # An aicr known to print no per-component results is said to, whatever it printed.
+        markers = classify.DeployMarkers(
+            results_reported=self.ctx.behaviour.per_component_results,
+            components=ComponentTable(total=deploy_run.bundled_components(self.ctx)),
+        )
+        exit_code = deploy_run.run_deploy_sh(self.ctx, markers)
+        verdict = classify.classify_deploy(
+            exit_code,
+            failure_report=markers.failure_report,
+            dra_deferred=markers.dra_deferred,
+            best_effort=self.s.deploy.best_effort,
+        )
+        self.ctx.report.failed_components = markers.all_failed
+        # What deploy.sh reported, for the operator: "13/15 installed, 2 failed (nfd, aws-efa)".
+        tally = "pre-flight checks failed" if markers.preflight_failed else markers.counts()
+        if recovered:
+            tally += f"; recovered first: {', '.join(recovered)}"
+        if verdict.outcome is Outcome.FAILED:
+            return StepResult.failed(
+                verdict.exit_code,
+                f"AICR install FAILED (deploy.sh exit {exit_code}): {verdict.reason}; {tally}",
+                classification="deploy-failed",
+            )
+        if verdict.outcome is Outcome.WARNED:
+            return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
+        return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
+
+    def validate(self) -> StepResult:
+        if self.ctx.mode is Mode.PLAN:
+            return StepResult.skipped("plan: no validation")
+        if not self.s.validate.enabled:
+            return StepResult.skipped("validate.enabled=false")
+        self.ctx.ctrf_path.unlink(missing_ok=True)
+        shutil.rmtree(self.ctx.evidence_dir, ignore_errors=True)
+        argv = commands.validate_argv(
+            self.s, self._binary, self.ctx.recipe_path, self.ctx.pack, self.ctx.ctrf_path, self.ctx.evidence_dir
+        )
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
+        self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
+        error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""
+        return validate_result(result.exit_code, self.ctx.ctrf_path, self.s.validate, error=error)
+
+    def capture_verdict(self) -> StepResult:
+        validate_exit = self._validate_exit()
+        if validate_exit is None:
+            return StepResult.skipped("validation did not run")
+        if not self.ctx.ctrf_path.is_file():
+            return StepResult.warned(f"no ctrf.json (exit={validate_exit})")
+        name = self.s.validate.result_configmap
+        if not name:
+            return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
+        raw = self.ctx.ctrf_path.read_bytes()
+        fitted = sink.fit("ctrf.json", raw, CONFIGMAP_BUDGET_BYTES)
+        if fitted is None:
+            raise CaptureError(f"ctrf.json is {len(raw)} bytes, over the ConfigMap budget even compressed")
+        data, binary = fitted
+        self.ctx.sink.put(name, data=data, binary_data=binary or None)
+        return StepResult.ok(f"CTRF verdict written to {self.ctx.sink.describe(name)}")
+
+    def publish(self) -> StepResult:
+        pub = self.s.validate.publish
+        if not pub.enabled or self._validate_exit() is None:
+            return StepResult.skipped("publish.enabled=false" if not pub.enabled else "validation did not run")
+        if not self.ctx.evidence_dir.is_dir():
+            return StepResult.failed(1, "no evidence bundle to publish (validate emitted none)")
+        token = None
+        if pub.identity_token_file:
+            # Read now, not at start: a rotated Secret is picked up.
+            try:
+                token = Path(pub.identity_token_file).read_text().strip()
+            except OSError as exc:
+                return StepResult.failed(
+                    ExitCode.BAD_INPUT, f"identity token file {pub.identity_token_file}: {exc.strerror or exc}"
+                )
+            logs.register_secret(token)
+        env = child_env(self.ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
+        result = self.ctx.run_child(
+            State.PUBLISH, commands.publish_argv(self.s, self._binary, self.ctx.evidence_dir), env=env
+        )
+        self.log.info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
+        if result.exit_code != 0:
+            return StepResult.failed(result.exit_code, f"aicr evidence publish exited {result.exit_code}")
+        return StepResult.ok(f"evidence published to {pub.ref}")
+
+    def capture_evidence(self) -> StepResult:
+        v = self.s.validate
+        if not v.emit_evidence or self._validate_exit() is None:
+            return StepResult.skipped(
+                "validate.emitEvidence=false" if not v.emit_evidence else "validation did not run"
+            )
+        if not self.ctx.evidence_dir.is_dir():
+            return StepResult.warned("no evidence directory was written")
+        if not v.evidence_configmap:
+            return StepResult.skipped("evidence capture is off (the evidence ConfigMap name is empty)")
+        data: dict[str, str] = {}
+        pointer = self.ctx.evidence_dir / "pointer.yaml"
+        if pointer.is_file():
+            data["pointer.yaml"] = pointer.read_text(errors="replace")
+        archive = sink.tar_gz(self.ctx.evidence_dir, CONFIGMAP_BUDGET_BYTES - payload_size(data))
+        binary = {"evidence.tgz": archive} if archive is not None else {}
+        if not data and not binary:
+            return StepResult.warned("evidence bundle over budget and no pointer.yaml: not stored")
+        self.ctx.sink.put(v.evidence_configmap, data=data, binary_data=binary or None)
+        where = self.ctx.sink.describe(v.evidence_configmap)
+        if archive is None:
+            return StepResult.warned(f"evidence bundle over the ConfigMap budget: pointer only, in {where}")
+        return StepResult.ok(f"Evidence artifacts written to {where}")
+
+
+def _elapsed(started: datetime) -> float:
+    return (utcnow() - started).total_seconds()
