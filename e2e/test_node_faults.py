@@ -1,0 +1,381 @@
+"""Faults a real node makes, while deploy.sh runs (issue 26, item 5):
+
+* the kubelet restarts;
+* containerd restarts;
+* the pod's container is killed mid-helm (every process of it SIGKILLed at once,
+  as an OOM kill of the container or a power loss ends them), and the Job
+  controller's next pod recovers the release it left pending through the Lease.
+
+Each fault happens at a known point: deploy.sh's real helm has installed
+``acme-agent`` and is held by a test helm (first on the pods' PATH, in an image
+derived from the e2e image) printing a numbered tick line every 0.2 s until the
+test opens its gate in the pod's ``work`` emptyDir; or, for the kill, its
+``helm upgrade --install`` waits on a Deployment nothing makes ready, and the
+test kills the container once Helm has recorded the release ``pending-install``.
+The ticks make a lost or doubled log line visible: the pod log must hold every
+one, once, in order.
+
+Each test says what was lost and how the run ended: the Job's final condition
+and counters as the Job controller recorded them, the status ConfigMap's phase
+and steps, the component releases, the runner's Events on the Job and the
+kubelet's and node controller's Events. Timings are printed (``-s``) and recorded
+in e2e/README.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import test_change_safety as change_safety
+from e2e.harness.apiserver import ControlPlane
+from e2e.harness.node import JobRun, Kubelet, RealNode
+from e2e.scenarios import CHART, RELEASE
+from e2e.test_change_safety import (
+    HANGING_HELM,
+    LEASE_SECONDS,
+    Env,
+    in_thread,
+    job_pod,
+    jobs,
+    kubelet_with_helm,
+    tell_test_helm,
+    values_for,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+
+#: The change-safety scenarios' fixtures: their component charts, pushed once per
+#: module, and per test a pack installing them into a namespace of its own.
+chart_repository = change_safety.chart_repository
+env = change_safety.env
+
+#: A test helm in front of the real one: ``helm upgrade`` does its work, then
+#: holds, printing a numbered tick every 0.2 s, until the test opens the pod's
+#: gate (HELD_HELM_TIMEOUT_SECONDS of change safety guards a gate never opened).
+TICKING_HELM = """#!/bin/sh
+if [ "$1" = "upgrade" ]; then
+  {helm} "$@" || exit $?
+  tick=0
+  until [ -e {gate}/open ]; do
+    tick=$((tick + 1))
+    if [ "$tick" -gt $(({timeout} * 5)) ]; then echo "test helm: gate {gate} not opened" >&2; exit 1; fi
+    echo "test helm: $3 held, tick $tick"
+    sleep 0.2
+  done
+  echo "test helm: $3 released after tick $tick"
+  exit 0
+fi
+exec {helm} "$@"
+"""
+TICK = re.compile(r"test helm: acme-agent held, tick (\d+)")
+#: Every step of a run of values_for's settings, in order, and how it ends when nothing
+#: failed (the pack's recipe has no expectations: check-recipe warns; validation is off).
+SUCCEEDED_STEPS = {
+    "fetch": "succeeded",
+    "pack": "succeeded",
+    "recipe": "succeeded",
+    "capture-recipe": "succeeded",
+    "check-recipe": "warned",
+    "bundle": "succeeded",
+    "verify": "succeeded",
+    "lease": "succeeded",
+    "deploy": "succeeded",
+    "validate": "skipped",
+    "capture-verdict": "skipped",
+    "publish": "skipped",
+    "capture-evidence": "skipped",
+}
+BOTH_DEPLOYED = {"acme-agent": "deployed", "acme-config": "deployed"}
+
+
+class Ticks:
+    """The held helm's ticks as the pod log shows them (a ``terminate_when``
+    predicate that never ends the pod)."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> bool:
+        match = TICK.search(line)
+        if match:
+            with self._lock:
+                self.seen.append(int(match[1]))
+        return False
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.seen)
+
+    def after(self, count: int, more: int) -> Callable[[], bool]:
+        return lambda: self.count() >= count + more
+
+
+def container_id(pod: Mapping[str, Any]) -> str:
+    """The running container's containerd ID (``containerd://<id>`` in the Pod status)."""
+    [status] = pod["status"]["containerStatuses"]
+    assert "running" in status["state"], status
+    return str(status["containerID"]).removeprefix("containerd://")
+
+
+def runner_events(plane: ControlPlane, namespace: str, job: str) -> list[tuple[str, str]]:
+    """(type, reason) of the events.k8s.io Events the runner recorded on the Job, oldest first."""
+    items = plane.admin.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+    mine = [e for e in items if e.get("reportingController") == "aicr-runner" and e["regarding"]["name"] == job]
+    mine.sort(key=lambda e: e["eventTime"])
+    return [(e["type"], e["reason"]) for e in mine]
+
+
+def core_events(plane: ControlPlane, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+    """The core Events about one object (the kubelet's, the node controller's)."""
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    return list(plane.admin.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector)["items"])
+
+
+def since(events: list[dict[str, Any]], moment: dt.datetime) -> list[tuple[str, str, str]]:
+    """(reason, source component, message) of the Events last seen at or after ``moment``."""
+    floor = moment.replace(microsecond=0)
+    found = []
+    for event in events:
+        stamp = event.get("lastTimestamp") or event.get("eventTime") or ""
+        if stamp and dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) >= floor:
+            component = (event.get("source") or {}).get("component") or event.get("reportingComponent", "")
+            found.append((event["reason"], component, event.get("message", "")))
+    return found
+
+
+def node_ready(plane: ControlPlane, node: RealNode) -> dict[str, Any]:
+    current = plane.admin.get(f"/api/v1/nodes/{node.name}")
+    return dict(next(c for c in current["status"]["conditions"] if c["type"] == "Ready"))
+
+
+def start_held_run(
+    env: Env, kubelet: Kubelet, ticks: Ticks
+) -> tuple[str, dict[str, Any], threading.Thread, list[JobRun]]:
+    """Install the chart; follow its pod until deploy.sh's first helm operation is
+    held (ticking). Returns the Job's name, its pod, the following thread and its result."""
+    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, **kubelet.image_values()))
+    [job] = jobs(env.plane, env.namespace)
+    thread, out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=job, terminate_when=ticks))
+    wait_for("deploy.sh's first helm operation, held", lambda: ticks.count() > 0 or not thread.is_alive(), 300)
+    assert ticks.count() > 0, out[0].describe() if out else "the run ended"
+    pod = job_pod(env.plane, env.namespace, job)
+    assert pod is not None
+    return job, pod, thread, out
+
+
+def assert_one_pod_ran_and_completed(env: Env, kubelet: Kubelet, job: str, run: JobRun, pod: Mapping[str, Any]) -> None:
+    """The run's one pod completed the Job: same pod, same container, no restart;
+    the Job controller made no other pod and counted no failure."""
+    assert run.exit_code == 0, run.describe()
+    assert run.pod_name == pod["metadata"]["name"]
+    [status] = run.pod["status"]["containerStatuses"]
+    assert (status["containerID"], status["restartCount"]) == (pod["status"]["containerStatuses"][0]["containerID"], 0)
+    final = kubelet.find_job(RELEASE, env.namespace)
+    assert kubelet.wait_for_job_end(final) == ("Complete", "CompletionsReached")
+    assert kubelet.next_pod(final) is None, "the Job ran another pod"
+    counters = env.plane.admin.get(f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{job}")["status"]
+    assert (counters.get("succeeded"), counters.get("failed", 0)) == (1, 0), counters
+
+
+def assert_succeeded_with_both_releases(env: Env, job: str, pod_name: str) -> None:
+    report = env.results.report()
+    assert (report["phase"], report["exitCode"]) == ("Succeeded", 0), report
+    assert report["runBy"] == f"{job}/{pod_name}"
+    assert list(env.results.statuses().items()) == list(SUCCEEDED_STEPS.items())
+    progress = env.results.step("deploy")["progress"]
+    assert [(row["name"], row["status"], row["attempts"]) for row in progress["components"]] == [
+        ("acme-agent", "installed", 1),
+        ("acme-config", "installed", 1),
+    ], progress
+    assert env.releases() == BOTH_DEPLOYED, "both deployed, none pending"
+
+
+def assert_every_tick_once_in_order(ticks: Ticks, run: JobRun) -> None:
+    """No line of the held helm's output was lost or doubled in the pod log."""
+    logged = [int(n) for n in TICK.findall(run.output)]
+    assert logged == list(range(1, len(logged) + 1)), logged
+    assert ticks.seen == logged
+    released = re.search(r"test helm: acme-agent released after tick (\d+)", run.output)
+    assert released is not None, run.output[-3000:]
+    assert int(released[1]) == len(logged)
+
+
+# -- the kubelet restarts -----------------------------------------------------------------------
+
+
+def test_a_kubelet_restart_mid_deploy_loses_nothing_and_the_pod_runs_on(
+    env: Env, node: RealNode, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path
+) -> None:
+    kubelet = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, TICKING_HELM, "ticking")
+    ticks = Ticks()
+    started = time.monotonic()
+    job, pod, thread, out = start_held_run(env, kubelet, ticks)
+    stopped_at = dt.datetime.now(dt.UTC)
+    down_ticks: list[int] = []
+
+    def until_the_container_ticks_on_without_a_kubelet() -> None:
+        down_ticks.append(ticks.count())
+        wait_for("ticks without a kubelet", ticks.after(down_ticks[0], 5))
+
+    outage = node.restart_kubelet(until_the_container_ticks_on_without_a_kubelet)
+    tell_test_helm(kubelet, pod, "open")
+    thread.join(timeout=600)
+    [run] = out
+    finished = time.monotonic()
+
+    assert_one_pod_ran_and_completed(env, kubelet, job, run, pod)
+    assert_every_tick_once_in_order(ticks, run)
+    assert_succeeded_with_both_releases(env, job, run.pod_name)
+    # The runner's Events: every step it ran and the outcome, no warning.
+    events = runner_events(env.plane, env.namespace, job)
+    assert ("Normal", "DeploySucceeded") in events, events
+    assert events[-1] == ("Normal", "RunSucceeded"), events
+    assert not [e for e in events if e[0] != "Normal"], events
+    # The new kubelet announced itself on the Node; it neither killed nor started
+    # the container again.
+    node_events = since(core_events(env.plane, "default", "Node", node.name), stopped_at)
+    assert ("Starting", "kubelet", "Starting kubelet.") in node_events, node_events
+    pod_reasons = [e["reason"] for e in core_events(env.plane, env.namespace, "Pod", run.pod_name)]
+    assert pod_reasons.count("Started") == 1, pod_reasons
+    assert "Killing" not in pod_reasons, pod_reasons
+    print(
+        f"\nkubelet restart: stopped, {ticks.count() - down_ticks[0]} ticks later the node Ready again "
+        f"after {outage:.1f}s; the run {finished - started:.1f}s in all; nothing lost"
+    )
+
+
+# -- containerd restarts ------------------------------------------------------------------------
+
+
+def test_a_containerd_restart_mid_deploy_loses_nothing_and_the_pod_runs_on(
+    env: Env, node: RealNode, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path
+) -> None:
+    kubelet = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, TICKING_HELM, "ticking")
+    ticks = Ticks()
+    started = time.monotonic()
+    job, pod, thread, out = start_held_run(env, kubelet, ticks)
+    stopped_at = dt.datetime.now(dt.UTC)
+    stopped = time.monotonic()
+    not_ready: list[dict[str, Any]] = []
+
+    def until_the_kubelet_reports_the_runtime_down() -> None:
+        wait_for("the node NotReady", lambda: node_ready(env.plane, node)["status"] != "True", 180)
+        not_ready.append(node_ready(env.plane, node))
+
+    node.runtime.restart(until_the_kubelet_reports_the_runtime_down)
+    restarted_at = dt.datetime.now(dt.UTC)
+    down = time.monotonic() - stopped
+    node.wait_ready_since(restarted_at)
+    outage = time.monotonic() - stopped
+    tell_test_helm(kubelet, pod, "open")
+    thread.join(timeout=600)
+    [run] = out
+    finished = time.monotonic()
+
+    # The kubelet reported the runtime down; the pod was neither evicted nor
+    # restarted, and the Job controller saw one pod complete.
+    [ready] = not_ready
+    assert (ready["status"], ready["reason"]) == ("False", "KubeletNotReady"), ready
+    assert "container runtime is down" in ready["message"], ready
+    assert run.deletion is None, run.describe()
+    assert_one_pod_ran_and_completed(env, kubelet, job, run, pod)
+    assert_every_tick_once_in_order(ticks, run)
+    assert_succeeded_with_both_releases(env, job, run.pod_name)
+    events = runner_events(env.plane, env.namespace, job)
+    assert ("Normal", "DeploySucceeded") in events, events
+    assert events[-1] == ("Normal", "RunSucceeded"), events
+    assert not [e for e in events if e[0] != "Normal"], events
+    node_reasons = [reason for reason, _, _ in since(core_events(env.plane, "default", "Node", node.name), stopped_at)]
+    assert "NodeNotReady" in node_reasons, node_reasons
+    assert "NodeReady" in node_reasons, node_reasons
+    pod_reasons = [e["reason"] for e in core_events(env.plane, env.namespace, "Pod", run.pod_name)]
+    assert pod_reasons.count("Started") == 1, pod_reasons
+    assert "Killing" not in pod_reasons, pod_reasons
+    print(
+        f"\ncontainerd restart: down {down:.1f}s (until the kubelet reported the node NotReady: "
+        f"{ready['message']!r}), the node Ready again {outage:.1f}s after the stop; "
+        f"the run {finished - started:.1f}s in all; nothing lost"
+    )
+
+
+# -- the container is killed mid-helm ---------------------------------------------------------
+
+
+def test_a_container_killed_mid_helm_is_retried_and_the_next_pod_recovers_the_pending_release(
+    env: Env, node: RealNode, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path
+) -> None:
+    hanging = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, HANGING_HELM, "hanging")
+    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, **hanging.image_values()))
+    [job] = jobs(env.plane, env.namespace)
+    first_pod = wait_for("the Job's pod", lambda: job_pod(env.plane, env.namespace, job))
+    tell_test_helm(hanging, first_pod, "hang")
+    thread, out = in_thread(lambda: hanging.run_job(RELEASE, env.namespace, job_name=job))
+    wait_for(
+        "helm's pending-install record",
+        lambda: env.releases().get("acme-agent") == "pending-install" or not thread.is_alive(),
+        300,
+    )
+    assert env.releases() == {"acme-agent": "pending-install"}, out[0].describe() if out else "no run"
+    running = env.plane.admin.get(f"/api/v1/namespaces/{env.namespace}/pods/{first_pod['metadata']['name']}")
+    killed = time.monotonic()
+    node.runtime.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", container_id(running))
+    thread.join(timeout=120)
+    [first] = out
+    # The first run's last word, read before the Job controller's next pod (10 s
+    # back-off at least) writes the same ConfigMap.
+    left = env.results.report()
+
+    retry_pod = wait_for(
+        "the Job's next pod", lambda: job_pod(env.plane, env.namespace, job, other_than=first.pod_name)
+    )
+    retried = time.monotonic()
+    tell_test_helm(hanging, retry_pod, "open")
+    second = hanging.run_job(RELEASE, env.namespace, job_name=job)
+    final = hanging.find_job(RELEASE, env.namespace)
+    ended = hanging.wait_for_job_end(final)
+    recovered = time.monotonic()
+
+    # Killed: no SIGTERM, no deletion; tini (PID 1) died of SIGKILL with the rest.
+    assert (first.exit_code, first.reason, first.deletion) == (137, "Error", None), first.describe()
+    assert not first.termination_message.startswith(("Failed", "Interrupted", "Succeeded")), first.termination_message
+    # What was lost: the run's own end. Its status still says it runs deploy, and
+    # acme-agent's install was cut (pending-install) until the next pod.
+    assert (left["phase"], left["runBy"]) == ("Running", f"{job}/{first.pod_name}"), left
+    assert {s["state"]: s["status"] for s in left["steps"]}["deploy"] == "running"
+    # The Job controller counted the failure (137 is no FailJob exit code, no
+    # DisruptionTarget) and made the next pod within backoffLimit 1; it completed.
+    assert ended == ("Complete", "CompletionsReached")
+    assert hanging.next_pod(final) is None, "the Job ran a third pod"
+    counters = env.plane.admin.get(f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{job}")["status"]
+    assert (counters.get("failed"), counters.get("succeeded")) == (1, 1), counters
+    # The next pod waited out the dead holder's Lease, uninstalled the cut install
+    # and installed both components.
+    assert second.pod_name == retry_pod["metadata"]["name"]
+    assert second.exit_code == 0, second.describe()
+    assert "install Lease expired" in second.output
+    assert "recovered Helm release" in second.output
+    assert_succeeded_with_both_releases(env, job, second.pod_name)
+    report = env.results.report()
+    assert [(r["release"], r["status"]) for r in report["recoveries"]] == [
+        (f"{env.components}/acme-agent", "pending-install")
+    ], report["recoveries"]
+    # Events: the killed run recorded no outcome; the next one its steps and success.
+    events = runner_events(env.plane, env.namespace, job)
+    assert [reason for _, reason in events if reason.startswith("Run")] == ["RunSucceeded"], events
+    assert ("Normal", "DeploySucceeded") in events, events
+    first_reasons = [e["reason"] for e in core_events(env.plane, env.namespace, "Pod", first.pod_name)]
+    assert "Killing" not in first_reasons, first_reasons  # the kubelet did not kill it: it died
+    print(
+        f"\ncontainer killed mid-helm: the Job's next pod {retried - killed:.1f}s after the kill, "
+        f"the Job Complete {recovered - killed:.1f}s after it (Lease {LEASE_SECONDS}s, recovery, both installs)"
+    )
