@@ -25,6 +25,7 @@ in e2e/README.md.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
 import threading
 import time
@@ -50,6 +51,7 @@ from e2e.test_change_safety import (
     values_for,
     wait_for,
 )
+from tests.podman import IMAGE_PYTHON
 
 pytestmark = pytest.mark.e2e
 
@@ -103,6 +105,7 @@ class Ticks:
 
     def __init__(self) -> None:
         self.seen: list[int] = []
+        self.arrived: list[float] = []  # when each was read from the log (time.monotonic())
         self._lock = threading.Lock()
 
     def __call__(self, line: str) -> bool:
@@ -110,7 +113,16 @@ class Ticks:
         if match:
             with self._lock:
                 self.seen.append(int(match[1]))
+                self.arrived.append(time.monotonic())
         return False
+
+    def longest_silence(self) -> tuple[float, int]:
+        """The longest time between two ticks reaching the log, and how many
+        arrived at the end of it (within a second)."""
+        gaps = [(later - earlier, i + 1) for i, (earlier, later) in enumerate(itertools.pairwise(self.arrived))]
+        gap, first = max(gaps)
+        burst = sum(1 for at in self.arrived[first:] if at - self.arrived[first] < 1.0)
+        return gap, burst
 
     def count(self) -> int:
         with self._lock:
@@ -301,52 +313,92 @@ def test_a_containerd_restart_mid_deploy_loses_nothing_and_the_pod_runs_on(
     pod_reasons = [e["reason"] for e in core_events(env.plane, env.namespace, "Pod", run.pod_name)]
     assert pod_reasons.count("Started") == 1, pod_reasons
     assert "Killing" not in pod_reasons, pod_reasons
+    silence, burst = ticks.longest_silence()
     print(
         f"\ncontainerd restart: down {down:.1f}s (until the kubelet reported the node NotReady: "
         f"{ready['message']!r}), the node Ready again {outage:.1f}s after the stop; "
-        f"the run {finished - started:.1f}s in all; nothing lost"
+        f"the run {finished - started:.1f}s in all; nothing lost; no tick reached the log for {silence:.1f}s, "
+        f"then {burst} at once"
     )
 
 
 # -- the container is killed mid-helm ---------------------------------------------------------
 
+#: HANGING_HELM (change safety) that, once the test leaves ``oom`` in the gate while
+#: the hanging ``helm upgrade --install`` waits, runs the container out of memory.
+#: On cgroup v2 the kubelet makes the OOM killer take the whole container
+#: (memory.oom.group); this machine's memory controller is cgroup v1, where it
+#: takes one process, the highest score. The test helm raises the container's
+#: PID 1 (tini) to the top score, so the kill ends the container as a group kill
+#: does: PID 1 gone, the kernel kills the rest of its PID namespace.
+OOM_HELM = """#!/bin/sh
+if [ "$1" = "upgrade" ]; then
+  polls=0
+  until [ -e {gate}/hang ] || [ -e {gate}/open ]; do
+    polls=$((polls + 1))
+    if [ "$polls" -gt $(({timeout} * 10)) ]; then echo "test helm: no word in {gate}" >&2; exit 1; fi
+    sleep 0.1
+  done
+  if [ -e {gate}/hang ]; then
+    {helm} "$@" --wait --timeout 10m &
+    until [ -e {gate}/oom ]; do sleep 0.1; done
+    echo 1000 > /proc/1/oom_score_adj
+    echo "test helm: allocating until the container is out of memory"
+    exec PYTHON -c "chunks = []
+while True: chunks.append(bytes(1 << 24).replace(bytes(1), b'x'))"
+  fi
+fi
+exec {helm} "$@"
+""".replace("PYTHON", IMAGE_PYTHON)
+#: Requests equal to limits: a Guaranteed pod, whose processes the kubelet gives
+#: the lowest OOM score it may (containerd's own: restrict_oom_score_adj).
+GUARANTEED = {"cpu": "1", "memory": "768Mi"}
 
-def test_a_container_killed_mid_helm_is_retried_and_the_next_pod_recovers_the_pending_release(
-    env: Env, node: RealNode, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path
-) -> None:
-    hanging = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, HANGING_HELM, "hanging")
-    env.helm.install(RELEASE, CHART, env.namespace, values=values_for(env.pack_ref, **hanging.image_values()))
+
+def kill_mid_helm(
+    env: Env, kubelet: Kubelet, values: dict[str, Any], kill: Callable[[dict[str, Any]], None]
+) -> tuple[str, JobRun, dict[str, Any], JobRun, dict[str, float]]:
+    """Install; once the first pod's helm has left acme-agent ``pending-install``,
+    ``kill(pod)``; then let the Job controller's next pod run (its test helm is
+    the real one). Returns the Job, the killed run, the status it left, the next
+    run, and timings."""
+    env.helm.install(RELEASE, CHART, env.namespace, values=values)
     [job] = jobs(env.plane, env.namespace)
     first_pod = wait_for("the Job's pod", lambda: job_pod(env.plane, env.namespace, job))
-    tell_test_helm(hanging, first_pod, "hang")
-    thread, out = in_thread(lambda: hanging.run_job(RELEASE, env.namespace, job_name=job))
+    tell_test_helm(kubelet, first_pod, "hang")
+    thread, out = in_thread(lambda: kubelet.run_job(RELEASE, env.namespace, job_name=job))
     wait_for(
         "helm's pending-install record",
         lambda: env.releases().get("acme-agent") == "pending-install" or not thread.is_alive(),
         300,
     )
     assert env.releases() == {"acme-agent": "pending-install"}, out[0].describe() if out else "no run"
-    running = env.plane.admin.get(f"/api/v1/namespaces/{env.namespace}/pods/{first_pod['metadata']['name']}")
     killed = time.monotonic()
-    node.runtime.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", container_id(running))
-    thread.join(timeout=120)
+    kill(env.plane.admin.get(f"/api/v1/namespaces/{env.namespace}/pods/{first_pod['metadata']['name']}"))
+    thread.join(timeout=180)
     [first] = out
     # The first run's last word, read before the Job controller's next pod (10 s
     # back-off at least) writes the same ConfigMap.
     left = env.results.report()
-
     retry_pod = wait_for(
         "the Job's next pod", lambda: job_pod(env.plane, env.namespace, job, other_than=first.pod_name)
     )
     retried = time.monotonic()
-    tell_test_helm(hanging, retry_pod, "open")
-    second = hanging.run_job(RELEASE, env.namespace, job_name=job)
-    final = hanging.find_job(RELEASE, env.namespace)
-    ended = hanging.wait_for_job_end(final)
-    recovered = time.monotonic()
+    tell_test_helm(kubelet, retry_pod, "open")
+    second = kubelet.run_job(RELEASE, env.namespace, job_name=job)
+    assert second.pod_name == retry_pod["metadata"]["name"]
+    final = kubelet.find_job(RELEASE, env.namespace)
+    assert kubelet.wait_for_job_end(final) == ("Complete", "CompletionsReached")
+    done = time.monotonic()
+    assert kubelet.next_pod(final) is None, "the Job ran a third pod"
+    return job, first, left, second, {"next pod": retried - killed, "Job Complete": done - killed}
 
-    # Killed: no SIGTERM, no deletion; tini (PID 1) died of SIGKILL with the rest.
-    assert (first.exit_code, first.reason, first.deletion) == (137, "Error", None), first.describe()
+
+def assert_recovered_by_the_next_pod(
+    env: Env, job: str, first: JobRun, left: Mapping[str, Any], second: JobRun
+) -> None:
+    """What a container killed mid-helm lost, and how the Job controller's next pod recovered."""
+    assert first.deletion is None, first.describe()  # no SIGTERM: it died
     assert not first.termination_message.startswith(("Failed", "Interrupted", "Succeeded")), first.termination_message
     # What was lost: the run's own end. Its status still says it runs deploy, and
     # acme-agent's install was cut (pending-install) until the next pod.
@@ -354,28 +406,60 @@ def test_a_container_killed_mid_helm_is_retried_and_the_next_pod_recovers_the_pe
     assert {s["state"]: s["status"] for s in left["steps"]}["deploy"] == "running"
     # The Job controller counted the failure (137 is no FailJob exit code, no
     # DisruptionTarget) and made the next pod within backoffLimit 1; it completed.
-    assert ended == ("Complete", "CompletionsReached")
-    assert hanging.next_pod(final) is None, "the Job ran a third pod"
     counters = env.plane.admin.get(f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{job}")["status"]
     assert (counters.get("failed"), counters.get("succeeded")) == (1, 1), counters
     # The next pod waited out the dead holder's Lease, uninstalled the cut install
     # and installed both components.
-    assert second.pod_name == retry_pod["metadata"]["name"]
     assert second.exit_code == 0, second.describe()
     assert "install Lease expired" in second.output
     assert "recovered Helm release" in second.output
     assert_succeeded_with_both_releases(env, job, second.pod_name)
-    report = env.results.report()
-    assert [(r["release"], r["status"]) for r in report["recoveries"]] == [
+    assert [(r["release"], r["status"]) for r in env.results.report()["recoveries"]] == [
         (f"{env.components}/acme-agent", "pending-install")
-    ], report["recoveries"]
+    ]
     # Events: the killed run recorded no outcome; the next one its steps and success.
     events = runner_events(env.plane, env.namespace, job)
     assert [reason for _, reason in events if reason.startswith("Run")] == ["RunSucceeded"], events
     assert ("Normal", "DeploySucceeded") in events, events
     first_reasons = [e["reason"] for e in core_events(env.plane, env.namespace, "Pod", first.pod_name)]
-    assert "Killing" not in first_reasons, first_reasons  # the kubelet did not kill it: it died
+    assert "Killing" not in first_reasons, first_reasons  # the kubelet did not stop it
+
+
+def test_a_container_killed_mid_helm_is_retried_and_the_next_pod_recovers_the_pending_release(
+    env: Env, node: RealNode, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path
+) -> None:
+    # Every process of the container SIGKILLed at once, from the node (a power
+    # loss, a node-level kill): `ctr tasks kill --all`.
+    hanging = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, HANGING_HELM, "hanging")
+
+    def kill(pod: dict[str, Any]) -> None:
+        node.runtime.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", container_id(pod))
+
+    values = values_for(env.pack_ref, **hanging.image_values())
+    job, first, left, second, took = kill_mid_helm(env, hanging, values, kill)
+
+    assert (first.exit_code, first.reason) == (137, "Error"), first.describe()
+    assert_recovered_by_the_next_pod(env, job, first, left, second)
     print(
-        f"\ncontainer killed mid-helm: the Job's next pod {retried - killed:.1f}s after the kill, "
-        f"the Job Complete {recovered - killed:.1f}s after it (Lease {LEASE_SECONDS}s, recovery, both installs)"
+        f"\ncontainer killed mid-helm: the Job's next pod {took['next pod']:.1f}s after the kill, "
+        f"the Job Complete {took['Job Complete']:.1f}s after it (Lease {LEASE_SECONDS}s, recovery, both installs)"
+    )
+
+
+def test_a_container_oom_killed_mid_helm_is_retried_and_the_next_pod_recovers_the_pending_release(
+    env: Env, make_kubelet: Callable[..., Kubelet], e2e_image: str, tmp_path: Path
+) -> None:
+    oom = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, OOM_HELM, "oom")
+    values = values_for(env.pack_ref, **oom.image_values())
+    values["job"] = {**values["job"], "resources": {"requests": GUARANTEED, "limits": GUARANTEED}}
+    job, first, left, second, took = kill_mid_helm(env, oom, values, lambda pod: tell_test_helm(oom, pod, "oom"))
+
+    # The kernel's OOM killer ended it; the kubelet says so.
+    assert first.pod["status"]["qosClass"] == "Guaranteed"
+    assert (first.exit_code, first.reason) == (137, "OOMKilled"), first.describe()
+    assert "allocating until the container is out of memory" in first.output
+    assert_recovered_by_the_next_pod(env, job, first, left, second)
+    print(
+        f"\ncontainer OOM-killed mid-helm: the Job's next pod {took['next pod']:.1f}s after the test helm "
+        f"began to allocate, the Job Complete {took['Job Complete']:.1f}s after it"
     )
