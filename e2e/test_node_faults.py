@@ -1,17 +1,18 @@
 """Faults a real node makes, while deploy.sh runs (issue 26, item 5):
 
 * the kubelet restarts;
-* containerd restarts;
-* the pod's container is killed mid-helm (every process of it SIGKILLed at once,
-  as an OOM kill of the container or a power loss ends them), and the Job
-  controller's next pod recovers the release it left pending through the Lease.
+* containerd restarts (long enough for the kubelet to report the node NotReady);
+* the pod's container is killed mid-helm, and the Job controller's next pod
+  recovers the release it left pending through the Lease: every process of the
+  container SIGKILLed at once from the node (a power loss, a node-level kill),
+  and a real OOM kill by the kernel (the container's memory limit exceeded).
 
 Each fault happens at a known point: deploy.sh's real helm has installed
 ``acme-agent`` and is held by a test helm (first on the pods' PATH, in an image
 derived from the e2e image) printing a numbered tick line every 0.2 s until the
-test opens its gate in the pod's ``work`` emptyDir; or, for the kill, its
+test opens its gate in the pod's ``work`` emptyDir; or, for the kills, its
 ``helm upgrade --install`` waits on a Deployment nothing makes ready, and the
-test kills the container once Helm has recorded the release ``pending-install``.
+container is killed once Helm has recorded the release ``pending-install``.
 The ticks make a lost or doubled log line visible: the pod log must hold every
 one, once, in order.
 
@@ -262,7 +263,8 @@ def test_a_kubelet_restart_mid_deploy_loses_nothing_and_the_pod_runs_on(
     assert "Killing" not in pod_reasons, pod_reasons
     print(
         f"\nkubelet restart: stopped, {ticks.count() - down_ticks[0]} ticks later the node Ready again "
-        f"after {outage:.1f}s; the run {finished - started:.1f}s in all; nothing lost"
+        f"after {outage:.1f}s; the run {finished - started:.1f}s in all; nothing lost; "
+        f"Node events since the stop: {[reason for reason, _, _ in node_events]}"
     )
 
 
