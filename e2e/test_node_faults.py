@@ -353,8 +353,9 @@ while True: chunks.append(bytes(1 << 24).replace(bytes(1), b'x'))"
 fi
 exec {helm} "$@"
 """.replace("PYTHON", IMAGE_PYTHON)
-#: Requests equal to limits: a Guaranteed pod, whose processes the kubelet gives
-#: the lowest OOM score it may (containerd's own: restrict_oom_score_adj).
+#: Requests equal to limits: a Guaranteed pod, for whose processes the kubelet
+#: asks the lowest OOM score (-997; containerd's restrict_oom_score_adj raises it
+#: to containerd's own), far below the 1000 the test helm gives PID 1.
 GUARANTEED = {"cpu": "1", "memory": "768Mi"}
 
 
