@@ -48,6 +48,7 @@ from e2e.test_change_safety import (
     job_pod,
     jobs,
     kubelet_with_helm,
+    runner_pid,
     tell_test_helm,
     values_for,
     wait_for,
@@ -456,14 +457,26 @@ def test_a_container_oom_killed_mid_helm_is_retried_and_the_next_pod_recovers_th
     oom = kubelet_with_helm(make_kubelet, e2e_image, tmp_path, OOM_HELM, "oom")
     values = values_for(env.pack_ref, **oom.image_values())
     values["job"] = {**values["job"], "resources": {"requests": GUARANTEED, "limits": GUARANTEED}}
-    job, first, left, second, took = kill_mid_helm(env, oom, values, lambda pod: tell_test_helm(oom, pod, "oom"))
+    scores: list[int] = []
+
+    def run_out_of_memory(pod: dict[str, Any]) -> None:
+        # What the kernel weighs: the container's processes (the runner here) far
+        # below the 1000 the test helm gives PID 1, or it might pick the test helm.
+        pid = runner_pid(pod["metadata"]["name"])
+        assert pid is not None
+        scores.append(int(Path(f"/proc/{pid}/oom_score_adj").read_text()))
+        tell_test_helm(oom, pod, "oom")
+
+    job, first, left, second, took = kill_mid_helm(env, oom, values, run_out_of_memory)
 
     # The kernel's OOM killer ended it; the kubelet says so.
     assert first.pod["status"]["qosClass"] == "Guaranteed"
+    assert scores[0] <= 0, f"the runner's oom_score_adj is {scores[0]}: the OOM killer could pick the test helm"
     assert (first.exit_code, first.reason) == (137, "OOMKilled"), first.describe()
     assert "allocating until the container is out of memory" in first.output
     assert_recovered_by_the_next_pod(env, job, first, left, second)
     print(
         f"\ncontainer OOM-killed mid-helm: the Job's next pod {took['next pod']:.1f}s after the test helm "
-        f"began to allocate, the Job Complete {took['Job Complete']:.1f}s after it"
+        f"began to allocate, the Job Complete {took['Job Complete']:.1f}s after it; "
+        f"the runner's oom_score_adj {scores[0]}"
     )
