@@ -440,8 +440,9 @@ def test_the_registry_gone_mid_pack_pull_and_back_within_the_retry_budget_lets_t
     values["dataPackSecret"] = PROXY_SECRET
     env.helm.install(RELEASE, CHART, env.namespace, values=values)
     [job] = jobs(env.plane, env.namespace)
-    # Attempt 1 is cut, attempt 2's connection reset; the registry is back for the 3rd.
-    proxy.come_back_after = 1
+    # The first blob request is cut; the next two tries of any blob (the pull fetches
+    # blobs on a few connections at once) are refused; the registry is back for the one after.
+    proxy.come_back_after = 2
     proxy.cut_on = "/blobs/"
 
     run = aicr_kubelet.run_job(RELEASE, env.namespace, job_name=job)
@@ -458,8 +459,10 @@ def test_the_registry_gone_mid_pack_pull_and_back_within_the_retry_budget_lets_t
     blob = cut[0].removeprefix("cut: ")
     assert blob in proxy.requests[proxy.requests.index(cut[0]) :], "the cut blob was asked for again once back"
     attempts = retries(run.output)
-    assert sorted(set(attempts)) == [1, 2], run.output
-    assert proxy.reset_connections == 1, proxy.requests  # attempt 2, refused
+    # Retried within the budget (3 attempts a request): no request needed its last one.
+    assert 1 in attempts, run.output
+    assert set(attempts) <= {1, 2}, run.output
+    assert proxy.reset_connections == 2, proxy.requests
     # What was lost: nothing. The pull resumed within the pod; the run succeeded.
     assert run.exit_code == 0, run.describe()
     assert (outcome.status, outcome.reason, outcome.attempts) == ("Complete", "CompletionsReached", ()), (

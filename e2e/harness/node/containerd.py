@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,16 @@ class Containerd:
         (directory / "hosts.toml").write_text(
             f'server = "http://{host}"\n\n[host."http://{host}"]\n  capabilities = ["pull", "resolve"]\n'
         )
+
+    def restart(self, while_down: Callable[[], None] = lambda: None, *, timeout: float = 60.0) -> None:
+        """Stop containerd alone (SIGTERM, as ``systemctl restart containerd`` does:
+        its shims, and the containers they hold, live on), call ``while_down``, then
+        start it again with the same config and return once it serves. Call from
+        the main thread (the new process dies with the thread that started it)."""
+        self.process.stop()
+        while_down()
+        self.process = ManagedProcess(self.process.name, self.process.argv, self.process.log_path)
+        _wait_serving(self, timeout)
 
     def stop(self) -> None:
         """Kill every container task, stop containerd, then its shims (they run in
@@ -169,13 +180,17 @@ def start_containerd(
     proc = ManagedProcess("containerd", ["containerd", "--config", config], workdir / "containerd.log")
     runtime = Containerd(proc, workdir / "root", workdir / "state", workdir / "containerd.sock", certs_dir)
 
+    _wait_serving(runtime, timeout)
+    return runtime
+
+
+def _wait_serving(runtime: Containerd, timeout: float) -> None:
     def serving() -> bool | None:
         runtime.ctr("version")  # raises until the socket answers
         return True
 
     try:
-        proc.wait_ready(serving, timeout=timeout, what="containerd")
+        runtime.process.wait_ready(serving, timeout=timeout, what="containerd")
     except StartupError:
-        proc.stop()
+        runtime.process.stop()
         raise
-    return runtime

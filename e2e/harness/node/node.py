@@ -13,8 +13,10 @@ to stop).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +65,33 @@ class RealNode:
 
     def process(self, name: str) -> ManagedProcess:
         return next(p for p in self.processes if p.name == name)
+
+    def restart_kubelet(self, while_down: Callable[[], None] = lambda: None, *, timeout: float = 120.0) -> float:
+        """Stop the kubelet (SIGTERM, as ``systemctl restart kubelet`` does: the
+        containers run on under containerd), call ``while_down``, start it again
+        with the same flags and return once the new kubelet has reported the Node
+        Ready (a heartbeat later than its start). Returns the seconds from the stop
+        to that heartbeat. Call from the main thread (the new process dies with
+        the thread that started it)."""
+        old = self.process("kubelet")
+        stopped = time.monotonic()
+        old.stop()
+        while_down()
+        started = dt.datetime.now(dt.UTC)
+        self.processes[self.processes.index(old)] = ManagedProcess(old.name, old.argv, old.log_path)
+        self.wait_ready_since(started, timeout=timeout)
+        return time.monotonic() - stopped
+
+    def wait_ready_since(self, since: dt.datetime, *, timeout: float = 120.0) -> None:
+        """Until the kubelet has reported the Node Ready, schedulable, by a
+        heartbeat later than ``since`` (after a fault: the node is back)."""
+        self.process("kubelet").wait_ready(
+            lambda: _ready_since(self.plane, since),
+            timeout=timeout,
+            what=f"a Ready heartbeat of the node after {since.isoformat()}",
+            interval=0.1,
+            tail_lines=60,
+        )
 
     def stop(self) -> None:
         """Stop the scheduler, the kubelet and containerd, then clean what the
@@ -165,6 +194,16 @@ def _node_schedulable(plane: ControlPlane) -> bool | None:
     )
     tainted = any(t.get("key", "").startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or [])
     return True if ready and not tainted else None
+
+
+def _ready_since(plane: ControlPlane, since: dt.datetime) -> bool | None:
+    """The Node is Ready and schedulable, by a heartbeat later than ``since``."""
+    node = plane.admin.get(f"/api/v1/nodes/{NODE_NAME}")
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "Ready" and condition["status"] == "True":
+            beat = dt.datetime.fromisoformat(condition["lastHeartbeatTime"].replace("Z", "+00:00"))
+            return True if beat > since and _node_schedulable(plane) else None
+    return None
 
 
 def start_node(plane: ControlPlane, host: HostNetwork, workdir: Path, *, timeout: float = 120.0) -> RealNode:
