@@ -30,7 +30,7 @@ __all__ = [
     "version_guards",
 ]
 
-CATALOG_PATH = Path(__file__).resolve().parent / "data" / "criteria-catalog.json"
+CATALOG_PATH = Path(__file__).resolve().parent.parent / "data" / "criteria-catalog.json"
 #: Service values aicr reads as another: ``generic`` in 1.x, ``any`` in 0.x.
 SERVICE_ALIASES = ("self-managed", "self", "vanilla")
 

@@ -35,7 +35,7 @@ from typing import Any
 
 __all__ = ["KEYWORDS", "SCHEMA_PATH", "Problem", "load_schema", "normalised", "problems", "render"]
 
-SCHEMA_PATH = Path(__file__).resolve().parent / "data" / "values.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "values.schema.json"
 
 #: Keywords that only annotate (never refuse a value).
 ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated"})
