@@ -95,7 +95,7 @@ def pull(ref: str, dest: Path) -> None:
         raise SystemExit(f"pull of {ref} failed: {failures or 'a fetch worker ended early'}")
 
 
-RUNNER_MODULES = ("config", "archive", "logs", "deadline", "errors", "reference")
+RUNNER_MODULES = ("settings.config", "net.archive", "logs", "net.deadline", "errors", "net.reference")
 
 
 if __name__ == "__main__":
