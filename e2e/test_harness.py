@@ -33,8 +33,9 @@ from e2e.harness.node import (
     start_node,
 )
 from e2e.harness.node.containerd import shims_of
-from e2e.harness.node.host import KUBELET_SYSCTLS, SERVICE_BLOCK, STATE_DIR
+from e2e.harness.node.host import KUBELET_SYSCTLS, SERVICE_BLOCK, STATE_DIR, HostSetupError
 from e2e.harness.node.node import PAUSE_IMAGE
+from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.harness.registry import Registry
 from e2e.tools import pinned_versions, tool
@@ -413,6 +414,38 @@ def test_a_pod_reaches_the_api_server_through_the_service_address_and_nothing_el
     assert after[untouched] == before[untouched], (before, after)
     assert after["redirected"] > before["redirected"]
     assert after["escaped"] == 0
+
+
+def test_the_start_up_check_fails_closed_on_a_foreign_tls_server_and_on_a_missing_refusal(
+    control_plane: ControlPlane, host_network: HostNetwork, tmp_path: Path
+) -> None:
+    """On a spare slot (no node, no pod), its rules in place: a redirect that
+    reaches a TLS server this cluster's CA did not sign (what 10.96.0.1:443 once
+    reached from this host), or one whose certificate does not name the Service
+    address, fails the check; so does a range whose refusal is taken away, and
+    the last rule on the way out drops what would have left, and counts it."""
+    foreign_ca = tmp_path / "foreign-ca.crt"
+    foreign_ca.write_bytes(CertAuthority().cert_pem)
+    spare = claim_host_network()
+    try:
+        assert spare.slot != host_network.slot
+        spare.route_service(control_plane.port)  # the session's API server: not spare's Service address
+        foreign = spare.probe_isolation(foreign_ca)
+        assert "CERTIFICATE_VERIFY_FAILED" in foreign.api_error, foreign
+        assert foreign.problems() == [f"the kubernetes Service from this host: {foreign.api_error}"]
+        with pytest.raises(HostSetupError, match="CERTIFICATE_VERIFY_FAILED"):
+            spare.check_isolation(foreign_ca)
+        misnamed = spare.probe_isolation(control_plane.ca_file)
+        assert "IP address mismatch" in misnamed.api_error, misnamed
+        # This host's output to the range no longer refused: only the last rule stands.
+        _run("iptables", "-t", "filter", "-D", "OUTPUT", "-d", spare.service_cidr, "-j", spare.chain)
+        leaking = spare.probe_isolation(foreign_ca)
+        assert set(leaking.refused.values()) == {"timeout"}, leaking
+        assert leaking.gained("escaped") >= 2, leaking
+        assert any("got as far as the way out (dropped there)" in p for p in leaking.problems()), leaking.problems()
+    finally:
+        spare.teardown()
+    assert not any(spare.chain in rule for rules in HostState.read().iptables.values() for rule in rules)
 
 
 def test_a_missing_secret_key_is_create_container_config_error(

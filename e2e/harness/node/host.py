@@ -90,13 +90,30 @@ def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 @dataclass(frozen=True)
 class IsolationCheck:
-    """What the node's start-up check saw from this host's own network namespace
-    (where hostNetwork pods are), before any pod ran."""
+    """What ``HostNetwork.probe_isolation`` saw from this host's own network
+    namespace (where hostNetwork pods are)."""
 
-    api_version: str  # /version's gitVersion, read through the Service address
+    api_version: str  # /version's gitVersion read through the Service address ("" if not)
+    api_error: str = ""  # why not
     refused: dict[str, str] = field(default_factory=dict)  # "ip:port" -> the connect's errno name
     before: dict[str, int] = field(default_factory=dict)  # HostNetwork.counters() before...
     after: dict[str, int] = field(default_factory=dict)  # ...and after
+
+    def gained(self, rule: str) -> int:
+        return self.after[rule] - self.before[rule]
+
+    def problems(self) -> list[str]:
+        """Each way the slot's Service range is not as it must be (empty: it is)."""
+        found = [f"the kubernetes Service from this host: {self.api_error}"] if self.api_error else []
+        if self.api_version and self.gained("redirected") < 1:
+            found.append("the API server answered, but not through the slot's redirect")
+        if any(result != "EHOSTUNREACH" for result in self.refused.values()):
+            found.append(f"not refused by the range's rule: {self.refused}")
+        if self.gained("service-range") < len(self.refused):
+            found.append(f"the range's rule counted {self.gained('service-range')} of {len(self.refused)} refusals")
+        if self.after["escaped"]:
+            found.append(f"{self.after['escaped']} packet(s) to the range got as far as the way out (dropped there)")
+        return found
 
 
 def _sysctl_path(name: str) -> Path:
@@ -234,33 +251,39 @@ class HostNetwork:
                         counts[name] = int(line.split(" -c ", 1)[1].split()[0])
         return counts
 
-    def check_isolation(self, ca_file: Path) -> IsolationCheck:
-        """Prove the slot's rules from this host's own network namespace, where
-        hostNetwork pods are: ``https://<service_ip>`` is the API server whose
-        cluster CA is ``ca_file`` (TLS verified for the Service address), and two
-        other addresses of the range are refused with nothing sent out (the
-        ``escaped`` rule's count stays 0). Raises HostSetupError otherwise."""
+    def probe_isolation(self, ca_file: Path) -> IsolationCheck:
+        """From this host's own network namespace, where hostNetwork pods are:
+        ``https://<service_ip>/version`` with TLS verified against ``ca_file`` for
+        the Service address, then a connect to two other addresses of the range
+        (safe: the slot's rules are in place), with the rules' counts around it."""
         before = self.counters()
+        version, error = "", ""
         context = ssl.create_default_context(cafile=str(ca_file))
         try:
             with urllib.request.urlopen(f"https://{self.service_ip}/version", timeout=10, context=context) as resp:
                 version = str(json.load(resp)["gitVersion"])
         except OSError as exc:
-            raise HostSetupError(f"the kubernetes Service {self.service_ip}:443 from this host: {exc}") from None
+            error = str(exc)
         refused = {}
         for target in (f"{self.service_ip}:80", f"{ip_address(self.service_ip) + 1}:443"):
             host, port = target.split(":")
             try:
-                socket.create_connection((host, int(port)), timeout=5).close()
+                socket.create_connection((host, int(port)), timeout=3).close()
                 refused[target] = "connected"
+            except TimeoutError:
+                refused[target] = "timeout"
             except OSError as exc:
                 refused[target] = errno.errorcode.get(exc.errno or 0, str(exc))
-        after = self.counters()
-        check = IsolationCheck(version, refused, before, after)
-        if set(refused.values()) != {"EHOSTUNREACH"} or after["escaped"] or after["redirected"] <= before["redirected"]:
-            raise HostSetupError(f"slot {self.slot}'s Service range {self.service_cidr} is not fenced: {check}")
-        if after["service-range"] - before["service-range"] < len(refused):
-            raise HostSetupError(f"slot {self.slot}: the refusals were not counted: {check}")
+        return IsolationCheck(version, error, refused, before, self.counters())
+
+    def check_isolation(self, ca_file: Path) -> IsolationCheck:
+        """``probe_isolation``, raising HostSetupError naming every problem found:
+        the node's start-up check, before any pod runs."""
+        check = self.probe_isolation(ca_file)
+        if check.problems():
+            raise HostSetupError(
+                f"slot {self.slot}'s Service range {self.service_cidr}: {'; '.join(check.problems())} ({check})"
+            )
         return check
 
     def _remove_chain(self) -> None:
