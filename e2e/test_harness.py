@@ -423,12 +423,16 @@ def test_the_start_up_check_fails_closed_on_a_foreign_tls_server_and_on_a_missin
     reaches a TLS server this cluster's CA did not sign (what 10.96.0.1:443 once
     reached from this host), or one whose certificate does not name the Service
     address, fails the check; so does a range whose refusal is taken away, and
-    the last rule on the way out drops what would have left, and counts it."""
+    the last rule on the way out drops what would have left, and counts it. A
+    node whose API server has another slot's range is refused before it starts."""
     foreign_ca = tmp_path / "foreign-ca.crt"
     foreign_ca.write_bytes(CertAuthority().cert_pem)
     spare = claim_host_network()
     try:
         assert spare.slot != host_network.slot
+        with pytest.raises(HostSetupError, match=f"is not slot {spare.slot}'s {spare.service_cidr}"):
+            start_node(control_plane, spare, tmp_path / "node")  # a plane in another slot's range
+        assert not _cgroup_roots(spare), "refused before any host change"
         spare.route_service(control_plane.port)  # the session's API server: not spare's Service address
         foreign = spare.probe_isolation(foreign_ca)
         assert "CERTIFICATE_VERIFY_FAILED" in foreign.api_error, foreign

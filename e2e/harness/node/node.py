@@ -169,16 +169,16 @@ def _node_schedulable(plane: ControlPlane) -> bool | None:
 
 
 def start_node(plane: ControlPlane, host: HostNetwork, workdir: Path, *, timeout: float = 120.0) -> RealNode:
+    if plane.service_cidr != host.service_cidr:  # before any host change
+        raise HostSetupError(
+            f"the API server's Service range {plane.service_cidr} is not slot {host.slot}'s {host.service_cidr}:"
+            " start the control plane with service_cidr=host.service_cidr"
+        )
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     host.record_sysctls()
     host.remove_cgroup_root()  # a crashed session's leftover
     host.make_cgroup_root()
-    if plane.service_cidr != host.service_cidr:
-        raise HostSetupError(
-            f"the API server's Service range {plane.service_cidr} is not slot {host.slot}'s {host.service_cidr}:"
-            " start the control plane with service_cidr=host.service_cidr"
-        )
     host.route_service(plane.port)
     isolation = host.check_isolation(plane.ca_file)  # before any pod, hostNetwork ones included
     pause = write_pause_archive(workdir / "pause.tar", tool("pause"), PAUSE_IMAGE)
