@@ -78,10 +78,10 @@ def real_aicr_release() -> Path:
 
 
 @pytest.fixture(scope="session")
-def control_plane(e2e_workdir: Path) -> Iterator[ControlPlane]:
+def control_plane(e2e_workdir: Path, host_network: HostNetwork) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver + kube-controller-manager on loopback (RBAC,
-    ServiceAccount issuer, TLS, the Job controller)."""
-    plane = start_control_plane(e2e_workdir / "apiserver")
+    ServiceAccount issuer, TLS, the Job controller), its Services in the slot's range."""
+    plane = start_control_plane(e2e_workdir / "apiserver", service_cidr=host_network.service_cidr)
     STARTUP["etcd + kube-apiserver"] = plane.startup_seconds - plane.controller_manager_seconds
     STARTUP["kube-controller-manager"] = plane.controller_manager_seconds
     try:

@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from ipaddress import ip_address, ip_network
+from ipaddress import IPv4Network, ip_address, ip_network
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,9 @@ from e2e.harness.node import (
     start_node,
 )
 from e2e.harness.node.containerd import shims_of
-from e2e.harness.node.host import KUBELET_SYSCTLS, STATE_DIR
+from e2e.harness.node.host import KUBELET_SYSCTLS, SERVICE_BLOCK, STATE_DIR, HostSetupError
 from e2e.harness.node.node import PAUSE_IMAGE
+from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.harness.registry import Registry
 from e2e.tools import pinned_versions, tool
@@ -333,7 +334,7 @@ def test_a_job_pod_runs_with_its_volumes_env_identity_and_reaches_the_api_server
     assert env["COMBINED"] == f"hello@{namespace} $(ESCAPED) $(UNDEFINED)"
     # in-cluster config: the `kubernetes` Service, DNATed by the host to the API
     # server; the ServiceAccount's token works and RBAC limits it
-    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.96.0.1", "443")
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == (host_network.service_ip, "443")
     assert facts["sa_files"] == ["ca.crt", "namespace", "token"]
     assert facts["sa_namespace"] == namespace
     assert facts["api"] == {"create_configmap": 201, "create_secret": 403}
@@ -355,6 +356,106 @@ def test_a_job_pod_runs_with_its_volumes_env_identity_and_reaches_the_api_server
     # (both streams; their order across streams is the order containerd read them in)
     logs = _kubectl(control_plane, "logs", "-n", namespace, run.pod_name).splitlines()
     assert sorted(line.split(" ", 1)[0] for line in logs) == ["PROBE", "probe:"], logs
+
+
+# -- the Service range: redirected for pods and this host, fenced for everything else ---------
+
+
+def test_the_node_proved_its_service_range_from_this_host_before_any_pod_ran(
+    node: RealNode, host_network: HostNetwork
+) -> None:
+    """start_node checks from this host's own network namespace (a hostNetwork
+    pod's) before the kubelet starts: the `kubernetes` Service address is this
+    session's API server (TLS verified with its CA for that address), other
+    addresses of the range are refused, and nothing to the range went out."""
+    assert ip_address(host_network.service_ip) in ip_network(host_network.service_cidr)
+    assert IPv4Network(host_network.service_cidr).subnet_of(IPv4Network(SERVICE_BLOCK))
+    check = node.isolation
+    assert check is not None
+    assert check.api_version == pinned_versions()["KUBERNETES_VERSION"]
+    assert set(check.refused.values()) == {"EHOSTUNREACH"}, check
+    assert check.after["redirected"] > check.before["redirected"]
+    assert check.after["service-range"] - check.before["service-range"] >= len(check.refused)
+    assert (check.before["escaped"], check.after["escaped"]) == (0, 0)
+    # The `kubernetes` Service the kubelet injects is the redirected address.
+    service = node.plane.admin.get("/api/v1/namespaces/default/services/kubernetes")
+    assert service["spec"]["clusterIP"] == host_network.service_ip
+
+
+def _fenced(host_network: HostNetwork) -> list[str]:
+    """Two addresses of the range that are not the redirect (safe to send to: the
+    slot's rules refuse them before they could leave)."""
+    return [f"{host_network.service_ip}:80", f"{ip_address(host_network.service_ip) + 2}:443"]
+
+
+@pytest.mark.parametrize("host_net", [True, False], ids=["hostNetwork", "pod-network"])
+def test_a_pod_reaches_the_api_server_through_the_service_address_and_nothing_else_leaves(
+    *, helm: Helm, kubelet: Kubelet, host_network: HostNetwork, namespace: str, host_net: bool
+) -> None:
+    """A hostNetwork pod (in this host's network namespace, as aicr's privileged
+    snapshot agent) and a pod on the bridge both reach the test API server at the
+    `kubernetes` Service address; their packets to the range's other addresses are
+    refused (a hostNetwork pod's by the range's rule on this host's output, a
+    bridge pod's by the bridge's: it forwards nothing off the bridge), and the
+    last rule on the way out never saw a packet to the range."""
+    before = host_network.counters()
+    connect = {"name": "PROBE_CONNECT", "value": ",".join(_fenced(host_network))}
+    _probe(helm, kubelet, namespace, hostNetwork=host_net, extraEnv=[connect])
+    run = kubelet.run_job("probe", namespace)
+    after = host_network.counters()
+    assert run.exit_code == 0, run.describe()
+    facts = _probe_facts(run.output)
+    assert (facts["env"]["KUBERNETES_SERVICE_HOST"], facts["env"]["KUBERNETES_SERVICE_PORT"]) == (
+        host_network.service_ip,
+        "443",
+    )
+    assert facts["api"] == {"create_configmap": 201, "create_secret": 403}  # the in-cluster config works
+    assert facts["connect"] == dict.fromkeys(_fenced(host_network), "EHOSTUNREACH"), facts["connect"]
+    pod_ip = ip_address(run.pod["status"]["podIP"])
+    # hostNetwork: the node's IP (the bridge's address); else an address of its own on the bridge
+    assert (pod_ip == ip_address(host_network.gateway)) is host_net
+    assert pod_ip in ip_network(host_network.subnet)
+    refused_by, untouched = ("service-range", "bridge-egress") if host_net else ("bridge-egress", "service-range")
+    assert after[refused_by] - before[refused_by] >= 2, (before, after)
+    assert after[untouched] == before[untouched], (before, after)
+    assert after["redirected"] > before["redirected"]
+    assert after["escaped"] == 0
+
+
+def test_the_start_up_check_fails_closed_on_a_foreign_tls_server_and_on_a_missing_refusal(
+    control_plane: ControlPlane, host_network: HostNetwork, tmp_path: Path
+) -> None:
+    """On a spare slot (no node, no pod), its rules in place: a redirect that
+    reaches a TLS server this cluster's CA did not sign (what 10.96.0.1:443 once
+    reached from this host), or one whose certificate does not name the Service
+    address, fails the check; so does a range whose refusal is taken away, and
+    the last rule on the way out drops what would have left, and counts it. A
+    node whose API server has another slot's range is refused before it starts."""
+    foreign_ca = tmp_path / "foreign-ca.crt"
+    foreign_ca.write_bytes(CertAuthority().cert_pem)
+    spare = claim_host_network()
+    try:
+        assert spare.slot != host_network.slot
+        with pytest.raises(HostSetupError, match=f"is not slot {spare.slot}'s {spare.service_cidr}"):
+            start_node(control_plane, spare, tmp_path / "node")  # a plane in another slot's range
+        assert not _cgroup_roots(spare), "refused before any host change"
+        spare.route_service(control_plane.port)  # the session's API server: not spare's Service address
+        foreign = spare.probe_isolation(foreign_ca)
+        assert "CERTIFICATE_VERIFY_FAILED" in foreign.api_error, foreign
+        assert foreign.problems() == [f"the kubernetes Service from this host: {foreign.api_error}"]
+        with pytest.raises(HostSetupError, match="CERTIFICATE_VERIFY_FAILED"):
+            spare.check_isolation(foreign_ca)
+        misnamed = spare.probe_isolation(control_plane.ca_file)
+        assert "IP address mismatch" in misnamed.api_error, misnamed
+        # This host's output to the range no longer refused: only the last rule stands.
+        _run("iptables", "-t", "filter", "-D", "OUTPUT", "-d", spare.service_cidr, "-j", spare.chain)
+        leaking = spare.probe_isolation(foreign_ca)
+        assert set(leaking.refused.values()) == {"timeout"}, leaking
+        assert leaking.gained("escaped") >= 2, leaking
+        assert any("got as far as the way out (dropped there)" in p for p in leaking.problems()), leaking.problems()
+    finally:
+        spare.teardown()
+    assert not any(spare.chain in rule for rules in HostState.read().iptables.values() for rule in rules)
 
 
 def test_a_missing_secret_key_is_create_container_config_error(
@@ -650,15 +751,15 @@ def test_a_second_node_on_another_slot_is_undone_by_teardown(
 ) -> None:
     """A second node (its own control plane, slot, bridge and pod subnet) runs a
     pod beside the session's; once it is stopped and its slot torn down, the host
-    is as before: bridge, iptables chain and PREROUTING jump, cgroup root, mounts
+    is as before: bridge, iptables chains and their jumps, cgroup root, mounts
     and processes gone. The session's node still runs, so the kubelet's sysctls
     and KUBE-* chains stay (the last node of the machine restores those) and the
     recorded originals are kept for it."""
     before = HostState.read()
     recorded = (STATE_DIR / "sysctls.json").read_text()
-    plane = start_control_plane(tmp_path / "plane")
+    second = claim_host_network()
     try:
-        second = claim_host_network()
+        plane = start_control_plane(tmp_path / "plane", service_cidr=second.service_cidr)
         try:
             assert second.slot != host_network.slot
             assert (second.bridge, second.subnet, second.chain) != (
@@ -677,9 +778,9 @@ def test_a_second_node_on_another_slot_is_undone_by_teardown(
                 other.stop()
             assert not _cgroup_roots(second), "RealNode.stop removes the kubelet's cgroups"
         finally:
-            second.teardown()
+            plane.stop()
     finally:
-        plane.stop()
+        second.teardown()
     after = HostState.read()
 
     # While it ran: its own bridge and subnet, its pod on them, its DNAT rule.
@@ -688,9 +789,17 @@ def test_a_second_node_on_another_slot_is_undone_by_teardown(
     assert during.bridge_addresses[second.bridge] == [f"{second.gateway}/24"]
     assert during.bridge_addresses[host_network.bridge] == [f"{host_network.gateway}/24"]
     assert len(veths) == 1, during.links
-    nat = during.iptables["nat"]
+    assert second.service_cidr != host_network.service_cidr
+    nat, filter_, mangle = (during.iptables[t] for t in ("nat", "filter", "mangle"))
     assert f"-A PREROUTING -i {second.bridge} -j {second.chain}" in nat
-    assert any(r.startswith(f"-A {second.chain} -d 10.96.0.1/32 -p tcp") and "DNAT" in r for r in nat), nat
+    assert f"-A OUTPUT -d {second.service_cidr} -j {second.chain}" in nat
+    assert any(f"-d {second.service_ip}/32 -p tcp" in r and "-j DNAT" in r for r in nat if second.chain in r), nat
+    for jump in (f"-i {second.bridge}", f"-d {second.service_cidr}"):
+        assert f"-A FORWARD {jump} -j {second.chain}" in filter_, filter_
+    assert f"-A OUTPUT -d {second.service_cidr} -j {second.chain}" in filter_
+    assert f"-A POSTROUTING -d {second.service_cidr} -j {second.chain}" in mangle
+    assert other.isolation is not None
+    assert other.isolation.after["escaped"] == 0
     assert {name: during.sysctls[name] for name in KUBELET_SYSCTL_VALUES} == KUBELET_SYSCTL_VALUES
     assert mounted, "the pod's volumes and rootfs are mounted under the node's directory"
 

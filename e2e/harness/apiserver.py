@@ -12,6 +12,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,10 @@ from e2e.tools import tool
 __all__ = ["ISSUER", "ControlPlane", "start_control_plane"]
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
-SERVICE_CIDR = "10.96.0.0/24"
+#: The Service range of a control plane that runs no node (TEST-NET-3, RFC 5737):
+#: nothing connects to it. A plane with a node takes its slot's range
+#: (``HostNetwork.service_cidr``), which the slot's rules redirect and fence.
+NO_NODE_SERVICE_CIDR = "203.0.113.0/28"
 
 
 def _b64(data: bytes) -> str:
@@ -48,6 +52,12 @@ class ControlPlane:
     controller_manager_seconds: float = 0.0
     #: the cluster CA (issues the node's kubelet and kube-scheduler certificates)
     ca: CertAuthority | None = None
+    #: ``--service-cluster-ip-range``; its first address is the ``kubernetes`` Service's
+    service_cidr: str = NO_NODE_SERVICE_CIDR
+
+    @property
+    def service_ip(self) -> str:
+        return _first_address(self.service_cidr)
 
     def cert_kubeconfig(self, path: Path, user: str, groups: list[str] | None = None) -> Path:
         """A kubeconfig for ``user`` (in ``groups``) with a client certificate from the cluster CA."""
@@ -228,10 +238,20 @@ def _start_etcd(workdir: Path, timeout: float) -> tuple[ManagedProcess, str]:
     raise AssertionError("unreachable")
 
 
+def _first_address(cidr: str) -> str:
+    return str(next(ip_network(cidr).hosts()))
+
+
 def start_control_plane(
-    workdir: Path, *, timeout: float = 60.0, apiserver_tool: str = "kube-apiserver", controllers: bool = True
+    workdir: Path,
+    *,
+    service_cidr: str = NO_NODE_SERVICE_CIDR,
+    timeout: float = 60.0,
+    apiserver_tool: str = "kube-apiserver",
+    controllers: bool = True,
 ) -> ControlPlane:
-    """Start etcd and kube-apiserver (the tool ``apiserver_tool``); return once
+    """Start etcd and kube-apiserver (the tool ``apiserver_tool``; Services in
+    ``service_cidr``: a node's slot range, ``HostNetwork.service_cidr``); return once
     /readyz answers ok and, with ``controllers``, kube-controller-manager acts.
 
     Without ``controllers`` no controller runs: a namespace gets no ``default``
@@ -253,7 +273,7 @@ def start_control_plane(
             "kubernetes.default",
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
-            "10.96.0.1",
+            _first_address(service_cidr),  # the `kubernetes` Service address
         ]
     ).write(pki_dir, "apiserver")
     admin_pair = ca.client("e2e-admin", ["system:masters"])
@@ -287,7 +307,7 @@ def start_control_plane(
                     f"--service-account-issuer={ISSUER}",
                     f"--service-account-key-file={sa_pub}",
                     f"--service-account-signing-key-file={sa_key}",
-                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    f"--service-cluster-ip-range={service_cidr}",
                     "--allow-privileged=true",
                     "--profiling=false",
                     "--enable-priority-and-fairness=false",
@@ -345,6 +365,7 @@ def start_control_plane(
         kubeconfig=kubeconfig,
         admin=admin,
         processes=processes,
+        service_cidr=service_cidr,
     )
     plane.ca = ca
     plane.startup_seconds = time.monotonic() - started

@@ -1,12 +1,27 @@
-"""The host side of the e2e node: its slot, its bridge, its DNAT rule, and the
-kernel settings the kubelet changes, each undone at teardown.
+"""The host side of the e2e node: its slot, its bridge, its Service range and the
+rules that keep test traffic on this machine, and the kernel settings the kubelet
+changes, each undone at teardown.
 
 Several test sessions may run on one machine at once, so every host-wide thing a
 node owns is per slot (a lock file held for the session): the bridge
-``aicre2e<slot>`` with the pod subnet ``10.244.<slot>.0/24``, the iptables chain
-``AICR-E2E-<slot>``, the kubelet's cgroup root ``/aicr-e2e-<slot>``. The bridge's
-address is the node's InternalIP and the address pods reach this host's test
-servers at (the registry, the release mirror).
+``aicre2e<slot>`` with the pod subnet ``10.244.<slot>.0/24``, the Service range
+``198.51.100.<16*slot>/28``, the iptables chains ``AICR-E2E-<slot>`` (nat, filter,
+mangle), the kubelet's cgroup root ``/aicr-e2e-<slot>``. The bridge's address is
+the node's InternalIP and the address pods reach this host's test servers at (the
+registry, the release mirror).
+
+The Service range is a slice of TEST-NET-2 (RFC 5737: documentation only, never
+routed on the internet). A packet to it would still follow this machine's default
+route, so the slot's rules decide every packet sent there: the ``kubernetes``
+Service address (the range's first address) port 443 is redirected to the test
+API server on loopback, for pods on the bridge and for this host's own processes
+(hostNetwork pods); everything else sent to the range is refused, and a last rule
+on the way out drops and counts anything to the range that got past them (its
+count must stay 0). A per-slot range is what lets the redirect of the host's own
+traffic tell sessions apart: each session's API server has its own Service
+address. What the bridge sends anywhere but the bridge itself is refused too
+(this host's own addresses, the registry's among them, are delivered locally and
+never forwarded).
 
 The kubelet sets a few kernel sysctls when it starts (``kernel.panic`` and
 friends) and creates ``KUBE-*`` iptables chains. Those are host-wide: the first
@@ -21,18 +36,28 @@ import errno
 import fcntl
 import json
 import os
+import socket
+import ssl
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import IO
 
-__all__ = ["KUBELET_SYSCTLS", "STATE_DIR", "HostNetwork", "claim_host_network"]
+__all__ = ["KUBELET_SYSCTLS", "SERVICE_BLOCK", "STATE_DIR", "HostNetwork", "IsolationCheck", "claim_host_network"]
 
 #: Machine-wide bookkeeping of the e2e nodes (slot locks, the recorded sysctls).
 STATE_DIR = Path(os.environ.get("AICR_E2E_NODE_STATE", "/run/aicr-runner-e2e"))
 SLOTS = 16
+#: The slots' Service ranges: TEST-NET-2 cut into SLOTS /28s. Not TEST-NET-1
+#: (192.0.2.0/24): a machine's own network may use it (this one's uplink does),
+#: nor Kubernetes' usual 10.96.0.0/12, which a machine may route to a real cluster.
+SERVICE_BLOCK = "198.51.100.0/24"
+#: How the slot's rules are told apart in ``iptables -S`` (``HostNetwork.counters``).
+RULES = ("redirected", "bridge-egress", "service-range", "escaped")
 #: What the kubelet sets at start-up (pkg/kubelet/cm: setupKernelTunables).
 KUBELET_SYSCTLS = (
     "vm.overcommit_memory",
@@ -61,6 +86,34 @@ def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and proc.returncode != 0:
         raise HostSetupError(f"{' '.join(argv)} (exit {proc.returncode}): {proc.stderr.strip()}")
     return proc
+
+
+@dataclass(frozen=True)
+class IsolationCheck:
+    """What ``HostNetwork.probe_isolation`` saw from this host's own network
+    namespace (where hostNetwork pods are)."""
+
+    api_version: str  # /version's gitVersion read through the Service address ("" if not)
+    api_error: str = ""  # why not
+    refused: dict[str, str] = field(default_factory=dict)  # "ip:port" -> the connect's errno name
+    before: dict[str, int] = field(default_factory=dict)  # HostNetwork.counters() before...
+    after: dict[str, int] = field(default_factory=dict)  # ...and after
+
+    def gained(self, rule: str) -> int:
+        return self.after[rule] - self.before[rule]
+
+    def problems(self) -> list[str]:
+        """Each way the slot's Service range is not as it must be (empty: it is)."""
+        found = [f"the kubernetes Service from this host: {self.api_error}"] if self.api_error else []
+        if self.api_version and self.gained("redirected") < 1:
+            found.append("the API server answered, but not through the slot's redirect")
+        if any(result != "EHOSTUNREACH" for result in self.refused.values()):
+            found.append(f"not refused by the range's rule: {self.refused}")
+        if self.gained("service-range") < len(self.refused):
+            found.append(f"the range's rule counted {self.gained('service-range')} of {len(self.refused)} refusals")
+        if self.after["escaped"]:
+            found.append(f"{self.after['escaped']} packet(s) to the range got as far as the way out (dropped there)")
+        return found
 
 
 def _sysctl_path(name: str) -> Path:
@@ -138,34 +191,105 @@ class HostNetwork:
             for directory in [*nested, top]:
                 _rmdir_once_released(directory, deadline)
 
-    # -- the service IP -------------------------------------------------------
-    def route_service(self, service_ip: str, port: int, target_port: int) -> None:
-        """Pods reach the ``kubernetes`` Service (``service_ip:port``) at the API
-        server on loopback: one DNAT rule, for traffic coming from this bridge only
-        (another session's API server has the same service IP)."""
-        self._remove_chain()
-        run("iptables", "-t", "nat", "-N", self.chain)
-        run(
-            "iptables",
-            "-t",
-            "nat",
-            "-A",
-            self.chain,
-            "-d",
-            f"{service_ip}/32",
-            "-p",
-            "tcp",
-            "--dport",
-            str(port),
-            "-j",
-            "DNAT",
-            "--to-destination",
-            f"127.0.0.1:{target_port}",
+    # -- the Service range and the rules that keep traffic on this machine -------
+    @property
+    def service_cidr(self) -> str:
+        """This slot's ``--service-cluster-ip-range`` (a /28 of SERVICE_BLOCK)."""
+        return str(list(ip_network(SERVICE_BLOCK).subnets(new_prefix=28))[self.slot])
+
+    @property
+    def service_ip(self) -> str:
+        """The ``kubernetes`` Service address: the range's first (the API server's choice)."""
+        return str(next(ip_network(self.service_cidr).hosts()))
+
+    def _jumps(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        """(table, built-in chain, match) of every jump to the slot's chains."""
+        return (
+            ("nat", "PREROUTING", ("-i", self.bridge)),
+            ("nat", "OUTPUT", ("-d", self.service_cidr)),
+            ("filter", "FORWARD", ("-i", self.bridge)),
+            ("filter", "FORWARD", ("-d", self.service_cidr)),
+            ("filter", "OUTPUT", ("-d", self.service_cidr)),
+            ("mangle", "POSTROUTING", ("-d", self.service_cidr)),
         )
-        run("iptables", "-t", "nat", "-I", "PREROUTING", "-i", self.bridge, "-j", self.chain)
+
+    def _rules(self, port: int, target_port: int) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        """(table, name, rule) of the slot's chains, in order."""
+        refuse = ("-j", "REJECT", "--reject-with", "icmp-admin-prohibited")
+        service = ("-d", f"{self.service_ip}/32", "-p", "tcp", "--dport", str(port))
+        return (
+            ("nat", "redirected", (*service, "-j", "DNAT", "--to-destination", f"127.0.0.1:{target_port}")),
+            ("filter", "bridge-egress", ("-i", self.bridge, "!", "-o", self.bridge, *refuse)),
+            ("filter", "service-range", ("-d", self.service_cidr, *refuse)),
+            ("mangle", "escaped", ("-d", self.service_cidr, "-j", "DROP")),
+        )
+
+    def route_service(self, target_port: int, port: int = 443) -> None:
+        """The slot's chains: the ``kubernetes`` Service (``service_ip:port``) to the
+        API server on loopback (``target_port``) from the bridge and from this host,
+        everything else to the range refused, and the bridge's forwarded traffic
+        refused. The refusals are in place before the redirect is."""
+        self._remove_chain()
+        for table in ("mangle", "filter", "nat"):
+            run("iptables", "-t", table, "-N", self.chain)
+            for rule_table, name, rule in self._rules(port, target_port):
+                if rule_table == table:
+                    comment = ("-m", "comment", "--comment", f"{self.chain} {name}")
+                    run("iptables", "-t", table, "-A", self.chain, *comment, *rule)
+            for jump_table, builtin, match in self._jumps():
+                if jump_table == table:
+                    run("iptables", "-t", table, "-I", builtin, *match, "-j", self.chain)
+
+    def counters(self) -> dict[str, int]:
+        """Packets each of the slot's rules has matched (RULES; the redirect counts
+        connections: the nat table sees a connection's first packet only)."""
+        counts: dict[str, int] = {}
+        for table in ("nat", "filter", "mangle"):
+            for line in run("iptables", "-t", table, "-S", self.chain, "-v").stdout.splitlines():
+                for name in RULES:
+                    if f'--comment "{self.chain} {name}"' in line:
+                        counts[name] = int(line.split(" -c ", 1)[1].split()[0])
+        return counts
+
+    def probe_isolation(self, ca_file: Path) -> IsolationCheck:
+        """From this host's own network namespace, where hostNetwork pods are:
+        ``https://<service_ip>/version`` with TLS verified against ``ca_file`` for
+        the Service address, then a connect to two other addresses of the range
+        (safe: the slot's rules are in place), with the rules' counts around it."""
+        before = self.counters()
+        version, error = "", ""
+        context = ssl.create_default_context(cafile=str(ca_file))
+        try:
+            with urllib.request.urlopen(f"https://{self.service_ip}/version", timeout=10, context=context) as resp:
+                version = str(json.load(resp)["gitVersion"])
+        except OSError as exc:
+            error = str(exc)
+        refused = {}
+        for target in (f"{self.service_ip}:80", f"{ip_address(self.service_ip) + 1}:443"):
+            host, port = target.split(":")
+            try:
+                socket.create_connection((host, int(port)), timeout=3).close()
+                refused[target] = "connected"
+            except TimeoutError:
+                refused[target] = "timeout"
+            except OSError as exc:
+                refused[target] = errno.errorcode.get(exc.errno or 0, str(exc))
+        return IsolationCheck(version, error, refused, before, self.counters())
+
+    def check_isolation(self, ca_file: Path) -> IsolationCheck:
+        """``probe_isolation``, raising HostSetupError naming every problem found:
+        the node's start-up check, before any pod runs."""
+        check = self.probe_isolation(ca_file)
+        if check.problems():
+            raise HostSetupError(
+                f"slot {self.slot}'s Service range {self.service_cidr}: {'; '.join(check.problems())} ({check})"
+            )
+        return check
 
     def _remove_chain(self) -> None:
-        _remove_iptables_chain("nat", self.chain, ("PREROUTING", "-i", self.bridge))
+        for table in ("nat", "filter", "mangle"):
+            jumps = [(builtin, *match) for t, builtin, match in self._jumps() if t == table]
+            _remove_iptables_chain(table, self.chain, *jumps)
 
     # -- kernel settings ------------------------------------------------------
     def record_sysctls(self) -> None:

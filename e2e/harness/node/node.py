@@ -25,7 +25,7 @@ import yaml
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.kube import KubeError
 from e2e.harness.node.containerd import Containerd, start_containerd
-from e2e.harness.node.host import HostNetwork
+from e2e.harness.node.host import HostNetwork, HostSetupError, IsolationCheck
 from e2e.harness.node.images import write_pause_archive
 from e2e.harness.procs import ManagedProcess, free_port
 from e2e.tools import tool
@@ -34,7 +34,6 @@ __all__ = ["NODE_NAME", "PAUSE_IMAGE", "RealNode", "start_node"]
 
 NODE_NAME = "e2e-node"
 PAUSE_IMAGE = "localhost/aicr-e2e-pause:1"
-SERVICE_IP = "10.96.0.1"
 
 
 @dataclass
@@ -48,6 +47,8 @@ class RealNode:
     startup_seconds: float = 0.0
     #: UIDs of the pods a ``Kubelet`` has followed (``run_job`` takes the Job's next one)
     reported_pods: set[str] = field(default_factory=set)
+    #: the slot's rules proved from this host's network namespace, before any pod ran
+    isolation: IsolationCheck | None = None
 
     @property
     def name(self) -> str:
@@ -207,12 +208,18 @@ def _ready_since(plane: ControlPlane, since: dt.datetime) -> bool | None:
 
 
 def start_node(plane: ControlPlane, host: HostNetwork, workdir: Path, *, timeout: float = 120.0) -> RealNode:
+    if plane.service_cidr != host.service_cidr:  # before any host change
+        raise HostSetupError(
+            f"the API server's Service range {plane.service_cidr} is not slot {host.slot}'s {host.service_cidr}:"
+            " start the control plane with service_cidr=host.service_cidr"
+        )
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     host.record_sysctls()
     host.remove_cgroup_root()  # a crashed session's leftover
     host.make_cgroup_root()
-    host.route_service(SERVICE_IP, 443, plane.port)
+    host.route_service(plane.port)
+    isolation = host.check_isolation(plane.ca_file)  # before any pod, hostNetwork ones included
     pause = write_pause_archive(workdir / "pause.tar", tool("pause"), PAUSE_IMAGE)
     runtime = start_containerd(
         workdir / "containerd",
@@ -221,7 +228,7 @@ def start_node(plane: ControlPlane, host: HostNetwork, workdir: Path, *, timeout
         subnet=host.subnet,
         gateway=host.gateway,
     )
-    node = RealNode(plane, host, workdir, runtime)
+    node = RealNode(plane, host, workdir, runtime, isolation=isolation)
     try:
         runtime.ctr("images", "import", str(pause))
         _bind_node_role(plane)
