@@ -5,50 +5,83 @@ Variables use the prefix ``AICR_RUNNER_``; nested groups are joined with ``__``
 string is a value, not "unset" (an empty ConfigMap name turns that capture off, as
 in the chart this replaces).
 
-One validation layer: every setting is a field of a frozen settings group
-(typed like a dataclass) that carries its check. ``load`` reads each variable on its own, so a problem
-names the variable that is actually wrong, with its value (cut and escaped) and
-what is allowed; the same checks run when code builds a group directly
-(``AicrSettings(version="1.2.0")``). Every pattern is matched whole
-(``fullmatch``), every value must be UTF-8 without control characters, JSON lists
-are size- and depth-bounded, numbers finite and bounded. Credentials never go in a
-URL: a URL with a user or password is refused and shown with them masked.
+The settings are a pydantic-settings tree (``config_model``); every field carries
+one of the checks below, which run whether a value comes from the environment or
+from code (``AicrSettings(version="1.2.0")``). ``load`` (``config_load``) reads
+the variables and turns pydantic's errors into one line per problem
+(``config_errors``): the variable that is actually wrong, its value (cut and
+escaped) and what is allowed. Every pattern is matched whole (``fullmatch``),
+every value must be UTF-8 without control characters, JSON lists are size- and
+depth-bounded, numbers finite and bounded. Credentials never go in a URL: a URL
+with a user or password is refused and shown with them masked.
 
-Only the standard library here (no pydantic): reading the settings is on the path
-of every run, and a plan's own time is mostly start-up.
+This module holds the checks, the enums and the message helpers, with the
+standard library only: the settings classes and ``load`` are imported from
+here on first use, so what needs only a name or an enum (the log format, a
+values file refused before any setting is read) does not pay for pydantic.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from enum import Enum, StrEnum
-from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aicr_runner import names
-from aicr_runner.catalog import SERVICE_ALIASES, release_numbers, version_guards
-from aicr_runner.errors import ConfigError
+from aicr_runner.catalog import SERVICE_ALIASES
 from aicr_runner.masking import mask_userinfo, userinfo_span
 
+if TYPE_CHECKING:
+    from aicr_runner.config_load import env_var_names, load
+    from aicr_runner.config_model import (
+        AICR_RELEASE_IDENTITY,
+        GITHUB_ACTIONS_ISSUER,
+        AicrSettings,
+        BundleSettings,
+        Criteria,
+        DeploySettings,
+        EnvironmentSettings,
+        LeaseSettings,
+        PackSettings,
+        ProvenanceSettings,
+        PublishSettings,
+        RecipeExpectations,
+        RecipeSettings,
+        RunnerSettings,
+        Sha256Pins,
+        StepArgs,
+        ValidateSettings,
+    )
+
 __all__ = [
+    "AICR_RELEASE_IDENTITY",
     "ENV_PREFIX",
+    "GITHUB_ACTIONS_ISSUER",
     "AicrSettings",
     "Arch",
+    "BundleSettings",
     "Criteria",
+    "DeploySettings",
+    "EnvironmentSettings",
     "Invalid",
     "LeaseSettings",
     "LogFormat",
+    "PackSettings",
     "Phase",
     "ProvenanceMode",
     "ProvenanceSettings",
     "PublishMode",
     "PublishSettings",
+    "RecipeExpectations",
+    "RecipeSettings",
     "RunnerSettings",
+    "Sha256Pins",
+    "StepArgs",
+    "ValidateSettings",
     "absolute_path",
     "env_var_names",
     "escaped",
@@ -100,7 +133,6 @@ _CONTROL_BUT_SPACE = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
 _SURROGATE = r"[\ud800-\udfff]"
 _E = TypeVar("_E", bound=Enum)
 _T = TypeVar("_T")
-_G = TypeVar("_G")
 
 
 class Arch(StrEnum):
@@ -169,6 +201,22 @@ def shown(value: object, *, limit: int = SHOW_CHARS, secret_userinfo: bool = Tru
     body = "".join(_escape_char(c) for c in text[:limit])
     more = f"... ({len(text)} characters)" if len(text) > limit else ""
     return f"'{body}'{more}"
+
+
+#: Longest problem line; a reason that quotes a value is cut too.
+MAX_LINE_CHARS = 600
+
+
+def escaped(text: str, limit: int = SHOW_CHARS) -> str:
+    """``text`` (a variable's name) escaped and cut, without quotes."""
+    return "".join(_escape_char(c) for c in text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def problem_line(name: str, raw: object, exc: Invalid) -> str:
+    """``NAME='value' (item N): reason``: the one line a bad value gets."""
+    where = f" (item {exc.item})" if exc.item is not None else ""
+    line = f"{escaped(name)}={shown(raw)}{where}: {exc.reason}"
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -523,540 +571,44 @@ def _host_arch() -> Arch:
     return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64
 
 
-class _Field:
-    """One setting of a group: its check, and its default or a factory for it."""
-
-    __slots__ = ("check", "default", "factory", "group", "name")
-
-    def __init__(
-        self,
-        check: Callable[[object], Any] | None,
-        default: Any,
-        factory: Callable[[], Any] | None,
-        group: type[_Group] | None = None,
-    ) -> None:
-        self.name = ""
-        self.check = check
-        self.default = default
-        self.factory = factory
-        self.group = group
-
-    def initial(self) -> Any:
-        return self.factory() if self.factory is not None else self.default
-
-
-def _check(check: Callable[[object], Any], *, default: Any = None, factory: Callable[[], Any] | None = None) -> Any:
-    """A setting checked by ``check`` (when loaded and when built in code)."""
-    return _Field(check, default, factory)
-
-
-def _group(*, factory: Callable[[], _G]) -> _G:
-    """A nested group of settings (its variables are ``<GROUP>__<NAME>``)."""
-    return _Field(None, None, factory, group=factory)  # type: ignore[arg-type,return-value]
-
-
-@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(_check, _group))
-class _Group:
-    """Frozen, checked settings: each field's check normalises its value or raises
-    ``Invalid``, whether it came from the environment or from code.
-
-    Typed like a frozen dataclass (``dataclass_transform``: mypy checks every
-    constructor call), built without one: ``dataclasses`` generates and compiles
-    six methods per class, which for the 17 groups was most of this module's
-    import time, on the path of every run.
-    """
-
-    _fields: ClassVar[tuple[_Field, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        found = {spec.name: spec for spec in cls._fields}  # inherited ones first, in order
-        for name, annotation in inspect.get_annotations(cls).items():
-            if str(annotation).startswith(("ClassVar", "typing.ClassVar")):
-                continue
-            spec = cls.__dict__.get(name)
-            if not isinstance(spec, _Field):
-                raise TypeError(f"{cls.__name__}.{name}: a setting is declared with _check() or _group()")
-            spec.name = name
-            found[name] = spec  # an override keeps its place, as in a dataclass
-        cls._fields = tuple(found.values())
-
-    def __init__(self, **values: Any) -> None:
-        unknown = set(values) - {spec.name for spec in self._fields}
-        if unknown:
-            raise TypeError(f"{type(self).__name__} has no setting {', '.join(sorted(unknown))}")
-        for spec in self._fields:
-            value = values[spec.name] if spec.name in values else spec.initial()
-            object.__setattr__(self, spec.name, spec.check(value) if spec.check is not None else value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"settings are frozen: cannot set {name}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"settings are frozen: cannot delete {name}")
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, spec.name) for spec in self._fields)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Group) and type(other) is type(self) and self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{spec.name}={getattr(self, spec.name)!r}" for spec in self._fields)
-        return f"{type(self).__name__}({shown})"
-
-    def model_copy(self, *, update: Mapping[str, Any]) -> Self:
-        """A copy with ``update`` applied and checked (the pydantic spelling, kept
-        for callers written against it)."""
-        return type(self)(**{**{spec.name: getattr(self, spec.name) for spec in self._fields}, **update})
-
-    @classmethod
-    def model_construct(cls, **values: Any) -> Self:
-        """Build without checks: tests of a consumer's own defences against a
-        value the settings would refuse (the pydantic spelling)."""
-        made = object.__new__(cls)
-        for spec in cls._fields:
-            object.__setattr__(made, spec.name, values[spec.name] if spec.name in values else spec.initial())
-        return made
-
-    @classmethod
-    def model_validate(cls, data: Mapping[str, Any]) -> Self:
-        """Build from a mapping (the pydantic spelling, kept for callers written against it)."""
-        return cls(**data)
-
-
-# -- the settings ---------------------------------------------------------------------------
-
-
-class Criteria(_Group):
-    """Recipe criteria. Empty leaves the flag out."""
-
-    service: str = _check(_criterion, default="")
-    accelerator: str = _check(_criterion, default="")
-    intent: str = _check(_criterion, default="")
-    os: str = _check(_criterion, default="")
-    platform: str = _check(_criterion, default="")
-
-    #: The anchor's flag order (R-07): service, accelerator, os, intent, platform.
-    FLAG_ORDER: ClassVar[tuple[str, ...]] = names.CRITERIA_FLAG_ORDER
-
-    def stated(self) -> dict[str, str]:
-        return {name: getattr(self, name) for name in self.FLAG_ORDER if getattr(self, name)}
-
-    def summary(self) -> str:
-        return ", ".join(f"{name}={getattr(self, name) or '-'}" for name in self.FLAG_ORDER)
-
-
-class Sha256Pins(_Group):
-    amd64: str = _check(_sha256_or_empty, default="")
-    arm64: str = _check(_sha256_or_empty, default="")
-
-
-#: Defaults from aicr's own install script (``cosign verify-blob-attestation`` of
-#: ``aicr-attestation.sigstore.json``): the release workflow's OIDC issuer, and the
-#: workflow identity, pinned here to the exact tag the runner downloads.
-GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
-AICR_RELEASE_IDENTITY = "https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/{version}"
-
-
-class ProvenanceSettings(_Group):
-    """How aicr's Sigstore provenance is verified before the binary runs."""
-
-    mode: ProvenanceMode = _check(_choice(ProvenanceMode), default=ProvenanceMode.REQUIRE)
-    #: Exact certificate identity (SAN URI); empty: NVIDIA's release workflow at
-    #: the pinned tag. ``{version}`` is replaced by the pinned tag.
-    identity: str = _check(_plain_text, default="")
-    issuer: str = _check(_issuer, default=GITHUB_ACTIONS_ISSUER)
-    #: A Sigstore trusted_root.json; empty: the public-good root shipped with the runner.
-    trusted_root: str = _check(absolute_path(), default="")
-
-
-_MIRROR_HINT = (
-    "serve the release mirror without a login inside the cluster, or give a preinstalled aicr "
-    f"(chart aicrBinary.path, env {ENV_PREFIX}AICR__BINARY, plan --aicr-binary)"
-)
-
-
-class AicrSettings(_Group):
-    version: str = _check(_version, default=names.PINNED_AICR_VERSION)
-    arch: Arch = _check(_arch, factory=_host_arch)
-    sha256: Sha256Pins = _group(factory=Sha256Pins)
-    release_base_url: str = _check(_url(("http", "https"), _MIRROR_HINT), default=DEFAULT_RELEASE_BASE_URL)
-    #: A preinstalled aicr to use instead of downloading one.
-    binary: str = _check(absolute_path(), default="")
-    #: sha256 of ``binary``; when set the binary must match it.
-    binary_sha256: str = _check(_sha256_or_empty, default="")
-    download_attempts: int = _check(_integer(1, 20), default=5)
-    download_timeout_seconds: float = _check(_seconds(3600), default=60.0)
-    #: Upper bound on the whole download step, retries and back-off included.
-    download_budget_seconds: float = _check(_seconds(7200), default=600.0)
-    provenance: ProvenanceSettings = _group(factory=ProvenanceSettings)
-
-    @property
-    def pin(self) -> str:
-        """The strict pin for the selected arch; never another arch's."""
-        return str(getattr(self.sha256, self.arch.value))
-
-    @property
-    def expected_identity(self) -> str:
-        """The signer identity aicr's provenance must carry."""
-        template = self.provenance.identity or AICR_RELEASE_IDENTITY
-        return template.replace("{version}", self.version)
-
-
-class PackSettings(_Group):
-    #: OCI reference without scheme: host/repo:tag or host/repo@sha256:...
-    ref: str = _check(_pack_reference, default="")
-    #: Path to a dockerconfigjson file (a mounted Secret's config.json).
-    credentials_file: str = _check(absolute_path(), default="")
-    plain_http: bool = _check(_boolean, default=False)
-    insecure_tls: bool = _check(_boolean, default=False)
-    #: Wall-clock bound on the whole pack pull, however slowly the registry answers.
-    pull_budget_seconds: float = _check(_seconds(7200), default=600.0)
-
-
-class StepArgs(_Group):
-    """A legacy whitespace-split flags string plus an argv list (list wins, last)."""
-
-    flags: str = _check(_flags, default="")
-    args: list[str] = _check(_json_list(_argument), factory=list)
-
-
-class RecipeExpectations(_Group):
-    min_components: int = _check(_integer(0, 100_000), default=0)
-    components: list[str] = _check(_json_list(_plain_text), factory=list)
-    overlays: list[str] = _check(_json_list(_plain_text), factory=list)
-
-    @property
-    def any_set(self) -> bool:
-        return bool(self.min_components or self.components or self.overlays)
-
-
-class RecipeSettings(StepArgs):
-    configmap: str = _check(_k8s_name(), default="aicr-recipe")
-    expect: RecipeExpectations = _group(factory=RecipeExpectations)
-
-
-class BundleSettings(StepArgs):
-    storage_class: str = _check(_k8s_subdomain(), default="")
-
-
-class DeploySettings(StepArgs):
-    flags: str = _check(_flags, default="--best-effort --no-wait")
-    enabled: bool = _check(_boolean, default=True)
-    #: A run whose deploy.sh reported failed components fails (exit 1) even under --best-effort.
-    fail_on_component_failure: bool = _check(_boolean, default=False)
-
-    @property
-    def best_effort(self) -> bool:
-        """``--best-effort`` in either the flags string or the args list (anchor R-14)."""
-        return "--best-effort" in self.flags.split() or "--best-effort" in self.args
-
-
-class EnvironmentSettings(_Group):
-    preinstalled_driver: bool = _check(_boolean, default=False)
-
-
-class PublishSettings(_Group):
-    enabled: bool = _check(_boolean, default=False)
-    mode: PublishMode = _check(_choice(PublishMode), default=PublishMode.SIGNED)
-    ref: str = _check(_oci_reference, default="")
-    fail_on_error: bool = _check(_boolean, default=False)
-    insecure_tls: bool = _check(_boolean, default=False)
-    plain_http: bool = _check(_boolean, default=False)
-    #: Directory holding a dockerconfigjson ``config.json`` (becomes DOCKER_CONFIG
-    #: for the publish call only).
-    registry_config_dir: str = _check(absolute_path(), default="")
-    #: File holding the short-lived OIDC token for signed mode; read at publish time.
-    identity_token_file: str = _check(absolute_path(), default="")
-
-
-class ValidateSettings(StepArgs):
-    enabled: bool = _check(_boolean, default=False)
-    phases: list[Phase] = _check(_json_list(_choice(Phase)), factory=lambda: [Phase.DEPLOYMENT])
-    fail_on_error: bool = _check(_boolean, default=False)
-    emit_evidence: bool = _check(_boolean, default=False)
-    result_configmap: str = _check(_k8s_name(), default="aicr-validate-result")
-    evidence_configmap: str = _check(_k8s_name(), default="aicr-evidence-bundle")
-    publish: PublishSettings = _group(factory=PublishSettings)
-
-
-class LeaseSettings(_Group):
-    """The install Lease: one installer at a time per chart release."""
-
-    #: Lease name in the namespace; empty runs without a Lease (local runs). The
-    #: chart derives it from the release name, which may hold dots.
-    name: str = _check(_k8s_subdomain(), default="")
-    #: This pod's name and its Job's name: together the holder identity. A failed
-    #: run also reads its Job's labels to find the Flux HelmRelease that rendered it.
-    pod_name: str = _check(_k8s_subdomain(), default="")
-    job_name: str = _check(_k8s_subdomain(63), default="")
-    #: A holder that stops renewing loses the Lease after this long.
-    duration_seconds: int = _check(_integer(5, 3600), default=60)
-    #: How long a run waits for another run's Lease before it gives up (exit 31).
-    wait_seconds: float = _check(_seconds(86400, zero=True), default=7200.0)
-
-    @property
-    def pod_identity(self) -> str:
-        """``job/pod`` (either part alone when the other is unknown); empty outside a pod."""
-        return "/".join(part for part in (self.job_name, self.pod_name) if part)
-
-    @property
-    def holder(self) -> str:
-        return self.pod_identity or "aicr-runner"
-
-
-class RunnerSettings(_Group):
-    """Every runtime input. Field docs are the environment table in docs/configuration.md."""
-
-    criteria: Criteria = _group(factory=Criteria)
-    pack: PackSettings = _group(factory=PackSettings)
-    aicr: AicrSettings = _group(factory=AicrSettings)
-    recipe: RecipeSettings = _group(factory=RecipeSettings)
-    bundle: BundleSettings = _group(factory=BundleSettings)
-    deploy: DeploySettings = _group(factory=DeploySettings)
-    environment: EnvironmentSettings = _group(factory=EnvironmentSettings)
-    lease: LeaseSettings = _group(factory=LeaseSettings)
-    validate: ValidateSettings = _group(factory=ValidateSettings)
-    status_configmap: str = _check(_k8s_name(), default="aicr-run-status")
-    #: Namespace of the result ConfigMaps; empty: the pod's.
-    namespace: str = _check(_k8s_name(63), default="")
-    work_dir: str = _check(absolute_path(required=True), default="/tmp/aicr-runner")  # noqa: S108 - the pod mounts an emptyDir there
-    log_format: LogFormat = _check(_choice(LogFormat), default=LogFormat.CONSOLE)
-    termination_message_path: str = _check(absolute_path(required=True), default="/dev/termination-log")
-    #: How long a running child (helm inside deploy.sh) may finish after SIGTERM.
-    shutdown_grace_seconds: float = _check(_seconds(3600, zero=True), default=60.0)
-    #: How long one Kubernetes API write may keep retrying (429, 5xx, connection errors).
-    kube_write_budget_seconds: float = _check(_seconds(3600), default=120.0)
-
-    @property
-    def work_path(self) -> Path:
-        return Path(self.work_dir)
-
-
-# -- the environment ------------------------------------------------------------------------
-
-
-class _Leaf:
-    """One variable: where its value goes and how it is checked."""
-
-    __slots__ = ("check", "name", "path")
-
-    def __init__(self, name: str, path: tuple[str, ...], check: Callable[[object], Any]) -> None:
-        self.name = name
-        self.path = path
-        self.check = check
-
-
-def _leaves(cls: type[_Group], prefix: str, path: tuple[str, ...]) -> Iterator[_Leaf]:
-    for spec in cls._fields:
-        if spec.group is not None:
-            yield from _leaves(spec.group, f"{prefix}{spec.name.upper()}__", (*path, spec.name))
-        elif spec.check is not None:
-            yield _Leaf(f"{prefix}{spec.name.upper()}", (*path, spec.name), spec.check)
-
-
-_LEAVES: dict[str, _Leaf] = {leaf.name: leaf for leaf in _leaves(RunnerSettings, ENV_PREFIX, ())}
-_ORDER = {name: index for index, name in enumerate(_LEAVES)}
-
-
-def env_var_names() -> list[str]:
-    """Every environment variable the runtime reads (the contract test uses this)."""
-    return list(_LEAVES)
-
-
-def _build(cls: type[_Group], values: Mapping[str, Any]) -> Any:
-    kwargs: dict[str, Any] = {}
-    for spec in cls._fields:
-        if spec.name in values:
-            kwargs[spec.name] = _build(spec.group, values[spec.name]) if spec.group is not None else values[spec.name]
-    return cls(**kwargs)
-
-
-#: Longest problem line; a reason that quotes a value is cut too.
-MAX_LINE_CHARS = 600
-
-
-def escaped(text: str, limit: int = SHOW_CHARS) -> str:
-    """``text`` (a variable's name) escaped and cut, without quotes."""
-    return "".join(_escape_char(c) for c in text[:limit]) + ("..." if len(text) > limit else "")
-
-
-def problem_line(name: str, raw: object, exc: Invalid) -> str:
-    """``NAME='value' (item N): reason``: the one line a bad value gets."""
-    where = f" (item {exc.item})" if exc.item is not None else ""
-    line = f"{escaped(name)}={shown(raw)}{where}: {exc.reason}"
-    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
-
-
-def _unknown(key: str) -> str:
-    import difflib
-
-    guess = difflib.get_close_matches(key.upper(), _LEAVES, n=1, cutoff=0.85)
-    hint = f" (did you mean {guess[0]}?)" if guess else ""
-    return f"{escaped(key)}: unknown setting{hint}; see docs/configuration.md 'Environment' for the names"
-
-
-def load(environ: Mapping[str, str] | None = None, *, local_pack: bool = False) -> RunnerSettings:
-    """Read settings from ``environ`` (default ``os.environ``).
-
-    Raises ``ConfigError`` with one readable line per problem, unknown
-    variables first, then in the order of the environment table.
-    """
-    env = os.environ if environ is None else environ
-    unknown: list[str] = []
-    found: list[tuple[int, str]] = []
-    values: dict[str, Any] = {}
-    spelled: dict[str, str] = {}
-    for key, raw in env.items():
-        upper = key.upper()
-        if not upper.startswith(ENV_PREFIX):
-            continue
-        leaf = _LEAVES.get(upper)
-        if leaf is None:
-            unknown.append(_unknown(key))
-            continue
-        if upper in spelled:
-            found.append((_ORDER[upper], f"{upper}: set twice, as {spelled[upper]} and {key}; set it once"))
-            continue
-        spelled[upper] = key
-        try:
-            value = leaf.check(raw)
-        except Invalid as exc:
-            found.append((_ORDER[upper], problem_line(upper, raw, exc)))
-            continue
-        node = values
-        for part in leaf.path[:-1]:
-            node = node.setdefault(part, {})
-        node[leaf.path[-1]] = value
-    problems = sorted(unknown) + [line for _, line in sorted(found)]
-    if problems:
-        raise ConfigError(problems)
-    settings: RunnerSettings = _build(RunnerSettings, values)
-    cross = _cross_field_problems(settings, local_pack=local_pack)
-    if cross:
-        raise ConfigError(cross)
-    return settings
-
-
-def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
-    """The chart's render-time guards, repeated so ``docker run`` users get them too.
-
-    ``local_pack``: ``plan --pack-dir`` supplies a pack without a ref.
-    """
-    return [
-        *_criteria_problems(s, local_pack=local_pack),
-        *_run_problems(s),
-        *_publish_problems(s),
-        *_input_problems(s),
-    ]
-
-
-def _criteria_problems(s: RunnerSettings, *, local_pack: bool) -> list[str]:
-    """Criteria aicr would refuse or misread."""
-    p = ENV_PREFIX
-    c = s.criteria
-    problems: list[str] = []
-    numbers = release_numbers(s.aicr.version)
-    if not s.aicr.binary and numbers is not None:
-        # The release's tag says what aicr does with these values; a preinstalled
-        # aicr is asked its version first (the fetch step words them for it).
-        problems += version_guards(c.stated(), numbers, f"aicr {s.aicr.version}")
-    concrete_service = c.service not in NON_CONCRETE_SERVICES
-    if not c.accelerator and not (s.pack.ref or local_pack) and not (concrete_service and c.intent):
-        problems.append(
-            f"{p}CRITERIA__*: no criteria stated (service={c.service!r}, accelerator='', intent="
-            f"{c.intent!r}, pack ref=''); set an accelerator, a pack ref, or a concrete service "
-            "together with an intent (e.g. service=bcm, intent=inference)"
-        )
-    if c.intent and c.service in ("any", ""):
-        problems.append(
-            f"{p}CRITERIA__INTENT={c.intent!r} with {p}CRITERIA__SERVICE={c.service!r}: a stated "
-            "intent needs a service whose overlays declare it (aks, eks, gke, k0s, oke, ...); "
-            "name the service or leave the intent empty"
-        )
-    return problems
-
-
-def _run_problems(s: RunnerSettings) -> list[str]:
-    """What the run does: deploy, validate, or both."""
-    p = ENV_PREFIX
-    problems: list[str] = []
-    v = s.validate
-    if not s.deploy.enabled and not v.enabled:
-        problems.append(
-            f"{p}DEPLOY__ENABLED=false needs {p}VALIDATE__ENABLED=true: a run that neither deploys "
-            "nor validates does nothing"
-        )
-    if v.enabled and not v.phases:
-        problems.append(
-            f"{p}VALIDATE__PHASES=[]: name at least one phase (deployment, performance, conformance); "
-            "an empty list makes aicr run every phase, performance included"
-        )
-    return problems
-
-
-def _publish_problems(s: RunnerSettings) -> list[str]:
-    """Publishing the evidence needs a validation with evidence, a target and, signed, a token."""
-    p = ENV_PREFIX
-    problems: list[str] = []
-    v = s.validate
-    pub = v.publish
-    if pub.enabled:
-        if not v.enabled:
-            problems.append(
-                f"{p}VALIDATE__PUBLISH__ENABLED=true needs {p}VALIDATE__ENABLED=true: publishing "
-                "needs a validation run to produce the evidence bundle"
-            )
-        if not v.emit_evidence:
-            problems.append(
-                f"{p}VALIDATE__PUBLISH__ENABLED=true needs {p}VALIDATE__EMIT_EVIDENCE=true: without "
-                "--emit-attestation there is no bundle to publish"
-            )
-        if not pub.ref:
-            problems.append(
-                f"{p}VALIDATE__PUBLISH__REF='': publishing needs an OCI push target such as ghcr.io/org/aicr-evidence"
-            )
-        if pub.mode is PublishMode.SIGNED and not pub.identity_token_file:
-            problems.append(
-                f"{p}VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE='' with mode=signed: mount a short-lived "
-                "OIDC token and give its path, or use mode=unsigned and sign later with "
-                "'aicr evidence sign <pointer> --relocate'"
-            )
-    return problems
-
-
-def _input_problems(s: RunnerSettings) -> list[str]:
-    """Settings that need another one: the binary's hash, the pack's transport, k0s's aicr."""
-    p = ENV_PREFIX
-    c = s.criteria
-    problems: list[str] = []
-    if s.aicr.binary_sha256 and not s.aicr.binary:
-        problems.append(
-            f"{p}AICR__BINARY_SHA256 is set but {p}AICR__BINARY is empty: the hash pins a "
-            "preinstalled binary; give its path or drop the hash"
-        )
-    transport = [
-        f"{p}PACK__{name.upper()}"
-        for name in ("plain_http", "insecure_tls", "credentials_file")
-        if getattr(s.pack, name)
-    ]
-    if transport and not s.pack.ref:
-        problems.append(
-            f"{' and '.join(transport)} {'is' if len(transport) == 1 else 'are'} set but {p}PACK__REF is empty: "
-            "pack transport settings need a pack"
-        )
-    if c.service == "k0s" and _version_tuple(s.aicr.version) < (0, 22, 0):
-        problems.append(
-            f"{p}CRITERIA__SERVICE='k0s' with {p}AICR__VERSION={s.aicr.version!r}: service k0s needs "
-            "aicr v0.22.0 or later"
-        )
-    return problems
-
-
-def _version_tuple(version: str) -> tuple[int, int, int]:
-    major, minor, patch = re.split(r"[.+-]", version.lstrip("v"))[:3]
-    return int(major), int(minor), int(patch)
+# -- the settings, on first use --------------------------------------------------------------
+
+#: Where each name this module exports without holding it lives.
+_LAZY = {
+    "env_var_names": "config_load",
+    "load": "config_load",
+    **dict.fromkeys(
+        (
+            "AICR_RELEASE_IDENTITY",
+            "GITHUB_ACTIONS_ISSUER",
+            "AicrSettings",
+            "BundleSettings",
+            "Criteria",
+            "DeploySettings",
+            "EnvironmentSettings",
+            "LeaseSettings",
+            "PackSettings",
+            "ProvenanceSettings",
+            "PublishSettings",
+            "RecipeExpectations",
+            "RecipeSettings",
+            "RunnerSettings",
+            "Sha256Pins",
+            "StepArgs",
+            "ValidateSettings",
+        ),
+        "config_model",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The settings classes and ``load``, imported (with pydantic) when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"aicr_runner.{module}"), name)
+    globals()[name] = value
+    return value
