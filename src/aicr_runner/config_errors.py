@@ -4,7 +4,7 @@ A ``ValidationError`` names a field path (``('validate', 'phases')``), not a
 variable, and words its reasons for programmers. Each error becomes
 ``NAME='value' (item N): what is allowed``: the path mapped back to its variable,
 the value as it was given (cut, escaped, a URL's user and password masked: see
-``config.shown``), and the reason the field's check gave (``config.Invalid``).
+``config_checks.shown``), and the reason the field's check gave (``config_checks.Invalid``).
 An error no check raised (pydantic's own type checks) keeps pydantic's reason,
 never its input echo or documentation link.
 """
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from aicr_runner.config import ENV_PREFIX, Invalid, escaped, problem_line
+from aicr_runner.config_checks import ENV_PREFIX, Invalid, escaped, problem_line
 
 __all__ = ["settings_error_lines", "validation_error_lines", "variable"]
 

@@ -20,7 +20,7 @@ from pydantic_settings import EnvSettingsSource, SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from aicr_runner.catalog import release_numbers, version_guards
-from aicr_runner.config import ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode, escaped
+from aicr_runner.config_checks import ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode, escaped
 from aicr_runner.config_errors import settings_error_lines, validation_error_lines
 from aicr_runner.config_model import RunnerSettings
 from aicr_runner.errors import ConfigError

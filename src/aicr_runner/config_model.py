@@ -1,8 +1,8 @@
 """The settings model: every runtime input, typed, as a pydantic-settings tree.
 
-Each field carries its check from ``config`` as a before-validator: the check
+Each field carries its check from ``config_checks`` as a before-validator: the check
 gets the raw value (a string from the environment, or a value given in code),
-normalises it or raises ``config.Invalid``, whose reason ``config_errors`` turns
+normalises it or raises ``config_checks.Invalid``, whose reason ``config_errors`` turns
 into the one line a bad value gets. Groups are frozen and refuse unknown fields.
 """
 
@@ -17,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from aicr_runner import names
-from aicr_runner.config import (
+from aicr_runner.config_checks import (
     DEFAULT_RELEASE_BASE_URL,
     ENV_PREFIX,
     Arch,

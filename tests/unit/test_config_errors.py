@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -74,10 +75,32 @@ def test_settings_built_in_code_never_read_the_process_environment(monkeypatch: 
 def test_the_names_and_checks_do_not_import_pydantic_and_the_settings_do() -> None:
     probe = (
         "import sys\n"
-        "from aicr_runner.config import ENV_PREFIX, Invalid, LogFormat, absolute_path, problem_line, shown\n"
+        "from aicr_runner.config import ENV_PREFIX, Invalid, LogFormat, absolute_path, load, problem_line, shown\n"
         "before = 'pydantic' in sys.modules or 'pydantic_settings' in sys.modules\n"
         "from aicr_runner.config import RunnerSettings\n"
         "print(before, 'pydantic_settings' in sys.modules, RunnerSettings.__module__)\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert result.stdout.split() == ["False", "True", "aicr_runner.config_model"]
+
+
+def test_a_refused_values_file_never_imports_pydantic(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text('dataPackPlainHTTP: "yes"\n')
+    probe = (
+        "import sys\n"
+        "from aicr_runner.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(code, [m for m in ('pydantic', 'pydantic_settings') if m in sys.modules], file=sys.stderr)\n"
+    )
+    argv = ["plan", "--values", str(values), "--output", str(tmp_path / "plan")]
+    result = subprocess.run(
+        [sys.executable, "-c", probe, *argv],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert "dataPackPlainHTTP" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "2 []", result.stderr
