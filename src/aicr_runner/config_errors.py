@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from aicr_runner.config_checks import ENV_PREFIX, Invalid, escaped, problem_line
+from aicr_runner.masking import mask_userinfo
 
 __all__ = ["settings_error_lines", "validation_error_lines", "variable"]
 
@@ -50,5 +51,8 @@ def validation_error_lines(error: ValidationError, given: Mapping[str, str]) -> 
 
 
 def settings_error_lines(error: SettingsError) -> list[tuple[str, str]]:
-    """A source's own error (it words it with the field, not the variable)."""
-    return [(ENV_PREFIX, f"{escaped(ENV_PREFIX)}*: {escaped(str(error), limit=400)}")]
+    """A source's own error (it words it with the field, not the variable),
+    escaped, cut and masked like a value: up to its last '@', which may hide
+    its start (a credential never shows)."""
+    text = escaped(mask_userinfo(str(error)), limit=400)
+    return [(ENV_PREFIX, f"{escaped(ENV_PREFIX)}*: the environment could not be read: {text}")]

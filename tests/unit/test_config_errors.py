@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from aicr_runner.config import ENV_PREFIX
-from aicr_runner.config_errors import validation_error_lines, variable
+from aicr_runner.config_errors import settings_error_lines, validation_error_lines, variable
 from aicr_runner.config_model import PackSettings, RunnerSettings
 
 
@@ -104,3 +105,12 @@ def test_a_refused_values_file_never_imports_pydantic(tmp_path: Path) -> None:
     )
     assert "dataPackPlainHTTP" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "2 []", result.stderr
+
+
+def test_a_source_error_is_one_escaped_masked_line() -> None:
+    error = SettingsError('error parsing value for field "ref" from source "https://me:pw@host/x\nnext"')
+    [(name, line)] = settings_error_lines(error)
+    assert name == ENV_PREFIX
+    assert line == f'{ENV_PREFIX}*: the environment could not be read: ***@host/x\\nnext"'
+    plain = SettingsError('error parsing value for field "steps" from source "EnvSettingsSource"')
+    assert settings_error_lines(plain)[0][1].endswith('for field "steps" from source "EnvSettingsSource"')
