@@ -6,7 +6,7 @@ string is a value, not "unset" (an empty ConfigMap name turns that capture off, 
 in the chart this replaces).
 
 The settings are a pydantic-settings tree (``config_model``); every field carries
-one of the checks below, which run whether a value comes from the environment or
+one of the checks of ``config_checks``, which run whether a value comes from the environment or
 from code (``AicrSettings(version="1.2.0")``). ``load`` (``config_load``) reads
 the variables and turns pydantic's errors into one line per problem
 (``config_errors``): the variable that is actually wrong, its value (cut and
