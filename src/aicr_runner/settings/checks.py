@@ -1,0 +1,527 @@
+"""The checks of the settings: each one normalises a raw value or raises
+``Invalid`` saying what is allowed; the enums; and the message helpers that
+show a value (cut, escaped, a URL's user and password masked).
+
+Standard library only: what needs only a name, an enum or a check (the log
+format, a values file refused before any setting is read, the command line's
+path checks) does not pay for pydantic. ``config_model`` puts one check on each
+field of the settings model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+from enum import Enum, StrEnum
+from typing import Any, TypeVar
+
+from aicr_runner.masking import mask_userinfo, userinfo_span
+from aicr_runner.settings import names
+from aicr_runner.settings.criteria_catalog import SERVICE_ALIASES
+
+__all__ = [
+    "DEFAULT_RELEASE_BASE_URL",
+    "ENV_PREFIX",
+    "MAX_FLAGS_CHARS",
+    "MAX_LINE_CHARS",
+    "MAX_LIST_CHARS",
+    "MAX_LIST_ITEMS",
+    "MAX_PROBLEMS",
+    "MAX_TEXT_CHARS",
+    "MIN_SECONDS",
+    "NON_CONCRETE_SERVICES",
+    "SHOW_CHARS",
+    "Arch",
+    "Invalid",
+    "LogFormat",
+    "Phase",
+    "ProvenanceMode",
+    "PublishMode",
+    "absolute_path",
+    "escaped",
+    "problem_line",
+    "shown",
+]
+
+ENV_PREFIX = names.ENV_PREFIX
+DEFAULT_RELEASE_BASE_URL = "https://github.com/NVIDIA/aicr/releases/download"
+
+#: Service values that state no concrete service (the aliases aicr maps to
+#: ``generic`` in 1.x, ``any`` in 0.x: anchor pain point 3).
+NON_CONCRETE_SERVICES = ("", "any", *SERVICE_ALIASES)
+
+#: Longest value shown in a message; the rest is counted, not printed.
+SHOW_CHARS = 80
+#: At most this many problems are printed; the rest are counted.
+MAX_PROBLEMS = 20
+#: Bounds on what one variable may hold. A path is at most PATH_MAX; a JSON list
+#: of arguments at most what one argv string may be (Linux: 128 KiB).
+MAX_TEXT_CHARS = 4096
+MAX_FLAGS_CHARS = 16_384
+MAX_LIST_CHARS = 65_536
+MAX_LIST_ITEMS = 512
+#: Shortest duration a setting takes: smaller is a typo (or a denormal like 1e-320).
+MIN_SECONDS = 0.001
+
+# Patterns are strings, compiled by ``re``'s cache on first use: a run that
+# sets few variables compiles few of them.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_K8S_NAME = _DNS_LABEL
+_K8S_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+_CRITERION = r"[a-z0-9]([-a-z0-9._]*[a-z0-9])?"
+_SHA256 = r"[0-9a-fA-F]{64}"
+#: ASCII digits only: ``\d`` takes any Unicode digit (fullwidth ones), which int() reads.
+_VERSION = r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?"
+_INTEGER = r"[+-]?[0-9]{1,12}"
+_NUMBER = r"[+-]?([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?"
+_HOST_LABEL = r"[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?"
+_IPV4 = r"[0-9]{1,3}(\.[0-9]{1,3}){3}"
+_PORT = r"[0-9]{1,5}"
+_TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
+_FALSE = frozenset({"false", "0", "no", "off", "f", "n"})
+#: C0 and C1 controls and DEL; a line break in a one-line value is the usual one.
+_CONTROL = r"[\x00-\x1f\x7f-\x9f]"
+_CONTROL_BUT_SPACE = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+#: How ``os.environ`` holds bytes that are not UTF-8 (PEP 383), and lone surrogates.
+_SURROGATE = r"[\ud800-\udfff]"
+_E = TypeVar("_E", bound=Enum)
+_T = TypeVar("_T")
+
+
+class Arch(StrEnum):
+    AMD64 = "amd64"
+    ARM64 = "arm64"
+
+
+class Phase(StrEnum):
+    DEPLOYMENT = "deployment"
+    PERFORMANCE = "performance"
+    CONFORMANCE = "conformance"
+
+
+class PublishMode(StrEnum):
+    SIGNED = "signed"
+    UNSIGNED = "unsigned"
+
+
+class ProvenanceMode(StrEnum):
+    #: Fail closed (exit 29) unless aicr's provenance verifies.
+    REQUIRE = "require"
+    #: Verify and report, but run aicr even when verification fails.
+    WARN = "warn"
+    #: Do not verify.
+    OFF = "off"
+
+
+class LogFormat(StrEnum):
+    CONSOLE = "console"
+    JSON = "json"
+
+
+class Invalid(ValueError):
+    """A value a setting does not take; the message says what it takes.
+
+    ``item``: which element of a list is wrong."""
+
+    def __init__(self, reason: str, *, item: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.item = item
+
+
+# -- showing values -------------------------------------------------------------------------
+
+
+def _escape_char(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (PEP 383): show the byte
+        return f"\\x{code - 0xDC00:02x}"
+    if char in "'\\":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    return repr(char)[1:-1]
+
+
+def shown(value: object, *, limit: int = SHOW_CHARS, secret_userinfo: bool = True) -> str:
+    """``value`` for a message: quoted, escaped (control characters, non-UTF-8
+    bytes, quotes), cut at ``limit`` characters, a URL's credentials masked
+    (``masking``: up to the last ``@``, whatever the characters before it)."""
+    if not isinstance(value, str):
+        value = json.dumps(value, default=str)
+    # Masked whole, then cut: a cut before the '@' would leave the password unmasked.
+    text = mask_userinfo(value) if secret_userinfo else value
+    body = "".join(_escape_char(c) for c in text[:limit])
+    more = f"... ({len(text)} characters)" if len(text) > limit else ""
+    return f"'{body}'{more}"
+
+
+#: Longest problem line; a reason that quotes a value is cut too.
+MAX_LINE_CHARS = 600
+
+
+def escaped(text: str, limit: int = SHOW_CHARS) -> str:
+    """``text`` (a variable's name) escaped and cut, without quotes."""
+    return "".join(_escape_char(c) for c in text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def problem_line(name: str, raw: object, exc: Invalid) -> str:
+    """``NAME='value' (item N): reason``: the one line a bad value gets."""
+    where = f" (item {exc.item})" if exc.item is not None else ""
+    line = f"{escaped(name)}={shown(raw)}{where}: {exc.reason}"
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
+
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+def _text(value: object, *, limit: int = MAX_TEXT_CHARS, whitespace: bool = False) -> str:
+    """A string of at most ``limit`` characters, valid UTF-8, no control characters
+    (``whitespace``: tabs and line breaks allowed, as between flags)."""
+    if not isinstance(value, str):
+        raise Invalid(f"must be a string, not {type(value).__name__}")
+    if len(value) > limit:
+        raise Invalid(f"at most {limit} characters are allowed (this value has {len(value)})")
+    if bad := re.search(_SURROGATE, value):
+        raise Invalid(f"not valid UTF-8 (the byte or character {_escape_char(bad.group())} at position {bad.start()})")
+    if bad := re.search(_CONTROL_BUT_SPACE if whitespace else _CONTROL, value):
+        what = "a line break" if bad.group() in "\r\n" else "a control character"
+        raise Invalid(
+            f"{what} ({_escape_char(bad.group())}) at position {bad.start()}; the value must be one plain line"
+        )
+    return value
+
+
+def _pattern(regex: str, allowed: str, *, limit: int = MAX_TEXT_CHARS) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        text = _text(value, limit=limit)
+        if text and (len(text) > limit or not re.fullmatch(regex, text)):
+            raise Invalid(f"must be empty or {allowed}")
+        return text
+
+    return check
+
+
+def _k8s_name(limit: int = 253) -> Callable[[object], str]:
+    return _pattern(
+        _K8S_NAME,
+        f"a Kubernetes name (DNS-1123: lowercase letters, digits and '-', starting and ending with a letter "
+        f"or digit, at most {limit} characters)",
+        limit=limit,
+    )
+
+
+def _k8s_subdomain(limit: int = 253) -> Callable[[object], str]:
+    return _pattern(
+        _K8S_SUBDOMAIN,
+        f"a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most {limit} "
+        "characters)",
+        limit=limit,
+    )
+
+
+def _criterion(value: object) -> str:
+    return _pattern(
+        _CRITERION, "a criteria value (lowercase letters, digits, '-', '.' and '_', at most 63 characters)", limit=63
+    )(value)
+
+
+def _sha256_or_empty(value: object) -> str:
+    text = _text(value)
+    if text and not re.fullmatch(_SHA256, text):
+        raise Invalid("must be empty or 64 hex characters (a sha256 digest)")
+    return text.lower()
+
+
+def _version(value: object) -> str:
+    text = _text(value, limit=128)
+    if not re.fullmatch(_VERSION, text):
+        raise Invalid("must be a release tag such as v1.2.0 (the leading 'v' is optional)")
+    return text if text.startswith("v") else f"v{text}"
+
+
+def _plain_text(value: object) -> str:
+    return _text(value)
+
+
+def _flags(value: object) -> str:
+    return _text(value, limit=MAX_FLAGS_CHARS, whitespace=True)
+
+
+def absolute_path(*, required: bool = False) -> Callable[[object], str]:
+    """The check of a path setting: UTF-8, one line, absolute (``required``: not empty)."""
+
+    def check(value: object) -> str:
+        text = _text(value)
+        if not text and not required:
+            return text
+        if not text.startswith("/"):
+            empty = "" if required else "empty or "
+            hint = " (an empty value is not 'here')" if not text else ""
+            raise Invalid(f"must be {empty}an absolute path (starting with '/'){hint}")
+        return text
+
+    return check
+
+
+def _host(host: str) -> None:
+    """A registry or server host name, IPv4 or [IPv6] address, as a client would resolve it."""
+    if host.startswith("["):
+        import ipaddress
+
+        try:
+            ipaddress.IPv6Address(host[1:-1] if host.endswith("]") else "")
+        except ValueError:
+            raise Invalid(f"{host!r} is not a valid [IPv6] address") from None
+        return
+    if re.fullmatch(_IPV4, host):
+        if any(int(part) > 255 for part in host.split(".")):
+            raise Invalid(f"{host!r} is not a valid IPv4 address")
+        return
+    if not host.isascii() or any(label.lower().startswith("xn--") for label in host.split(".")):
+        # What the HTTP client does with it (httpx encodes with the idna package).
+        import idna
+
+        try:
+            host = idna.encode(host.lower()).decode("ascii")
+        except idna.IDNAError as exc:
+            raise Invalid(f"the host is not a valid internationalised domain name ({exc})") from None
+    labels = host.removesuffix(".").split(".")
+    if len(host) > 253 or not all(re.fullmatch(_HOST_LABEL, label) for label in labels):
+        raise Invalid("the host must be a DNS name (letters, digits, '-' per label, at most 63 characters each)")
+
+
+def _port(text: str) -> None:
+    if not re.fullmatch(_PORT, text) or not 1 <= int(text) <= 65535:
+        raise Invalid(f"port {text!r} must be a number from 1 to 65535")
+
+
+def _refuse_credentials(value: object, what: str, hint: str, *, elsewhere: str) -> None:
+    """Refuse a value with a user or password (``masking``: an ``@`` before the
+    end) before any other check: with a password holding '/', '?' or '#', a
+    parser takes a part of it for the host, port or tag, and its reason would
+    quote that part. ``elsewhere``: what an ``@`` past the host part may be."""
+    if not isinstance(value, str) or (span := userinfo_span(value)) is None:
+        return
+    refused = f"credentials in the {what} are refused (they would show in logs and reports); {hint}"
+    if any(c in "/?#" for c in value[span[0] : span[1]]):
+        refused = f"an '@' after a '/', '?' or '#': a password holding one of them, or {elsewhere}; {refused}"
+    raise Invalid(refused)
+
+
+def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        _refuse_credentials(value, "URL", credentials_hint, elsewhere="an '@' in the path (write it %40)")
+        text = _text(value)
+        allowed = " or ".join(f"{s}://" for s in schemes)
+        if " " in text:
+            raise Invalid(f"a space at position {text.index(' ')}; a URL has none (percent-encode it as %20)")
+        scheme, sep, rest = text.partition("://")
+        if not sep or scheme.lower() not in schemes:
+            raise Invalid(f"must be an {allowed} URL")
+        authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        if "?" in rest or "#" in rest:
+            raise Invalid("must have no query ('?') or fragment ('#')")
+        host, port = authority, ""
+        if match := re.fullmatch(r"(\[[^\]]*\]|[^:]*)(?::(.*))?", authority):
+            host, port = match.group(1), match.group(2) or ""
+        if not host:
+            raise Invalid(f"must name a host ({allowed}host/...)")
+        _host(host)
+        if port or authority.endswith(":"):
+            _port(port)
+        return text.rstrip("/")
+
+    return check
+
+
+#: What an '@' after the host of a reference may be.
+_DIGEST_AT = "a digest not written as @sha256:<64 lowercase hex characters> at the end"
+
+
+def _oci_reference(value: object) -> str:
+    """An OCI push/pull target without a scheme: ``host[:port]/path[:tag|@digest]``."""
+    _refuse_credentials(
+        value,
+        "reference",
+        f"give a dockerconfigjson directory ({ENV_PREFIX}VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR; chart: "
+        "validate.publish.registrySecret)",
+        elsewhere=_DIGEST_AT,
+    )
+    text = _text(value)
+    if not text:
+        return text
+    if "://" in text:
+        raise Invalid("must be an OCI reference without a scheme, like registry.example.com/org/name")
+    authority, slash, path = text.partition("/")
+    if not slash or not path or any(c.isspace() for c in path):
+        raise Invalid("must be host/path, like registry.example.com/org/name (no spaces)")
+    host, colon, port = authority.partition(":") if not authority.startswith("[") else (authority, "", "")
+    _host(host)
+    if colon:
+        _port(port)
+    return text
+
+
+def _pack_reference(value: object) -> str:
+    _refuse_credentials(
+        value,
+        "reference",
+        f"give a dockerconfigjson file ({ENV_PREFIX}PACK__CREDENTIALS_FILE; chart: dataPackSecret)",
+        elsewhere=_DIGEST_AT,
+    )
+    text = _text(value)
+    if text:
+        from aicr_runner.net.reference import InvalidReference, PackReference
+
+        try:
+            PackReference.parse(text)
+        except InvalidReference as exc:
+            raise Invalid(str(exc)) from None
+    return text
+
+
+def _boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return value.lower() in _TRUE
+    raise Invalid("allowed: true or false")
+
+
+def _integer(low: int, high: int) -> Callable[[object], int]:
+    allowed = f"allowed: a whole number from {low} to {high}"
+
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise Invalid(allowed)
+        if isinstance(value, str):
+            if not re.fullmatch(_INTEGER, value):
+                raise Invalid(allowed)
+            value = int(value)
+        if not low <= value <= high:
+            raise Invalid(allowed)
+        return value
+
+    return check
+
+
+def _seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
+    """A finite number of seconds from MIN_SECONDS to ``high`` (``zero``: or 0)."""
+    allowed = f"allowed: {'0 or ' if zero else ''}a number of seconds from {MIN_SECONDS:g} to {high:g}"
+
+    def check(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise Invalid(allowed)
+        if isinstance(value, str):
+            if not re.fullmatch(_NUMBER, value):
+                raise Invalid(f"{allowed} (a plain decimal number; not nan, inf or a unit)")
+            value = float(value)
+        number = float(value)
+        if not math.isfinite(number) or not (MIN_SECONDS <= number <= high or (zero and number == 0)):
+            raise Invalid(allowed)
+        return number
+
+    return check
+
+
+def _choice(enum: type[_E]) -> Callable[[object], _E]:
+    options = [str(member.value) for member in enum]
+    allowed = "allowed: " + (", ".join(repr(o) for o in options[:-1]) + f" or {options[-1]!r}")
+
+    def check(value: object) -> _E:
+        if isinstance(value, enum):
+            return value
+        try:
+            return enum(_text(value, limit=64))
+        except ValueError:
+            raise Invalid(allowed) from None
+
+    return check
+
+
+def _arch(value: object) -> Arch:
+    # The chart renders "" by default: the node's architecture, detected here.
+    return _host_arch() if value == "" else _choice(Arch)(value)
+
+
+_LIST_EXAMPLE = 'list values are JSON arrays, e.g. \'["--nodes", "4"]\''
+#: What a JSON value that is not an array is called in a message.
+_JSON_KINDS: dict[type, str] = {
+    dict: "an object",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+}
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_array(text: str) -> Any:
+    """``text`` parsed as JSON, refused unless it is an array (its items are checked by the caller)."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise Invalid("nested too deeply; list values are flat JSON arrays of strings") from None
+    except ValueError as exc:
+        # Python's reason helps inside an array or object; for a bare word it says only "Expecting value".
+        why = f" ({str(exc).split(':')[0]})" if text.lstrip().startswith(("[", "{")) else ""
+        raise Invalid(f"not valid JSON{why}; {_LIST_EXAMPLE}") from None
+    if not isinstance(value, list):
+        kind = "null" if value is None else _JSON_KINDS.get(type(value), type(value).__name__)
+        raise Invalid(f"valid JSON, but {kind}, not an array; {_LIST_EXAMPLE}")
+    return value
+
+
+def _json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
+    """A JSON array (from the environment) or a list, of at most MAX_LIST_ITEMS
+    strings; each item passes ``item``."""
+
+    def check(value: object) -> list[_T]:
+        if isinstance(value, str):
+            value = _json_array(_text(value, limit=MAX_LIST_CHARS, whitespace=True))
+        if not isinstance(value, list | tuple):
+            raise Invalid("must be a JSON array of strings")
+        if len(value) > MAX_LIST_ITEMS:
+            raise Invalid(f"at most {MAX_LIST_ITEMS} items are allowed (this list has {len(value)})")
+        checked: list[_T] = []
+        for index, element in enumerate(value):
+            if isinstance(element, list | dict):
+                raise Invalid("must be a string; list values are flat JSON arrays of strings", item=index)
+            if not isinstance(element, str | Enum):
+                kind = "null" if element is None else type(element).__name__
+                raise Invalid(f"must be a string, not {kind}", item=index)
+            try:
+                checked.append(item(element))
+            except Invalid as exc:
+                raise Invalid(exc.reason, item=index) from None
+        return checked
+
+    return check
+
+
+def _argument(value: object) -> str:
+    """One argv entry, verbatim: any character but NUL (no argv can carry one),
+    and UTF-8."""
+    if not isinstance(value, str):
+        raise Invalid(f"must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise Invalid(f"a NUL character (\\x00) at position {value.index(chr(0))}; no argument can carry one")
+    if bad := re.search(_SURROGATE, value):
+        raise Invalid(f"not valid UTF-8 (the byte or character {_escape_char(bad.group())} at position {bad.start()})")
+    return value
+
+
+def _issuer(value: object) -> str:
+    return _url(("https",), "an OIDC issuer needs none")(value)
+
+
+def _host_arch() -> Arch:
+    machine = os.uname().machine.lower()  # what platform.machine() returns, without importing it
+    return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64
