@@ -880,7 +880,7 @@ def test_notes_give_the_commands_that_come_next_and_a_link_to_the_rest() -> None
         f"kubectl wait -n {NAMESPACE} job/{job} --for=condition=Failed --timeout=0 >/dev/null 2>&1 "
         '&& { echo "Job failed"; exit 1; }'
     ) in text
-    assert '[ "$outcome" = SucceededWithFailures ] && exit 3; exit 0' in text
+    assert 'case "$outcome" in SucceededWithFailures|SucceededInconclusive) exit 3;; esac; exit 0' in text
     assert f"kubectl get -n {NAMESPACE} job/{job} >/dev/null || exit 2" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.phase}}'" in text
     assert f"kubectl get cm -n {NAMESPACE} aicr-run-status -o jsonpath='{{.data.summary\\.txt}}'" in text
