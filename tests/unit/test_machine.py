@@ -79,10 +79,40 @@ def test_verdict_and_evidence_are_captured_before_the_validate_gate() -> None:
     assert machine.report.message.startswith("Validation FAILED (exit 8)")
 
 
-def test_validate_failure_without_fail_on_error_goes_green() -> None:
-    machine, _ = build({State.VALIDATE: StepResult.failed(8, "checks failed")})
+def test_validate_failure_without_fail_on_error_exits_0_but_is_never_plain_succeeded() -> None:
+    machine, _ = build({State.VALIDATE: StepResult.failed(8, "checks failed: operator-health", "validation-failed")})
     machine.run()
-    assert machine.finish(validate_gate=False, publish_gate=True) == 0
+    assert machine.finish(validate_gate=False, publish_gate=True) == 0, "the bash chart's gate: exit 0"
+    assert machine.report.phase is RunPhase.SUCCEEDED_WITH_FAILURES, "failed checks are never plain green"
+    assert machine.report.message == (
+        "AICR Job complete, but validation FAILED (exit 8): checks failed: operator-health "
+        "(validate.failOnError=true fails the Job instead)"
+    )
+
+
+def test_failed_components_and_failed_checks_are_both_said() -> None:
+    report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
+
+    def deploy() -> StepResult:
+        report.failed_components = ["nfd"]
+        return StepResult.warned("components failed")
+
+    def step(state: State) -> Callable[[], StepResult]:
+        if state is State.DEPLOY:
+            return deploy
+        if state is State.VALIDATE:
+            return lambda: StepResult.failed(8, "checks failed: operator-health", "validation-failed")
+        return StepResult.ok
+
+    machine = Machine({s: step(s) for s in ALL}, report, on_change=lambda r: None, interrupted=lambda: False)
+    machine.run()
+    assert machine.finish(validate_gate=False, publish_gate=False) == 0
+    assert report.phase is RunPhase.SUCCEEDED_WITH_FAILURES
+    assert report.message.startswith("AICR Job complete, but components failed: nfd (--best-effort;")
+    assert report.message.endswith(
+        "; and validation FAILED (exit 8): checks failed: operator-health "
+        "(validate.failOnError=true fails the Job instead)"
+    )
 
 
 NO_CHECK = "validation inconclusive: no check ran: the recipe lists no check for phase deployment (CTRF tests: 0)"

@@ -143,17 +143,34 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
-    # Validation that ran no check is said on a green exit: never a plain success.
-    no_check = validate.message if inconclusive(report) else ""
+    # Failed checks or validation that ran no check are said on a green exit: never a plain success.
+    caveats = [c for c in (_failed_checks(report), validate.message if inconclusive(report) else "") if c]
     if report.failed_components:
         failed = ", ".join(report.failed_components)
         if component_gate:
             return 1, f"Components FAILED ({failed}) and deploy.failOnComponentFailure is set"
-        return 0, (
-            f"{success}, but components failed: {failed} (--best-effort; deploy.failOnComponentFailure=true "
-            "fails the Job instead)" + (f"; and {no_check}" if no_check else "")
+        caveats.insert(
+            0,
+            f"components failed: {failed} (--best-effort; deploy.failOnComponentFailure=true fails the Job instead)",
         )
-    return 0, f"{success}, but {no_check}" if no_check else success
+    return 0, f"{success}, but {'; and '.join(caveats)}" if caveats else success
+
+
+def _failed_checks(report: RunReport) -> str:
+    """What a validation that failed says on a run that exits 0 (no validate.failOnError)."""
+    if not validation_failed(report):
+        return ""
+    validate = report.step(S.VALIDATE.value)
+    return (
+        f"validation FAILED (exit {validate.exit_code}): {validate.message} "
+        "(validate.failOnError=true fails the Job instead)"
+    )
+
+
+def validation_failed(report: RunReport) -> bool:
+    """Validation ran and failed, and did not fail the run (no validate.failOnError)."""
+    validate = report.step(S.VALIDATE.value)
+    return validate.status is StepStatus.FAILED and validate.classification != INCONCLUSIVE
 
 
 def inconclusive(report: RunReport) -> bool:
@@ -264,7 +281,7 @@ class Machine:
             else RunPhase.FAILED
             if code != 0
             else RunPhase.SUCCEEDED_WITH_FAILURES
-            if self.report.failed_components
+            if self.report.failed_components or validation_failed(self.report)
             else RunPhase.SUCCEEDED_INCONCLUSIVE
             if inconclusive(self.report)
             else RunPhase.SUCCEEDED

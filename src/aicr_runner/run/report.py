@@ -36,7 +36,8 @@ class StepStatus(StrEnum):
 class RunPhase(StrEnum):
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
-    #: Exit 0, but deploy.sh reported failed components (--best-effort, the anchor's semantics).
+    #: Exit 0, but deploy.sh reported failed components (--best-effort) or validation
+    #: failed without validate.failOnError: the bash chart's gates, never plain green.
     SUCCEEDED_WITH_FAILURES = "SucceededWithFailures"
     #: Exit 0, but validation ran no check (zero tests, or all skipped/pending) and
     #: validate.failOnError is off: a green run must mean checks ran and passed.
