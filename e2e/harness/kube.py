@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -97,7 +97,7 @@ class Kube:
             raise
         return True
 
-    def watch(self, path: str, **query: str) -> Iterator[dict[str, Any]]:
+    def watch(self, path: str, **query: str) -> Generator[dict[str, Any], None, None]:
         """The events of a watch (``?watch=true``) as they come: dicts with ``type``
         and ``object``. Ends when the server closes the stream (its timeout)."""
         url = self.server + path + "?" + urlencode({**query, "watch": "true"})
