@@ -50,7 +50,9 @@ class Kube:
         self._headers = {"Accept": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._http = urllib3.PoolManager(ssl_context=ctx, retries=False, timeout=urllib3.Timeout(30), maxsize=8)
+        # Room for the load scenario's ten pods followed at once (each a watch and
+        # reads): beyond it urllib3 still connects, but warns on every surplus one.
+        self._http = urllib3.PoolManager(ssl_context=ctx, retries=False, timeout=urllib3.Timeout(30), maxsize=32)
 
     def with_token(self, token: str, ca_file: Path) -> Kube:
         return Kube(self.server, ca_file, token=token)
