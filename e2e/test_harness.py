@@ -165,6 +165,34 @@ def test_service_account_tokens_are_signed_by_the_issuer(control_plane: ControlP
     assert rejected.value.status == 401
 
 
+def test_the_audit_log_records_each_service_account_request_once_and_not_the_admins(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    since = control_plane.audit_offset()
+    user = f"system:serviceaccount:{namespace}:default"
+    client = control_plane.client(control_plane.token(namespace, "default"))
+    with pytest.raises(KubeError):
+        client.get(f"/api/v1/namespaces/{namespace}/configmaps/audited")
+    control_plane.admin.get(f"/api/v1/namespaces/{namespace}/configmaps/kube-root-ca.crt")
+
+    events = control_plane.audit_events_until_now(since)
+
+    [refused] = [e for e in events if e["user"]["username"] == user]
+    assert refused["verb"] == "get"
+    assert refused["objectRef"] == {
+        "resource": "configmaps",
+        "namespace": namespace,
+        "name": "audited",
+        "apiVersion": "v1",
+    }
+    assert refused["responseStatus"]["code"] == 403
+    assert refused["stage"] == "ResponseComplete"
+    assert refused["level"] == "Metadata"
+    # Neither the tests' admin nor the controllers (kube-system ServiceAccounts) are logged.
+    users = {e["user"]["username"] for e in events}
+    assert not {u for u in users if u == "e2e-admin" or u.startswith("system:serviceaccount:kube-system:")}, users
+
+
 def test_the_controller_manager_runs_each_controller_as_its_own_service_account(control_plane: ControlPlane) -> None:
     accounts = {
         sa["metadata"]["name"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -24,13 +25,29 @@ from e2e.harness.pki import CertAuthority, KeyPair, write_signing_key
 from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
 from e2e.tools import tool
 
-__all__ = ["ISSUER", "ControlPlane", "start_control_plane"]
+__all__ = ["AUDIT_POLICY", "ISSUER", "ControlPlane", "start_control_plane"]
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 #: The Service range of a control plane that runs no node (TEST-NET-3, RFC 5737):
 #: nothing connects to it. A plane with a node takes its slot's range
 #: (``HostNetwork.service_cidr``), which the slot's rules redirect and fence.
 NO_NODE_SERVICE_CIDR = "203.0.113.0/28"
+#: The API server's audit policy: every request of a ServiceAccount outside
+#: kube-system (the pods the tests run: the runner, its helm and kubectl), at
+#: Metadata level, one line per request (when its response ended). The controllers
+#: (kube-system ServiceAccounts), the node and the tests' admin are left out, so the
+#: log stays small enough to keep on for every session (e2e/test_load.py counts a
+#: run's requests from it).
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [
+        {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+        {"level": "None"},
+    ],
+}
 
 
 def _b64(data: bytes) -> str:
@@ -58,6 +75,43 @@ class ControlPlane:
     @property
     def service_ip(self) -> str:
         return _first_address(self.service_cidr)
+
+    #: the API server's audit log (JSON lines, ``AUDIT_POLICY``)
+    audit_log: Path | None = None
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now: ``audit_events(since=...)`` reads what comes after."""
+        assert self.audit_log is not None
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+    def audit_events(self, since: int = 0) -> list[dict[str, Any]]:
+        """The audit events logged after byte ``since`` (``AUDIT_POLICY``:
+        ServiceAccounts outside kube-system), oldest first; a line the API server
+        is still writing is left out."""
+        assert self.audit_log is not None
+        if not self.audit_log.exists():
+            return []
+        with self.audit_log.open("rb") as log:
+            log.seek(since)
+            lines = log.read().split(b"\n")
+        return [json.loads(line) for line in lines[:-1] if line.strip()]
+
+    def audit_events_until_now(self, since: int = 0, *, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """``audit_events(since)`` once every request that ended before this call is
+        in the log: a marker request (the ``default`` ServiceAccount of ``default``
+        reading a ConfigMap that does not exist, refused) is waited for, and left out."""
+        marker = f"audit-marker-{secrets.token_hex(4)}"
+        with contextlib.suppress(KubeError):
+            self.client(self.token("default", "default", seconds=600)).get(
+                f"/api/v1/namespaces/default/configmaps/{marker}"
+            )
+
+        def logged() -> list[dict[str, Any]] | None:
+            events = self.audit_events(since)
+            names = [(event.get("objectRef") or {}).get("name") for event in events]
+            return events[: names.index(marker)] if marker in names else None
+
+        return wait_for(logged, timeout=timeout, what=f"the audit log's marker request {marker}")
 
     def cert_kubeconfig(self, path: Path, user: str, groups: list[str] | None = None) -> Path:
         """A kubeconfig for ``user`` (in ``groups``) with a client certificate from the cluster CA."""
@@ -284,6 +338,9 @@ def start_control_plane(
         pki_dir, "apiserver-kubelet-client"
     )
     sa_key, sa_pub = write_signing_key(pki_dir)
+    audit_policy = workdir / "audit-policy.yaml"
+    audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+    audit_log = workdir / "audit.log"
 
     etcd, etcd_url = _start_etcd(workdir, timeout)
     processes = [etcd]
@@ -315,6 +372,9 @@ def start_control_plane(
                     f"--kubelet-client-certificate={kubelet_client_cert}",
                     f"--kubelet-client-key={kubelet_client_key}",
                     "--kubelet-preferred-address-types=InternalIP",
+                    f"--audit-policy-file={audit_policy}",
+                    f"--audit-log-path={audit_log}",
+                    "--audit-log-format=json",
                     "--v=1",
                 ],
                 workdir / f"kube-apiserver.{attempt}.log",
@@ -368,6 +428,7 @@ def start_control_plane(
         service_cidr=service_cidr,
     )
     plane.ca = ca
+    plane.audit_log = audit_log
     plane.startup_seconds = time.monotonic() - started
     plane.controller_manager_seconds = kcm_seconds
     return plane

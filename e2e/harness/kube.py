@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -50,7 +50,9 @@ class Kube:
         self._headers = {"Accept": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._http = urllib3.PoolManager(ssl_context=ctx, retries=False, timeout=urllib3.Timeout(30), maxsize=8)
+        # Room for the load scenario's ten pods followed at once (each a watch and
+        # reads): beyond it urllib3 still connects, but warns on every surplus one.
+        self._http = urllib3.PoolManager(ssl_context=ctx, retries=False, timeout=urllib3.Timeout(30), maxsize=32)
 
     def with_token(self, token: str, ca_file: Path) -> Kube:
         return Kube(self.server, ca_file, token=token)
@@ -97,7 +99,7 @@ class Kube:
             raise
         return True
 
-    def watch(self, path: str, **query: str) -> Iterator[dict[str, Any]]:
+    def watch(self, path: str, **query: str) -> Generator[dict[str, Any], None, None]:
         """The events of a watch (``?watch=true``) as they come: dicts with ``type``
         and ``object``. Ends when the server closes the stream (its timeout)."""
         url = self.server + path + "?" + urlencode({**query, "watch": "true"})
