@@ -50,7 +50,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aicr_runner.job_events import MAX_EVENTS
+from aicr_runner.kube.events import MAX_EVENTS
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
