@@ -39,6 +39,7 @@ from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.node import NODE_NAME, Kubelet, RealNode, load_image
 from e2e.harness.node.node import PAUSE_IMAGE
+from e2e.harness.procs import wait_for
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
 from e2e.test_real_aicr import (
     HELM_REDIRECT,
@@ -158,13 +159,16 @@ def controllers(control_plane: ControlPlane, tmp_path: Path) -> Iterator[None]:
 
 
 @pytest.fixture
-def components_removed_after(helm: Helm, eks_recipe: dict[str, Any]) -> Iterator[None]:
+def components_removed_after(helm: Helm, control_plane: ControlPlane, eks_recipe: dict[str, Any]) -> Iterator[None]:
     yield
     # The control plane is the session's: later scenarios assert their runs
     # installed none of the embedded components.
     for ref in eks_recipe["recipe"]["componentRefs"]:
         if ref["name"] in releases_in(helm, ref["namespace"]):
             helm.uninstall(ref["name"], ref["namespace"])
+    # The garbage collector deletes the operator's ReplicaSet and pod after the
+    # Deployment: a later run must not find a pod of this one.
+    wait_for(lambda: not operator_pods(control_plane) or None, timeout=60, what="the stand-in operator's pods gone")
 
 
 class ValidatorPods:
@@ -242,6 +246,126 @@ CHECKS = [
 VERDICT = "validation passed: 3 of 4 checks passed, 1 skipped: check-nvidia-smi (no GPU nodes found in the cluster)"
 
 
+def operator_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    """The pods operator-health counts: ``app=gpu-operator`` in ``gpu-operator``."""
+    found = plane.admin.get("/api/v1/namespaces/gpu-operator/pods", labelSelector="app=gpu-operator")
+    return list(found["items"])
+
+
+def install(  # noqa: PLR0917 - one install's inputs
+    helm: Helm,
+    plane: ControlPlane,
+    namespace: str,
+    kubelet: Kubelet,
+    release_mirror: FolderMirror,
+    charts: FolderMirror,
+    deploy_flags: str,
+) -> str:
+    """The chart for CRITERIA with validation of the deployment phase under
+    validate.failOnError; returns the API server's version (the snapshot's)."""
+    server_version = snapshot_configmap(plane, namespace)
+    path = f"{HELM_REDIRECT_DIR}:{image_path(kubelet)}"
+    helm.install(
+        RELEASE,
+        CHART,
+        namespace,
+        values={
+            **CRITERIA,
+            **kubelet.image_values(),
+            "aicrVersion": TAG,
+            "aicrReleaseBaseUrl": release_mirror.base_url,
+            # No NVIDIA attestation in this release: warn runs it and says so.
+            "aicrProvenance": {"mode": "warn"},
+            "validate": {"enabled": True, "phases": ["deployment"], "failOnError": True},
+            "validateArgs": ["--snapshot", f"cm://{namespace}/{SNAPSHOT}"],
+            "deployFlags": deploy_flags,
+            "job": {
+                "extraEnv": extra_env(PATH=path, E2E_CHART_REPO=f"{charts.base_url}/charts"),
+                # One pod: a failed run is not retried behind the test's back.
+                "backoffLimit": 0,
+            },
+        },
+    )
+    return server_version
+
+
+def assert_validator_pods(pods: ValidatorPods, exit_codes: dict[str, int]) -> None:
+    """Each check ran as its own pod on the node, from the image loaded under the
+    published name, on the pod network, and ended with ``exit_codes[check]``."""
+    seen = sorted(
+        (
+            p["metadata"]["labels"]["aicr.nvidia.com/validator"],
+            p["spec"]["containers"][0]["image"],
+            p["spec"]["nodeName"],
+            bool(p["spec"].get("hostNetwork")),
+            _exit_code(p),
+        )
+        for p in pods.ended(len(exit_codes), timeout=30)
+    )
+    expected = sorted((name, VALIDATOR_IMAGE, NODE_NAME, False, code) for name, code in exit_codes.items())
+    assert seen == expected, (seen, pods.errors[-3:])
+
+
+#: The verdict when the operator's pod never came up (aicr's message for operator-health).
+NO_OPERATOR_POD = (
+    "validation failed: 1 failed: operator-health ([NOT_FOUND] no gpu-operator pods found) (of 4 checks, 2 passed)"
+)
+
+
+@pytest.mark.timeout(900)
+def test_without_the_operators_pod_operator_health_fails_and_the_gated_run_fails_with_aicrs_exit_code(  # noqa: PLR0917
+    helm: Helm,
+    control_plane: ControlPlane,
+    namespace: str,
+    validator_on_node: str,
+    redirect_kubelet: Kubelet,
+    release_mirror: FolderMirror,
+    stand_in_charts: FolderMirror,
+    eks_recipe: dict[str, Any],
+    validator_pods: ValidatorPods,
+    components_removed_after: None,
+) -> None:
+    """No Deployment controller runs here (no ``controllers`` fixture): the
+    stand-in operator's Deployment is installed but never gets a pod, as when an
+    operator's pods cannot start. deploy.sh with the chart's ``--no-wait``."""
+    assert not operator_pods(control_plane), "a pod of an earlier run would make operator-health pass"
+    install(
+        helm, control_plane, namespace, redirect_kubelet, release_mirror, stand_in_charts, "--best-effort --no-wait"
+    )
+    run = redirect_kubelet.run_job(RELEASE, namespace, timeout=800)
+
+    assert run.exit_code == 8, run.describe()
+    assert run.termination_message == f"Failed (exit 8): Validation FAILED (exit 8): {NO_OPERATOR_POD} [aicr v0.11.1]"
+    results = RunResults(control_plane, namespace)
+    assert (results.report()["phase"], results.report()["exitCode"]) == ("Failed", 8)
+    validate = results.step("validate")
+    assert (validate["status"], validate["exitCode"], validate["classification"]) == ("failed", 8, "validation-failed")
+    assert validate["message"] == NO_OPERATOR_POD
+    assert re.search(r"aicr validate exit=8\b", run.output), "aicr itself failed the phase"
+    ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])
+    counted = ("tests", "passed", "failed", "skipped", "pending", "other")
+    summary = {key: ctrf["results"]["summary"][key] for key in counted}
+    assert summary == {"tests": 4, "passed": 2, "failed": 1, "skipped": 1, "pending": 0, "other": 0}
+    tests = ctrf["results"]["tests"]
+    assert [(t["name"], t["status"], t.get("message")) for t in tests] == [
+        ("operator-health", "failed", "[NOT_FOUND] no gpu-operator pods found"),
+        ("expected-resources", "passed", None),
+        ("gpu-operator-version", "passed", None),
+        ("check-nvidia-smi", "skipped", None),
+    ]
+    # The Deployment is there (gpu-operator-version read its version); its pod is not.
+    assert evidence(tests[2]) == ["Detected GPU Operator version: v25.10.1", "Constraint: >= v24.6.0 \u2192 true"]
+    deployment = control_plane.admin.get("/apis/apps/v1/namespaces/gpu-operator/deployments/gpu-operator")
+    assert deployment["spec"]["replicas"] == 1
+    assert not deployment.get("status", {}).get("replicas"), "no Deployment controller acted on it"
+    assert_validator_pods(validator_pods, {"operator-health": 1, "expected-resources": 0, **PASSING_PODS})
+    print(f"\nno operator pod: validate {validate['durationSeconds']:.1f}s; CTRF {summary}")
+
+
+#: The exit codes of the two validator pods whose verdict does not depend on the operator's pod.
+PASSING_PODS = {"gpu-operator-version": 0, "check-nvidia-smi": 2}
+
+
 @pytest.mark.timeout(900)
 def test_the_real_validator_runs_every_deployment_check_and_operator_health_passes(  # noqa: PLR0917 - fixtures
     helm: Helm,
@@ -258,31 +382,11 @@ def test_the_real_validator_runs_every_deployment_check_and_operator_health_pass
 ) -> None:
     recipe = eks_recipe["recipe"]
     assert recipe["validation"]["deployment"]["checks"] == [name for name, _, _ in CHECKS]
-    server_version = snapshot_configmap(control_plane, namespace)
-    path = f"{HELM_REDIRECT_DIR}:{image_path(redirect_kubelet)}"
-    helm.install(
-        RELEASE,
-        CHART,
-        namespace,
-        values={
-            **CRITERIA,
-            **redirect_kubelet.image_values(),
-            "aicrVersion": TAG,
-            "aicrReleaseBaseUrl": release_mirror.base_url,
-            # No NVIDIA attestation in this release: warn runs it and says so.
-            "aicrProvenance": {"mode": "warn"},
-            "validate": {"enabled": True, "phases": ["deployment"], "failOnError": True},
-            "validateArgs": ["--snapshot", f"cm://{namespace}/{SNAPSHOT}"],
-            # Without --no-wait (values.yaml: drop it when validating after the
-            # install): deploy.sh's helm returns once the gpu-operator Deployment
-            # is available, so its pod is Running when operator-health looks.
-            "deployFlags": "--best-effort",
-            "job": {
-                "extraEnv": extra_env(PATH=path, E2E_CHART_REPO=f"{stand_in_charts.base_url}/charts"),
-                # One pod: a failed run is not retried behind the test's back.
-                "backoffLimit": 0,
-            },
-        },
+    # Without --no-wait (values.yaml: drop it when validating after the install):
+    # deploy.sh's helm returns once the gpu-operator Deployment is available, so
+    # its pod is Running when operator-health looks.
+    server_version = install(
+        helm, control_plane, namespace, redirect_kubelet, release_mirror, stand_in_charts, "--best-effort"
     )
     run = redirect_kubelet.run_job(RELEASE, namespace, timeout=800)
 
@@ -313,9 +417,7 @@ def test_the_real_validator_runs_every_deployment_check_and_operator_health_pass
     assert [(t["name"], t["status"], t.get("message"), t["suite"]) for t in tests] == [
         (name, status, None, ["deployment"]) for name, _, status in CHECKS
     ]
-    [operator] = control_plane.admin.get("/api/v1/namespaces/gpu-operator/pods", labelSelector="app=gpu-operator")[
-        "items"
-    ]
+    [operator] = operator_pods(control_plane)
     by_name = {t["name"]: t for t in tests}
     assert evidence(by_name["operator-health"]) == [
         "Found 1 gpu-operator pod(s):",
@@ -341,19 +443,7 @@ def test_the_real_validator_runs_every_deployment_check_and_operator_health_pass
 
     # Each check ran as its own pod on the node, from the image loaded under the
     # published name, on the pod network; its exit code is the CTRF status.
-    pods = validator_pods.ended(len(CHECKS), timeout=30)
-    seen = sorted(
-        (
-            p["metadata"]["labels"]["aicr.nvidia.com/validator"],
-            p["spec"]["containers"][0]["image"],
-            p["spec"]["nodeName"],
-            bool(p["spec"].get("hostNetwork")),
-            _exit_code(p),
-        )
-        for p in pods
-    )
-    expected_pods = sorted((name, VALIDATOR_IMAGE, NODE_NAME, False, code) for name, code, _ in CHECKS)
-    assert seen == expected_pods, (seen, validator_pods.errors[-3:])
+    assert_validator_pods(validator_pods, {name: code for name, code, _ in CHECKS})
 
     # The readiness pre-flight read the snapshot: the server version passed; the
     # snapshot carries no OS measurement, so aicr skipped the recipe's OS constraints.
