@@ -29,6 +29,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,9 @@ class ValidatorPods:
 
     def __init__(self, plane: ControlPlane) -> None:
         self._plane = plane
+        # Pods of an earlier test (still being deleted) are not this run's.
+        self._since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._version = ""
         self.pods: dict[str, dict[str, Any]] = {}
         self.errors: list[str] = []
         self._changed = threading.Condition()
@@ -191,9 +195,17 @@ class ValidatorPods:
                     "/api/v1/namespaces/aicr-validation/pods",
                     # the pod template's labels (the Job's job-type label is not on it)
                     labelSelector="aicr.nvidia.com/validator",
+                    resourceVersion=self._version,
                     timeoutSeconds="5",
                 ):
                     pod = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        self._version = ""  # too old: start again from the current state
+                        break
+                    # The next watch goes on from here: no pod is missed between two watches.
+                    self._version = pod["metadata"]["resourceVersion"]
+                    if pod["metadata"]["creationTimestamp"] < self._since:
+                        continue
                     with self._changed:
                         self.pods[pod["metadata"]["name"]] = pod
                         self._changed.notify_all()
