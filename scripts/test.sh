@@ -10,6 +10,8 @@ bash scripts/setup.sh
 export PATH="$root/.tools/bin:$PATH"
 # The real aicr release the tests and the benchmark use (tests that need it fail, never skip, without it).
 export AICR_TEST_RELEASES_DIR="${AICR_TEST_RELEASES_DIR:-$root/../shared/testdata/aicr-releases}"
+# The real deployment validator of aicr v0.11.1 (e2e/test_real_validators.py builds its image from it).
+export AICR_TEST_VALIDATORS_DIR="${AICR_TEST_VALIDATORS_DIR:-$root/../shared/testdata/aicr-validators}"
 
 echo "== ruff"
 .venv/bin/ruff check src tests e2e scripts

@@ -321,7 +321,13 @@ NOT_PASSED = "aicr validate exited 8: [INTERNAL] validation failed: one or more 
         (0, [SKIPPED, PENDING], NONE_RAN, 32, "no check ran: 1 skipped, 1 pending"),
         (8, [SKIPPED], NONE_RAN, 32, f"; {NOT_PASSED}, but its CTRF report has no failed or crashed check"),
         # checks ran and passed: green; a failing exit code alone is said, and warned
-        (0, [PASSED, SKIPPED], S, 0, "validation passed: 1 of 2 checks passed, 1 skipped"),
+        (
+            0,
+            [PASSED, SKIPPED],
+            S,
+            0,
+            "validation passed: 1 of 2 checks passed, 1 skipped: check-nvidia-smi (no GPU nodes found in the cluster)",
+        ),
         (0, [PASSED], S, 0, "validation passed: 1 of 1 checks passed"),
         (8, [PASSED], W, 0, f"1 of 1 checks passed; {NOT_PASSED}, but its CTRF report has no failed"),
     ],
@@ -341,6 +347,50 @@ def test_a_clean_verdict_says_nothing_about_the_exit_code() -> None:
     assert "exited" not in classify_ctrf(0, ctrf(PASSED), phases=["deployment"]).reason
     assert "exited" not in classify_ctrf(0, ctrf(SKIPPED), phases=["deployment"]).reason
     assert "exited" not in classify_ctrf(8, ctrf(FAILED), phases=["deployment"]).reason
+
+
+#: A skipped check as aicr v0.11.1 reports it (the real e2e run's CTRF entry): no
+#: ``message`` (a skip writes no termination message), the reason in the pod log.
+REAL_SKIP = {
+    "name": "check-nvidia-smi",
+    "status": "skipped",
+    "duration": 0,
+    "suite": ["deployment"],
+    "stdout": [
+        'time=2026-12-05T09:04:31.745Z level=INFO msg="starting check" name=check-nvidia-smi',
+        'time=2026-12-05T09:04:31.760Z level=INFO msg=SKIP reason="[INTERNAL] no GPU nodes found in the cluster: skip"',
+    ],
+}
+
+
+def _report(*tests: dict[str, Any]) -> str:
+    summary = {"tests": len(tests)} | {k: sum(t["status"] == k for t in tests) for k in ("passed", "skipped")}
+    return json.dumps({"reportFormat": "CTRF", "results": {"summary": summary, "tests": list(tests)}})
+
+
+def test_a_real_skip_without_a_message_is_named_with_the_reason_its_validator_logged() -> None:
+    passed = {"name": "operator-health", "status": "passed", "stdout": ["Running: 1/1"]}
+    result = classify_ctrf(0, CtrfVerdict.parse(_report(passed, REAL_SKIP)), phases=["deployment"])
+    assert (result.outcome, result.reason) == (
+        S,
+        "validation passed: 1 of 2 checks passed, 1 skipped: check-nvidia-smi (no GPU nodes found in the cluster)",
+    )
+    alone = classify_ctrf(0, CtrfVerdict.parse(_report(REAL_SKIP)), phases=["deployment"])
+    assert "(skipped: check-nvidia-smi (no GPU nodes found in the cluster))" in alone.reason
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [[], ['level=INFO msg="starting check"'], "not a list", [{"line": 'msg=SKIP reason="x"'}]],
+)
+def test_a_skip_without_a_message_or_a_logged_reason_is_named_alone(stdout: object) -> None:
+    verdict = CtrfVerdict.parse(_report({**REAL_SKIP, "stdout": stdout}))
+    assert verdict.checks["skipped"] == [("check-nvidia-smi", "")]
+
+
+def test_a_skip_message_aicr_wrote_wins_over_the_log() -> None:
+    verdict = CtrfVerdict.parse(_report({**REAL_SKIP, "message": "skipped - no-cluster mode"}))
+    assert verdict.checks["skipped"] == [("check-nvidia-smi", "skipped - no-cluster mode")]
 
 
 def test_zero_tests_name_every_phase_asked_for() -> None:

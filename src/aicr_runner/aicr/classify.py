@@ -311,6 +311,10 @@ def classify_verify(
 #: Names listed per status in a step message; the rest are counted ("and 12 more").
 _NAMES_SHOWN = 5
 _COUNTED = ("passed", "failed", "skipped", "pending", "other")
+#: How aicr 0.11's validators log a skip (validators/runner.go): a skipped check
+#: writes no termination message, so its CTRF entry has no ``message``; the reason
+#: is only in the pod log aicr copies into ``stdout``, wrapped as ``[CODE] <reason>: skip``.
+_SKIP_LOG = re.compile(r'\bmsg=SKIP reason="(?:\[[A-Z_]+\] )?(?P<reason>.*?)(?:: skip)?"\s*$')
 
 
 @dataclass(frozen=True)
@@ -337,8 +341,11 @@ class CtrfVerdict:
         checks: dict[str, list[tuple[str, str]]] = {}
         for test in tests if isinstance(tests, list) else []:
             if isinstance(test, dict):
-                entry = (str(test.get("name") or "?"), str(test.get("message") or "").strip())
-                checks.setdefault(str(test.get("status") or "other"), []).append(entry)
+                status = str(test.get("status") or "other")
+                message = str(test.get("message") or "").strip()
+                if not message and status == "skipped":
+                    message = _skip_reason(test.get("stdout"))
+                checks.setdefault(status, []).append((str(test.get("name") or "?"), message))
         return cls(total, counts, checks)
 
     def named(self, status: str, *, reasons: bool = False) -> str:
@@ -347,6 +354,15 @@ class CtrfVerdict:
         shown = [f"{name} ({message})" if reasons and message else name for name, message in entries[:_NAMES_SHOWN]]
         more = len(entries) - len(shown)
         return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _skip_reason(stdout: object) -> str:
+    """The reason a 0.11 validator logged for skipping (``_SKIP_LOG``), or ``""``."""
+    for line in stdout if isinstance(stdout, list) else []:
+        found = _SKIP_LOG.search(str(line))
+        if found:
+            return found["reason"]
+    return ""
 
 
 def classify_ctrf(exit_code: int, verdict: CtrfVerdict, *, phases: Iterable[str], error: str = "") -> Classification:
@@ -362,7 +378,8 @@ def classify_ctrf(exit_code: int, verdict: CtrfVerdict, *, phases: Iterable[str]
         return Classification(
             Outcome.INCONCLUSIVE, ExitCode.VALIDATION_INCONCLUSIVE, _no_check_ran(verdict, list(phases)) + note
         )
-    skipped = f", {counts['skipped']} skipped" if counts["skipped"] else ""
+    # A check that could not run here (no GPU node...) is named with aicr's reason.
+    skipped = f", {counts['skipped']} skipped: {verdict.named('skipped', reasons=True)}" if counts["skipped"] else ""
     reason = f"validation passed: {counts['passed']} of {verdict.tests} checks passed{skipped}"
     return Classification(Outcome.WARNED if note else Outcome.SUCCEEDED, 0, reason + note)
 
