@@ -8,7 +8,7 @@ requests; ``wiring`` (and with it the steps) is imported once, when the run star
 
 Every input is checked before any step runs: the settings (``config.load``),
 a ``--values`` file against the chart's schema, and every directory the run
-writes (created now, and must take a file). A bad input is one line per problem
+writes (created now, and must take a file: ``settings.places``). A bad input is one line per problem
 on stderr naming the variable or flag, and exit 2; never a traceback. The
 arguments are then resolved once into an ``Invocation``: nothing past this
 module sees argparse's namespace.
@@ -139,6 +139,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     _never_fail_on_encoding()
     from aicr_runner.errors import ConfigError, ExitCode
     from aicr_runner.settings.config import load
+    from aicr_runner.settings.places import check_places
 
     origins: dict[str, str] = {}
     try:
@@ -152,7 +153,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"aicr-runner: {refused}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     try:
-        _check_places(settings, invocation)
+        check_places(settings, invocation.results_dir, invocation.results_flag)
     except ConfigError as exc:
         return _bad_input(exc, origins)
     from aicr_runner import wiring
@@ -232,107 +233,6 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     ]
     if problems:
         raise ConfigError(problems)
-
-
-def _check_places(settings: RunnerSettings, invocation: Invocation) -> None:
-    """Every directory the run writes exists or is created now, and takes a file.
-    Before any step: a run never reports success with results that went nowhere."""
-    from aicr_runner.errors import ConfigError
-    from aicr_runner.settings.config import Invalid, problem_line
-
-    places: list[tuple[str, str]] = [(f"{ENV_PREFIX}WORK_DIR", settings.work_dir)]
-    output = invocation.results_dir
-    if output is not None:
-        places.append((invocation.results_flag, str(output)))
-    problems: list[str] = []
-    for name, place in places:
-        try:
-            _writable_directory(place)
-        except Invalid as exc:
-            problems.append(problem_line(name, place, exc))
-    if output is not None and not problems:
-        problems.extend(_result_places(settings, invocation.results_flag, output))
-    problems.extend(_trusted_root_problem(settings))
-    if problems:
-        raise ConfigError(problems)
-
-
-def _result_places(settings: RunnerSettings, flag: str, output: Path) -> list[str]:
-    """The results directory's subdirectories (one per result, named as its
-    ConfigMap would be): one already there must be a directory that takes a
-    file, or the run would end without its report after all its work."""
-    from aicr_runner.settings.config import Invalid, problem_line
-
-    results = {
-        "STATUS_CONFIGMAP": settings.status_configmap,
-        "RECIPE__CONFIGMAP": settings.recipe.configmap,
-        "VALIDATE__RESULT_CONFIGMAP": settings.validate.result_configmap,
-        "VALIDATE__EVIDENCE_CONFIGMAP": settings.validate.evidence_configmap,
-    }
-    problems: list[str] = []
-    for setting, name in results.items():
-        place = output / name
-        if not name or not (place.exists() or place.is_symlink()):
-            continue  # created when the result is written; the results directory takes files
-        try:
-            _writable_directory(str(place))
-        except Invalid as exc:
-            why = (
-                f"{name}/ in it {exc.reason}; the results {ENV_PREFIX}{setting} names go there: remove it or "
-                f"choose another {flag}"
-            )
-            problems.append(problem_line(flag, str(output), Invalid(why)))
-    return problems
-
-
-def _trusted_root_problem(settings: RunnerSettings) -> list[str]:
-    """A Sigstore trusted root that is given must be a file (when provenance is checked at all)."""
-    from aicr_runner.settings.config import Invalid, problem_line
-
-    provenance = settings.aicr.provenance
-    path = Path(provenance.trusted_root)
-    if not provenance.trusted_root or provenance.mode.value == "off" or path.is_file():
-        return []
-    state = "is a directory" if path.is_dir() else "exists but is not a file" if path.exists() else "does not exist"
-    reason = f"{state}; give a Sigstore trusted_root.json file, or leave it empty for the shipped public-good root"
-    return [problem_line(f"{ENV_PREFIX}AICR__PROVENANCE__TRUSTED_ROOT", provenance.trusted_root, Invalid(reason))]
-
-
-def _writable_directory(place: str) -> None:
-    """``place`` is (now) a directory this process can create files in; raises ``Invalid``."""
-    import tempfile
-
-    from aicr_runner.settings.config import Invalid, absolute_path
-
-    absolute_path(required=True)(place)  # UTF-8, no control characters, absolute
-    path = Path(place)
-    try:
-        if path.exists() and not path.is_dir():
-            raise Invalid("exists and is not a directory")
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise Invalid(f"cannot be created ({exc.strerror or exc})") from None
-    try:
-        handle, probe = tempfile.mkstemp(dir=path, prefix=".aicr-runner-probe-")
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as exc:
-        raise Invalid(_not_writable(exc)) from None
-
-
-def _not_writable(exc: OSError) -> str:
-    """Why a directory takes no file, in words that fit the errno: /proc answers
-    "No such file or directory" for a directory that is there."""
-    import errno
-
-    said = exc.strerror or str(exc)
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"is not writable by this process ({said})"
-    if exc.errno == errno.EROFS:
-        return f"is on a read-only file system ({said})"
-    if exc.errno == errno.ENOENT:
-        return f"takes no file: creating one failed with '{said}', as in /proc and other special file systems"
-    return f"takes no file ({said})"
 
 
 def _criteria_refused_offline(settings: RunnerSettings, invocation: Invocation) -> str | None:
