@@ -202,7 +202,7 @@ def _compile_bytecode() -> None:
         [
             PYTHON,
             "-c",
-            "import aicr_runner.cli, aicr_runner.steps.table, aicr_runner.aicr.release, aicr_runner.pack.pull, yaml",
+            "import aicr_runner.cli, aicr_runner.wiring, aicr_runner.aicr.release, aicr_runner.pack.pull, yaml",
         ],
         env=_base_env(),
         check=True,
@@ -242,28 +242,29 @@ def _run_context(env: dict[str, str], work: Path) -> Any:
     Imported here, in the child interpreter, so the parent never pays for the runner's import."""
     from aicr_runner import logs
     from aicr_runner.children.process import SubprocessRunner
-    from aicr_runner.cli import _status_publisher
     from aicr_runner.kube.sink import DirectorySink
     from aicr_runner.run.machine import Machine
     from aicr_runner.run.report import StepStatus
     from aicr_runner.settings.config import load
     from aicr_runner.steps.context import Mode, RunContext
+    from aicr_runner.wiring import _status_publisher
 
     settings = load(env)
     logs.configure(settings.log_format)
     report = Machine.new_report(runner_version="bench", aicr_version="bench", criteria=settings.criteria.stated())
+    sink = DirectorySink(work / "results")
+    # The status report written as a run writes it while a step runs (the live
+    # publisher): the deploy step's progress writes are part of what the relay costs.
+    publish_status, _ = _status_publisher(settings, sink, live=True)
     ctx = RunContext(
         settings=settings,
         mode=Mode.RUN,
-        sink=DirectorySink(work / "results"),
+        sink=sink,
         processes=SubprocessRunner(redact=logs.redact),
         environ={"PATH": os.environ["PATH"]},
         report=report,
+        progress=lambda: publish_status(report),
     )
-    # The status report written as a run writes it while a step runs (the live
-    # publisher): the deploy step's progress writes are part of what the relay costs.
-    publish_status, _ = _status_publisher(settings, ctx.sink, live=True)
-    ctx.progress = lambda: publish_status(report)
     report.step("deploy").status = StepStatus.RUNNING
     return ctx
 
@@ -275,7 +276,7 @@ def relay_harness(size: int, fmt: str, work: Path, result: Path) -> None:
     this process's own (children excluded), around the deploy step only; peak RSS
     includes the whole runner import, as in the pod.
     """
-    from aicr_runner import cli, logs  # noqa: F401 - the runner's whole import, as in the pod
+    from aicr_runner import cli, logs, wiring  # noqa: F401 - the runner's whole import, as in the pod
     from aicr_runner.run.machine import State
     from aicr_runner.steps.table import Steps
 

@@ -19,7 +19,7 @@ import pytest
 from tests.chart.helm import ROOT, Rendered, renders
 
 PAGES = (ROOT / "README.md", ROOT / "chart" / "README.md", *sorted((ROOT / "docs").glob("*.md")))
-#: The keys the runtime writes per result ConfigMap (src/aicr_runner/steps/table.py, cli.py), by setting.
+#: The keys the runtime writes per result ConfigMap (src/aicr_runner/steps/table.py, wiring.py), by setting.
 KEYS = {
     "AICR_RUNNER_STATUS_CONFIGMAP": {"data": {"phase", "report.json", "summary.txt"}},
     "AICR_RUNNER_RECIPE__CONFIGMAP": {"data": {"summary.txt", "recipe.yaml"}, "binaryData": {"recipe.yaml.gz"}},

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from aicr_runner import cli
+from aicr_runner import wiring
 from aicr_runner.cli import main
 from tests.fake_aicr import install_fake_aicr
 from tests.fakes import FakeKubeApi
@@ -40,7 +40,7 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_in_job(
     fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, api: FakeKubeApi, **extra: str
 ) -> tuple[int, str]:
-    monkeypatch.setattr(cli, "_make_api", lambda *_: api)
+    monkeypatch.setattr(wiring, "_make_api", lambda *_: api)
     env = clean_env(
         tmp_path,
         AICR_RUNNER_NAMESPACE="aicr",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from aicr_runner import cli
+from aicr_runner import wiring
 from aicr_runner.cli import main
 from tests.fakes import FakeKubeApi
 from tests.integration.test_runs import clean_env
@@ -63,7 +63,7 @@ def test_a_credential_in_the_mirror_url_is_refused_and_shown_nowhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = FakeKubeApi(job_labels={("aicr", JOB): {"helm.toolkit.fluxcd.io/name": "aicr"}})
-    monkeypatch.setattr(cli, "_make_api", lambda *_: api)
+    monkeypatch.setattr(wiring, "_make_api", lambda *_: api)
     env = clean_env(
         tmp_path,
         AICR_RUNNER_AICR__RELEASE_BASE_URL=url,

@@ -27,7 +27,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from aicr_runner import cli
+from aicr_runner import cli, wiring
 from aicr_runner.masking import MARKER, has_userinfo, mask_userinfo
 
 P = "AICR_RUNNER_"
@@ -321,7 +321,7 @@ def run_everywhere(tmp: Path, mode: str, env: dict[str, str], argv_extra: list[s
         "run --results-dir": ["run", "--results-dir", str(tmp / "results")],
         "run in a Job": ["run"],
     }[mode]
-    with mock.patch.object(cli, "_make_api", return_value=api):
+    with mock.patch.object(wiring, "_make_api", return_value=api):
         outcome = run_main([*argv, *argv_extra], env)
     files = {str(p): p.read_bytes() for p in tmp.rglob("*") if p.is_file() and p.name != "values.yaml"}
     return Everything(outcome, files, repr(api.objects) + repr(api.events))

@@ -6,7 +6,7 @@ import gzip
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ def context(tmp_path: Path, processes: StubProcesses, sink: object | None = None
         environ={},
         report=report,
     )
-    ctx.aicr = tmp_path / "aicr"
+    ctx.findings.aicr = tmp_path / "aicr"
     return ctx
 
 
@@ -88,7 +88,7 @@ def resolved(ctx: RunContext, recipe_bytes: bytes) -> None:
     from aicr_runner.aicr.recipe import Component, RecipeSummary
 
     ctx.recipe_path.write_bytes(recipe_bytes)
-    ctx.recipe_summary = RecipeSummary(components=(Component("gpu-operator"),))
+    ctx.findings.recipe_summary = RecipeSummary(components=(Component("gpu-operator"),))
 
 
 def step(ctx: RunContext, state: State) -> tuple[StepStatus, int, str]:
@@ -182,8 +182,8 @@ def test_an_unexpected_error_whose_traceback_cannot_be_written_still_ends_the_st
 
 def test_a_local_pack_without_registry_yaml_is_refused(tmp_path: Path) -> None:
     ctx = context(tmp_path, StubProcesses())
-    ctx.pack_dir = tmp_path / "pack"
-    ctx.pack_dir.mkdir()
+    ctx = replace(ctx, pack_dir=tmp_path / "pack")
+    (tmp_path / "pack").mkdir()
     status, code, reason = step(ctx, State.PACK)
     assert (status, code) == (StepStatus.FAILED, ExitCode.PACK_VERIFICATION_FAILED)
     assert "no registry.yaml" in reason
@@ -226,7 +226,7 @@ def test_aicr_that_cannot_report_its_version_is_exit_27(tmp_path: Path) -> None:
     binary.write_text("#!/bin/sh\nexit 3\n")
     binary.chmod(0o755)
     ctx = context(tmp_path, StubProcesses(exit_code=3), AICR_RUNNER_AICR__PROVENANCE__MODE="off")
-    ctx.aicr_binary = binary
+    ctx = replace(ctx, aicr_binary=binary)
     status, code, _ = step(ctx, State.FETCH)
     assert (status, code) == (StepStatus.FAILED, ExitCode.TOOL_MISSING)
 
@@ -245,11 +245,10 @@ def provenance_context(tmp_path: Path, processes: StubProcesses, **env: str) -> 
     binary.chmod(0o755)
     (binary.parent / "aicr-attestation.sigstore.json").write_bytes(BUNDLE.read_bytes())
     ctx = context(tmp_path, processes, **env)
-    ctx.aicr_binary = binary
+    ctx = replace(ctx, aicr_binary=binary)
     home = tmp_path / "home"
     home.mkdir()
-    ctx.verifier = CosignVerifier(SubprocessRunner(), offline_environ(home))
-    return ctx
+    return replace(ctx, verifier=CosignVerifier(SubprocessRunner(), offline_environ(home)))
 
 
 def test_fetch_refuses_a_binary_whose_provenance_does_not_verify_before_it_runs(tmp_path: Path) -> None:
@@ -318,8 +317,8 @@ def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -
             return super().run(argv, **kw)
 
     ctx = context(tmp_path, Processes(lines=["✓ All components installed successfully."]))
-    ctx.environ = {"PATH": str(bin_dir)}
-    ctx.recipe_summary = RecipeSummary(components=(Component("gpu-operator", namespace="gpu-operator"),))
+    ctx = replace(ctx, environ={"PATH": str(bin_dir)})
+    ctx.findings.recipe_summary = RecipeSummary(components=(Component("gpu-operator", namespace="gpu-operator"),))
     (tmp_path / "bundle").mkdir()
     return ctx
 
@@ -410,16 +409,16 @@ def recovery_context(tmp_path: Path, answers: dict[str, str], announced: list[st
                 return ProcessResult(exit_code=0, log_path=kw["log_path"], interrupted=False)
             return super().run(argv, **kw)
 
-    ctx.processes = Processes(lines=["✓ All components installed successfully."])
-    ctx.processes.helm_calls = helm_calls  # type: ignore[attr-defined]
+    processes = Processes(lines=["✓ All components installed successfully."])
+    processes.helm_calls = helm_calls  # type: ignore[attr-defined]
+    ctx = replace(ctx, processes=processes)
     api = FakeKubeApi()
     api.leases[("aicr", "t-install")] = LeaseRecord(
         "t-install", annotations={RELEASES_ANNOTATION: json.dumps(announced)}, resource_version="1"
     )
     lease = InstallLease(api, "aicr", LeaseSettings(name="t-install", pod_name="p", job_name="j"))
     lease.acquire()
-    ctx.lease = lease
-    return ctx
+    return replace(ctx, lease=lease)
 
 
 HISTORY = json.dumps(
@@ -495,10 +494,10 @@ def test_a_waiting_run_shows_whom_it_waits_for_in_the_status_while_it_waits(tmp_
         # The holder finishes: its Lease is handed back.
         api.leases[("aicr", "t-install")] = LeaseRecord("t-install", resource_version="2")
 
-    ctx.progress = progress
-    ctx.lease = InstallLease(api, "aicr", LeaseSettings(name="t-install", pod_name="pod-b", job_name="job-b"))
+    lease = InstallLease(api, "aicr", LeaseSettings(name="t-install", pod_name="pod-b", job_name="job-b"))
+    ctx = replace(ctx, progress=progress, lease=lease)
     status, _, reason = step(ctx, State.LEASE)
-    ctx.lease.release()
+    lease.release()
     assert status is StepStatus.SUCCEEDED
     assert seen == [
         "waiting for the install Lease aicr/t-install, held by job-a/pod-a (waited 0s; gives up after 7200s)"

@@ -1,25 +1,28 @@
-"""What the steps of one run share: its settings and externals, and what each step found.
+"""What the steps of one run share: its dependencies, frozen, and what each step found.
 
-``RunContext`` is filled in as the run goes (the aicr binary, the pack, the
-resolved recipe, the detected aicr version) and runs each step's children
-(``run_child``): output to the state's log file and the pod log, a child a
-shutdown stopped turned into ``InterruptedRun``.
+``RunContext`` is built once, by ``wiring``, with everything the steps depend
+on (the settings, the externals, the seams to fetch aicr and pull a pack, the
+callbacks that publish progress); none of it changes during the run. What the
+steps find as the run goes (the aicr binary, the pack, the resolved recipe, the
+detected aicr version) is ``ctx.findings``, the run's one mutable record besides
+its report. ``run_child`` runs each step's children: output to the state's log
+file and the pod log, a child a shutdown stopped turned into ``InterruptedRun``.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aicr_runner.aicr import capabilities, recipe
 from aicr_runner.aicr.relays import aicr_relay
 from aicr_runner.children.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.errors import InterruptedRun
 from aicr_runner.kube.sink import Sink
+from aicr_runner.run.invocation import Mode
 from aicr_runner.run.machine import State
 from aicr_runner.run.report import RunReport
 from aicr_runner.settings.config import RunnerSettings
@@ -29,45 +32,69 @@ if TYPE_CHECKING:
     from aicr_runner.aicr.provenance import SignatureVerifier
     from aicr_runner.helm.guard import HelmGuard
     from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.net.deadline import Cancellation
     from aicr_runner.pack.pull import PulledPack
+    from aicr_runner.settings.config import AicrSettings, PackSettings
 
-__all__ = ["Mode", "RunContext", "fetch_aicr", "pull_pack"]
+__all__ = ["AicrFetcher", "Mode", "PackPuller", "RunContext", "RunFindings", "fetch_aicr", "pull_pack"]
 
 
-def pull_pack(*args: Any, **kwargs: Any) -> PulledPack:
-    """``pack.pull_pack``, imported when a pack is pulled: oras and requests are
-    heavy, and a run with a local pack or none never needs them."""
+class PackPuller(Protocol):
+    """Pulls ``settings.ref`` into ``dest`` (``pack.pull.pull_pack``'s shape)."""
+
+    def __call__(self, settings: PackSettings, dest: Path, *, cancelled: Cancellation | None = None) -> PulledPack: ...
+
+
+class AicrFetcher(Protocol):
+    """Downloads and verifies the aicr release into ``dest_dir`` (``aicr.release.fetch_aicr``'s shape)."""
+
+    def __call__(
+        self, settings: AicrSettings, dest_dir: Path, *, cancelled: Cancellation | None = None
+    ) -> AicrBinary: ...
+
+
+def pull_pack(settings: PackSettings, dest: Path, *, cancelled: Cancellation | None = None) -> PulledPack:
+    """``pack.pull.pull_pack``, imported when a pack is pulled: oras and requests
+    are heavy, and a run with a local pack or none never needs them."""
     from aicr_runner.pack.pull import pull_pack as pull
 
-    return pull(*args, **kwargs)
+    return pull(settings, dest, cancelled=cancelled)
 
 
-def fetch_aicr(*args: Any, **kwargs: Any) -> AicrBinary:
-    """``release.fetch_aicr``, imported when aicr is downloaded (httpx is heavy)."""
+def fetch_aicr(settings: AicrSettings, dest_dir: Path, *, cancelled: Cancellation | None = None) -> AicrBinary:
+    """``aicr.release.fetch_aicr``, imported when aicr is downloaded (httpx is heavy)."""
     from aicr_runner.aicr.release import fetch_aicr as fetch
 
-    return fetch(*args, **kwargs)
-
-
-class Mode(StrEnum):
-    RUN = "run"
-    PLAN = "plan"
+    return fetch(settings, dest_dir, cancelled=cancelled)
 
 
 @dataclass
+class RunFindings:
+    """What the steps found, filled in as the run goes."""
+
+    aicr: Path | None = None
+    pack: Path | None = None
+    recipe_summary: recipe.RecipeSummary | None = None
+    completion_line: str = ""
+    #: What the binary said it is (``aicr --version``), once fetched.
+    aicr_version: capabilities.AicrVersion | None = None
+
+
+@dataclass(frozen=True)
 class RunContext:
     settings: RunnerSettings
     mode: Mode
     sink: Sink
     processes: ProcessRunner
     environ: Mapping[str, str]
+    #: The run report (the machine and the steps write into it).
     report: RunReport
     aicr_binary: Path | None = None
     pack_dir: Path | None = None
-    pull: Callable[..., PulledPack] = pull_pack
-    fetch: Callable[..., AicrBinary] = fetch_aicr
+    pull: PackPuller = pull_pack
+    fetch: AicrFetcher = fetch_aicr
     #: What a preinstalled aicr printed for --version before the start line (not asked twice).
-    version_output: list[str] | None = None
+    version_output: tuple[str, ...] | None = None
     #: True once SIGTERM/SIGINT arrived: network steps stop at once.
     interrupted: Callable[[], bool] = lambda: False
     #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
@@ -80,19 +107,14 @@ class RunContext:
     on_deploy_progress: Callable[[dict[str, Any]], None] = lambda snapshot: None
     #: Called by the renewal thread when the Lease is lost (the run must stop).
     on_lease_lost: Callable[[str], None] = lambda reason: None
-    # Filled in as the run goes.
-    aicr: Path | None = None
-    pack: Path | None = None
-    recipe_summary: recipe.RecipeSummary | None = None
-    completion_line: str = ""
-    #: What the binary said it is (``aicr --version``), once fetched.
-    aicr_version: capabilities.AicrVersion | None = None
+    findings: RunFindings = field(default_factory=RunFindings)
 
     @property
     def behaviour(self) -> capabilities.Behaviour:
         """How the running aicr talks; the pinned version's until the fetch told."""
-        if self.aicr_version is not None:
-            return capabilities.behaviour_of(self.aicr_version.numbers)
+        found = self.findings.aicr_version
+        if found is not None:
+            return capabilities.behaviour_of(found.numbers)
         pinned = capabilities.AicrVersion.parse(f"aicr version {self.settings.aicr.version}")
         return capabilities.behaviour_of(pinned.numbers if pinned else (0, 0, 0))
 

@@ -23,7 +23,7 @@ __all__ = ["bundled_components", "pending_releases", "run_deploy_sh"]
 def bundled_components(ctx: RunContext) -> int:
     """How many components deploy.sh will install, for a deploy.sh that does not
     say (0.11, flat layout: one folder per component); 0 when unknown."""
-    summary = ctx.recipe_summary
+    summary = ctx.findings.recipe_summary
     if summary is None or ctx.behaviour.per_component_results:
         return 0
     return sum(1 for c in summary.components if (ctx.bundle_dir / c.name).is_dir())

@@ -50,6 +50,8 @@ class Steps:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.s = ctx.settings
+        #: What the steps found so far (the binary, the pack, the recipe, aicr's version).
+        self.found = ctx.findings
         self.log = logs.get_logger()
 
     def functions(self) -> dict[State, Callable[[], StepResult]]:
@@ -104,9 +106,9 @@ class Steps:
 
     @property
     def _binary(self) -> Path:
-        if self.ctx.aicr is None:
+        if self.found.aicr is None:
             raise RunnerError("aicr is not available (the fetch step did not succeed)")
-        return self.ctx.aicr
+        return self.found.aicr
 
     # -- steps -------------------------------------------------------------------
 
@@ -114,7 +116,7 @@ class Steps:
         binary, how, preinstalled = acquire.obtain(self.ctx)
         # Provenance is verified before aicr runs at all, --version included.
         provenance = acquire.verify_provenance(self.ctx, binary)
-        self.ctx.aicr = binary.path
+        self.found.aicr = binary.path
         version = acquire.detect_version(self.ctx, binary.path, preinstalled=preinstalled)
         refused = capabilities.unsupported(self.s, version)
         if refused:
@@ -137,7 +139,7 @@ class Steps:
                     ExitCode.PACK_VERIFICATION_FAILED,
                     f"pack directory {self.ctx.pack_dir} has no registry.yaml; aicr requires it even as a stub",
                 )
-            self.ctx.pack = self.ctx.pack_dir
+            self.found.pack = self.ctx.pack_dir
             return StepResult.ok(f"local pack {self.ctx.pack_dir}")
         if not self.s.pack.ref:
             return StepResult.skipped("no data pack")
@@ -154,7 +156,7 @@ class Steps:
                 f"({ENV_PREFIX}PACK__PULL_BUDGET_SECONDS); the registry is slow or stalled"
             ),
         )
-        self.ctx.pack = pulled.path
+        self.found.pack = pulled.path
         return StepResult.ok(f"pulled {pulled.ref} ({pulled.manifest_digest}, {len(pulled.layers)} layers)")
 
     def recipe(self) -> StepResult:
@@ -163,9 +165,9 @@ class Steps:
 
         def watch(line: str) -> None:
             if self.ctx.behaviour.completion_message in line:
-                self.ctx.completion_line = logs.format_relayed_line(line)
+                self.found.completion_line = logs.format_relayed_line(line)
 
-        argv = commands.recipe_argv(self.s, self._binary, self.ctx.pack, self.ctx.recipe_path)
+        argv = commands.recipe_argv(self.s, self._binary, self.found.pack, self.ctx.recipe_path)
         result = self.ctx.run_child(State.RECIPE, argv, tail=tail, on_line=watch)
         if result.exit_code != 0:
             message, supported = recipe.parse_rejection(list(tail))
@@ -187,7 +189,7 @@ class Steps:
                 f"(--output {self.ctx.recipe_path})"
             )
         summary = recipe.load_recipe(self.ctx.recipe_path)
-        self.ctx.recipe_summary = summary
+        self.found.recipe_summary = summary
         self.ctx.report.components = [c.as_row() for c in summary.components]
         return StepResult.ok(
             f"{len(summary.components)} components, overlays: {', '.join(summary.applied_overlays) or '-'}"
@@ -197,7 +199,7 @@ class Steps:
         """aicr does not know a criteria value (0.11 exits 8 for it, the refusal
         wrapped as an internal error, and lists nothing): a deterministic refusal,
         exit 2, with the values its ``recipe --help`` lists."""
-        version = self.ctx.aicr_version
+        version = self.found.aicr_version
         named = f"aicr {version.text}" if version is not None and version.probe is None else "this aicr"
         known = acquire.known_values(self.ctx, self._binary).get(dimension, ())
         if known:
@@ -210,11 +212,11 @@ class Steps:
         name = self.s.recipe.configmap
         if not name:
             return StepResult.skipped("recipe capture is off (the recipe ConfigMap name is empty)")
-        if self.ctx.recipe_summary is None:
+        if self.found.recipe_summary is None:
             return StepResult.skipped("no recipe was resolved")
         pack = self.s.pack.ref or self.ctx.pack_dir
         text = recipe.summary_text(
-            self.s, pack=pack, completion_line=self.ctx.completion_line, summary=self.ctx.recipe_summary
+            self.s, pack=pack, completion_line=self.found.completion_line, summary=self.found.recipe_summary
         )
         summary = {"summary.txt": text}
         raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
@@ -235,7 +237,7 @@ class Steps:
         return StepResult.ok(f"recipe written to {where}{note}")
 
     def check_recipe(self) -> StepResult:
-        summary = self.ctx.recipe_summary
+        summary = self.found.recipe_summary
         if summary is None:
             return StepResult.skipped("no recipe")
         expect = self.s.recipe.expect
@@ -248,9 +250,9 @@ class Steps:
                     classification="expectations-not-met",
                 )
             return StepResult.ok("recipe meets recipe.expect")
-        version = self.ctx.aicr_version.text if self.ctx.aicr_version is not None else self.s.aicr.version
+        version = self.found.aicr_version.text if self.found.aicr_version is not None else self.s.aicr.version
         # What each applied overlay carries: the running aicr's catalog, the pack's overlays.
-        known = {**catalog.overlay_criteria(version), **recipe.pack_overlay_criteria(self.ctx.pack)}
+        known = {**catalog.overlay_criteria(version), **recipe.pack_overlay_criteria(self.found.pack)}
         warnings = recipe.thin_resolution_warnings(summary, self.s.criteria, known)
         if warnings:
             return StepResult.warned("; ".join(warnings), classification="thin-resolution")
@@ -261,7 +263,7 @@ class Steps:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
         # aicr 1.x verify is closed-world: always bundle into a fresh, empty directory.
         shutil.rmtree(self.ctx.bundle_dir, ignore_errors=True)
-        argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.ctx.pack)
+        argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.found.pack)
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
         result = self.ctx.run_child(State.BUNDLE, argv, tail=tail)
         if result.exit_code != 0:
@@ -318,11 +320,11 @@ class Steps:
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
         try:
-            recovered = deploy_run.pending_releases(self.ctx).settle(self.ctx.recipe_summary, self.ctx.lease)
+            recovered = deploy_run.pending_releases(self.ctx).settle(self.found.recipe_summary, self.ctx.lease)
         except HelmReleasePendingError as exc:
             return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
-        if self.ctx.lease is not None and self.ctx.recipe_summary is not None:
-            self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.ctx.recipe_summary.components)
+        if self.ctx.lease is not None and self.found.recipe_summary is not None:
+            self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.found.recipe_summary.components)
         # An aicr known to print no per-component results is said to, whatever it printed.
         markers = classify.DeployMarkers(
             results_reported=self.ctx.behaviour.per_component_results,
@@ -358,7 +360,7 @@ class Steps:
         self.ctx.ctrf_path.unlink(missing_ok=True)
         shutil.rmtree(self.ctx.evidence_dir, ignore_errors=True)
         argv = commands.validate_argv(
-            self.s, self._binary, self.ctx.recipe_path, self.ctx.pack, self.ctx.ctrf_path, self.ctx.evidence_dir
+            self.s, self._binary, self.ctx.recipe_path, self.found.pack, self.ctx.ctrf_path, self.ctx.evidence_dir
         )
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
         result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
