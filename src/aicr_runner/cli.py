@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from aicr_runner.lease import InstallLease
     from aicr_runner.process import ShutdownController
     from aicr_runner.report import RunReport
+    from aicr_runner.report_writer import ReportTarget
     from aicr_runner.sink import Sink
 
 __all__ = ["main"]
@@ -474,6 +475,17 @@ def _make_lease(settings: RunnerSettings, api: KubeApi | None, shutdown: Shutdow
     return InstallLease(api, settings.namespace or _pod_namespace(), settings.lease, interrupted=shutdown.requested)
 
 
+def _report_target(settings: RunnerSettings, api: KubeApi | None) -> ReportTarget | None:
+    """Where the verdict report goes: a Job run's API (one that can make any request)."""
+    if api is None:  # plan and a results directory: no import of the writer
+        return None
+    from aicr_runner.report_writer import ReportTarget, RequestApi
+
+    if not isinstance(api, RequestApi):
+        return None
+    return ReportTarget(api, settings.namespace or _pod_namespace())
+
+
 def _pod_namespace() -> str:
     path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
     if path.is_file():
@@ -498,6 +510,7 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
     events = _make_events(settings, api)
     publish_status, status_warned = _status_publisher(settings, sink, live=api is not None or mode is Mode.RUN)
     ctx.lease = lease
+    ctx.report_target = _report_target(settings, api)
     ctx.progress = lambda: publish_status(report)
     ctx.on_lease_lost = _stop_when_lease_lost(shutdown)
     if events is not None:

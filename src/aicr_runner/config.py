@@ -809,6 +809,23 @@ class LeaseSettings(_Group):
         return self.pod_identity or "aicr-runner"
 
 
+class ReportsApi(StrEnum):
+    AUTO = "auto"
+    OPENREPORTS = "openreports"
+    WGPOLICY = "wgpolicy"
+    NONE = "none"
+
+
+class ReportsSettings(_Group):
+    """The verdict as an OpenReports Report or a wgpolicyk8s PolicyReport (report_writer)."""
+
+    api: ReportsApi = _check(_choice(ReportsApi), default=ReportsApi.AUTO)
+    #: One name per release (the chart: ``aicr-<release>``), replaced in place each run.
+    name: str = _check(_k8s_subdomain(), default="aicr")
+    #: The chart release, as the report's ``aicr.nvidia.com/release`` label; empty: no label.
+    release: str = _check(_k8s_subdomain(63), default="")
+
+
 class RunnerSettings(_Group):
     """Every runtime input. Field docs are the environment table in docs/configuration.md."""
 
@@ -821,6 +838,7 @@ class RunnerSettings(_Group):
     environment: EnvironmentSettings = _group(factory=EnvironmentSettings)
     lease: LeaseSettings = _group(factory=LeaseSettings)
     validate: ValidateSettings = _group(factory=ValidateSettings)
+    reports: ReportsSettings = _group(factory=ReportsSettings)
     status_configmap: str = _check(_k8s_name(), default="aicr-run-status")
     #: Namespace of the result ConfigMaps; empty: the pod's.
     namespace: str = _check(_k8s_name(63), default="")

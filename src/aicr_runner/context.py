@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from aicr_runner.lease import InstallLease
     from aicr_runner.pack import PulledPack
     from aicr_runner.provenance import SignatureVerifier
+    from aicr_runner.report_writer import ReportTarget
 
 __all__ = ["Mode", "RunContext", "fetch_aicr", "pull_pack"]
 
@@ -80,6 +81,8 @@ class RunContext:
     on_deploy_progress: Callable[[dict[str, Any]], None] = lambda snapshot: None
     #: Called by the renewal thread when the Lease is lost (the run must stop).
     on_lease_lost: Callable[[str], None] = lambda reason: None
+    #: Where the verdict report goes (report_writer); None: no report (plan, a results directory).
+    report_target: ReportTarget | None = None
     # Filled in as the run goes.
     aicr: Path | None = None
     pack: Path | None = None

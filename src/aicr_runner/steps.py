@@ -407,6 +407,19 @@ class Steps:
         return StepResult.ok(f"evidence published to {pub.ref}")
 
     def capture_evidence(self) -> StepResult:
+        result: StepResult | None = None
+        try:
+            result = self._capture_evidence()
+            return result
+        finally:
+            # The last capture: the report after the verdict and the evidence, best effort.
+            from aicr_runner import report_writer  # only a run that reaches the captures
+
+            where = self.ctx.sink.describe(self.s.validate.evidence_configmap)
+            stored = result is not None and result.went_well and where in result.reason
+            report_writer.write_verdict(self.ctx, evidence_stored=stored)
+
+    def _capture_evidence(self) -> StepResult:
         v = self.s.validate
         if not v.emit_evidence or self._validate_exit() is None:
             return StepResult.skipped(
