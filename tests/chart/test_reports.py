@@ -38,6 +38,7 @@ def expected_rules(*apis: str, name: str = f"aicr-{RELEASE}") -> list[dict[str, 
         ("wgpolicy", ("wgpolicy",)),
         ("none", ()),
     ],
+    ids=["auto", "openreports", "wgpolicy", "none"],
 )
 def test_each_setting_reaches_the_runtime_and_the_role_grants_only_its_report(api: str, apis: tuple[str, ...]) -> None:
     result = renders({"reports": {"api": api}})
