@@ -13,7 +13,10 @@ fake aicr validates and deploy.sh simulates the pack's installs.
   replaces its results (same object, same name, same number of results, the
   flipped check's new result); deleting the Job leaves it.
 - only ``wgpolicyk8s.io/v1alpha2``: a ``PolicyReport``.
-- neither: none, one log line, and the run succeeds.
+- a deploy that fails (no ``--best-effort``) ends the run before validation: the
+  report still carries each component deploy.sh reported.
+- neither: none, one log line, and the run succeeds. Last: the session's cluster
+  is left serving no report API, as it found it.
 """
 
 from __future__ import annotations
@@ -89,8 +92,9 @@ class Release:
     def __init__(self, helm: Helm, plane: ControlPlane, namespace: str, pack: str) -> None:
         self.helm, self.plane, self.namespace, self.pack = helm, plane, namespace, pack
 
-    def values(self, result: str, rerun: str = "") -> dict[str, Any]:
-        """Validation on (verdict ``result``), simulated installs, the chart's narrower RBAC."""
+    def values(self, result: str, rerun: str = "", **env: str) -> dict[str, Any]:
+        """Validation on (verdict ``result``), simulated installs, the chart's narrower
+        RBAC; ``env``: more FAKE_AICR_* knobs."""
         return {
             **ACME_CRITERIA,
             "dataPack": self.pack,
@@ -104,7 +108,7 @@ class Release:
             "rerun": rerun,
             "job": {
                 "backoffLimit": 0,
-                "extraEnv": extra_env(FAKE_AICR_DEPLOY_BACKOFF="0", FAKE_AICR_VALIDATE_RESULT=result),
+                "extraEnv": extra_env(FAKE_AICR_DEPLOY_BACKOFF="0", FAKE_AICR_VALIDATE_RESULT=result, **env),
             },
         }
 
@@ -227,6 +231,24 @@ def test_where_only_wgpolicy_is_served_a_run_writes_a_policyreport(
     assert {r["source"] for r in report["results"]} == {"aicr"}
     assert len(report["results"]) == len(release.ctrf_tests()) + len(COMPONENTS)
     assert "ownerReferences" not in report["metadata"]
+
+
+def test_a_failed_deploy_ends_the_run_before_validation_and_the_report_carries_its_components(
+    release: Release, control_plane: ControlPlane, aicr_kubelet: Kubelet
+) -> None:
+    report_apis(control_plane, ["openreports"])
+    values = release.values("pass", FAKE_AICR_DEPLOY_FAIL="acme-c03")
+    release.helm.install(RELEASE, CHART, release.namespace, values={**values, "deployFlags": "--no-wait"})
+    run = aicr_kubelet.run_job(RELEASE, release.namespace)
+    assert run.exit_code == 1, run.describe()
+
+    report = release.report("openreports")
+    assert report is not None, run.output
+    results = {r["policy"]: r["result"] for r in report["results"]}
+    assert {r["category"] for r in report["results"]} == {"deploy"}, "validation never ran"
+    assert results["acme-c03"] == "fail"
+    assert set(results.values()) == {"pass", "fail"}
+    assert report["summary"]["fail"] == 1
 
 
 def test_where_neither_is_served_no_report_is_written_one_line_says_so_and_the_run_succeeds(

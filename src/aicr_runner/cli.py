@@ -525,6 +525,10 @@ def _execute(settings: RunnerSettings, mode: Mode, args: Any, env: Mapping[str, 
             signal.signal(sig, handler)
     if status_warned and api is None and code == 0:
         code = _report_not_written(report, status_warned[0])
+    if ctx.report_target is not None:
+        from aicr_runner import report_writer
+
+        report_writer.write_after_failed_deploy(ctx)
     _conclude(settings, mode, report, sink, args, api=api, events=events)
     return code
 

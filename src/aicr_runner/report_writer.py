@@ -12,6 +12,9 @@ with no ownerReference: it outlives the Job and the pod (a report owned by its
 Job disappears with it), and each run replaces its results (the ``results``
 list is atomic in both CRDs).
 
+A run whose deploy failed ends before the captures: ``write_after_failed_deploy``
+writes its components at the run's end.
+
 Advisory, after the verdict and the evidence are captured: every failure is
 one warning line and never changes the run's outcome or exit code. Each call
 has its own short budget, so an API outage delays the end of the run by at
@@ -32,7 +35,16 @@ from aicr_runner.reports import OPENREPORTS, WGPOLICY, Entry, ReportApi, RunFact
 if TYPE_CHECKING:
     from aicr_runner.context import RunContext
 
-__all__ = ["BUDGET_SECONDS", "ReportTarget", "RequestApi", "choose_api", "entries_of", "write_report", "write_verdict"]
+__all__ = [
+    "BUDGET_SECONDS",
+    "ReportTarget",
+    "RequestApi",
+    "choose_api",
+    "entries_of",
+    "write_after_failed_deploy",
+    "write_report",
+    "write_verdict",
+]
 
 #: Each discovery read and the write may retry this long (429, 5xx, connection errors).
 BUDGET_SECONDS = 30.0
@@ -186,6 +198,18 @@ def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
         results=len(body["results"]),
         **({"cut": cut} if cut else {}),
     )
+
+
+def write_after_failed_deploy(ctx: RunContext) -> None:
+    """A run whose deploy step failed ends before the captures: the components
+    deploy.sh reported still go out (a failed install is what a fleet most needs
+    to see). Not after an interruption: the pod is on its way out."""
+    deploy = ctx.report.step("deploy")
+    # The machine marks the steps it never reached skipped ("not reached"): never started.
+    if deploy.status is not StepStatus.FAILED or ctx.report.step("capture-evidence").started_at is not None:
+        return
+    if reports.deploy_entries(deploy.progress, ctx.report.failed_components):
+        write_verdict(ctx, evidence_stored=False)
 
 
 def _say_not_served(setting: ReportsApi) -> None:

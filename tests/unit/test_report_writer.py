@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from aicr_runner.errors import CaptureError
 from aicr_runner.machine import State
 from aicr_runner.report import StepStatus
-from aicr_runner.report_writer import ReportTarget
+from aicr_runner.report_writer import ReportTarget, write_after_failed_deploy
 from aicr_runner.sink import ConfigMapSink
 from tests.fakes import FakeKubeApi
 from tests.unit.test_steps import StubProcesses, context, step, validated
@@ -218,3 +219,51 @@ def test_without_a_target_plan_and_a_results_directory_write_no_report(tmp_path:
     validated(ctx, 0)
     assert ctx.report_target is None
     assert step(ctx, State.CAPTURE_EVIDENCE)[0] is StepStatus.SKIPPED
+
+
+def failed_deploy_ctx(tmp_path: Path, api: FakeRequests, rows: list[dict[str, Any]], status: StepStatus) -> Any:
+    ctx = context(tmp_path, StubProcesses(), AICR_RUNNER_NAMESPACE=NS, AICR_RUNNER_REPORTS__NAME="aicr-gpu")
+    ctx.report_target = ReportTarget(api, NS)
+    deploy = ctx.report.step(State.DEPLOY.value)
+    deploy.status, deploy.progress = status, {"components": rows}
+    for later in (State.VALIDATE, State.CAPTURE_VERDICT, State.PUBLISH, State.CAPTURE_EVIDENCE):
+        record = ctx.report.step(later.value)  # as the machine leaves the steps it never reached
+        record.status, record.message = StepStatus.SKIPPED, "not reached"
+    return ctx
+
+
+FAILED_INSTALL = [
+    {"name": "gpu-operator", "namespace": "gpu-operator", "status": "installed"},
+    {"name": "nfd", "namespace": "nfd", "status": "failed"},
+]
+
+
+def test_a_run_that_ends_at_a_failed_deploy_still_reports_its_components(tmp_path: Path) -> None:
+    api = FakeRequests(BOTH)
+    write_after_failed_deploy(failed_deploy_ctx(tmp_path, api, FAILED_INSTALL, StepStatus.FAILED))
+    results = api.objects[REPORT]["results"]
+    assert [(r["policy"], r["category"], r["result"]) for r in results] == [
+        ("gpu-operator", "deploy", "pass"),
+        ("nfd", "deploy", "fail"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rows", "status", "captured"),
+    [
+        (FAILED_INSTALL, StepStatus.INTERRUPTED, False),  # the pod is on its way out
+        ([], StepStatus.FAILED, False),  # no component started (a pending release stopped it)
+        (FAILED_INSTALL, StepStatus.FAILED, True),  # the captures ran and wrote it already
+        (FAILED_INSTALL, StepStatus.WARNED, False),  # --best-effort: the run went on to the captures
+    ],
+    ids=["interrupted", "nothing-started", "captured", "went-on"],
+)
+def test_otherwise_the_end_of_the_run_writes_nothing_more(
+    tmp_path: Path, rows: list[dict[str, Any]], status: StepStatus, captured: bool
+) -> None:
+    api = FakeRequests(BOTH)
+    ctx = failed_deploy_ctx(tmp_path, api, rows, status)
+    if captured:
+        ctx.report.step(State.CAPTURE_EVIDENCE.value).started_at = datetime.now(UTC)
+    write_after_failed_deploy(ctx)
+    assert api.log == []
