@@ -24,7 +24,7 @@ most two budgets.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from aicr_runner import logs, reports
@@ -185,6 +185,8 @@ def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
         if chosen is None:
             _say_not_served(setting)
             return
+        # aicr's messages, with any credential the run registered masked, as in the pod log.
+        entries = [replace(entry, message=logs.redact(entry.message)) for entry in entries]
         facts = facts_of(ctx, target.namespace, evidence_stored=evidence_stored)
         body = reports.report_body(chosen, facts, entries)
         write_report(target.api, chosen, body)

@@ -267,3 +267,18 @@ def test_otherwise_the_end_of_the_run_writes_nothing_more(
         ctx.report.step(State.CAPTURE_EVIDENCE.value).started_at = datetime.now(UTC)
     write_after_failed_deploy(ctx)
     assert api.log == []
+
+
+def test_a_credential_the_run_registered_never_reaches_the_report(tmp_path: Path) -> None:
+    from aicr_runner import logs
+
+    logs.register_secret("hunter2-report-token")
+    api = FakeRequests(BOTH)
+    ctx = run_ctx(tmp_path, api)
+    leaky = json.loads(json.dumps(CTRF))
+    leaky["results"]["tests"][1]["message"] = "pull with hunter2-report-token refused"
+    ctx.ctrf_path.write_text(json.dumps(leaky))
+    step(ctx, State.CAPTURE_EVIDENCE)
+    text = json.dumps(api.objects[REPORT])
+    assert "hunter2-report-token" not in text
+    assert "pull with " in text
