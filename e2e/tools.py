@@ -33,6 +33,7 @@ __all__ = [
     "flux_crds",
     "npm_tarball",
     "pinned_versions",
+    "report_crds",
     "tool",
 ]
 
@@ -202,3 +203,12 @@ def flux_crds() -> Path:
 def argocd_crds() -> Path:
     """The directory of Argo CD's CRDs (Application, AppProject, ApplicationSet) at the pinned version."""
     return _crd_directory("argocd-crds", pinned_versions()["ARGOCD_VERSION"])
+
+
+@functools.cache
+def report_crds() -> Path:
+    """The report CRDs at the pinned versions: ``openreports/`` (Report, ClusterReport
+    from the reports-api module) and ``wgpolicy/`` (PolicyReport, ClusterPolicyReport
+    from Kyverno's module)."""
+    pins = pinned_versions()
+    return _crd_directory("report-crds", f"{pins['OPENREPORTS_VERSION']} {pins['KYVERNO_VERSION']}")

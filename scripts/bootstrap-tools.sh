@@ -9,7 +9,7 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|npm|aicr|debian|
+#        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|npm|aicr|debian|
 #        image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
@@ -295,6 +295,24 @@ argocd_crds() {
   log "argo cd CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
 }
 
+# The report CRDs (docs/reports.md): OpenReports' from its Go module's config/crd,
+# wgpolicyk8s.io/v1alpha2's from Kyverno's config/crds/policyreport; only the YAML
+# files are copied, into openreports/ and wgpolicy/; nothing is built.
+report_crds() {
+  local dest="$root/.tools/report-crds" stamp_value="$OPENREPORTS_VERSION $KYVERNO_VERSION" dir
+  [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$stamp_value" ]] && { log "report CRDs (up to date)"; return 0; }
+  rm -rf "$dest" && mkdir -p "$dest/openreports" "$dest/wgpolicy"
+  dir=$(go mod download -json "$OPENREPORTS_MODULE@$OPENREPORTS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -n "$dir" ]] || { log "report CRDs: go mod download $OPENREPORTS_MODULE@$OPENREPORTS_VERSION gave no directory"; exit 1; }
+  cp "$dir"/config/crd/openreports.io_*.yaml "$dest/openreports/"
+  dir=$(go mod download -json "$KYVERNO_MODULE@$KYVERNO_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -n "$dir" ]] || { log "report CRDs: go mod download $KYVERNO_MODULE@$KYVERNO_VERSION gave no directory"; exit 1; }
+  cp "$dir"/config/crds/policyreport/wgpolicyk8s.io_*.yaml "$dest/wgpolicy/"
+  chmod u+w "$dest"/*/*.yaml
+  printf '%s' "$stamp_value" >"$dest/.version"
+  log "report CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
+}
+
 # npm packages used as test material (not code): cached tarballs in .tools/npm.
 npm_material() {
   local dest="$root/.tools/npm" spec=$SIGSTORE_NPM_PACKAGE
@@ -370,7 +388,7 @@ pause() {
 
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-apiserver-floor kube-controller-manager
-  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds npm)
+  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
     helm) image_tool helm "$HELM_VERSION" ;;
@@ -392,6 +410,7 @@ for t in "${want[@]}"; do
       ;;
     flux-crds) flux_crds ;;
     argocd-crds) argocd_crds ;;
+    report-crds) report_crds ;;
     npm) npm_material ;;
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
@@ -402,7 +421,7 @@ for t in "${want[@]}"; do
     image-tools) image_tools ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds npm image-tools)" >&2
+        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds npm image-tools)" >&2
       exit 2
       ;;
   esac

@@ -456,6 +456,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         "test_job.py::test_rbac_the_namespaced_role_is_the_lease_the_result_configmaps_and_the_job",
     ),
     m(
+        "role-reaches-every-report",
+        "templates/role.yaml",
+        '    resourceNames: [{{ include "nvidia-aicr.reportName" $ | quote }}]\n',
+        "",
+        "test_reports.py::test_each_setting_reaches_the_runtime_and_the_role_grants_only_its_report[helm4-auto]",
+    ),
+    m(
+        "role-ignores-reports-api",
+        "templates/role.yaml",
+        "{{- $api := toString $v.reports.api -}}",
+        '{{- $api := "auto" -}}',
+        "test_reports.py::test_each_setting_reaches_the_runtime_and_the_role_grants_only_its_report[helm4-none]",
+    ),
+    m(
+        "reports-api-ignored",
+        "templates/configmap-runner-settings.yaml",
+        "AICR_RUNNER_REPORTS__API: {{ toString $v.reports.api | quote }}",
+        'AICR_RUNNER_REPORTS__API: "auto"',
+        "test_reports.py::test_each_setting_reaches_the_runtime_and_the_role_grants_only_its_report[helm4-wgpolicy]",
+    ),
+    m(
         "extra-volumes-dropped",
         "templates/_pod.tpl",
         "    {{- with $v.job.extraVolumes }}",

@@ -193,6 +193,11 @@ live in the runner-settings ConfigMap, outside the template.
 {{- include "nvidia-aicr.fullname" . -}}
 {{- end -}}
 
+{{/* The verdict report (docs/reports.md): one per release, in the release namespace. */}}
+{{- define "nvidia-aicr.reportName" -}}
+{{- printf "aicr-%s" .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* The ConfigMap of runtime settings that may change without a new Job (envFrom). */}}
 {{- define "nvidia-aicr.runtimeConfigName" -}}
 {{- printf "%s-runner-settings" .Release.Name | trunc 253 | trimSuffix "-" -}}

@@ -3,9 +3,9 @@
 ``cli`` checked every input and hands over the settings, the resolved
 ``Invocation`` and the environment; this module builds what the run uses (the
 cluster's API and the run's namespace in a Job run, the results sink, the install
-Lease, the Job's Events, the status publisher, the child runner), hands it to the
-steps as one frozen ``RunContext``, drives the machine and has the outcome
-announced (``outcome``). What only a Job run needs (the Kubernetes client, the
+Lease, the Job's Events, the verdict report's target, the status publisher, the
+child runner), hands it to the steps as one frozen ``RunContext``, drives the
+machine and has the outcome announced (``outcome``). What only a Job run needs (the Kubernetes client, the
 Lease, the Events) is imported only in a Job run.
 """
 
@@ -25,6 +25,7 @@ from aicr_runner.run.invocation import Invocation, Mode
 from aicr_runner.run.machine import Machine
 from aicr_runner.run.report import RunPhase, RunReport, StepStatus
 from aicr_runner.settings.names import ENV_PREFIX
+from aicr_runner.steps import verdict_report
 from aicr_runner.steps.context import RunContext
 from aicr_runner.steps.fetch import version_before_fetch
 from aicr_runner.steps.table import Steps
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from aicr_runner.kube.api import KubeApi
     from aicr_runner.kube.events import JobEvents
     from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.kube.report_writer import ReportTarget
     from aicr_runner.settings.config import RunnerSettings
 
 __all__ = ["run"]
@@ -96,6 +98,7 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
             progress=lambda: publish_status(report),
             on_deploy_progress=_told_nothing if events is None else events.deploy_progress,
             on_lease_lost=_stop_when_lease_lost(shutdown),
+            report_target=_report_target(cluster),
         )
         on_change = publish_status if events is None else _with_step_events(publish_status, events)
         try:
@@ -126,6 +129,16 @@ def _connect(settings: RunnerSettings, invocation: Invocation) -> Cluster | None
     """The API and the run's namespace (the setting, or the pod's own) in a Job run."""
     api = _make_api(settings, invocation)
     return None if api is None else (api, settings.namespace or _pod_namespace())
+
+
+def _report_target(cluster: Cluster | None) -> ReportTarget | None:
+    """Where the verdict report goes: a Job run's API (one that can make any request)."""
+    if cluster is None:  # plan and a results directory write no report
+        return None
+    from aicr_runner.kube.report_writer import ReportTarget, RequestApi
+
+    api, namespace = cluster
+    return ReportTarget(api, namespace) if isinstance(api, RequestApi) else None
 
 
 def _pod_namespace() -> str:
@@ -212,12 +225,15 @@ def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdo
     settings = ctx.settings
     machine = Machine(Steps(ctx).functions(), ctx.report, on_change=on_change, interrupted=shutdown.requested)
     machine.run()
-    return machine.finish(
+    code = machine.finish(
         validate_gate=settings.validate.fail_on_error,
         publish_gate=settings.validate.publish.fail_on_error,
         success=_PLAN_COMPLETE if ctx.mode is Mode.PLAN else "AICR Job complete",
         component_gate=settings.deploy.fail_on_component_failure,
     )
+    # A run whose deploy failed never reached the captures: its components are still reported.
+    verdict_report.write_after_failed_deploy(ctx)
+    return code
 
 
 def _with_step_events(publish_status: Callable[[RunReport], None], events: JobEvents) -> Callable[[RunReport], None]:

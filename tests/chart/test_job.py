@@ -94,12 +94,24 @@ ROLE_RULES = [
 ]
 
 
+#: The verdict report under reports.api auto: either API, by the report's name (tests/chart/test_reports.py).
+REPORT_RULES = [
+    rule
+    for group, resource in (("openreports.io", "reports"), ("wgpolicyk8s.io", "policyreports"))
+    for rule in (
+        {"apiGroups": [group], "resources": [resource], "verbs": ["create"]},
+        {"apiGroups": [group], "resources": [resource], "resourceNames": [f"aicr-{RELEASE}"], "verbs": ["patch"]},
+    )
+]
+
+
 def role_rules(job: str) -> list[dict[str, Any]]:
-    """The namespaced Role: ROLE_RULES, then this Job by name (its labels read, its
-    outcome annotations merged: aicr_runner.kube.events)
-    and the Events recorded on it."""
+    """The namespaced Role: ROLE_RULES, the verdict report, then this Job by name
+    (its labels read, its outcome annotations merged: aicr_runner.kube.events) and
+    the Events recorded on it."""
     return [
         *ROLE_RULES,
+        *REPORT_RULES,
         {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [job], "verbs": ["get", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
     ]
@@ -714,6 +726,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
             "validate": {"resultConfigMap": "v", "evidenceConfigMap": "e"},
             "statusConfigMap": "s",
             "logFormat": "json",
+            "reports": {"api": "wgpolicy"},
         },
         namespace="gpu-system",
     ).env
@@ -768,6 +781,9 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR": "",
         "AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE": "",
         "AICR_RUNNER_STATUS_CONFIGMAP": "s",
+        "AICR_RUNNER_REPORTS__API": "wgpolicy",
+        "AICR_RUNNER_REPORTS__NAME": f"aicr-{RELEASE}",
+        "AICR_RUNNER_REPORTS__RELEASE": RELEASE,
         "AICR_RUNNER_NAMESPACE": "gpu-system",
         "AICR_RUNNER_WORK_DIR": "/work",
         "AICR_RUNNER_LOG_FORMAT": "json",

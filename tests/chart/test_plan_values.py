@@ -39,6 +39,10 @@ CLUSTER_ONLY = {
     "LEASE__JOB_NAME",
     "LEASE__DURATION_SECONDS",
     "LEASE__WAIT_SECONDS",
+    # The verdict report is written to a cluster's API; plan writes none.
+    "REPORTS__API",
+    "REPORTS__NAME",
+    "REPORTS__RELEASE",
 }
 DEFAULTS = yaml.safe_load((ROOT / "chart" / "values.yaml").read_text())
 

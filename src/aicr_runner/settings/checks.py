@@ -40,6 +40,7 @@ __all__ = [
     "Phase",
     "ProvenanceMode",
     "PublishMode",
+    "ReportsApi",
     "absolute_path",
     "escaped",
     "problem_line",
@@ -119,6 +120,15 @@ class ProvenanceMode(StrEnum):
 class LogFormat(StrEnum):
     CONSOLE = "console"
     JSON = "json"
+
+
+class ReportsApi(StrEnum):
+    """Which report object the verdict is written to (docs/reports.md)."""
+
+    AUTO = "auto"
+    OPENREPORTS = "openreports"
+    WGPOLICY = "wgpolicy"
+    NONE = "none"
 
 
 class Invalid(ValueError):

@@ -25,6 +25,7 @@ from aicr_runner.settings.checks import (
     Phase,
     ProvenanceMode,
     PublishMode,
+    ReportsApi,
     _arch,
     _argument,
     _boolean,
@@ -61,6 +62,7 @@ __all__ = [
     "PublishSettings",
     "RecipeExpectations",
     "RecipeSettings",
+    "ReportsSettings",
     "RunnerSettings",
     "Sha256Pins",
     "StepArgs",
@@ -257,6 +259,16 @@ class LeaseSettings(_Group):
         return self.pod_identity or "aicr-runner"
 
 
+class ReportsSettings(_Group):
+    """The verdict as an OpenReports Report or a wgpolicyk8s PolicyReport (``kube.report_writer``)."""
+
+    api: Annotated[ReportsApi, _v(_choice(ReportsApi))] = ReportsApi.AUTO
+    #: One name per release (the chart: ``aicr-<release>``), replaced in place each run.
+    name: Annotated[str, _v(_k8s_subdomain())] = "aicr"
+    #: The chart release, as the report's ``aicr.nvidia.com/release`` label; empty: no label.
+    release: Annotated[str, _v(_k8s_subdomain(63))] = ""
+
+
 # The variables name the group VALIDATE: its field shadows BaseModel's deprecated
 # ``validate`` classmethod, which nothing here calls.
 with warnings.catch_warnings():
@@ -303,6 +315,7 @@ with warnings.catch_warnings():
         environment: EnvironmentSettings = Field(default_factory=EnvironmentSettings)
         lease: LeaseSettings = Field(default_factory=LeaseSettings)
         validate: ValidateSettings = Field(default_factory=ValidateSettings)  # type: ignore[assignment]
+        reports: ReportsSettings = Field(default_factory=ReportsSettings)
         status_configmap: Annotated[str, _v(_k8s_name())] = "aicr-run-status"
         #: Namespace of the result ConfigMaps; empty: the pod's.
         namespace: Annotated[str, _v(_k8s_name(63))] = ""

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from aicr_runner.aicr.provenance import SignatureVerifier
     from aicr_runner.helm.guard import HelmGuard
     from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.kube.report_writer import ReportTarget
     from aicr_runner.net.deadline import Cancellation
     from aicr_runner.pack.pull import PulledPack
     from aicr_runner.settings.config import AicrSettings, PackSettings
@@ -107,6 +108,8 @@ class RunContext:
     on_deploy_progress: Callable[[dict[str, Any]], None] = lambda snapshot: None
     #: Called by the renewal thread when the Lease is lost (the run must stop).
     on_lease_lost: Callable[[str], None] = lambda reason: None
+    #: Where the verdict report goes (``steps.verdict_report``); None: no report (plan, a results directory).
+    report_target: ReportTarget | None = None
     findings: RunFindings = field(default_factory=RunFindings)
 
     @property

@@ -38,6 +38,7 @@ from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
 from aicr_runner.steps import deploy as deploy_run
 from aicr_runner.steps import fetch as acquire
+from aicr_runner.steps import verdict_report
 from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = ["Steps"]
@@ -61,6 +62,8 @@ class Steps:
             if state is not State.DONE:
                 method = getattr(self, state.name.lower())
                 table[state] = self._guarded(state, method)
+        # The last capture: then the verdict report, best effort.
+        table[State.CAPTURE_EVIDENCE] = verdict_report.after_capture(self.ctx, table[State.CAPTURE_EVIDENCE])
         return table
 
     def _guarded(self, state: State, method: Callable[[], StepResult]) -> Callable[[], StepResult]:

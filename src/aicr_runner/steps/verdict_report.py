@@ -1,0 +1,110 @@
+"""What a run reports as its verdict report object, and when (``kube.report_writer`` writes it).
+
+After the last capture (the verdict and the evidence stored), each run that
+validated or deployed writes one result per CTRF test and one per component
+deploy.sh reported. A run whose deploy failed ends before the captures: its
+components are written at the run's end (a failed install is what a fleet most
+needs to see).
+
+Advisory: every failure is one warning line and never changes the run's outcome
+or exit code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aicr_runner import logs
+from aicr_runner.kube import openreports, report_writer
+from aicr_runner.kube.openreports import Entry, RunFacts
+from aicr_runner.run.machine import StepResult
+from aicr_runner.run.report import StepStatus, utcnow
+from aicr_runner.settings.config import ReportsApi
+from aicr_runner.steps.context import RunContext
+
+__all__ = ["after_capture", "entries_of", "facts_of", "write_after_failed_deploy", "write_verdict"]
+
+_NOT_STARTED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED)
+
+
+def after_capture(ctx: RunContext, capture_evidence: Callable[[], StepResult]) -> Callable[[], StepResult]:
+    """The evidence capture step, then the report (best effort, whatever the step's outcome)."""
+
+    def step() -> StepResult:
+        result = capture_evidence()
+        where = ctx.sink.describe(ctx.settings.validate.evidence_configmap)
+        write_verdict(ctx, evidence_stored=result.went_well and where in result.reason)
+        return result
+
+    return step
+
+
+def entries_of(ctx: RunContext) -> list[Entry] | None:
+    """The run's results: each CTRF test and each component deploy.sh reported;
+    None when neither validate nor deploy ran (nothing to report)."""
+    validate = ctx.report.step("validate")
+    deploy = ctx.report.step("deploy")
+    if validate.status in _NOT_STARTED and deploy.status in _NOT_STARTED:
+        return None
+    entries: list[Entry] = []
+    if validate.status not in _NOT_STARTED:
+        entries += _validation(ctx, interrupted=validate.status is StepStatus.INTERRUPTED)
+    if deploy.status not in _NOT_STARTED:
+        entries += openreports.deploy_entries(deploy.progress, ctx.report.failed_components)
+    return entries
+
+
+def _validation(ctx: RunContext, *, interrupted: bool) -> list[Entry]:
+    """The CTRF tests; one ``error`` result when there is no verdict to map."""
+    why = "aicr validate was interrupted: no verdict" if interrupted else ""
+    if not why and not ctx.ctrf_path.is_file():
+        why = "aicr validate wrote no CTRF report: no verdict"
+    if not why:
+        try:
+            return openreports.validation_entries(ctx.ctrf_path.read_bytes())
+        except (OSError, ValueError) as exc:
+            why = f"the CTRF report could not be read: {exc}"
+    return [Entry("aicr-validate", "aicr-validate", "validate", "error", openreports.stable_message(why, "error"))]
+
+
+def facts_of(ctx: RunContext, namespace: str, *, evidence_stored: bool) -> RunFacts:
+    s, report = ctx.settings, ctx.report
+    found = ctx.findings.aicr_version
+    return RunFacts(
+        name=s.reports.name,
+        namespace=namespace,
+        release=s.reports.release,
+        aicr_version=found.text if found is not None else report.aicr_version,
+        recipe=", ".join(f"{key}={value}" for key, value in report.criteria.items() if value),
+        run_by=report.run_by,
+        evidence_configmap=s.validate.evidence_configmap if evidence_stored else "",
+        when=utcnow(),
+    )
+
+
+def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
+    """Write the run's report, if there is an API to write to and something to
+    report. Never raises: a failure is one warning line."""
+    target, setting = ctx.report_target, ctx.settings.reports.api
+    if target is None or setting is ReportsApi.NONE:
+        return
+    try:
+        entries = entries_of(ctx)
+        if entries is not None:
+            facts = facts_of(ctx, target.namespace, evidence_stored=evidence_stored)
+            report_writer.write(target, setting, facts, entries)
+    except Exception as exc:  # noqa: BLE001 - advisory: the verdict is already captured
+        logs.get_logger().warning("verdict report not written", reason=logs.redact(str(exc)))
+
+
+def write_after_failed_deploy(ctx: RunContext) -> None:
+    """A run whose deploy step failed ends before the captures: the components
+    deploy.sh reported still go out. Not after an interruption: the pod is on its way out."""
+    if ctx.report_target is None:
+        return
+    deploy = ctx.report.step("deploy")
+    # The machine marks the steps it never reached skipped ("not reached"): never started.
+    if deploy.status is not StepStatus.FAILED or ctx.report.step("capture-evidence").started_at is not None:
+        return
+    if openreports.deploy_entries(deploy.progress, ctx.report.failed_components):
+        write_verdict(ctx, evidence_stored=False)
