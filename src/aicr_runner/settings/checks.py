@@ -51,7 +51,8 @@ ENV_PREFIX = names.ENV_PREFIX
 DEFAULT_RELEASE_BASE_URL = "https://github.com/NVIDIA/aicr/releases/download"
 
 #: Service values that state no concrete service (the aliases aicr maps to
-#: ``generic`` in 1.x, ``any`` in 0.x: anchor pain point 3).
+#: ``generic`` in 1.x, ``any`` in 0.x; the bash chart let them through unchecked,
+#: docs/criteria.md).
 NON_CONCRETE_SERVICES = ("", "any", *SERVICE_ALIASES)
 
 #: Longest value shown in a message; the rest is counted, not printed.

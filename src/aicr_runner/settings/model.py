@@ -90,7 +90,7 @@ class Criteria(_Group):
     os: Annotated[str, _v(_criterion)] = ""
     platform: Annotated[str, _v(_criterion)] = ""
 
-    #: The anchor's flag order (R-07): service, accelerator, os, intent, platform.
+    #: The bash chart's flag order (docs/migration.md): service, accelerator, os, intent, platform.
     FLAG_ORDER: ClassVar[tuple[str, ...]] = names.CRITERIA_FLAG_ORDER
 
     def stated(self) -> dict[str, str]:
@@ -202,7 +202,8 @@ class DeploySettings(StepArgs):
 
     @property
     def best_effort(self) -> bool:
-        """``--best-effort`` in either the flags string or the args list (anchor R-14)."""
+        """``--best-effort`` in either the flags string or the args list (the bash chart's
+        deploy gate reads it from both; docs/migration.md)."""
         return "--best-effort" in self.flags.split() or "--best-effort" in self.args
 
 
