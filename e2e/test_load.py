@@ -238,9 +238,9 @@ class Release:
             e
             for e in self.requests
             if client_of(e) == "runner"
-            and e["objectRef"].get("resource") == resource
+            and (e.get("objectRef") or {}).get("resource") == resource
             and (not verbs or e["verb"] in verbs)
-            and (name is None or e["objectRef"].get("name") == name)
+            and (name is None or (e.get("objectRef") or {}).get("name") == name)
         ]
 
 
