@@ -95,6 +95,20 @@ def test_version_reports_the_runtime_and_the_pinned_aicr(image: str) -> None:
     assert proc.stdout.strip() == f"aicr-runner {version.group(1)} (pinned aicr {pins()['AICR_VERSION']})"
 
 
+def test_the_image_has_no_time_zone_database_and_parses_api_timestamps_without_one(image: str) -> None:
+    """tzdata is uninstalled in the build (2.8 MB): the API server's timestamps still
+    parse, to fixed offsets, in the kubernetes client's own parser."""
+    script = (
+        "import importlib.metadata as m, importlib.util as u, kubernetes.client as k\n"
+        "print(u.find_spec('tzdata'), [d.metadata['Name'] for d in m.distributions() if d.metadata['Name'] == 'tzdata'])\n"
+        "stamp = k.ApiClient()._ApiClient__deserialize_datetime('2026-12-05T15:10:08Z')\n"
+        "print(stamp.isoformat())\n"
+    )
+    proc = podman("run", "--rm", "--read-only", *RUN_LIMITS, "--entrypoint", "python3", image, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["None []", "2026-12-05T15:10:08+00:00"]
+
+
 def test_the_image_runs_as_65532_with_the_pinned_helm_kubectl_cosign_and_tini(image: str) -> None:
     """The stripped tools still run, report the pinned versions, and are hard links
     to one binary (one inode: a file mounted over one of them replaces only that one)."""
