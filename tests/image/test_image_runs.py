@@ -100,7 +100,8 @@ def test_the_image_has_no_time_zone_database_and_parses_api_timestamps_without_o
     parse, to fixed offsets, in the kubernetes client's own parser."""
     script = (
         "import importlib.metadata as m, importlib.util as u, kubernetes.client as k\n"
-        "print(u.find_spec('tzdata'), [d.metadata['Name'] for d in m.distributions() if d.metadata['Name'] == 'tzdata'])\n"
+        "names = [d.metadata['Name'] for d in m.distributions()]\n"
+        "print(u.find_spec('tzdata'), [name for name in names if name == 'tzdata'])\n"
         "stamp = k.ApiClient()._ApiClient__deserialize_datetime('2026-12-05T15:10:08Z')\n"
         "print(stamp.isoformat())\n"
     )
