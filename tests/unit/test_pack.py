@@ -34,17 +34,13 @@ from aicr_runner.errors import (
     RunnerError,
 )
 from aicr_runner.logs import redact
-from aicr_runner.net.reference import InvalidReference
+from aicr_runner.net.reference import InvalidReference, PackReference
+from aicr_runner.pack import oras_registry
 from aicr_runner.pack import pull as pack
-from aicr_runner.pack.pull import (
-    OCI_MANIFEST,
-    OrasRegistry,
-    PackLayer,
-    PackReference,
-    Placement,
-    load_registry_credential,
-    pull_pack,
-)
+from aicr_runner.pack.credentials import load_registry_credential
+from aicr_runner.pack.oci import ANNOTATION_TITLE, MAX_PARALLEL_FETCHES, OCI_MANIFEST
+from aicr_runner.pack.oras_registry import OrasRegistry
+from aicr_runner.pack.pull import PackLayer, Placement, pull_pack
 from aicr_runner.settings.config import PackSettings, load, shown
 
 REF = "registry.example.test/acme/pack:1.0"
@@ -807,7 +803,7 @@ def test_a_manifest_over_the_bound_is_refused_unread_when_announced_and_cut_when
     push_default(served)
     raw = served.manifests["acme/pack:1.0"]
     limit = len(raw) - 1
-    monkeypatch.setattr(pack, "MAX_MANIFEST_BYTES", limit)
+    monkeypatch.setattr(oras_registry, "MAX_MANIFEST_BYTES", limit)
 
     with pytest.raises(PackIntegrityError, match=rf"the manifest is {len(raw)} bytes, over the limit of {limit}"):
         local_pull(tmp_path, served)
@@ -1012,13 +1008,13 @@ def push_many(served: Served, count: int) -> list[Layer]:
 def spy_on_requests_path(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The URLs sent through oras-py's request (requests' whole per-request path)."""
     urls: list[str] = []
-    unretried = pack._UNRETRIED_DO_REQUEST
+    unretried = oras_registry._UNRETRIED_DO_REQUEST
 
     def spy(provider: Any, url: str, *args: Any, **kwargs: Any) -> Any:
         urls.append(url)
         return unretried(provider, url, *args, **kwargs)
 
-    monkeypatch.setattr(pack, "_UNRETRIED_DO_REQUEST", spy)
+    monkeypatch.setattr(oras_registry, "_UNRETRIED_DO_REQUEST", spy)
     return urls
 
 
@@ -1039,7 +1035,7 @@ def test_the_blobs_of_one_pull_reuse_connections_and_skip_requests(
     assert len(blob_requests) == len(layers), "no blob was challenged or sent twice"
     assert all(blob_requests) == (auth != "none")
     # One connection per fetch worker, plus the one a challenge closes.
-    assert served.connections <= pack.MAX_PARALLEL_FETCHES + (auth != "none"), served.connections
+    assert served.connections <= MAX_PARALLEL_FETCHES + (auth != "none"), served.connections
     assert all("/manifests/" in url for url in through_requests), through_requests
 
 
@@ -1137,7 +1133,7 @@ def test_a_blob_redirect_loop_ends_at_the_redirect_limit_without_retries(tmp_pat
 
     assert type(caught.value) is PackError
     assert sleeps.waits == []
-    assert served.connections <= pack.MAX_PARALLEL_FETCHES, "each hop on a kept connection"
+    assert served.connections <= MAX_PARALLEL_FETCHES, "each hop on a kept connection"
 
 
 def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes() -> None:
@@ -1191,7 +1187,7 @@ def test_an_abort_breaks_a_hung_request_at_once_and_is_not_retried() -> None:
 def test_oras_py_still_exposes_its_unretried_request_function() -> None:
     # pack.py bypasses oras-py's @retry via __wrapped__; an oras-py upgrade that
     # drops it would silently bring back minutes-long retries.
-    assert pack._UNRETRIED_DO_REQUEST is oras.provider.Registry.do_request.__wrapped__
+    assert oras_registry._UNRETRIED_DO_REQUEST is oras.provider.Registry.do_request.__wrapped__
 
 
 def test_oras_logger_is_routed_through_stdlib_logging(caplog: pytest.LogCaptureFixture) -> None:
@@ -1261,9 +1257,9 @@ def test_blobs_are_fetched_a_bounded_few_at_a_time(tmp_path: Path) -> None:
 
     pulled = pull(tmp_path, registry)
 
-    assert 1 < registry.peak <= pack.MAX_PARALLEL_FETCHES
+    assert 1 < registry.peak <= MAX_PARALLEL_FETCHES
     assert sorted(registry.fetched) == sorted(layer.descriptor["digest"] for layer in layers)
-    assert tree(pulled.path) == {layer.descriptor["annotations"][pack.ANNOTATION_TITLE]: layer.data for layer in layers}
+    assert tree(pulled.path) == {layer.descriptor["annotations"][ANNOTATION_TITLE]: layer.data for layer in layers}
 
 
 def test_one_tampered_blob_among_parallel_fetches_fails_the_pull(tmp_path: Path) -> None:
