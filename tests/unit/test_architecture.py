@@ -240,6 +240,22 @@ def test_the_module_size_check_holds_the_step_table_to_450_lines(tmp_path: Path,
         assert "src/aicr_runner/steps/table.py: 451 lines, over its module limit of 450" in result.stderr
 
 
+@pytest.mark.parametrize(("lines", "over"), [(600, False), (601, True)])
+def test_the_module_size_check_holds_every_module_to_600_lines(tmp_path: Path, lines: int, over: bool) -> None:
+    package = tmp_path / "src" / "aicr_runner" / "pack"
+    package.mkdir(parents=True)
+    (package / "planted.py").write_text("x = 1\n" * lines)
+    (package / "small.py").write_text("x = 1\n")
+    check = [sys.executable, str(ROOT / "scripts" / "check-function-length.py"), "--root", str(tmp_path)]
+    result = subprocess.run(check, capture_output=True, text=True, check=False)
+    assert result.returncode == (1 if over else 0), result.stderr
+    if over:
+        assert result.stderr.strip() == (
+            "src/aicr_runner/pack/planted.py: 601 lines, over its module limit of 600: "
+            "split it by concern, or move what is not its concern to the module it belongs in"
+        )
+
+
 def test_no_function_in_the_package_is_over_the_limit() -> None:
     check = [sys.executable, str(ROOT / "scripts" / "check-function-length.py")]
     result = subprocess.run(check, capture_output=True, text=True, check=False)

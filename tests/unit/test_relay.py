@@ -30,7 +30,8 @@ from aicr_runner import logs
 from aicr_runner.aicr import classify, progress
 from aicr_runner.aicr.relays import deploy_relay
 from aicr_runner.children import blockscan
-from aicr_runner.children.process import SubprocessRunner, _Delivery, _LineSplitter
+from aicr_runner.children.lines import LineSplitter
+from aicr_runner.children.process import SubprocessRunner, _Delivery
 from aicr_runner.kube.sink import DirectorySink
 from aicr_runner.run.machine import Machine, State
 from aicr_runner.settings.config import LogFormat, load
@@ -227,16 +228,16 @@ def test_relayed_lines_come_before_a_later_event_and_are_flushed_at_step_end() -
 
 
 def test_a_cut_never_falls_inside_a_secret_or_a_character() -> None:
-    splitter = _LineSplitter(10, lambda: [b"SECRET-42"])
+    splitter = LineSplitter(10, lambda: [b"SECRET-42"])
     out = splitter.feed(b"abcdefSECRET-42xyz") + splitter.finish()
     assert out.split(b"\n")[:-1] == [b"abcdef", b"SECRET-42x", b"yz"]
-    splitter = _LineSplitter(4, lambda: [])
+    splitter = LineSplitter(4, lambda: [])
     out = splitter.feed("aé─b".encode()) + splitter.finish()
     assert [piece.decode() for piece in out.split(b"\n")[:-1]] == ["aé", "─b"]
 
 
 def test_a_secret_longer_than_the_limit_is_one_piece() -> None:
-    splitter = _LineSplitter(4, lambda: [b"LONGSECRET"])
+    splitter = LineSplitter(4, lambda: [b"LONGSECRET"])
     out = b"".join(splitter.feed(bytes([c])) for c in b"LONGSECRET!") + splitter.finish()
     assert out == b"LONGSECRET\n!\n"
 
@@ -273,7 +274,7 @@ def test_version_help_and_bad_input_never_import_the_heavy_clients(args: list[st
 
 
 def test_waiting_for_a_secret_never_hides_the_next_line_from_the_length_check() -> None:
-    splitter = _LineSplitter(16, lambda: [b"0000"])
+    splitter = LineSplitter(16, lambda: [b"0000"])
     stream = b"0" * 20 + b"\n" + b"0" * 13 + "└─ ✗ \n".encode()
     out = b"".join(splitter.feed(stream[at : at + 16]) for at in range(0, len(stream), 16)) + splitter.finish()
     lines = out.split(b"\n")[:-1]
@@ -303,7 +304,7 @@ def test_overlapping_secrets_never_put_a_cut_inside_a_secret(
 ) -> None:
     for secret in secrets:
         logs.register_secret(secret)
-    splitter = _LineSplitter(limit, logs.protected_bytes)
+    splitter = LineSplitter(limit, logs.protected_bytes)
     data = stream.encode()
     size = chunk or limit
     out = b"".join(splitter.feed(data[at : at + size]) for at in range(0, len(data), size)) + splitter.finish()
@@ -350,7 +351,7 @@ def test_an_isolated_registry_holds_what_it_is_given_and_then_what_it_held() -> 
 def test_an_over_long_line_inside_a_big_chunk_is_cut() -> None:
     """Reads may be longer than the limit: every line in a chunk is checked, not
     only the one continuing the held-back remainder."""
-    splitter = _LineSplitter(8, lambda: [])
+    splitter = LineSplitter(8, lambda: [])
     out = splitter.feed(b"ab\n" + b"x" * 20 + b"\ncd\nefghijklmn") + splitter.finish()
     assert out.split(b"\n")[:-1] == [b"ab", b"x" * 8, b"x" * 8, b"x" * 4, b"cd", b"efghijkl", b"mn"]
 
