@@ -297,17 +297,20 @@ class _Relay:
         if not self._parts:
             return
         stream = self.stream if self.stream is not None else sys.stderr
-        data = b"".join(self._parts)
-        self._parts.clear()
+        parts, self._parts = self._parts, []
         self._size = 0
         self._since = None
         buffer = getattr(stream, "buffer", None)
         if buffer is None:  # a text-only stream (tests' StringIO)
-            stream.write(data.decode())
+            stream.write(b"".join(parts).decode())
             stream.flush()
             return
         stream.flush()  # whatever the text layer holds goes first
-        buffer.write(data)
+        # Part by part, not joined: a rendered block is the bulk of the bytes and
+        # goes to the file descriptor as it is (the buffer copies only the short
+        # heads), where a join would copy every byte once more.
+        for part in parts:
+            buffer.write(part)
         buffer.flush()
 
 
