@@ -249,7 +249,8 @@ class _Relay:
 
     def write(self, text: str, *, step: str, source: str, json_plain: bool | None = None) -> None:
         """``json_plain``: whether every line is already a valid JSON string body,
-        when the caller knows (``blockscan`` found it in its pass over the block)."""
+        when the caller knows (``blockscan`` found it in its pass over the block);
+        False is checked again on ``text``, one C-level pass."""
         if not text:
             return
         if not text.endswith("\n"):
@@ -261,7 +262,9 @@ class _Relay:
         if self.fmt is LogFormat.JSON:
             head = f'{{"step": "{step}", "source": "{source}", "event": '
             tail = f', "level": "{level}", "timestamp": "{stamp}"}}\n'
-            if json_plain is None:
+            # The caller's False is about its whole block: this part of it (the
+            # lines between two markers, mostly) may still need no escaping.
+            if not json_plain:
                 json_plain = _needs_no_escape(text[:-1])
             if json_plain:  # helm output mostly: each line is its own JSON string
                 self._add_lines(_utf8(text), _utf8(head + '"'), _utf8('"' + tail))
