@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from hypothesis import settings
 
 from aicr_runner import logs
@@ -23,10 +21,10 @@ settings.load_profile("aicr-runner")
 @pytest.fixture(autouse=True)
 def _reset_logging() -> Iterator[None]:
     """A test that runs the CLI configures logging onto its captured stream; the
-    next test must not inherit a stream pytest has already closed."""
+    next test must not inherit a stream pytest has already closed: events and
+    the standard library's records go back to whatever stderr is at write time."""
     yield
-    structlog.reset_defaults()
-    logging.getLogger().handlers.clear()
+    logs.configure()
 
 
 @pytest.fixture(autouse=True)

@@ -1,24 +1,23 @@
-"""Logging: structlog's format, human-readable by default, JSON with one setting.
+"""Logging: structured events on structlog, human-readable by default, JSON with one setting.
 
 Every string that reaches a log line passes through ``redact``: credentials read by
 the runner (pack and publish registry auth, the identity token) are registered
 with ``register_secret`` when they are read, and replaced by ``***`` wherever they
 would appear, including in relayed child output.
 
-Relayed child output (deploy.sh can print gigabytes) does not go through
-the event path line by line: ``relay`` writes already-redacted blocks of lines
-straight to the pod log, rendered the way structlog renders an event in the
-configured format (same timestamp, level, ``step`` and ``source``), buffered and
+Events go through structlog, configured by ``configure``: the level, an ISO UTC
+timestamp, any traceback as text, every value redacted, then the console
+renderer without colours or the JSON renderer. Records of the standard
+library's loggers (oras, urllib3) get the same processors. structlog is
+imported with the first logger, so ``version`` and ``--help`` never pay for it.
+
+Relayed child output (deploy.sh can print gigabytes) stays off structlog's
+per-event path: ``relay`` writes already-redacted blocks of lines straight to
+the pod log, in the shape the renderer gives ``info(line, source=...)`` with
+``step`` bound (same timestamp, level, ``step`` and ``source``), buffered and
 flushed at least every 100 ms (``flush_relay_if_due``), before every structured
 event (so the order holds) and at exit. Lines that mean something (deploy
 markers, errors) are logged as structured events by the caller.
-
-Events are rendered here the way structlog renders them (console without colours,
-or JSON; level, ISO UTC timestamp, every value redacted), without importing
-structlog: its import (and asyncio's) was a large part of a quick plan's own
-time. Every module logs through ``get_logger``; records of the standard
-library's loggers (oras, urllib3) get the same rendering, configured the moment
-``logging`` is imported.
 """
 
 from __future__ import annotations
@@ -30,13 +29,16 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from aicr_runner.settings.config import LogFormat
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
 
 __all__ = [
     "SECRETS",
@@ -247,20 +249,22 @@ class _Relay:
 
     def write(self, text: str, *, step: str, source: str, json_plain: bool | None = None) -> None:
         """``json_plain``: whether every line is already a valid JSON string body,
-        when the caller knows (``blockscan`` found it in its pass over the block)."""
+        when the caller knows (``blockscan`` found it in its pass over the block);
+        False is checked again on ``text``, one C-level pass."""
         if not text:
             return
         if not text.endswith("\n"):
             text += "\n"
-        # Every value is redacted, as render_event does for an event:
-        # a secret that happens to read like the date, the level or the step
-        # name is masked there too.
+        # Every value is redacted, as the event processors redact them: a secret
+        # that happens to read like the date, the level or the step name is masked here too.
         stamp = redact(datetime.now(UTC).isoformat().replace("+00:00", "Z"))
         step, source, level = redact(step), redact(source), redact("info")
         if self.fmt is LogFormat.JSON:
             head = f'{{"step": "{step}", "source": "{source}", "event": '
             tail = f', "level": "{level}", "timestamp": "{stamp}"}}\n'
-            if json_plain is None:
+            # The caller's False is about its whole block: this part of it (the
+            # lines between two markers, mostly) may still need no escaping.
+            if not json_plain:
                 json_plain = _needs_no_escape(text[:-1])
             if json_plain:  # helm output mostly: each line is its own JSON string
                 self._add_lines(_utf8(text), _utf8(head + '"'), _utf8('"' + tail))
@@ -296,17 +300,20 @@ class _Relay:
         if not self._parts:
             return
         stream = self.stream if self.stream is not None else sys.stderr
-        data = b"".join(self._parts)
-        self._parts.clear()
+        parts, self._parts = self._parts, []
         self._size = 0
         self._since = None
         buffer = getattr(stream, "buffer", None)
         if buffer is None:  # a text-only stream (tests' StringIO)
-            stream.write(data.decode())
+            stream.write(b"".join(parts).decode())
             stream.flush()
             return
         stream.flush()  # whatever the text layer holds goes first
-        buffer.write(data)
+        # Part by part, not joined: a rendered block is the bulk of the bytes and
+        # goes to the file descriptor as it is (the buffer copies only the short
+        # heads), where a join would copy every byte once more.
+        for part in parts:
+            buffer.write(part)
         buffer.flush()
 
 
@@ -335,157 +342,116 @@ def flush_relay_if_due() -> None:
     _relay.flush_if_due()
 
 
-#: Longest level name structlog's console renderer pads to ("exception").
-_LEVEL_WIDTH = 9
-#: Methods and the level each logs at; debug is below the INFO threshold.
-_LEVELS = {"info": "info", "warning": "warning", "warn": "warning", "error": "error", "exception": "error"}
-_LEVELS |= {"critical": "critical", "fatal": "critical", "msg": "info"}
+class _PodLog:
+    """structlog's output end: each rendered event on its own line, relayed lines
+    flushed first (so the order holds), to the configured stream."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        #: None: whatever sys.stderr is at write time (tests swap it).
+        self.stream = stream
+        self._lock = threading.Lock()
+
+    def msg(self, line: str) -> None:
+        _relay.flush()
+        stream = self.stream if self.stream is not None else sys.stderr
+        with self._lock:
+            stream.write(line + "\n")
+            stream.flush()
+
+    # structlog calls the method named like the level; all of them write alike.
+    debug = info = warning = warn = error = exception = critical = fatal = msg
 
 
-class _Output:
-    """Where structured events go and how they look (set by ``configure``)."""
+def _redact_event(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """The processor that masks every registered secret in every value of an event
+    (its timestamp, level and exception text included)."""
+    return {key: _redact_value(value) for key, value in event_dict.items()}
+
+
+class _Events:
+    """The structured-event path: structlog, configured once per ``configure``.
+
+    structlog is imported the first time a logger is configured or asked for,
+    never by ``version`` or ``--help``."""
 
     def __init__(self, fmt: LogFormat, stream: TextIO | None) -> None:
         self.fmt = fmt
-        #: None: whatever sys.stderr is at write time.
-        self.stream = stream
-        self.lock = threading.Lock()
+        self.out = _PodLog(stream)
+        self.ready = False
+
+    def setup(self) -> None:
+        import logging
+
+        import structlog
+
+        shared: list[Any] = [
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            # The traceback as text before redaction: the renderers would format it after.
+            structlog.processors.format_exc_info,
+            _redact_event,
+        ]
+        renderer: Any = (
+            structlog.processors.JSONRenderer()
+            if self.fmt is LogFormat.JSON
+            else structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
+        )
+        structlog.configure(
+            processors=[*shared, renderer],
+            wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+            logger_factory=lambda *_args: self.out,
+            # A cached logger would keep the processors of a configuration since replaced.
+            cache_logger_on_first_use=False,
+        )
+        formatter = structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=shared,
+        )
+        _route_stdlib_logging(logging, formatter, self.out)
+        self.ready = True
 
 
-_output = _Output(LogFormat.CONSOLE, None)
-
-
-def _console_value(value: Any) -> str:
-    """structlog's ConsoleRenderer: plain strings bare, others (and strings with
-    spaces, quotes or '=') as repr."""
-    if isinstance(value, str) and not (set(value) & {" ", "\t", "=", "\r", "\n", '"', "'"}):
-        return value
-    return repr(value)
-
-
-def render_event(level: str, event: Any, context: Mapping[str, Any], fmt: LogFormat | None = None) -> str:
-    """One event as structlog renders it in this runner's configuration (the same
-    processors: level, ISO UTC timestamp, every value redacted; then the console
-    renderer without colours or the JSON renderer), relayed lines flushed first."""
-    _relay.flush()
-    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    values = {**context, "event": event, "level": level, "timestamp": stamp}
-    values = {key: _redact_value(value) for key, value in values.items()}
-    if (fmt or _output.fmt) is LogFormat.JSON:
-        return json.dumps(values, default=repr)
-    head = [str(values.pop("timestamp")), f"[{values.pop('level'):<{_LEVEL_WIDTH}}]", str(values.pop("event"))]
-    rest = [f"{key}={_console_value(values[key])}" for key in sorted(values)]
-    return " ".join(part for part in head + rest if part).rstrip(" ")
-
-
-def _write(line: str) -> None:
-    stream = _output.stream if _output.stream is not None else sys.stderr
-    with _output.lock:
-        stream.write(line + "\n")
-        stream.flush()
-
-
-class BoundLogger:
-    """structlog's bound-logger API, filtering at INFO, without importing
-    structlog: its import (asyncio with it) cost a quick plan 0.1-0.2 s of CPU."""
-
-    __slots__ = ("_context",)
-
-    def __init__(self, context: Mapping[str, Any]) -> None:
-        self._context = dict(context)
-
-    def bind(self, **values: Any) -> BoundLogger:
-        return BoundLogger({**self._context, **values})
-
-    def debug(self, event: Any = None, **values: Any) -> None:
-        return
-
-    def __getattr__(self, method: str) -> Any:
-        level = _LEVELS.get(method)
-        if level is None:
-            raise AttributeError(method)
-
-        def log(event: Any = None, **values: Any) -> None:
-            _write(render_event(level, event, {**self._context, **values}))
-
-        return log
-
-
-class _ConfigureOnImport:
-    """A meta path finder that configures a module the moment something imports
-    it: the standard library's logging (oras and urllib3 log with it). A run
-    that needs none of them, like a ``plan``, never pays for importing it."""
-
-    def __init__(self, name: str, configure: Callable[[Any], None]) -> None:
-        self.name = name
-        self.configure = configure
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != self.name:
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(name)
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        execute = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            execute(module)
-            self.configure(module)
-
-        loader.exec_module = exec_module
-        return spec
-
-
-def _configure_on_import(name: str, configure: Callable[[Any], None]) -> None:
-    """``configure(module)`` now if ``name`` is imported, else the moment it is."""
-    if name in sys.modules:
-        configure(sys.modules[name])
-    elif not any(isinstance(finder, _ConfigureOnImport) and finder.name == name for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ConfigureOnImport(name, configure))
-
-
-def _configure_logging(logging: Any) -> None:
-    """Records of the standard library's loggers (oras, urllib3) rendered as events."""
+def _route_stdlib_logging(logging: Any, formatter: Any, out: _PodLog) -> None:
+    """Records of the standard library's loggers (oras, urllib3), from WARNING up,
+    rendered by the same processors as events."""
 
     class Handler(logging.Handler):  # type: ignore[misc]
         def emit(self, record: Any) -> None:
-            _log_record(record)
+            try:
+                line = self.format(record)
+            except (TypeError, ValueError):  # a message whose arguments do not fit it
+                record.msg, record.args = str(record.msg), ()
+                line = self.format(record)
+            out.msg(line)
 
+    handler = Handler()
+    handler.setFormatter(formatter)
     root = logging.getLogger()
-    root.handlers[:] = [Handler()]
+    root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
 
 
-def _log_record(record: Any) -> None:
-    """A stdlib logging record (oras, urllib3), rendered like an event."""
-    try:
-        message = record.getMessage()
-    except (TypeError, ValueError):
-        message = str(record.msg)
-    if record.exc_info:
-        import traceback
-
-        message += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
-    _write(render_event(record.levelname.lower(), message, {}))
+_events = _Events(LogFormat.CONSOLE, None)
 
 
 def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) -> None:
-    """Configure events and relayed output and, once anything imports it, the
-    standard library's logging (oras, urllib3)."""
-    global _relay, _output  # noqa: PLW0603 - one pod log per process
+    """Events (structlog), the standard library's loggers (oras, urllib3) and
+    relayed output, in ``fmt`` on ``stream`` (None: stderr)."""
+    global _relay, _events  # noqa: PLW0603 - one pod log per process
     _relay.flush()
     _relay = _Relay(fmt, stream)
-    _output = _Output(fmt, stream)
-    _configure_on_import("logging", _configure_logging)
+    _events = _Events(fmt, stream)
+    _events.setup()
 
 
-def get_logger(**initial: Any) -> BoundLogger:
-    return BoundLogger(initial)
+def get_logger(**initial: Any) -> FilteringBoundLogger:
+    """A structlog logger with ``initial`` bound, filtering at INFO."""
+    if not _events.ready:
+        _events.setup()
+    import structlog
+
+    logger: FilteringBoundLogger = structlog.get_logger(**initial)
+    return logger
 
 
 def write_traceback(work: Path) -> str:

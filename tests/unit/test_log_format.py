@@ -1,13 +1,10 @@
-"""Events look exactly as structlog rendered them, without importing structlog.
-
-The runner renders its own events (structlog's import, asyncio with it, was a
-large share of a quick plan's time); structlog, a test dependency only, is the
-reference they are compared with.
-"""
+"""Events, rendered by structlog as ``logs.configure`` sets it up, and the
+standard library's records rendered alike."""
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 import subprocess
@@ -16,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from aicr_runner import logs
 from aicr_runner.settings.config import LogFormat
@@ -36,37 +32,55 @@ EVENTS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def structlog_as_configured_before(fmt: LogFormat, stream: io.StringIO) -> None:
-    """The runner's structlog configuration before it rendered events itself."""
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if fmt is LogFormat.JSON
-        else structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
-        cache_logger_on_first_use=False,
-    )
+#: The lines ``EVENTS`` render as, logged with ``step="deploy"`` bound: structlog's
+#: console renderer (no colours, level padded to 9, keys sorted, values with
+#: spaces, quotes or "=" as repr) and its JSON renderer (keys as bound, then
+#: event, level, timestamp).
+EXPECTED = {
+    LogFormat.CONSOLE: [
+        "T [info     ] step started step=fetch",
+        "T [info     ] aicr-runner starting criteria='service=eks, accelerator=h100' mode=plan pack= step=deploy",
+        "T [warning  ] run status not written eq='a=b' f=0.5 items=[1, 'a'] n=3 none=None quote=\"it's\" reason='a b'"
+        " step=deploy",
+        "T [error    ] fetch failed: exit 27 exit_code=27 status=/tmp/x step=deploy",
+        "T [error    ] k=v step=deploy",
+        "T [info     ] unicode é ─ ✓ flag=True nested={'a': 1} step=deploy tab='a\\tb'",
+    ],
+    LogFormat.JSON: [
+        '{"step": "fetch", "event": "step started", "level": "info", "timestamp": "T"}',
+        '{"step": "deploy", "mode": "plan", "criteria": "service=eks, accelerator=h100", "pack": "",'
+        ' "event": "aicr-runner starting", "level": "info", "timestamp": "T"}',
+        '{"step": "deploy", "reason": "a b", "n": 3, "f": 0.5, "none": null, "items": [1, "a"], "eq": "a=b",'
+        ' "quote": "it\'s", "event": "run status not written", "level": "warning", "timestamp": "T"}',
+        '{"step": "deploy", "exit_code": 27, "status": "/tmp/x", "event": "fetch failed: exit 27", "level": "error",'
+        ' "timestamp": "T"}',
+        '{"step": "deploy", "k": "v", "event": "", "level": "error", "timestamp": "T"}',
+        '{"step": "deploy", "nested": {"a": 1}, "flag": true, "tab": "a\\tb", "event": "unicode \\u00e9 \\u2500'
+        ' \\u2713", "level": "info", "timestamp": "T"}',
+    ],
+}
 
 
 @pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
-def test_events_render_as_structlog_rendered_them(fmt: LogFormat) -> None:
-    ours, theirs = io.StringIO(), io.StringIO()
-    logs.configure(fmt, stream=ours)
+def test_events_render_in_the_configured_format(fmt: LogFormat) -> None:
+    out = io.StringIO()
+    logs.configure(fmt, stream=out)
     for level, event, values in EVENTS:
         getattr(logs.get_logger().bind(step="deploy"), level)(event, **values)
     logs.get_logger().debug("below the threshold")
-    structlog_as_configured_before(fmt, theirs)
-    for level, event, values in EVENTS:
-        getattr(structlog.get_logger().bind(step="deploy"), level)(event, **values)
-    structlog.get_logger().debug("below the threshold")
-    assert STAMP.sub("T", ours.getvalue()) == STAMP.sub("T", theirs.getvalue())
+    assert STAMP.sub("T", out.getvalue()).splitlines() == EXPECTED[fmt]
+
+
+@pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
+def test_every_value_of_an_event_is_masked(fmt: LogFormat) -> None:
+    logs.register_secret("hunter2-secret")
+    out = io.StringIO()
+    logs.configure(fmt, stream=out)
+    logs.get_logger(step="pack").error(
+        "pull failed for hunter2-secret", reason="auth hunter2-secret", items=["x hunter2-secret"]
+    )
+    assert "hunter2-secret" not in out.getvalue()
+    assert out.getvalue().count("***") == 3, out.getvalue()
 
 
 def test_stdlib_loggers_render_like_events() -> None:
@@ -77,11 +91,11 @@ def test_stdlib_loggers_render_like_events() -> None:
     assert STAMP.sub("T", out.getvalue()) == '{"event": "Retrying after reset", "level": "warning", "timestamp": "T"}\n'
 
 
-def test_a_plan_imports_no_logging_library_or_retry_stack(tmp_path: Path) -> None:
-    """A plan with a preinstalled aicr and no pack: neither structlog nor
-    tenacity, the HTTP stack, the Kubernetes client or the deploy relay's matcher.
-    (asyncio and the standard library's logging come with pydantic-settings,
-    which every run reads its settings with.)"""
+def test_a_plan_imports_no_retry_stack_and_logs_through_structlog(tmp_path: Path) -> None:
+    """A plan with a preinstalled aicr and no pack: neither tenacity, the HTTP
+    stack, the Kubernetes client nor the deploy relay's matcher; its events go
+    through structlog. (asyncio and the standard library's logging come with
+    pydantic-settings, which every run reads its settings with.)"""
     from tests.fake_aicr import install_fake_aicr
 
     fake = install_fake_aicr(tmp_path / "bin")
@@ -89,12 +103,29 @@ def test_a_plan_imports_no_logging_library_or_retry_stack(tmp_path: Path) -> Non
         "import sys\n"
         "from aicr_runner.cli import main\n"
         "code = main(sys.argv[1:])\n"
-        "heavy = ['structlog', 'tenacity', 'httpx', 'requests', 'oras', 'kubernetes', 'ctypes', 'hyperscan']\n"
-        "print(code, [name for name in heavy if name in sys.modules], file=sys.stderr)\n"
+        "heavy = ['tenacity', 'httpx', 'requests', 'oras', 'kubernetes', 'ctypes', 'hyperscan']\n"
+        "print(code, 'structlog' in sys.modules, [name for name in heavy if name in sys.modules], file=sys.stderr)\n"
     )
     argv = ["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan"), "--accelerator", "h100"]
     env = {"PATH": "/usr/bin:/bin", "AICR_RUNNER_AICR__PROVENANCE__MODE": "off", "HOME": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "-c", probe, *argv], env=env, capture_output=True, text=True, check=False, timeout=120
     )
-    assert result.stderr.strip().splitlines()[-1] == "0 []", result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == "0 True []", result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("fmt", [LogFormat.CONSOLE, LogFormat.JSON])
+def test_a_stdlib_record_with_a_traceback_is_rendered_and_masked(fmt: LogFormat) -> None:
+    logs.register_secret("hunter2-secret")
+    out = io.StringIO()
+    logs.configure(fmt, stream=out)
+    try:
+        raise ConnectionError("reset by https://user:hunter2-secret@r.example")
+    except ConnectionError:
+        logging.getLogger("urllib3.connectionpool").warning("Retrying", exc_info=True)
+    text = out.getvalue()
+    assert "hunter2-secret" not in text
+    assert "ConnectionError: reset by https://user:***@r.example" in (
+        json.loads(text)["exception"] if fmt is LogFormat.JSON else text
+    )
+    assert text.startswith("{" if fmt is LogFormat.JSON else "20")

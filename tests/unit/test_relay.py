@@ -399,3 +399,20 @@ def test_one_pass_redacts_a_block_exactly_as_redact_does(
     assert results[0] == results[1]
     for secret in secrets:
         assert secret not in results[0][0].decode(errors="replace")
+
+
+def test_only_the_lines_that_mean_something_become_structlog_events() -> None:
+    """The relay's plain lines never reach structlog (its per-event path is the
+    cost the relay avoids); an error line does, with the step and source."""
+    from structlog.testing import capture_logs
+
+    out = io.StringIO()
+    logs.configure(LogFormat.JSON, stream=out)
+    on_block = deploy_relay("deploy", classify.DeployMarkers(results_reported=True))
+    with capture_logs() as events:
+        on_block("plain one\nError: chart not found\nplain two\n")
+        logs.flush_relay()
+    assert events == [
+        {"step": "deploy", "source": "deploy.sh", "event": "Error: chart not found", "log_level": "error"}
+    ]
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["plain one", "plain two"]
