@@ -69,7 +69,7 @@ def pod_host(host_network: HostNetwork) -> str:
 def real_aicr_release() -> Path:
     """The real aicr v0.11.1 release folder (AICR_TEST_RELEASES_DIR, set by
     scripts/test.sh); missing: the test fails with the reason, never skips."""
-    from tests.real_aicr import RealAicrMissing, release_dir
+    from tests.support.real_aicr import RealAicrMissing, release_dir
 
     try:
         return release_dir()

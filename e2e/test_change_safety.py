@@ -45,7 +45,7 @@ from e2e.harness.registry import Registry
 from e2e.scenarios import ACME_CRITERIA, CHART, PACK_AUTH_FILE, RELEASE, RunResults, embedded_base_components
 from e2e.tools import tool
 from tests.fake_aicr.packs import write_pack
-from tests.podman import PODMAN
+from tests.support.podman import PODMAN
 
 pytestmark = pytest.mark.e2e
 

@@ -53,7 +53,7 @@ from e2e.test_change_safety import (
     values_for,
     wait_for,
 )
-from tests.podman import IMAGE_PYTHON
+from tests.support.podman import IMAGE_PYTHON
 
 pytestmark = pytest.mark.e2e
 

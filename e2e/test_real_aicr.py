@@ -45,8 +45,8 @@ from e2e.harness.node import Kubelet
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
 from e2e.test_run_events import documented
 from e2e.tools import tool
-from tests.podman import PODMAN
-from tests.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary
+from tests.support.podman import PODMAN
+from tests.support.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary
 
 pytestmark = pytest.mark.e2e
 

@@ -37,7 +37,7 @@ from e2e.harness.registry import Registry
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env
 from e2e.test_scenarios import merged
 from e2e.tools import tool
-from tests.podman import PODMAN
+from tests.support.podman import PODMAN
 
 pytestmark = pytest.mark.e2e
 

@@ -58,7 +58,7 @@ from e2e.validators import (
     validator_archive,
     validator_image,
 )
-from tests.real_aicr import TAG, FolderMirror, extract_binary
+from tests.support.real_aicr import TAG, FolderMirror, extract_binary
 
 pytestmark = pytest.mark.e2e
 

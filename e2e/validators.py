@@ -33,7 +33,7 @@ from pathlib import Path
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.controllers import start_controller_manager
-from tests.podman import PODMAN
+from tests.support.podman import PODMAN
 
 __all__ = [
     "GPU_OPERATOR_TEMPLATE",

@@ -30,7 +30,7 @@ the medians (runner / shell):
   when it is there for this machine's architecture; otherwise a synthetic
   archive of a Go binary's bytes of the same size stands in, and the row says so.
 * the image (``--image REF``, default what scripts/build-image.sh builds): its
-  size uncompressed and compressed against the budgets of tests/image_metrics.py,
+  size uncompressed and compressed against the budgets of tests/support/image_metrics.py,
   and the wall time to pull it from a loopback ``docker-registry`` into an empty
   podman store and run ``aicr-runner version``, against the same for its bare
   Debian base (its first layer alone) running ``python3 -c``.
@@ -884,8 +884,8 @@ def _image_ref(image: str | None) -> str:
 def bench_image(image: str | None, repeat: int, tmp: Path) -> list[Row]:
     """The image's size against its budgets, and its pull + start from a loopback
     registry against the same for its bare Debian base (python3, no tools, no venv)."""
-    from tests import image_metrics
-    from tests.podman import PODMAN
+    from tests.support import image_metrics
+    from tests.support.podman import PODMAN
 
     ref = _image_ref(image)
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()

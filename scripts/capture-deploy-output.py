@@ -9,7 +9,7 @@ criteria; then each bundle's own deploy.sh runs with stub ``helm`` and
 names) and no ``jq`` (so the pre-flight takes the same path everywhere). What
 deploy.sh prints is written to ``tests/data/aicr-0.11.1-deploy/<scenario>.log``
 and each scenario's argv, failing components and exit code to
-``scenarios.json``; ``tests/unit/test_progress.py`` parses them.
+``scenarios.json``; ``tests/unit/aicr/test_progress.py`` parses them.
 
 Usage: scripts/capture-deploy-output.py [--output DIR]
 """

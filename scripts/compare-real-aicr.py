@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plan with the real aicr v0.11.1 and compare with the same aicr run directly.
 
-For each criteria combination of the real-aicr suite (tests/real_aicr.py: full
+For each criteria combination of the real-aicr suite (tests/support/real_aicr.py: full
 leaves, thin ones, unknown values), time
 
 - the runner: `aicr-runner plan --aicr-binary <aicr>` as a whole process (its
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
 from aicr_runner.aicr.recipe import parse_recipe  # noqa: E402 - after the path set-up
-from tests.real_aicr import LEAVES, THIN, UNKNOWN, criteria_words, extract_binary  # noqa: E402
+from tests.support.real_aicr import LEAVES, THIN, UNKNOWN, criteria_words, extract_binary  # noqa: E402
 
 
 def timed(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> tuple[int, float]:

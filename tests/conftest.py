@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings
 
 from aicr_runner import logs
-from tests.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
+from tests.support.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
 
 # No per-example deadline: CI's two cores are shared by the API server, the node and
 # image builds, so an example's time says nothing about the code (a first example

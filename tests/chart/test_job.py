@@ -10,7 +10,7 @@ import pytest
 
 from aicr_runner.errors import DETERMINISTIC_EXIT_CODES
 from tests.chart.helm import CHART, NAMESPACE, RELEASE, ROOT, helm, merge, rejects_by_schema, render, renders
-from tests.unit.test_doc_links import HOME, Link, problem
+from tests.repo.test_doc_links import HOME, Link, problem
 
 PACK = "ghcr.io/acme/aicr-pack:1.0.0"
 AUTH = '{"auths":{"ghcr.io":{"auth":"dXNlcjp0b2tlbg=="}}}'

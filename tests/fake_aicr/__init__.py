@@ -3,7 +3,7 @@
 No aicr v1.2.0 binary is available here (its Go module is not served), so this
 fake behaves as the aicr CLI contract describes: flags, exit codes, log lines,
 bundle layout, deploy.sh markers, verify, validate, evidence publish. Its 0.11
-mode is checked against the real v0.11.1 (tests/integration/test_fake_contract.py).
+mode is checked against the real v0.11.1 (tests/contract/test_fake_contract.py).
 
 ``install_fake_aicr(directory)`` writes an executable ``aicr`` launcher bound
 to the current interpreter and returns its path.

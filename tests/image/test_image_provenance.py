@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from e2e.tools import npm_tarball
-from tests.podman import PODMAN, ROOT, RUN_LIMITS, built_image
+from tests.support.podman import PODMAN, ROOT, RUN_LIMITS, built_image
 
 pytestmark = pytest.mark.image
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.chart.helm import renders
 from tests.fake_aicr import PACKAGE_DIR, install_fake_aicr
-from tests.podman import IMAGE_PYTHON, PODMAN, ROOT, RUN_LIMITS, built_image
+from tests.support.podman import IMAGE_PYTHON, PODMAN, ROOT, RUN_LIMITS, built_image
 
 pytestmark = pytest.mark.image
 
@@ -31,7 +31,7 @@ CRITERIA_ENV = {
     "AICR_RUNNER_CRITERIA__OS": "ubuntu",
 }
 #: How the tests point the runner at the stand-in. It has no Sigstore attestation
-#: (provenance is tested with real Sigstore material in tests/unit/test_provenance.py),
+#: (provenance is tested with real Sigstore material in tests/unit/aicr/test_provenance.py),
 #: so verification is switched off explicitly, as the runner demands for such a binary.
 STAND_IN_ENV = {"AICR_RUNNER_AICR__BINARY": FAKE_AICR, "AICR_RUNNER_AICR__PROVENANCE__MODE": "off"}
 #: The first and last rows of the eks/h100/training/ubuntu component table.

@@ -1,4 +1,4 @@
-"""The image stays within its size budget (tests/image_metrics.py): every node that
+"""The image stays within its size budget (tests/support/image_metrics.py): every node that
 runs the Job pulls it, at every chart upgrade. Uncompressed is the image on
 disk; compressed is what a registry serves (the layers pushed to a local
 docker-registry, gzip as podman pushes them)."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.image_metrics import (
+from tests.support.image_metrics import (
     COMPRESSED_BUDGET_BYTES,
     UNCOMPRESSED_BUDGET_BYTES,
     compressed_bytes,
@@ -17,7 +17,7 @@ from tests.image_metrics import (
     push,
     uncompressed_bytes,
 )
-from tests.podman import built_image
+from tests.support.podman import built_image
 
 pytestmark = pytest.mark.image
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.podman import ROOT
+from tests.support.podman import ROOT
 
 pytestmark = pytest.mark.image
 

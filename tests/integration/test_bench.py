@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import ensure_tools
-from tests.podman import built_image
+from tests.support.podman import built_image
 
 ROOT = Path(__file__).resolve().parents[2]
 

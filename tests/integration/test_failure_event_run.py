@@ -14,8 +14,8 @@ import pytest
 from aicr_runner import wiring
 from aicr_runner.cli import main
 from tests.fake_aicr import install_fake_aicr
-from tests.fakes import FakeKubeApi
 from tests.integration.test_runs import clean_env
+from tests.support.fakes import FakeKubeApi
 
 JOB = "nvidia-aicr-0123456789"
 FLUX = {"helm.toolkit.fluxcd.io/name": "aicr", "helm.toolkit.fluxcd.io/namespace": "flux-system"}

@@ -24,8 +24,8 @@ from aicr_runner.net.deadline import Cancellation, bounded
 from aicr_runner.pack.pull import pull_pack
 from aicr_runner.settings.config import AicrSettings, PackSettings
 from tests.fake_aicr import install_fake_aicr
-from tests.hostile_server import HostileRegistry, ReleaseServer, StalledListener, release_archive, tls_context
 from tests.integration.test_runs import clean_env
+from tests.support.hostile_server import HostileRegistry, ReleaseServer, StalledListener, release_archive, tls_context
 
 ARM64 = "aicr_1.2.0_linux_arm64.tar.gz"
 AMD64 = "aicr_1.2.0_linux_amd64.tar.gz"

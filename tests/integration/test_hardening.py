@@ -3,7 +3,7 @@
 Each used to end in a traceback, a silent fallback, a blamed sibling or minutes
 of retries; each is now exit 2 with one line naming the input, before anything
 is downloaded or run. (The mirror-URL credential case is test_mirror_credentials.py;
-the generated suite over every setting is tests/unit/test_bad_inputs.py.)
+the generated suite over every setting is tests/unit/settings/test_bad_inputs.py.)
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from aicr_runner.kube.sink import DirectorySink
 from aicr_runner.settings import config
 from aicr_runner.settings.values_file import env_from_values
 from tests.fake_aicr import install_fake_aicr
-from tests.hostile_server import ReleaseServer
 from tests.integration.test_runs import clean_env
+from tests.support.hostile_server import ReleaseServer
 
 ROOT = Path(__file__).resolve().parents[2]
 P = config.ENV_PREFIX

@@ -25,8 +25,8 @@ import pytest
 
 from aicr_runner import wiring
 from aicr_runner.cli import main
-from tests.fakes import FakeKubeApi
 from tests.integration.test_runs import clean_env
+from tests.support.fakes import FakeKubeApi
 
 PASSWORD = "S3cr3t-PASS-x9"
 JOB = "nvidia-aicr-0123456789"

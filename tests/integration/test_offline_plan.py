@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from aicr_runner.cli import main
-from tests.hostile_server import ReleaseServer
 from tests.integration.test_runs import clean_env
+from tests.support.hostile_server import ReleaseServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The runner with the real aicr v0.11.1 (``AICR_TEST_RELEASES_DIR``, see tests/real_aicr.py).
+"""The runner with the real aicr v0.11.1 (``AICR_TEST_RELEASES_DIR``, see tests/support/real_aicr.py).
 
 - fetch: the release folder served as a release mirror on loopback (the runner's
   ``AICR__RELEASE_BASE_URL``): checksum, extraction, version; the default
@@ -14,7 +14,7 @@
 - the v0.11.1 catalog: scripts/gen-catalog.py regenerates it from the binary, and
   it predicts what the binary applies for every combination tried here.
 
-Direct aicr calls are cached per session (tests/real_aicr.py): the same inputs
+Direct aicr calls are cached per session (tests/support/real_aicr.py): the same inputs
 give the same outputs, which the byte-for-byte comparisons below also show.
 """
 
@@ -38,7 +38,7 @@ from aicr_runner.cli import main
 from aicr_runner.settings import criteria_catalog as runtime_catalog
 from aicr_runner.settings.config import Criteria
 from aicr_runner.settings.names import CRITERIA_DIMENSIONS
-from tests.real_aicr import ARCHIVE, LEAVES, TAG, THIN, UNKNOWN, FolderMirror, RealAicr, combo, release_dir
+from tests.support.real_aicr import ARCHIVE, LEAVES, TAG, THIN, UNKNOWN, FolderMirror, RealAicr, combo, release_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 V0_11_CATALOG = ROOT / "tests" / "data" / "criteria-catalog-v0.11.1.json"

@@ -70,7 +70,7 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env["AICR_RUNNER_LOG_FORMAT"] = "json"
     env["AICR_RUNNER_TERMINATION_MESSAGE_PATH"] = str(tmp_path / "termination-log")
     # The fake aicr carries no real attestation; provenance is tested with real
-    # Sigstore material in tests/unit/test_provenance.py and test_steps.py.
+    # Sigstore material in tests/unit/aicr/test_provenance.py and tests/unit/steps/test_steps.py.
     env["AICR_RUNNER_AICR__PROVENANCE__MODE"] = "off"
     env.update(extra)
     return env

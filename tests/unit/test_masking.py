@@ -312,7 +312,7 @@ class Everything:
 
 
 def run_everywhere(tmp: Path, mode: str, env: dict[str, str], argv_extra: list[str]) -> Everything:
-    from tests.fakes import FakeKubeApi
+    from tests.support.fakes import FakeKubeApi
 
     api = FakeKubeApi(job_labels={("aicr", JOB): {"helm.toolkit.fluxcd.io/name": "aicr"}})
     env = {**base_env(tmp), f"{P}NAMESPACE": "aicr", f"{P}LEASE__JOB_NAME": JOB, **env}

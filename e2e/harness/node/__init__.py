@@ -71,7 +71,7 @@ CHART_DEFAULT_IMAGE = _chart_default_image()
 def pod_fake_aicr_launcher(directory: Path) -> Path:
     """The fake aicr's launcher as the pods run it (the image's Python)."""
     from tests.fake_aicr import install_fake_aicr
-    from tests.podman import IMAGE_PYTHON
+    from tests.support.podman import IMAGE_PYTHON
 
     return install_fake_aicr(directory, python=IMAGE_PYTHON, package_dir=FAKE_AICR_PACKAGE)
 
@@ -83,7 +83,7 @@ def test_image() -> str:
     import tempfile
 
     from tests.fake_aicr import PACKAGE_DIR
-    from tests.podman import built_image
+    from tests.support.podman import built_image
 
     launcher = pod_fake_aicr_launcher(Path(tempfile.mkdtemp(prefix="e2e-fake-aicr-")))
     return derive_image(

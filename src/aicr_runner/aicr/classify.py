@@ -46,7 +46,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFLIGHT_FAILED = ("Pre-flight checks failed",)
 _ERROR_PREFIXES = ("Error", "ERROR")
 #: Every line ``feed`` reacts to contains one of ``blockscan.ANYWHERE``, or starts (after
-#: blanks) with one of ``LINE_STARTS`` (checked in tests/unit/test_relay.py), so
+#: blanks) with one of ``LINE_STARTS`` (checked in tests/unit/children/test_relay.py), so
 #: ``scan`` looks only at those lines, which ``blockscan`` finds in its one pass
 #: over a block (the same pass that looks for secrets).
 LINE_STARTS = blockscan.LINE_STARTS

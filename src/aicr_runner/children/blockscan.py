@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["ANYWHERE", "LEGACY_LINE_STARTS", "LINE_STARTS", "BlockScan", "scan"]
 
 #: Every line ``DeployMarkers.feed`` reacts to contains one of these anywhere, or
-#: starts (after blanks) with one of ``LINE_STARTS`` (tests/unit/test_relay.py checks it).
+#: starts (after blanks) with one of ``LINE_STARTS`` (tests/unit/children/test_relay.py checks it).
 ANYWHERE = ("─", "fail", "DRA kubelet")
 LINE_STARTS = ("Error", "ERROR")
 #: And for aicr 0.11's deploy.sh (its component lines), only when the running

@@ -8,7 +8,7 @@ import pytest
 
 from aicr_runner import logs
 from aicr_runner.kube.events import EVENT_REASON, MESSAGE_LIMIT, HelmReleaseRef, report_failure
-from tests.fakes import FakeKubeApi
+from tests.support.fakes import FakeKubeApi
 
 JOB = ("aicr", "nvidia-aicr-3f2a9c0d1e")
 FLUX_LABELS = {"helm.toolkit.fluxcd.io/name": "aicr", "helm.toolkit.fluxcd.io/namespace": "flux-system"}

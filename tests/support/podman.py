@@ -22,7 +22,7 @@ __all__ = [
     "podman_available",
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "build-image.sh"
 PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
 RUN_LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")

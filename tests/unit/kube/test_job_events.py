@@ -19,7 +19,7 @@ from aicr_runner.kube.events import (
 )
 from aicr_runner.run.machine import TRANSITIONS, Machine, State, StepResult, final_exit
 from aicr_runner.run.report import RunPhase, RunReport, StepRecord, StepStatus
-from tests.fakes import FakeKubeApi
+from tests.support.fakes import FakeKubeApi
 
 JOB = ("aicr", "nvidia-aicr-3f2a9c0d1e")
 NOW = datetime(2026, 12, 3, 18, 0, 0, 123456, tzinfo=UTC)

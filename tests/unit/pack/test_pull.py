@@ -1152,7 +1152,7 @@ def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes
 
 
 def test_an_abort_breaks_a_hung_request_at_once_and_is_not_retried() -> None:
-    from tests.hostile_server import HostileRegistry
+    from tests.support.hostile_server import HostileRegistry
 
     with HostileRegistry("hang") as hostile:
         settings = PackSettings(ref=hostile.ref, plain_http=True)

@@ -16,7 +16,7 @@ from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, RESULT_LABELS, ConfigM
 from aicr_runner.run.machine import Machine
 from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import LogFormat
-from tests.fakes import FakeKubeApi
+from tests.support.fakes import FakeKubeApi
 
 
 def test_configmap_sink_applies_with_result_labels_only() -> None:

@@ -12,7 +12,7 @@ from aicr_runner.errors import ExitCode, InterruptedRun, LeaseError
 from aicr_runner.kube.api import LeaseRecord
 from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
 from aicr_runner.settings.config import LeaseSettings
-from tests.fakes import FakeKubeApi
+from tests.support.fakes import FakeKubeApi
 
 NS = "aicr"
 

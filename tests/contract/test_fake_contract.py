@@ -42,8 +42,8 @@ from aicr_runner.aicr.capabilities import FEATURES, HelpProbe
 from aicr_runner.aicr.classify import CtrfVerdict, DeployMarkers, Outcome, classify_ctrf, classify_validate
 from aicr_runner.aicr.progress import ComponentTable
 from tests.fake_aicr import install_fake_aicr
-from tests.real_aicr import RealAicr
-from tests.validator_cluster import Validators, validator_cluster
+from tests.support.real_aicr import RealAicr
+from tests.support.validator_cluster import Validators, validator_cluster
 
 LEAF = ["--service", "eks", "--accelerator", "h100", "--intent", "training", "--os", "ubuntu"]
 _STAMP = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d ")
@@ -417,7 +417,7 @@ def test_validate_on_a_cluster_exits_0_when_a_check_crashed_or_every_check_skipp
     """0.11 fails a run only on ``failed``: a crashed check (exit 137, status
     ``other``) exits 0, and a phase whose checks all skipped is reported
     ``passed``. The real aicr runs its validator Jobs against a stand-in API
-    server (tests/validator_cluster.py) that reports each validator's exit code."""
+    server (tests/support/validator_cluster.py) that reports each validator's exit code."""
     leaf = ["service", "eks", "accelerator", "h100", "intent", "training", "os", "ubuntu"]
     validate_inputs(real_aicr, tmp_path, leaf, SNAPSHOT)
     args = ["--log-json", "validate", "--recipe", "r.yaml", "--phase", "deployment", "-s", "snap.yaml", "-o", "c.json"]

@@ -2,7 +2,7 @@
 
 The script answers `helm list` and `helm history` from files, records every call,
 and exits as the test says per subcommand, so the real process runner, PATH lookup
-and JSON parsing all run. The deploy step's use of it is in test_steps.py.
+and JSON parsing all run. The deploy step's use of it is in tests/unit/steps/test_steps.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from aicr_runner.helm.pending import PendingRelease, PendingReleases
 from aicr_runner.kube.api import LeaseRecord
 from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
 from aicr_runner.settings.config import LeaseSettings
-from tests.fakes import FakeKubeApi
+from tests.support.fakes import FakeKubeApi
 
 HELM = """#!/bin/sh
 echo "$*" >> "{dir}/calls"

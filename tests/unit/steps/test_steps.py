@@ -20,7 +20,7 @@ from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import load
 from aicr_runner.steps.context import Mode, RunContext
 from aicr_runner.steps.table import Steps
-from tests.fakes import FakeKubeApi
+from tests.support.fakes import FakeKubeApi
 
 
 @dataclass
@@ -237,7 +237,7 @@ def provenance_context(tmp_path: Path, processes: StubProcesses, **env: str) -> 
     from aicr_runner.aicr.provenance import CosignVerifier
     from aicr_runner.children.process import SubprocessRunner
     from e2e.tools import npm_tarball
-    from tests.unit.test_provenance import BUNDLE, offline_environ
+    from tests.unit.aicr.test_provenance import BUNDLE, offline_environ
 
     binary = tmp_path / "bin" / "aicr"
     binary.parent.mkdir()
@@ -395,7 +395,7 @@ def recovery_context(tmp_path: Path, answers: dict[str, str], announced: list[st
     from aicr_runner.kube.api import LeaseRecord
     from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
     from aicr_runner.settings.config import LeaseSettings
-    from tests.fakes import FakeKubeApi
+    from tests.support.fakes import FakeKubeApi
 
     ctx = deploy_context(tmp_path, [])
     helm_calls: list[list[str]] = []
@@ -482,7 +482,7 @@ def test_a_waiting_run_shows_whom_it_waits_for_in_the_status_while_it_waits(tmp_
     from aicr_runner.kube.api import LeaseRecord
     from aicr_runner.kube.lease import InstallLease
     from aicr_runner.settings.config import LeaseSettings
-    from tests.fakes import FakeKubeApi
+    from tests.support.fakes import FakeKubeApi
 
     ctx = context(tmp_path, StubProcesses())
     api = FakeKubeApi()

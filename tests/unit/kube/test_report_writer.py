@@ -20,8 +20,8 @@ from aicr_runner.kube.sink import ConfigMapSink
 from aicr_runner.run.machine import State
 from aicr_runner.run.report import StepStatus
 from aicr_runner.steps.verdict_report import write_after_failed_deploy
-from tests.fakes import FakeKubeApi
-from tests.unit.test_steps import StubProcesses, context, step, validated
+from tests.support.fakes import FakeKubeApi
+from tests.unit.steps.test_steps import StubProcesses, context, step, validated
 
 NS = "aicr-system"
 REPORT = f"/apis/openreports.io/v1alpha1/namespaces/{NS}/reports/aicr-gpu"

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.podman import PODMAN, ROOT, RUN_LIMITS
+from tests.support.podman import PODMAN, ROOT, RUN_LIMITS
 
 __all__ = [
     "COMPRESSED_BUDGET_BYTES",

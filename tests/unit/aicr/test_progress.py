@@ -16,7 +16,7 @@ import pytest
 from aicr_runner.aicr.classify import DeployMarkers
 from aicr_runner.aicr.progress import ComponentLine, ComponentTable, LineKind, component_line
 
-FIXTURES = Path(__file__).resolve().parents[1] / "data" / "aicr-0.11.1-deploy"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "aicr-0.11.1-deploy"
 SCENARIOS: dict[str, dict[str, object]] = json.loads((FIXTURES / "scenarios.json").read_text())
 #: The eks/h100/ubuntu/training recipe of aicr 0.11.1, in deploy.sh's order.
 EKS_TRAINING = [

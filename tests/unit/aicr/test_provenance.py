@@ -39,7 +39,7 @@ from aicr_runner.errors import ExitCode, ProvenanceError, ToolError
 from aicr_runner.settings.config import AicrSettings, ProvenanceMode, ProvenanceSettings, load
 from e2e.tools import npm_tarball, tool
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BUNDLE = ROOT / "tests" / "data" / "sigstore" / "sigstore-3.1.0.sigstore.json"
 SIGSTORE_JS = "https://github.com/sigstore/sigstore-js/.github/workflows/release.yml@refs/heads/main"
 GITHUB = "https://token.actions.githubusercontent.com"

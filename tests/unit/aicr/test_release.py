@@ -31,7 +31,7 @@ from aicr_runner.aicr.release import fetch_aicr
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ExitCode, ToolError
 from aicr_runner.net.retry import parse_retry_after
 from aicr_runner.settings.config import AicrSettings, Arch, LogFormat, Sha256Pins
-from tests.hostile_server import self_signed_certificate
+from tests.support.hostile_server import self_signed_certificate
 
 BASE = "https://releases.example.test/NVIDIA/aicr/releases/download"
 AMD64_URL = f"{BASE}/v1.2.0/aicr_1.2.0_linux_amd64.tar.gz"
