@@ -5,6 +5,7 @@ kube-state-metrics on the rendered configuration (e2e/test_monitoring.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -133,6 +134,7 @@ def rules(values: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
 def test_metric_names_finds_what_a_query_selects() -> None:
     expr = 'sum by (namespace) (a_b{x="y z", s=~"f|e"}) > 0 or time() - c_d offset 1h < rate(e_f[5m]) unless on (k) g'
     assert metric_names(expr) == {"a_b", "c_d", "e_f", "g"}
+    assert metric_names("count(x > 0) or vector(0)") == {"x"}
 
 
 def test_the_prometheus_rule_is_off_by_default_and_without_its_api() -> None:
@@ -174,3 +176,46 @@ def test_bad_prometheus_rule_values_are_refused_by_the_schema() -> None:
     rejects_by_schema(
         {"monitoring": {"prometheusRule": {"additionalLabels": {"a": 1}}}}, f"{pr}/additionalLabels/a", ""
     )
+
+
+# -- monitoring.dashboards -------------------------------------------------------
+
+DASHBOARD_CONFIGMAP = f"{RELEASE}-grafana-dashboard"
+
+
+def dashboard(values: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ConfigMap, the dashboard it holds)."""
+    cm = configmaps(merge({"monitoring": {"dashboards": {"enabled": True}}}, values or {}))[DASHBOARD_CONFIGMAP]
+    [(key, text)] = cm["data"].items()
+    assert key.endswith(".json")
+    loaded = json.loads(text)
+    assert isinstance(loaded, dict)
+    return cm, loaded
+
+
+def dashboard_queries(board: dict[str, Any]) -> list[str]:
+    queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    queries += [v["definition"] for v in board["templating"]["list"] if v["type"] == "query"]
+    return queries
+
+
+def test_the_dashboard_is_off_by_default() -> None:
+    assert DASHBOARD_CONFIGMAP not in configmaps()
+
+
+def test_the_dashboard_is_found_by_grafanas_sidecar_and_has_a_cluster_variable() -> None:
+    cm, board = dashboard({"monitoring": {"dashboards": {"annotations": {"grafana_folder": "GPU"}}}})
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert "cluster" in variables["cluster"]["definition"]
+    assert all('cluster=~"$cluster"' in q for q in [t["expr"] for p in board["panels"] for t in p["targets"]])
+
+
+def test_every_dashboard_query_reads_only_metrics_the_shipped_config_produces() -> None:
+    produced = produced_metrics()
+    _, board = dashboard()
+    for query in dashboard_queries(board):
+        names = metric_names(re.sub(r"^label_values\((.*), \w+\)$", r"\1", query))
+        assert names, query
+        assert names <= produced, f"{query} reads {sorted(names - produced)}, which nothing produces"
