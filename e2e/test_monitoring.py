@@ -179,7 +179,8 @@ def test_kube_state_metrics_exports_the_reports_counts_and_last_run(
     assert summary["fail"] == 0
     last_run = epoch(first_run["metadata"]["annotations"]["aicr.nvidia.com/last-run"])
     labels = kube_state_metrics.wait_verdict(release.namespace, summary, last_run)
-    assert (labels["release"], labels["source"]) == (RELEASE, "aicr")
+    aicr_version = first_run["results"][0]["properties"]["aicrVersion"]
+    assert (labels["release"], labels["source"], labels["aicr_version"]) == (RELEASE, "aicr", aicr_version)
     print(
         "kube-state-metrics exported:\n"
         + "\n".join(

@@ -44,6 +44,7 @@ def test_kube_state_metrics_config_turns_the_report_into_counts_and_last_run() -
         "report": ["metadata", "name"],
         "release": ["metadata", "labels", "aicr.nvidia.com/release"],
         "source": ["source"],
+        "aicr_version": ["results", "0", "properties", "aicrVersion"],
     }
     metrics = {m["name"]: m["each"] for m in resource["metrics"]}
     assert metrics["results"] == {"type": "Gauge", "gauge": {"path": ["summary"], "labelFromKey": "status"}}

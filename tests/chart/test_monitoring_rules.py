@@ -68,8 +68,11 @@ def verdict_case() -> dict[str, Any]:
     return {
         "interval": "1m",
         "input_series": [
-            {"series": f'aicr_report_results{{{OURS}, status="pass"}}', "values": "10x59 8x120"},
-            {"series": f'aicr_report_results{{{OURS}, status="fail"}}', "values": "0x59 2x120"},
+            # aicr v1.1.0 until minute 59, then v1.2.0: a regression that came with a new version
+            {"series": f'aicr_report_results{{{OURS}, status="pass", aicr_version="v1.1.0"}}', "values": "10x59"},
+            {"series": f'aicr_report_results{{{OURS}, status="fail", aicr_version="v1.1.0"}}', "values": "0x59"},
+            {"series": f'aicr_report_results{{{OURS}, status="pass", aicr_version="v1.2.0"}}', "values": "_x59 8x120"},
+            {"series": f'aicr_report_results{{{OURS}, status="fail", aicr_version="v1.2.0"}}', "values": "_x59 2x120"},
             {"series": f'aicr_report_results{{{OURS}, status="error"}}', "values": "0x180"},
             {"series": f'aicr_report_results{{{OTHER}, status="fail"}}', "values": "5x180"},
             {"series": f"aicr_report_last_run_timestamp_seconds{{{OURS}}}", "values": "0+60x180"},
