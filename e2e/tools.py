@@ -59,6 +59,8 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "source-controller": ("source-controller", "SOURCE_CONTROLLER_VERSION"),
     "helm-controller": ("helm-controller", "HELM_CONTROLLER_VERSION"),
     "aicr": ("aicr", "AICR_VERSION"),
+    "kube-state-metrics": ("kube-state-metrics", "KUBE_STATE_METRICS_VERSION"),
+    "promtool": ("promtool", "PROMETHEUS_VERSION"),
     # Debian packages: found on PATH after the bootstrap installed them.
     "docker-registry": ("debian", None),
     "htpasswd": ("debian", None),

@@ -9,7 +9,8 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|npm|aicr|debian|
+#        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|
+#        kube-state-metrics|promtool|npm|aicr|debian|
 #        image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
@@ -388,7 +389,7 @@ pause() {
 
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-apiserver-floor kube-controller-manager
-  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds npm)
+  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds kube-state-metrics promtool npm)
 for t in "${want[@]}"; do
   case "$t" in
     helm) image_tool helm "$HELM_VERSION" ;;
@@ -414,6 +415,10 @@ for t in "${want[@]}"; do
     npm) npm_material ;;
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
+    kube-state-metrics)
+      go_build kube-state-metrics "$KUBE_STATE_METRICS_MODULE" "$KUBE_STATE_METRICS_VERSION" "$KUBE_STATE_METRICS_MODULE"
+      ;;
+    promtool) go_build promtool "$PROMETHEUS_MODULE" "$PROMETHEUS_VERSION" "$PROMTOOL_PACKAGE" ;;
     etcd | kube-apiserver) kube_apiserver ;;
     kube-apiserver-floor) kube_apiserver_floor ;;
     aicr) aicr ;;
@@ -421,7 +426,7 @@ for t in "${want[@]}"; do
     image-tools) image_tools ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds npm image-tools)" >&2
+        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds kube-state-metrics promtool npm image-tools)" >&2
       exit 2
       ;;
   esac

@@ -265,6 +265,8 @@ def test_sub_objects_refuse_unknown_keys() -> None:
         "job.podAnnotations",
         "job.annotations",
         "serviceAccount.annotations",
+        "monitoring.prometheusRule.additionalLabels",
+        "monitoring.dashboards.annotations",
     }
     closed = [
         (path, node)

@@ -94,6 +94,7 @@ CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
         "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
         "rerun",  # names a new Job
         "reports",  # the verdict report is written to a cluster's API; plan writes none
+        "monitoring",  # kube-state-metrics config, PrometheusRule, dashboard: cluster objects
         "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)
         "dataPackSecret",  # Secrets: plan reads AICR_RUNNER_PACK__CREDENTIALS_FILE instead
         "dataPackAuth",
