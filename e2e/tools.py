@@ -194,9 +194,12 @@ def _crd_directory(target: str, want: str) -> Path:
 
 @functools.cache
 def flux_crds() -> Path:
-    """The directory of Flux's CRDs at the pinned source- and helm-controller versions."""
+    """The directory of Flux's CRDs at the pinned source-, helm- and kustomize-controller versions."""
     pins = pinned_versions()
-    return _crd_directory("flux-crds", f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']}")
+    return _crd_directory(
+        "flux-crds",
+        f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']} {pins['KUSTOMIZE_CONTROLLER_VERSION']}",
+    )
 
 
 @functools.cache

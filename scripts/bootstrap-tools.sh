@@ -267,11 +267,13 @@ aicr() {
 
 # Flux's CRDs, from the same module versions as the controllers.
 flux_crds() {
-  local dest="$root/.tools/flux-crds" stamp_value="$SOURCE_CONTROLLER_VERSION $HELM_CONTROLLER_VERSION"
+  local dest="$root/.tools/flux-crds"
+  local stamp_value="$SOURCE_CONTROLLER_VERSION $HELM_CONTROLLER_VERSION $KUSTOMIZE_CONTROLLER_VERSION"
   [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$stamp_value" ]] && { log "flux CRDs (up to date)"; return 0; }
   rm -rf "$dest" && mkdir -p "$dest"
   local m dir
-  for m in "$SOURCE_CONTROLLER_MODULE@$SOURCE_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE@$HELM_CONTROLLER_VERSION"; do
+  for m in "$SOURCE_CONTROLLER_MODULE@$SOURCE_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE@$HELM_CONTROLLER_VERSION" \
+    "$KUSTOMIZE_CONTROLLER_MODULE@$KUSTOMIZE_CONTROLLER_VERSION"; do
     dir=$(go mod download -json "$m" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
     cp "$dir"/config/crd/bases/*.yaml "$dest/"
   done
