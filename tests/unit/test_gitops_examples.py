@@ -104,3 +104,24 @@ def test_the_sveltos_healthcheck_selects_the_runners_reports() -> None:
     assert (doc["apiVersion"], doc["kind"]) == ("lib.projectsveltos.io/v1beta1", "HealthCheck")
     [selector] = doc["spec"]["resourceSelectors"]
     assert (selector["group"], selector["version"], selector["kind"]) == ("openreports.io", "v1alpha1", "Report")
+
+
+def flux_exprs() -> dict[str, str]:
+    doc = yaml.safe_load((EXAMPLES / "flux-kustomization-health.yaml").read_text())
+    [check] = doc["spec"]["healthCheckExprs"]
+    assert (check["apiVersion"], check["kind"]) == ("openreports.io/v1alpha1", "Report")
+    return {key: str(check[key]) for key in ("failed", "current")}
+
+
+FLUX_STATUS = {"Healthy": "current", "Degraded": "failed"}
+
+
+@pytest.mark.parametrize(("summary", "status", "message"), [s for s in SAMPLES if s[0] is not None])
+def test_flux_health_check_exprs(summary: dict[str, int], status: str, message: str) -> None:
+    """Flux evaluates inProgress (none here), failed, then current on the object
+    itself; exactly one of ours holds for a Report with a summary."""
+    import cel  # common-expression-language: CEL's standard macros and has()
+
+    report_vars = report(summary)
+    held = [name for name, expr in flux_exprs().items() if cel.evaluate(expr, report_vars) is True]
+    assert held == [FLUX_STATUS[status]], message
