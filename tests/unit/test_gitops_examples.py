@@ -40,11 +40,19 @@ def lua_value(value: Any) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def run_lua(script: str, obj: dict[str, Any], *, call_evaluate: bool, tmp_path: Path) -> tuple[str, str]:
+def run_lua(script: str, obj: dict[str, Any], *, sveltos: bool, tmp_path: Path) -> tuple[str, str]:
+    """Argo CD: the chunk sees ``obj`` and returns ``hs``. Sveltos: the chunk
+    defines ``evaluate()``, which sees ``resources`` and returns
+    ``hs.resources``, one ``{resource, status, message}`` per object."""
     chunk = tmp_path / "health.lua"
     chunk.write_text(script)
-    call = "f(); hs = evaluate()" if call_evaluate else "hs = f()"
-    driver = f"obj = {lua_value(obj)}\nlocal f = assert(loadfile({lua_value(str(chunk))}))\n{call}\n"
+    load = f"local f = assert(loadfile({lua_value(str(chunk))}))\n"
+    if sveltos:
+        driver = f"resources = {{{lua_value(obj)}}}\n{load}f()\nlocal out = evaluate()\n"
+        driver += "assert(#out.resources == 1 and out.resources[1].resource == resources[1])\n"
+        driver += "local hs = out.resources[1]\n"
+    else:
+        driver = f"obj = {lua_value(obj)}\n{load}local hs = f()\n"
     driver += 'io.write(hs.status, "\\t", hs.message)\n'
     done = subprocess.run([lua(), "-"], input=driver, capture_output=True, text=True, timeout=30, check=True)
     status, message = done.stdout.split("\t", 1)
@@ -79,14 +87,14 @@ def sveltos_script() -> str:
 
 @pytest.mark.parametrize(("summary", "status", "message"), SAMPLES)
 def test_argocd_health_check(summary: dict[str, int] | None, status: str, message: str, tmp_path: Path) -> None:
-    got = run_lua(argocd_script(), report(summary), call_evaluate=False, tmp_path=tmp_path)
+    got = run_lua(argocd_script(), report(summary), sveltos=False, tmp_path=tmp_path)
     assert got[0] == status
     assert got[1].startswith(message)
 
 
 @pytest.mark.parametrize(("summary", "status", "message"), SAMPLES)
 def test_sveltos_health_check(summary: dict[str, int] | None, status: str, message: str, tmp_path: Path) -> None:
-    got = run_lua(sveltos_script(), report(summary), call_evaluate=True, tmp_path=tmp_path)
+    got = run_lua(sveltos_script(), report(summary), sveltos=True, tmp_path=tmp_path)
     assert got[0] == status
     assert got[1].startswith(message)
 
