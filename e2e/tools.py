@@ -34,6 +34,7 @@ __all__ = [
     "npm_tarball",
     "pinned_versions",
     "report_crds",
+    "sveltos_crds",
     "tool",
 ]
 
@@ -206,6 +207,12 @@ def flux_crds() -> Path:
 def argocd_crds() -> Path:
     """The directory of Argo CD's CRDs (Application, AppProject, ApplicationSet) at the pinned version."""
     return _crd_directory("argocd-crds", pinned_versions()["ARGOCD_VERSION"])
+
+
+@functools.cache
+def sveltos_crds() -> Path:
+    """The directory holding Sveltos' HealthCheck CRD at the pinned libsveltos version."""
+    return _crd_directory("sveltos-crds", pinned_versions()["LIBSVELTOS_VERSION"])
 
 
 @functools.cache

@@ -9,7 +9,7 @@
 # serialised with a lock in the cache directory, so a tool is never built twice.
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
-#        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|npm|aicr|debian|
+#        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|sveltos-crds|npm|aicr|debian|
 #        image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
@@ -315,6 +315,20 @@ report_crds() {
   log "report CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
 }
 
+# Sveltos' HealthCheck CRD from libsveltos' Go module (config/crd/bases); only
+# that YAML file is copied; nothing is built.
+sveltos_crds() {
+  local dest="$root/.tools/sveltos-crds" dir
+  [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$LIBSVELTOS_VERSION" ]] && { log "sveltos CRDs (up to date)"; return 0; }
+  rm -rf "$dest" && mkdir -p "$dest"
+  dir=$(go mod download -json "$LIBSVELTOS_MODULE@$LIBSVELTOS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -n "$dir" ]] || { log "sveltos CRDs: go mod download $LIBSVELTOS_MODULE@$LIBSVELTOS_VERSION gave no directory"; exit 1; }
+  cp "$dir"/config/crd/bases/lib.projectsveltos.io_healthchecks.yaml "$dest/"
+  chmod u+w "$dest"/*.yaml
+  printf '%s' "$LIBSVELTOS_VERSION" >"$dest/.version"
+  log "sveltos CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
+}
+
 # npm packages used as test material (not code): cached tarballs in .tools/npm.
 npm_material() {
   local dest="$root/.tools/npm" spec=$SIGSTORE_NPM_PACKAGE
@@ -390,7 +404,7 @@ pause() {
 
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-apiserver-floor kube-controller-manager
-  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds npm)
+  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds sveltos-crds npm)
 for t in "${want[@]}"; do
   case "$t" in
     helm) image_tool helm "$HELM_VERSION" ;;
@@ -413,6 +427,7 @@ for t in "${want[@]}"; do
     flux-crds) flux_crds ;;
     argocd-crds) argocd_crds ;;
     report-crds) report_crds ;;
+    sveltos-crds) sveltos_crds ;;
     npm) npm_material ;;
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
@@ -423,7 +438,7 @@ for t in "${want[@]}"; do
     image-tools) image_tools ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds npm image-tools)" >&2
+        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds sveltos-crds npm image-tools)" >&2
       exit 2
       ;;
   esac
