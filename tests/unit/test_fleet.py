@@ -166,7 +166,8 @@ def test_status_configmap_stands_in_where_no_report_api_is_served(
         code, out = fleet_json(capsys, "--kubeconfig", str(kubeconfig(tmp_path, {"lab": url})))
     assert code == 33
     [row] = out["rows"]
-    assert (row["namespace"], row["release"], row["phase"], row["source"]) == ("lab", "gpu", "Failed", "ConfigMap")
+    assert (row["namespace"], row["release"], row["phase"]) == ("lab", "gpu", "Failed")
+    assert row["source"] == "ConfigMap/aicr-run-status"
     assert row["passed"] is None
     assert not row["green"]
 
@@ -212,6 +213,13 @@ def test_a_report_with_failures_is_failed_and_a_report_without_passes_inconclusi
 def test_configmaps_of_namespaces_with_a_report_are_left_out() -> None:
     rows = rows_from_configmaps("c", [status_configmap("a", "Succeeded"), status_configmap("b", "Failed")], {"a"})
     assert [(r.namespace, r.phase) for r in rows] == [("b", "Failed")]
+
+
+def test_a_status_configmap_without_a_release_label_names_no_release() -> None:
+    body = status_configmap("b", "Succeeded")
+    del body["metadata"]["labels"]
+    [row] = rows_from_configmaps("c", [body], set())
+    assert (row.release, row.source, is_green(row)) == ("-", "ConfigMap/aicr-run-status", True)
 
 
 def test_age_and_table() -> None:

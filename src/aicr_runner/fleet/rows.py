@@ -102,7 +102,8 @@ def rows_from_configmaps(context: str, configmaps: Iterable[Mapping[str, Any]], 
         except ValueError:
             report = {}
         labels = metadata.get("labels") or {}
-        release = labels.get(RELEASE_LABEL) or labels.get("app.kubernetes.io/instance") or metadata.get("name")
+        # The status ConfigMap names no release (one per namespace): "-" unless a label says it.
+        release = labels.get(RELEASE_LABEL) or labels.get("app.kubernetes.io/instance")
         rows.append(
             Row(
                 context=context,
@@ -111,7 +112,7 @@ def rows_from_configmaps(context: str, configmaps: Iterable[Mapping[str, Any]], 
                 phase=str(report.get("phase") or "unreadable"),
                 aicr_version=str(report.get("aicrVersion") or "-"),
                 last_run=str(report.get("endedAt") or report.get("startedAt") or "-"),
-                source="ConfigMap",
+                source=f"ConfigMap/{metadata.get('name') or '-'}",
             )
         )
     return rows
