@@ -245,3 +245,20 @@ def test_age_and_table() -> None:
         "HTTP",
         "403",
     ]
+
+
+def test_a_context_still_unanswered_after_its_bound_is_an_unreachable_row() -> None:
+    from aicr_runner.fleet.read import read_fleet
+
+    release = threading.Event()
+
+    def hangs(what: str, path: str, selector: str) -> list[dict[str, Any]] | None:
+        release.wait(60)
+        return []
+
+    try:
+        rows = read_fleet(["stuck"], lambda context: hangs, timeout=0.01)
+    finally:
+        release.set()
+    assert [(r.context, r.problem.split(":")[0]) for r in rows] == [("stuck", "unreachable")]
+    assert "no answer within 5.03s" in rows[0].problem
