@@ -35,6 +35,7 @@ class Row:
     failed: int | None = None
     skipped: int | None = None
     other: int | None = None
+    #: Neither the report nor the status ConfigMap records regressions yet: always None ("-").
     regressions: int | None = None
     last_run: str = "-"
     source: str = "-"
@@ -67,7 +68,6 @@ def rows_from_reports(context: str, kind: str, reports: Iterable[Mapping[str, An
     for body in reports:
         metadata = body.get("metadata") or {}
         summary = body.get("summary") or {}
-        regressions = (body.get("metadata") or {}).get("annotations", {}).get("aicr.nvidia.com/regressions")
         rows.append(
             Row(
                 context=context,
@@ -80,7 +80,6 @@ def rows_from_reports(context: str, kind: str, reports: Iterable[Mapping[str, An
                 failed=int(summary.get("fail") or 0),
                 skipped=int(summary.get("skip") or 0),
                 other=int(summary.get("error") or 0) + int(summary.get("warn") or 0),
-                regressions=int(regressions) if str(regressions or "").isdigit() else None,
                 last_run=str((metadata.get("annotations") or {}).get(LAST_RUN_ANNOTATION) or "-"),
                 source=kind,
             )
