@@ -154,6 +154,7 @@ def test_unreachable_and_forbidden_clusters_are_rows_and_exit_33(
     assert "HTTP 403" in lines[2]
     assert lines[3].split()[3] == "unreachable"
     assert "Connection refused" in lines[3]
+    assert "within the 1s --timeout" in lines[3]
     assert "Traceback" not in err
     assert "fleet-test-token" not in out + err
 

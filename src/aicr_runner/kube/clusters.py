@@ -72,7 +72,9 @@ def list_objects(api: ClientKubeApi, what: str, path: str, selector: str) -> lis
             missing_ok=True,
         )
     except RunnerError as exc:
-        raise ClusterReadError(exc.message, kind=_kind(exc.message)) from exc
+        # ``request`` words its budget for the run's writes; here it is fleet's --timeout.
+        message = exc.message.replace("API write budget", "--timeout")
+        raise ClusterReadError(message, kind=_kind(message)) from exc
     if body is None:
         return None
     return [dict(item) for item in body.get("items") or ()]
