@@ -34,6 +34,7 @@ __all__ = [
     "npm_tarball",
     "pinned_versions",
     "report_crds",
+    "sveltos_crds",
     "tool",
 ]
 
@@ -196,15 +197,24 @@ def _crd_directory(target: str, want: str) -> Path:
 
 @functools.cache
 def flux_crds() -> Path:
-    """The directory of Flux's CRDs at the pinned source- and helm-controller versions."""
+    """The directory of Flux's CRDs at the pinned source-, helm- and kustomize-controller versions."""
     pins = pinned_versions()
-    return _crd_directory("flux-crds", f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']}")
+    return _crd_directory(
+        "flux-crds",
+        f"{pins['SOURCE_CONTROLLER_VERSION']} {pins['HELM_CONTROLLER_VERSION']} {pins['KUSTOMIZE_CONTROLLER_VERSION']}",
+    )
 
 
 @functools.cache
 def argocd_crds() -> Path:
     """The directory of Argo CD's CRDs (Application, AppProject, ApplicationSet) at the pinned version."""
     return _crd_directory("argocd-crds", pinned_versions()["ARGOCD_VERSION"])
+
+
+@functools.cache
+def sveltos_crds() -> Path:
+    """The directory holding Sveltos' HealthCheck CRD at the pinned libsveltos version."""
+    return _crd_directory("sveltos-crds", pinned_versions()["LIBSVELTOS_VERSION"])
 
 
 @functools.cache

@@ -10,7 +10,7 @@
 #
 # Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
 #        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|
-#        kube-state-metrics|promtool|npm|aicr|debian|
+#        sveltos-crds|kube-state-metrics|promtool|npm|aicr|debian|
 #        image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
@@ -268,11 +268,13 @@ aicr() {
 
 # Flux's CRDs, from the same module versions as the controllers.
 flux_crds() {
-  local dest="$root/.tools/flux-crds" stamp_value="$SOURCE_CONTROLLER_VERSION $HELM_CONTROLLER_VERSION"
+  local dest="$root/.tools/flux-crds"
+  local stamp_value="$SOURCE_CONTROLLER_VERSION $HELM_CONTROLLER_VERSION $KUSTOMIZE_CONTROLLER_VERSION"
   [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$stamp_value" ]] && { log "flux CRDs (up to date)"; return 0; }
   rm -rf "$dest" && mkdir -p "$dest"
   local m dir
-  for m in "$SOURCE_CONTROLLER_MODULE@$SOURCE_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE@$HELM_CONTROLLER_VERSION"; do
+  for m in "$SOURCE_CONTROLLER_MODULE@$SOURCE_CONTROLLER_VERSION" "$HELM_CONTROLLER_MODULE@$HELM_CONTROLLER_VERSION" \
+    "$KUSTOMIZE_CONTROLLER_MODULE@$KUSTOMIZE_CONTROLLER_VERSION"; do
     dir=$(go mod download -json "$m" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
     cp "$dir"/config/crd/bases/*.yaml "$dest/"
   done
@@ -312,6 +314,20 @@ report_crds() {
   chmod u+w "$dest"/*/*.yaml
   printf '%s' "$stamp_value" >"$dest/.version"
   log "report CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
+}
+
+# Sveltos' HealthCheck CRD from libsveltos' Go module (config/crd/bases); only
+# that YAML file is copied; nothing is built.
+sveltos_crds() {
+  local dest="$root/.tools/sveltos-crds" dir
+  [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$LIBSVELTOS_VERSION" ]] && { log "sveltos CRDs (up to date)"; return 0; }
+  rm -rf "$dest" && mkdir -p "$dest"
+  dir=$(go mod download -json "$LIBSVELTOS_MODULE@$LIBSVELTOS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -n "$dir" ]] || { log "sveltos CRDs: go mod download $LIBSVELTOS_MODULE@$LIBSVELTOS_VERSION gave no directory"; exit 1; }
+  cp "$dir"/config/crd/bases/lib.projectsveltos.io_healthchecks.yaml "$dest/"
+  chmod u+w "$dest"/*.yaml
+  printf '%s' "$LIBSVELTOS_VERSION" >"$dest/.version"
+  log "sveltos CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
 }
 
 # npm packages used as test material (not code): cached tarballs in .tools/npm.
@@ -389,7 +405,7 @@ pause() {
 
 want=("$@")
 ((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-apiserver-floor kube-controller-manager
-  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds kube-state-metrics promtool npm)
+  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds sveltos-crds kube-state-metrics promtool npm)
 for t in "${want[@]}"; do
   case "$t" in
     helm) image_tool helm "$HELM_VERSION" ;;
@@ -412,6 +428,7 @@ for t in "${want[@]}"; do
     flux-crds) flux_crds ;;
     argocd-crds) argocd_crds ;;
     report-crds) report_crds ;;
+    sveltos-crds) sveltos_crds ;;
     npm) npm_material ;;
     oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
@@ -426,7 +443,7 @@ for t in "${want[@]}"; do
     image-tools) image_tools ;;
     *)
       echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds kube-state-metrics promtool npm image-tools)" >&2
+        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds sveltos-crds kube-state-metrics promtool npm image-tools)" >&2
       exit 2
       ;;
   esac

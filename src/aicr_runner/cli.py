@@ -1,4 +1,5 @@
-"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``version``.
+"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``fleet``
+(the verdicts of several clusters in one table), ``version``.
 
 This module reads the command line and checks every input; ``wiring`` builds and
 runs the run. Imports are staged: ``version`` and ``--help`` need only
@@ -74,12 +75,17 @@ def _parser() -> argparse.ArgumentParser:
         description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
         "environment variables, see docs/configuration.md 'Environment').",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,version}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,fleet,version}")
     run = sub.add_parser("run", help="the Kubernetes Job entrypoint: results go to ConfigMaps")
     plan = sub.add_parser(
         "plan", help="local dry run: resolve, bundle and verify; results go to a directory; no cluster needed"
     )
     sub.add_parser("version", help="print the runner version and the pinned aicr version")
+    _add_fleet_options(
+        sub.add_parser(
+            "fleet", help="one table of every release's verdict across kubeconfig contexts (exit 34 if not all green)"
+        )
+    )
     for command in (run, plan):
         command.add_argument(
             "--aicr-binary",
@@ -126,6 +132,52 @@ def _add_plan_options(plan: argparse.ArgumentParser) -> None:
         )
 
 
+def _add_fleet_options(fleet: argparse.ArgumentParser) -> None:
+    """What only ``fleet`` takes: which contexts, how long each may take, the output format."""
+    which = fleet.add_mutually_exclusive_group()
+    which.add_argument(
+        "--context", action="append", default=[], metavar="NAME", help="a kubeconfig context to read (repeat it)"
+    )
+    which.add_argument("--all-contexts", action="store_true", help="read every context of the kubeconfig")
+    fleet.add_argument("--kubeconfig", metavar="FILE", help="the kubeconfig (default: KUBECONFIG or ~/.kube/config)")
+    fleet.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="each request to a cluster may take this long, retries included (default 10, at most 300)",
+    )
+    fleet.add_argument("-o", "--output", choices=("table", "json"), default="table", help="table (default) or json")
+
+
+def _version() -> int:
+    print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
+    return 0
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """``fleet``: flags checked, the contexts read; bad input is one line and exit 2."""
+    from aicr_runner.errors import ConfigError
+    from aicr_runner.fleet.command import MAX_TIMEOUT_SECONDS, chosen_contexts, run_fleet
+
+    _never_fail_on_encoding()
+    try:
+        _check_timeout(args.timeout, MAX_TIMEOUT_SECONDS)
+        contexts = chosen_contexts(args.kubeconfig, args.context, args.all_contexts)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"aicr-runner fleet: {problem}", file=sys.stderr)
+        return 2
+    return run_fleet(args.kubeconfig, contexts, args.timeout, args.output)
+
+
+def _check_timeout(timeout: float, maximum: float) -> None:
+    if not 0 < timeout <= maximum:
+        from aicr_runner.errors import ConfigError
+
+        raise ConfigError([f"--timeout={timeout:g}: must be more than 0 and at most {maximum:g} seconds"])
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -133,9 +185,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except _ArgumentsRefused as exc:
         return _arguments_refused(exc, argv)
     env = dict(os.environ if environ is None else environ)
-    if args.command == "version":
-        print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
-        return 0
+    if args.command in ("version", "fleet"):
+        return _fleet(args) if args.command == "fleet" else _version()
     _never_fail_on_encoding()
     from aicr_runner.errors import ConfigError, ExitCode
     from aicr_runner.settings.config import load

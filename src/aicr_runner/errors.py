@@ -96,6 +96,9 @@ class ExitCode(IntEnum):
     #: validate.failOnError and aicr's CTRF report shows no check ran: zero tests,
     #: or every one skipped or pending (aicr 0.11 exits 0 for both).
     VALIDATION_INCONCLUSIVE = 32
+    #: ``aicr-runner fleet``: a row is not green (a failed, errored or inconclusive
+    #: verdict, no verdict at all, or a cluster that is unreachable or forbidden).
+    FLEET_NOT_GREEN = 34
     #: An unexpected internal error; the message says where to find details.
     INTERNAL = 70
     #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.

@@ -34,6 +34,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"aicr"}),
     frozenset({"helm"}),
     frozenset({"steps"}),
+    frozenset({"fleet"}),
     frozenset({"outcome"}),
     frozenset({"wiring"}),
     frozenset({"cli"}),
