@@ -1,4 +1,5 @@
-"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``version``.
+"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``validate``
+(validation only, against the recipe recorded at install), ``version``.
 
 This module reads the command line and checks every input; ``wiring`` builds and
 runs the run. Imports are staged: ``version`` and ``--help`` need only
@@ -74,13 +75,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
         "environment variables, see docs/configuration.md 'Environment').",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,version}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,validate,version}")
     run = sub.add_parser("run", help="the Kubernetes Job entrypoint: results go to ConfigMaps")
     plan = sub.add_parser(
         "plan", help="local dry run: resolve, bundle and verify; results go to a directory; no cluster needed"
     )
+    validate = _validate_parser(sub)
     sub.add_parser("version", help="print the runner version and the pinned aicr version")
-    for command in (run, plan):
+    for command in (run, plan, validate):
         command.add_argument(
             "--aicr-binary",
             type=Path,
@@ -96,6 +98,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_plan_options(plan)
     return parser
+
+
+def _validate_parser(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``validate``: aicr validate only (no recipe resolution, bundle, helm or deploy.sh)."""
+    validate = sub.add_parser(
+        "validate",
+        help="validation only, against the recipe recorded at install: never deploys; "
+        "ends at once with exit 33 while an install holds the install Lease",
+    )
+    validate.add_argument(
+        "--recipe",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="the recipe recorded at install (recipe.yaml of the recipe ConfigMap; FILE.gz when FILE is absent)",
+    )
+    validate.add_argument(
+        "--results-dir",
+        type=Path,
+        metavar="DIR",
+        help="write results to this directory instead of ConfigMaps (against the current kubeconfig, like plan)",
+    )
+    return validate
 
 
 def _add_plan_options(plan: argparse.ArgumentParser) -> None:
@@ -168,11 +193,13 @@ def _invocation(args: argparse.Namespace) -> Invocation:
 
     mode = Mode(args.command)
     given: Path | None = args.output if mode is Mode.PLAN else args.results_dir
+    recipe: Path | None = getattr(args, "recipe", None)
     return Invocation(
         mode=mode,
         results_dir=Path(os.path.abspath(given)) if given is not None else None,
         pack_dir=_local_pack(args),
         aicr_binary=args.aicr_binary,
+        recipe_file=Path(os.path.abspath(recipe)) if recipe is not None else None,
     )
 
 
@@ -224,7 +251,7 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     from aicr_runner.errors import ConfigError
     from aicr_runner.settings.config import Invalid, problem_line
 
-    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values")
+    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
     # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
     given = {f"--{name.replace('_', '-')}": str(getattr(args, name)) for name in flags if getattr(args, name, None)}
     why = Invalid("a URL, not a path; give a local file or directory (download an aicr release or a pack first)")

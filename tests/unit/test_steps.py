@@ -503,3 +503,23 @@ def test_a_waiting_run_shows_whom_it_waits_for_in_the_status_while_it_waits(tmp_
         "waiting for the install Lease aicr/t-install, held by job-a/pod-a (waited 0s; gives up after 7200s)"
     ]
     assert reason.startswith("install Lease aicr/t-install held by job-b/pod-b")
+
+
+def test_validation_only_ends_at_once_with_exit_33_while_an_install_holds_the_lease(tmp_path: Path) -> None:
+    from aicr_runner.kube.api import LeaseRecord
+    from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.run.report import utcnow
+
+    api = FakeKubeApi()
+    api.leases[("aicr", "nvidia-aicr-install")] = LeaseRecord(
+        "nvidia-aicr-install", holder="job-a/pod-a", duration_seconds=60, renew_time=utcnow(), resource_version="3"
+    )
+    base = context(tmp_path, StubProcesses())
+    lease = InstallLease(api, "aicr", base.settings.lease.model_copy(update={"name": "nvidia-aicr-install"}))
+    ctx = replace(base, mode=Mode.VALIDATE, lease=lease)
+    status, code, message = step(ctx, State.LEASE)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.INSTALL_IN_PROGRESS)
+    assert message.startswith("install in progress, not validated: the install Lease aicr/nvidia-aicr-install")
+    assert "job-a/pod-a" in message
+    api.leases[("aicr", "nvidia-aicr-install")] = replace(api.leases[("aicr", "nvidia-aicr-install")], holder="")
+    assert step(ctx, State.LEASE)[0] is StepStatus.SUCCEEDED
