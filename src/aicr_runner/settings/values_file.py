@@ -93,6 +93,7 @@ CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
         "job",  # the Job and its pod: scheduling, resources, labels, volumes, extraEnv
         "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
         "rerun",  # names a new Job
+        "revalidate",  # the CronJob of scheduled re-validations; plan validates nothing
         "reports",  # the verdict report is written to a cluster's API; plan writes none
         "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)
         "dataPackSecret",  # Secrets: plan reads AICR_RUNNER_PACK__CREDENTIALS_FILE instead
