@@ -25,7 +25,8 @@ def test_a_schedule_renders_a_forbid_cronjob_whose_pod_is_the_jobs_told_to_valid
     assert spec["schedule"] == "0 */6 * * *"
     assert spec["concurrencyPolicy"] == "Forbid"
     assert spec["suspend"] is False
-    assert "timeZone" not in spec and "startingDeadlineSeconds" not in spec
+    assert "timeZone" not in spec
+    assert "startingDeadlineSeconds" not in spec
     assert (spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == (3, 3)
     job = spec["jobTemplate"]["spec"]
     assert job["activeDeadlineSeconds"] == 3600
