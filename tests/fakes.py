@@ -82,6 +82,10 @@ class FakeKubeApi:
             "labels": dict(labels or {}),
         }
 
+    def get_configmap_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        stored = self.objects.get((namespace, name))
+        return None if stored is None else dict(stored["data"])  # type: ignore[call-overload]
+
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         return self.job_labels.get((namespace, name))
 

@@ -12,7 +12,7 @@ Lease, the Events) is imported only in a Job run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +103,7 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
             version_output=version_output,
             lease=lease,
             progress=lambda: publish_status(report),
-            on_deploy_progress=_told_nothing if events is None else events.deploy_progress,
+            **_event_hooks(events),
             on_lease_lost=_stop_when_lease_lost(shutdown),
             report_target=_report_target(cluster),
             recipe_file=invocation.recipe_file,
@@ -118,6 +118,17 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
         code = _report_not_written(report, status_warned[0])
     conclude(settings, invocation, report, sink, cluster=cluster, events=events)
     return code
+
+
+def _event_hooks(events: JobEvents | None) -> dict[str, Any]:
+    """What the steps tell the Job's Events: the deploy's progress, a verdict's change."""
+    if events is None:
+        return {"on_deploy_progress": _told_nothing, "on_verdict_change": _told_nothing_changed}
+    return {"on_deploy_progress": events.deploy_progress, "on_verdict_change": events.verdict_changed}
+
+
+def _told_nothing_changed(regressed: Sequence[str], recovered: Sequence[str], since: str) -> None:
+    """A verdict change where no Event records it: the report's warnings say it."""
 
 
 def _told_nothing(snapshot: dict[str, Any]) -> None:

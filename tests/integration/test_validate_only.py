@@ -92,3 +92,32 @@ def test_failed_checks_are_the_same_verdict_as_a_run(fake: Path, recorded: Path,
     )
     assert code == 8
     assert report["phase"] == "Failed"
+
+
+def test_a_regression_and_a_recovery_are_said_and_the_history_holds_every_run(
+    fake: Path, recorded: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out" / "aicr-validate-result-history" / "history.json"
+    validate(fake, recorded, tmp_path)
+    code, report, _ = validate(fake, recorded, tmp_path, FAKE_AICR_VALIDATE_RESULT="fail")
+    assert code == 0
+    capture = next(s for s in report["steps"] if s["state"] == "capture-verdict")
+    assert capture["status"] == "warned"
+    assert "REGRESSED since" in capture["message"]
+    failed = json.loads(out.read_text())[-1]["checks"]["failed"]
+    assert failed, "the fake's failing run names its failed checks"
+    assert ", ".join(failed) in capture["message"]
+    assert any(w.startswith("validation regressed since") for w in report["warnings"])
+    summary = (tmp_path / "out" / "aicr-run-status" / "summary.txt").read_text()
+    assert "validation regressed since" in summary
+    ctrf = json.loads((tmp_path / "out" / "aicr-validate-result" / "ctrf.json").read_text())
+    assert ctrf["baseline"]["extra"]["checks"]["passed"], "the baseline is the previous (passing) verdict"
+    code, report, _ = validate(fake, recorded, tmp_path)
+    capture = next(s for s in report["steps"] if s["state"] == "capture-verdict")
+    assert capture["status"] == "succeeded"
+    assert "recovered since" in capture["message"]
+    entries = json.loads(out.read_text())
+    assert len(entries) == 3
+    assert all(e["recipeDigest"] == entries[0]["recipeDigest"] != "" for e in entries)
+    assert [bool(e["checks"].get("failed")) for e in entries] == [False, True, False]
+    assert all(e["runBy"].startswith("revalidate") for e in entries)

@@ -316,3 +316,21 @@ def test_events_never_see_a_clock_of_their_own_when_one_is_given() -> None:
     body = api.job_events[0][1]
     assert body["eventTime"] == "2026-12-03T19:00:00.123456Z"
     assert body["reportingInstance"] == JOB[1]  # no pod name: the Job's
+
+
+def test_a_regression_is_a_warning_and_a_recovery_normal_each_naming_the_checks() -> None:
+    api = FakeKubeApi(job_uids={JOB: "u"})
+    events = recorder(api, Clock())
+    events.verdict_changed([], [], "t0")
+    assert api.job_events == [], "no change, no Event"
+    events.verdict_changed(["operator-health"], [], "2026-12-05T10:00:00Z")
+    events.verdict_changed([], ["operator-health"], "2026-12-05T11:00:00Z")
+    said = [(b["type"], b["reason"], b["note"]) for _, b in api.job_events]
+    assert said == [
+        (
+            "Warning",
+            "ValidationRegressed",
+            "checks that passed on 2026-12-05T10:00:00Z now fail: operator-health",
+        ),
+        ("Normal", "ValidationRecovered", "checks that failed on 2026-12-05T11:00:00Z now pass: operator-health"),
+    ]

@@ -18,7 +18,7 @@ from typing import Any
 
 from aicr_runner.aicr.classify import CtrfVerdict
 
-__all__ = ["Change", "append", "change_since", "entry_of", "load", "previous_of", "with_baseline"]
+__all__ = ["Change", "append", "change_since", "entry_of", "load", "previous_of", "to_text", "with_baseline"]
 
 #: The statuses whose check names an entry keeps (the others are only counted).
 _NAMED = ("passed", "failed", "other")
@@ -54,6 +54,10 @@ def load(text: str) -> list[dict[str, Any]]:
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ValueError("the verdict history is not a JSON list of entries")
     return entries
+
+
+def to_text(entries: list[dict[str, Any]]) -> str:
+    return json.dumps(entries, indent=1, sort_keys=True)
 
 
 def previous_of(history: list[dict[str, Any]], recipe_digest: str) -> dict[str, Any] | None:

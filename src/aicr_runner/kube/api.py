@@ -160,6 +160,10 @@ class KubeApi(Protocol):
         labels: Mapping[str, str] | None = None,
     ) -> None: ...
 
+    def get_configmap_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The ConfigMap's ``data``; None when it does not exist."""
+        ...
+
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The Job's labels; None when it does not exist."""
         ...
@@ -399,6 +403,18 @@ class ClientKubeApi:
             error=LeaseError,
         )
         return lease_from_body(body or {})
+
+    def get_configmap_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        body = self.request(
+            f"reading ConfigMap {namespace}/{name}",
+            "GET",
+            "/api/v1/namespaces/{namespace}/configmaps/{name}",
+            path_params={"namespace": namespace, "name": name},
+            response_type="object",
+            error=CaptureError,
+            missing_ok=True,
+        )
+        return None if body is None else {str(k): str(v) for k, v in (body.get("data") or {}).items()}
 
     # -- the failure Event on the delivery tool's object ------------------------------
 

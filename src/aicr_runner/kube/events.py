@@ -48,7 +48,7 @@ One function writes an Event body per API version: ``job_event_body``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -200,6 +200,16 @@ class JobEvents:
             FAILED_COMPONENTS_ANNOTATION: ",".join(report.failed_components),
         }
         self._call("annotating", lambda: self._api.annotate_job(self._namespace, self._job, annotations))
+
+    def verdict_changed(self, regressed: Sequence[str], recovered: Sequence[str], since: str) -> None:
+        """A regression (Warning ``ValidationRegressed``) and a recovery (Normal
+        ``ValidationRecovered``) against the previous verdict of the same recipe."""
+        if regressed:
+            note = f"checks that passed on {since} now fail: {', '.join(regressed)}"
+            self._record("Warning", "ValidationRegressed", "validate", note, cap_exempt=True)
+        if recovered:
+            note = f"checks that failed on {since} now pass: {', '.join(recovered)}"
+            self._record("Normal", "ValidationRecovered", "validate", note, cap_exempt=True)
 
     def _record(self, kind: str, reason: str, state: str, note: str, *, cap_exempt: bool = False) -> None:
         if len(self.recorded) >= MAX_EVENTS and not cap_exempt:

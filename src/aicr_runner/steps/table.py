@@ -385,13 +385,13 @@ class Steps:
         name = self.s.validate.result_configmap
         if not name:
             return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
-        raw = self.ctx.ctrf_path.read_bytes()
+        raw, change = revalidate.record_history(self.ctx, self.ctx.ctrf_path.read_bytes())
         fitted = sink.fit("ctrf.json", raw, CONFIGMAP_BUDGET_BYTES)
         if fitted is None:
             raise CaptureError(f"ctrf.json is {len(raw)} bytes, over the ConfigMap budget even compressed")
         data, binary = fitted
         self.ctx.sink.put(name, data=data, binary_data=binary or None)
-        return StepResult.ok(f"CTRF verdict written to {self.ctx.sink.describe(name)}")
+        return revalidate.captured(f"CTRF verdict written to {self.ctx.sink.describe(name)}", change)
 
     def publish(self) -> StepResult:
         pub = self.s.validate.publish
