@@ -99,3 +99,12 @@ def test_the_schema_refuses_bad_revalidate_values() -> None:
 def test_the_install_job_is_the_same_with_or_without_a_schedule() -> None:
     """The Job's name hashes its pod template: turning re-validation on must not re-run the install."""
     assert render({"validate": {"enabled": True}}).job == render(ON).job
+
+
+def test_the_role_reads_the_re_validation_jobs_only_with_a_schedule() -> None:
+    def job_rules(values: dict[str, Any]) -> list[dict[str, Any]]:
+        rules = renders(values).one("Role")["rules"]
+        return [r for r in rules if r["resources"] == ["jobs"] and "resourceNames" not in r]
+
+    assert job_rules({"validate": {"enabled": True}}) == []
+    assert job_rules(ON) == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "patch"]}]
