@@ -223,6 +223,8 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
         # The flag is the binary setting: every check that reads the setting sees it.
         env[f"{ENV_PREFIX}AICR__BINARY"] = os.path.abspath(args.aicr_binary)
         origins[f"{ENV_PREFIX}AICR__BINARY"] = "--aicr-binary"
+    if args.command == "validate":
+        return _recorded_criteria(args.recipe, env, origins)
     if args.command != "plan":
         return env
     if args.values is not None:
@@ -239,6 +241,20 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
     if f"{ENV_PREFIX}WORK_DIR" not in env:
         env[f"{ENV_PREFIX}WORK_DIR"] = os.path.join(os.path.abspath(args.output), "work")
         origins[f"{ENV_PREFIX}WORK_DIR"] = "--output"
+    return env
+
+
+def _recorded_criteria(recipe: Path, env: dict[str, str], origins: dict[str, str]) -> dict[str, str]:
+    """``validate`` outside the chart: criteria not stated are the recorded recipe's
+    own (the run report names them; nothing is resolved from them)."""
+    prefix = f"{ENV_PREFIX}CRITERIA__"
+    if any(name.startswith(prefix) for name in env) or not recipe.is_file():
+        return env
+    from aicr_runner.aicr.recipe import recorded_criteria
+
+    for name, value in recorded_criteria(recipe).items():
+        env[prefix + name.upper()] = value
+        origins[prefix + name.upper()] = f"the criteria of --recipe {recipe}"
     return env
 
 

@@ -121,3 +121,18 @@ def test_a_regression_and_a_recovery_are_said_and_the_history_holds_every_run(
     assert all(e["recipeDigest"] == entries[0]["recipeDigest"] != "" for e in entries)
     assert [bool(e["checks"].get("failed")) for e in entries] == [False, True, False]
     assert all(e["runBy"].startswith("revalidate") for e in entries)
+
+
+def test_without_criteria_the_recorded_recipes_own_are_named_in_the_report(
+    fake: Path, recorded: Path, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in clean_env(tmp_path, **VALIDATE).items() if not k.startswith("AICR_RUNNER_CRITERIA__")}
+    argv = ["validate", "--recipe", str(recorded), "--aicr-binary", str(fake), "--results-dir", str(tmp_path / "out")]
+    assert main(argv, environ=env) == 0
+    report = json.loads((tmp_path / "out" / "aicr-run-status" / "report.json").read_text())
+    assert {k: v for k, v in report["criteria"].items() if v} == {
+        "service": "eks",
+        "accelerator": "h100",
+        "intent": "training",
+        "os": "ubuntu",
+    }

@@ -158,6 +158,16 @@ def _component(ref: Mapping[str, Any]) -> Component:
     )
 
 
+def recorded_criteria(path: Path) -> dict[str, str]:
+    """The criteria a recorded recipe was resolved for (``any`` and empty left out);
+    empty when the file is no recipe (the validate step says so, exit 2)."""
+    try:
+        criteria = parse_recipe(path.read_text(encoding="utf-8"), where=str(path)).criteria
+    except (OSError, UnicodeDecodeError, RecipeFormatError):
+        return {}
+    return {k: v for k, v in criteria.items() if k in CRITERIA_DIMENSIONS and v and v != "any"}
+
+
 def read_recorded(path: Path) -> bytes:
     """The recipe recorded at install: ``path``, or ``path``.gz (the recipe ConfigMap
     stores a large recipe gzip-compressed). A missing or unreadable one is bad
