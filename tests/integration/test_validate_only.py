@@ -136,3 +136,10 @@ def test_without_criteria_the_recorded_recipes_own_are_named_in_the_report(
         "intent": "training",
         "os": "ubuntu",
     }
+
+
+def test_the_history_keeps_validate_history_limit_runs(fake: Path, recorded: Path, tmp_path: Path) -> None:
+    for result in ("pass", "fail", "pass"):
+        validate(fake, recorded, tmp_path, FAKE_AICR_VALIDATE_RESULT=result, AICR_RUNNER_VALIDATE__HISTORY_LIMIT="2")
+    entries = json.loads((tmp_path / "out" / "aicr-validate-result-history" / "history.json").read_text())
+    assert [bool(e["checks"].get("failed")) for e in entries] == [True, False], "the oldest dropped"

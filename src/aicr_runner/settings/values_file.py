@@ -66,6 +66,7 @@ VALUE_TO_ENV: dict[str, str] = {
     "validate.failOnError": "VALIDATE__FAIL_ON_ERROR",
     "validate.emitEvidence": "VALIDATE__EMIT_EVIDENCE",
     "validate.resultConfigMap": "VALIDATE__RESULT_CONFIGMAP",
+    "validate.historyLimit": "VALIDATE__HISTORY_LIMIT",
     "validate.evidenceConfigMap": "VALIDATE__EVIDENCE_CONFIGMAP",
     "validateFlags": "VALIDATE__FLAGS",
     "validateArgs": "VALIDATE__ARGS",

@@ -18,10 +18,7 @@ from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
 
-__all__ = ["HISTORY_LIMIT", "captured", "history_name", "no_install_running", "record_history", "recorded_recipe"]
-
-#: Verdicts the history keeps (the newest last).
-HISTORY_LIMIT = 20
+__all__ = ["captured", "history_name", "no_install_running", "record_history", "recorded_recipe"]
 
 
 def no_install_running(ctx: RunContext) -> StepResult:
@@ -82,7 +79,8 @@ def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, str]:
     change = history.change_since(history.previous_of(past, digest), entry)
     try:
         ctx.sink.put(
-            history_name(ctx), data={"history.json": history.to_text(history.append(past, entry, HISTORY_LIMIT))}
+            history_name(ctx),
+            data={"history.json": history.to_text(history.append(past, entry, ctx.settings.validate.history_limit))},
         )
     except RunnerError as exc:
         logs.get_logger().warning("verdict history not written", reason=exc.message)
