@@ -804,6 +804,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_LEASE__DURATION_SECONDS": "60",
         "AICR_RUNNER_LEASE__WAIT_SECONDS": "7200",
         "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS": "120",
+        "AICR_RUNNER_VALIDATE__HISTORY_LIMIT": "20",
     }
 
 

@@ -108,3 +108,11 @@ def test_the_role_reads_the_re_validation_jobs_only_with_a_schedule() -> None:
 
     assert job_rules({"validate": {"enabled": True}}) == []
     assert job_rules(ON) == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "patch"]}]
+
+
+def test_validate_history_limit_reaches_the_runtime_without_a_new_job() -> None:
+    default, changed = renders(ON), renders({**ON, "validate": {"enabled": True, "historyLimit": 5}})
+    assert changed.env["AICR_RUNNER_VALIDATE__HISTORY_LIMIT"] == "5"
+    assert default.env["AICR_RUNNER_VALIDATE__HISTORY_LIMIT"] == "20"
+    assert changed.job["metadata"]["name"] == default.job["metadata"]["name"]
+    rejects_by_schema({**ON, "validate": {"enabled": True, "historyLimit": 0}}, "/validate/historyLimit", "minimum")
