@@ -63,6 +63,7 @@ DESCRIPTIONS = {
     "VALIDATE__FAIL_ON_ERROR": "a failed validation fails the Job, and one that ran no check fails it with exit 32 (after the verdict is captured); `false`: the latter exits 0 with phase `SucceededInconclusive`",
     "VALIDATE__EMIT_EVIDENCE": "`--emit-attestation`: build the evidence bundle",
     "VALIDATE__RESULT_CONFIGMAP": "ConfigMap for the CTRF verdict (`ctrf.json`)",
+    "VALIDATE__HISTORY_LIMIT": "validations the verdict history (`<resultConfigMap>-history`) keeps",
     "VALIDATE__EVIDENCE_CONFIGMAP": "ConfigMap for `evidence.tgz` and `pointer.yaml`",
     "VALIDATE__PUBLISH__ENABLED": "push the evidence bundle with `aicr evidence publish`",
     "VALIDATE__PUBLISH__MODE": "`signed` (keyless, needs a token) or `unsigned` (`--no-sign`)",

@@ -1,5 +1,6 @@
-"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``fleet``
-(the verdicts of several clusters in one table), ``version``.
+"""Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``validate``
+(validation only, against the recipe recorded at install), ``fleet`` (the verdicts of
+several clusters in one table), ``version``.
 
 This module reads the command line and checks every input; ``wiring`` builds and
 runs the run. Imports are staged: ``version`` and ``--help`` need only
@@ -75,18 +76,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
         "environment variables, see docs/configuration.md 'Environment').",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,fleet,version}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,validate,fleet,version}")
     run = sub.add_parser("run", help="the Kubernetes Job entrypoint: results go to ConfigMaps")
     plan = sub.add_parser(
         "plan", help="local dry run: resolve, bundle and verify; results go to a directory; no cluster needed"
     )
+    validate = _validate_parser(sub)
     sub.add_parser("version", help="print the runner version and the pinned aicr version")
     _add_fleet_options(
         sub.add_parser(
             "fleet", help="one table of every release's verdict across kubeconfig contexts (exit 34 if not all green)"
         )
     )
-    for command in (run, plan):
+    for command in (run, plan, validate):
         command.add_argument(
             "--aicr-binary",
             type=Path,
@@ -102,6 +104,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_plan_options(plan)
     return parser
+
+
+def _validate_parser(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``validate``: aicr validate only (no recipe resolution, bundle, helm or deploy.sh)."""
+    validate = sub.add_parser(
+        "validate",
+        help="validation only, against the recipe recorded at install: never deploys; "
+        "ends at once with exit 33 while an install holds the install Lease",
+    )
+    validate.add_argument(
+        "--recipe",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="the recipe recorded at install (recipe.yaml of the recipe ConfigMap; FILE.gz when FILE is absent)",
+    )
+    validate.add_argument(
+        "--results-dir",
+        type=Path,
+        metavar="DIR",
+        help="write results to this directory instead of ConfigMaps (against the current kubeconfig, like plan)",
+    )
+    return validate
 
 
 def _add_plan_options(plan: argparse.ArgumentParser) -> None:
@@ -219,11 +244,13 @@ def _invocation(args: argparse.Namespace) -> Invocation:
 
     mode = Mode(args.command)
     given: Path | None = args.output if mode is Mode.PLAN else args.results_dir
+    recipe: Path | None = getattr(args, "recipe", None)
     return Invocation(
         mode=mode,
         results_dir=Path(os.path.abspath(given)) if given is not None else None,
         pack_dir=_local_pack(args),
         aicr_binary=args.aicr_binary,
+        recipe_file=Path(os.path.abspath(recipe)) if recipe is not None else None,
     )
 
 
@@ -247,6 +274,8 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
         # The flag is the binary setting: every check that reads the setting sees it.
         env[f"{ENV_PREFIX}AICR__BINARY"] = os.path.abspath(args.aicr_binary)
         origins[f"{ENV_PREFIX}AICR__BINARY"] = "--aicr-binary"
+    if args.command == "validate":
+        return _recorded_criteria(args.recipe, env, origins)
     if args.command != "plan":
         return env
     if args.values is not None:
@@ -266,6 +295,20 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
     return env
 
 
+def _recorded_criteria(recipe: Path, env: dict[str, str], origins: dict[str, str]) -> dict[str, str]:
+    """``validate`` outside the chart: criteria not stated are the recorded recipe's
+    own (the run report names them; nothing is resolved from them)."""
+    prefix = f"{ENV_PREFIX}CRITERIA__"
+    if any(name.startswith(prefix) for name in env) or not recipe.is_file():
+        return env
+    from aicr_runner.aicr.recipe import recorded_criteria
+
+    for name, value in recorded_criteria(recipe).items():
+        env[prefix + name.upper()] = value
+        origins[prefix + name.upper()] = f"the criteria of --recipe {recipe}"
+    return env
+
+
 def _paths_not_urls(args: argparse.Namespace) -> None:
     """A path flag given a URL (``--aicr-binary https://user:pw@host/aicr``) is
     refused: taken as a path under the working directory, the URL, password and
@@ -275,7 +318,7 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     from aicr_runner.errors import ConfigError
     from aicr_runner.settings.config import Invalid, problem_line
 
-    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values")
+    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
     # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
     given = {f"--{name.replace('_', '-')}": str(getattr(args, name)) for name in flags if getattr(args, name, None)}
     why = Invalid("a URL, not a path; give a local file or directory (download an aicr release or a pack first)")

@@ -12,7 +12,7 @@ Lease, the Events) is imported only in a Job run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from aicr_runner.errors import ConfigError, ExitCode, RunnerError
 from aicr_runner.kube.sink import ConfigMapSink, DirectorySink, Sink
 from aicr_runner.outcome import conclude
 from aicr_runner.run.invocation import Invocation, Mode
-from aicr_runner.run.machine import Machine
+from aicr_runner.run.machine import TRANSITIONS, VALIDATE_TRANSITIONS, Machine, State
 from aicr_runner.run.report import RunPhase, RunReport, StepStatus
 from aicr_runner.settings.names import ENV_PREFIX
 from aicr_runner.steps import verdict_report
@@ -41,6 +41,14 @@ __all__ = ["run"]
 
 #: No Job ran in a plan: say what did.
 _PLAN_COMPLETE = "AICR plan complete: recipe resolved, bundle rendered and verified; nothing was deployed"
+
+_SUCCESS = {Mode.PLAN: _PLAN_COMPLETE, Mode.VALIDATE: "AICR validation complete (validation only: nothing deployed)"}
+
+
+def _transitions(mode: Mode) -> dict[State, tuple[State, State]]:
+    """The run's steps: validation only for ``validate``, the whole run otherwise."""
+    return VALIDATE_TRANSITIONS if mode is Mode.VALIDATE else TRANSITIONS
+
 
 #: The cluster of a Job run: its API and the run's namespace (resolved once).
 Cluster = tuple["KubeApi", str]
@@ -79,8 +87,7 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
     with shutdown.installed():
         report, version_output = _start(settings, invocation, env)
         events = _make_events(settings, cluster)
-        live = cluster is not None or invocation.mode is Mode.RUN
-        publish_status, status_warned = _status_publisher(settings, sink, live=live)
+        publish_status, status_warned = _status_publisher(settings, sink, live=invocation.mode is not Mode.PLAN)
         ctx = RunContext(
             settings=settings,
             mode=invocation.mode,
@@ -96,9 +103,10 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
             version_output=version_output,
             lease=lease,
             progress=lambda: publish_status(report),
-            on_deploy_progress=_told_nothing if events is None else events.deploy_progress,
+            **_event_hooks(events),
             on_lease_lost=_stop_when_lease_lost(shutdown),
             report_target=_report_target(cluster),
+            recipe_file=invocation.recipe_file,
         )
         on_change = publish_status if events is None else _with_step_events(publish_status, events)
         try:
@@ -110,6 +118,17 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
         code = _report_not_written(report, status_warned[0])
     conclude(settings, invocation, report, sink, cluster=cluster, events=events)
     return code
+
+
+def _event_hooks(events: JobEvents | None) -> dict[str, Any]:
+    """What the steps tell the Job's Events: the deploy's progress, a verdict's change."""
+    if events is None:
+        return {"on_deploy_progress": _told_nothing, "on_verdict_change": _told_nothing_changed}
+    return {"on_deploy_progress": events.deploy_progress, "on_verdict_change": events.verdict_changed}
+
+
+def _told_nothing_changed(regressed: Sequence[str], recovered: Sequence[str], since: str) -> None:
+    """A verdict change where no Event records it: the report's warnings say it."""
 
 
 def _told_nothing(snapshot: dict[str, Any]) -> None:
@@ -203,6 +222,7 @@ def _start(
     aicr printed for ``--version`` (the fetch step does not ask again)."""
     aicr_version, version_output = version_before_fetch(settings, env)
     report = Machine.new_report(
+        _transitions(invocation.mode),
         runner_version=__version__,
         aicr_version=aicr_version,
         criteria=settings.criteria.stated(),
@@ -223,12 +243,18 @@ def _start(
 def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdown: ShutdownController) -> int:
     """The steps run, and the run's exit code under its gates."""
     settings = ctx.settings
-    machine = Machine(Steps(ctx).functions(), ctx.report, on_change=on_change, interrupted=shutdown.requested)
+    machine = Machine(
+        Steps(ctx).functions(),
+        ctx.report,
+        on_change=on_change,
+        interrupted=shutdown.requested,
+        transitions=_transitions(ctx.mode),
+    )
     machine.run()
     code = machine.finish(
         validate_gate=settings.validate.fail_on_error,
         publish_gate=settings.validate.publish.fail_on_error,
-        success=_PLAN_COMPLETE if ctx.mode is Mode.PLAN else "AICR Job complete",
+        success=_SUCCESS.get(ctx.mode, "AICR Job complete"),
         component_gate=settings.deploy.fail_on_component_failure,
     )
     # A run whose deploy failed never reached the captures: its components are still reported.

@@ -88,7 +88,13 @@ ROLE_RULES = [
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
-        "resourceNames": ["aicr-recipe", "aicr-validate-result", "aicr-evidence-bundle", "aicr-run-status"],
+        "resourceNames": [
+            "aicr-recipe",
+            "aicr-validate-result",
+            "aicr-evidence-bundle",
+            "aicr-run-status",
+            "aicr-validate-result-history",
+        ],
         "verbs": ["get", "patch"],
     },
 ]
@@ -147,7 +153,12 @@ def test_rbac_the_namespaced_role_is_the_lease_the_result_configmaps_and_the_job
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-installer", "namespace": NAMESPACE}]
     # Only the captures that are on; with none, no ConfigMap rule at all.
     some = renders({"recipeConfigMap": "", "validate": {"evidenceConfigMap": "my-evidence"}}).one("Role")["rules"]
-    assert some[3]["resourceNames"] == ["aicr-validate-result", "my-evidence", "aicr-run-status"]
+    assert some[3]["resourceNames"] == [
+        "aicr-validate-result",
+        "my-evidence",
+        "aicr-run-status",
+        "aicr-validate-result-history",
+    ]
     none = {"recipeConfigMap": "", "statusConfigMap": "", "validate": {"resultConfigMap": "", "evidenceConfigMap": ""}}
     assert [r for r in renders(none).one("Role")["rules"] if "configmaps" in r["resources"]] == []
 
@@ -793,6 +804,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_LEASE__DURATION_SECONDS": "60",
         "AICR_RUNNER_LEASE__WAIT_SECONDS": "7200",
         "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS": "120",
+        "AICR_RUNNER_VALIDATE__HISTORY_LIMIT": "20",
     }
 
 

@@ -33,6 +33,8 @@ class FakeKubeApi:
     job_uids: dict[tuple[str, str], str] = field(default_factory=dict)
     job_annotations: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     job_events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: The CronJob (name, uid) owning a Job, by the Job's (namespace, name).
+    job_owners: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     #: events.k8s.io writes and Job annotations fail with this API error while set.
     job_event_error: str = ""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -82,6 +84,10 @@ class FakeKubeApi:
             "labels": dict(labels or {}),
         }
 
+    def get_configmap_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        stored = self.objects.get((namespace, name))
+        return None if stored is None else dict(stored["data"])  # type: ignore[call-overload]
+
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         return self.job_labels.get((namespace, name))
 
@@ -92,6 +98,9 @@ class FakeKubeApi:
         if self.event_error:
             raise CaptureError(f"creating Event in {namespace} failed: {self.event_error}")
         self.events.append((namespace, dict(body)))
+
+    def get_job_owner(self, namespace: str, name: str) -> tuple[str, str] | None:
+        return self.job_owners.get((namespace, name))
 
     def get_job_uid(self, namespace: str, name: str) -> str | None:
         return self.job_uids.get((namespace, name))

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from aicr_runner.errors import RecipeFormatError
+from aicr_runner.errors import ExitCode, RecipeFormatError, RunnerError
 from aicr_runner.settings.config import Criteria, RecipeExpectations, RunnerSettings
 from aicr_runner.settings.criteria_catalog import SERVICE_ALIASES
 from aicr_runner.settings.names import CRITERIA_DIMENSIONS
@@ -155,6 +155,39 @@ def _component(ref: Mapping[str, Any]) -> Component:
         version=_text(ref.get("version")),
         source=_text(ref.get("source")),
         type=_text(ref.get("type")),
+    )
+
+
+def recorded_criteria(path: Path) -> dict[str, str]:
+    """The criteria a recorded recipe was resolved for (``any`` and empty left out);
+    empty when the file is no recipe (the validate step says so, exit 2)."""
+    try:
+        criteria = parse_recipe(path.read_text(encoding="utf-8"), where=str(path)).criteria
+    except (OSError, UnicodeDecodeError, RecipeFormatError):
+        return {}
+    return {k: v for k, v in criteria.items() if k in CRITERIA_DIMENSIONS and v and v != "any"}
+
+
+def read_recorded(path: Path) -> bytes:
+    """The recipe recorded at install: ``path``, or ``path``.gz (the recipe ConfigMap
+    stores a large recipe gzip-compressed). A missing or unreadable one is bad
+    input (exit 2): validation never falls back to resolving the recipe again."""
+    import gzip
+
+    compressed = path.with_name(path.name + ".gz")
+    try:
+        if path.is_file():
+            return path.read_bytes()
+        if compressed.is_file():
+            return gzip.decompress(compressed.read_bytes())
+    except (OSError, EOFError) as exc:
+        raise RunnerError(
+            f"--recipe {path}: cannot read the recorded recipe: {exc}", exit_code=ExitCode.BAD_INPUT
+        ) from exc
+    raise RunnerError(
+        f"--recipe {path}: no recorded recipe (nor {compressed.name}); validation needs the recipe an install "
+        "recorded (the recipe ConfigMap, recipeConfigMap): install first",
+        exit_code=ExitCode.BAD_INPUT,
     )
 
 

@@ -160,6 +160,10 @@ class KubeApi(Protocol):
         labels: Mapping[str, str] | None = None,
     ) -> None: ...
 
+    def get_configmap_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The ConfigMap's ``data``; None when it does not exist."""
+        ...
+
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The Job's labels; None when it does not exist."""
         ...
@@ -176,6 +180,10 @@ class KubeApi(Protocol):
         """The Job's uid (Events on it name it); None when it does not exist."""
         ...
 
+    def get_job_owner(self, namespace: str, name: str) -> tuple[str, str] | None:
+        """The name and uid of the CronJob that owns the Job (its controller); None when none does."""
+        ...
+
     def create_job_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         """Create an ``events.k8s.io/v1`` Event (``job_events.job_event_body``)."""
         ...
@@ -183,6 +191,14 @@ class KubeApi(Protocol):
     def annotate_job(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
         """Merge ``annotations`` into the Job's (a JSON merge patch)."""
         ...
+
+
+def cronjob_owner(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The CronJob among an object's ownerReferences (its controller): name and uid."""
+    for ref in metadata.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == "CronJob" and ref.get("controller"):
+            return str(ref.get("name") or ""), str(ref.get("uid") or "")
+    return None
 
 
 def configmap_body(
@@ -400,6 +416,18 @@ class ClientKubeApi:
         )
         return lease_from_body(body or {})
 
+    def get_configmap_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        body = self.request(
+            f"reading ConfigMap {namespace}/{name}",
+            "GET",
+            "/api/v1/namespaces/{namespace}/configmaps/{name}",
+            path_params={"namespace": namespace, "name": name},
+            response_type="object",
+            error=CaptureError,
+            missing_ok=True,
+        )
+        return None if body is None else {str(k): str(v) for k, v in (body.get("data") or {}).items()}
+
     # -- the failure Event on the delivery tool's object ------------------------------
 
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
@@ -444,6 +472,10 @@ class ClientKubeApi:
     def get_job_uid(self, namespace: str, name: str) -> str | None:
         metadata = self._read_metadata("Job", _JOB, namespace, name, budget_seconds=_JOB_EVENT_BUDGET_SECONDS)
         return None if metadata is None else str(metadata.get("uid") or "") or None
+
+    def get_job_owner(self, namespace: str, name: str) -> tuple[str, str] | None:
+        metadata = self._read_metadata("Job", _JOB, namespace, name, budget_seconds=_JOB_EVENT_BUDGET_SECONDS)
+        return cronjob_owner(metadata or {})
 
     def create_job_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         self.request(

@@ -48,7 +48,7 @@ One function writes an Event body per API version: ``job_event_body``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -200,6 +200,45 @@ class JobEvents:
             FAILED_COMPONENTS_ANNOTATION: ",".join(report.failed_components),
         }
         self._call("annotating", lambda: self._api.annotate_job(self._namespace, self._job, annotations))
+
+    def verdict_changed(self, regressed: Sequence[str], recovered: Sequence[str], since: str) -> None:
+        """A regression (Warning ``ValidationRegressed``) and a recovery (Normal
+        ``ValidationRecovered``) against the previous verdict of the same recipe."""
+        if regressed:
+            note = f"checks that passed on {since} now fail: {', '.join(regressed)}"
+            self._record("Warning", "ValidationRegressed", "validate", note, cap_exempt=True)
+        if recovered:
+            note = f"checks that failed on {since} now pass: {', '.join(recovered)}"
+            self._record("Normal", "ValidationRecovered", "validate", note, cap_exempt=True)
+        if regressed:
+            self._on_cronjob(
+                "Warning", "ValidationRegressed", f"checks that passed on {since} now fail: {', '.join(regressed)}"
+            )
+
+    def _on_cronjob(self, kind: str, reason: str, note: str) -> None:
+        """The same Event on the CronJob that started this Job (its ownerReference), if one did."""
+        owner: list[tuple[str, str] | None] = []
+        if not self._call(
+            "reading the owner of", lambda: owner.append(self._api.get_job_owner(self._namespace, self._job))
+        ):
+            return
+        if not owner or owner[0] is None:
+            return
+        name, uid = owner[0]
+        body = job_event_body(
+            namespace=self._namespace,
+            job=name,
+            job_uid=uid,
+            pod=self._pod,
+            kind=kind,
+            reason=reason,
+            action="Validate",
+            note=note,
+            now=self._now(),
+        )
+        body["regarding"]["kind"] = "CronJob"
+        if self._call("recording an Event on", lambda: self._api.create_job_event(self._namespace, body)):
+            self.recorded.append((kind, reason))
 
     def _record(self, kind: str, reason: str, state: str, note: str, *, cap_exempt: bool = False) -> None:
         if len(self.recorded) >= MAX_EVENTS and not cap_exempt:

@@ -74,6 +74,19 @@ class InstallLease:
     def where(self) -> str:
         return f"{self.namespace}/{self.settings.name}"
 
+    def live_holder(self) -> str | None:
+        """Who holds the Lease now, read once and never waited on; None when it is
+        free, this run's, or its holder stopped renewing it (``aicr-runner validate``:
+        it must neither validate a half-installed cluster nor make an install wait)."""
+        current = self._api.get_lease(self.namespace, self.settings.name)
+        if current is None or not current.holder or current.holder == self.holder:
+            return None
+        renewed = current.renew_time or current.acquire_time
+        duration = current.duration_seconds or self.settings.duration_seconds
+        if renewed is not None and (utcnow() - renewed).total_seconds() >= duration:
+            return None
+        return current.holder
+
     # -- taking it ---------------------------------------------------------------
 
     def acquire(self, on_wait: Callable[[str, float], None] | None = None) -> float:

@@ -54,6 +54,10 @@ class Sink(Protocol):
         """Where ``name`` lands, for log lines and the termination message."""
         ...
 
+    def get(self, name: str, key: str) -> str | None:
+        """What an earlier run wrote to ``name``'s ``key``; None when there is none."""
+        ...
+
 
 class ConfigMapSink:
     def __init__(self, api: KubeApi, namespace: str, labels: Mapping[str, str] | None = None) -> None:
@@ -72,6 +76,9 @@ class ConfigMapSink:
 
     def describe(self, name: str) -> str:
         return f"configmap {self.namespace}/{name}"
+
+    def get(self, name: str, key: str) -> str | None:
+        return (self._api.get_configmap_data(self.namespace, name) or {}).get(key)
 
 
 class DirectorySink:
@@ -93,6 +100,13 @@ class DirectorySink:
 
     def describe(self, name: str) -> str:
         return str(self.root / name)
+
+    def get(self, name: str, key: str) -> str | None:
+        path = self.root / name / key
+        try:
+            return path.read_text(encoding="utf-8") if path.is_file() else None
+        except OSError as exc:
+            raise CaptureError(f"reading {path} failed: {exc.strerror or exc}") from exc
 
 
 def _atomic_write(path: Path, content: bytes) -> None:

@@ -17,6 +17,8 @@ __all__ = ["Invocation", "Mode"]
 class Mode(StrEnum):
     RUN = "run"
     PLAN = "plan"
+    #: Validation only, against the recipe recorded at install (``aicr-runner validate``).
+    VALIDATE = "validate"
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class Invocation:
     pack_dir: Path | None = None
     #: ``--aicr-binary`` as given.
     aicr_binary: Path | None = None
+    #: ``validate --recipe``, absolute: the recipe recorded at install (a file, or the
+    #: recipe ConfigMap mounted into the pod).
+    recipe_file: Path | None = None
 
     @property
     def results_flag(self) -> str:

@@ -15,7 +15,16 @@ from enum import StrEnum
 
 from aicr_runner.run.report import RunPhase, RunReport, StepRecord, StepStatus, utcnow
 
-__all__ = ["INCONCLUSIVE", "TRANSITIONS", "Machine", "State", "StepResult", "final_exit", "inconclusive"]
+__all__ = [
+    "INCONCLUSIVE",
+    "TRANSITIONS",
+    "VALIDATE_TRANSITIONS",
+    "Machine",
+    "State",
+    "StepResult",
+    "final_exit",
+    "inconclusive",
+]
 
 
 class State(StrEnum):
@@ -28,6 +37,7 @@ class State(StrEnum):
     VERIFY = "verify"
     LEASE = "lease"
     DEPLOY = "deploy"
+    RECORDED_RECIPE = "recorded-recipe"
     VALIDATE = "validate"
     CAPTURE_VERDICT = "capture-verdict"
     PUBLISH = "publish"
@@ -50,6 +60,20 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
     S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
     S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),           # evidence still captured
     S.PUBLISH:          (S.CAPTURE_EVIDENCE, S.CAPTURE_EVIDENCE),  # gated last
+    S.CAPTURE_EVIDENCE: (S.DONE,             S.DONE),
+}  # fmt: skip
+
+#: ``aicr-runner validate``: validation only, with the same step code as a run. No
+#: recipe resolution, bundle, verify or deploy: the recipe is the one recorded at
+#: install; the Lease is only looked at (an install in progress ends the run at once).
+VALIDATE_TRANSITIONS: dict[State, tuple[State, State]] = {
+    S.FETCH:            (S.PACK,             S.DONE),
+    S.PACK:             (S.LEASE,            S.DONE),
+    S.LEASE:            (S.RECORDED_RECIPE,  S.DONE),              # never a half-installed cluster
+    S.RECORDED_RECIPE:  (S.VALIDATE,         S.DONE),
+    S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
+    S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),
+    S.PUBLISH:          (S.CAPTURE_EVIDENCE, S.CAPTURE_EVIDENCE),
     S.CAPTURE_EVIDENCE: (S.DONE,             S.DONE),
 }  # fmt: skip
 
@@ -193,11 +217,13 @@ class Machine:
         *,
         on_change: Callable[[RunReport], None],
         interrupted: Callable[[], bool],
+        transitions: dict[State, tuple[State, State]] = TRANSITIONS,
     ) -> None:
-        missing = set(TRANSITIONS) - set(steps)
+        missing = set(transitions) - set(steps)
         if missing:
             raise ValueError(f"no step function for {sorted(missing)}")
         self._steps = steps
+        self._transitions = transitions
         self.report = report
         self._on_change = on_change
         self._interrupted = interrupted
@@ -205,11 +231,11 @@ class Machine:
         self.interrupted_before: State | None = None
 
     @staticmethod
-    def new_report(**kwargs: object) -> RunReport:
-        return RunReport(steps=[StepRecord(state.value) for state in TRANSITIONS], **kwargs)  # type: ignore[arg-type]
+    def new_report(transitions: dict[State, tuple[State, State]] = TRANSITIONS, **kwargs: object) -> RunReport:
+        return RunReport(steps=[StepRecord(state.value) for state in transitions], **kwargs)  # type: ignore[arg-type]
 
     def run(self, start: State = State.FETCH) -> RunReport:
-        order = list(TRANSITIONS)
+        order = list(self._transitions)
         state = start
         self.interrupted_before = None
         #: After a shutdown request: the states that have not run yet.
@@ -223,7 +249,7 @@ class Machine:
             if result.status is StepStatus.INTERRUPTED:
                 not_run = order[order.index(state) + 1 :]
                 break
-            state = TRANSITIONS[state][0 if result.went_well else 1]
+            state = self._transitions[state][0 if result.went_well else 1]
         # A stopping pod still gets a few seconds: store what exists (cheap, local).
         for later in not_run or []:
             if later in CAPTURE_STATES:

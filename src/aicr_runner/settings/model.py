@@ -232,6 +232,8 @@ class ValidateSettings(StepArgs):
     emit_evidence: Annotated[bool, _v(_boolean)] = False
     result_configmap: Annotated[str, _v(_k8s_name())] = "aicr-validate-result"
     evidence_configmap: Annotated[str, _v(_k8s_name())] = "aicr-evidence-bundle"
+    #: Verdicts the history (``<result_configmap>-history``) keeps.
+    history_limit: Annotated[int, _v(_integer(1, 100))] = 20
     publish: PublishSettings = Field(default_factory=PublishSettings)
 
 

@@ -66,6 +66,7 @@ VALUE_TO_ENV: dict[str, str] = {
     "validate.failOnError": "VALIDATE__FAIL_ON_ERROR",
     "validate.emitEvidence": "VALIDATE__EMIT_EVIDENCE",
     "validate.resultConfigMap": "VALIDATE__RESULT_CONFIGMAP",
+    "validate.historyLimit": "VALIDATE__HISTORY_LIMIT",
     "validate.evidenceConfigMap": "VALIDATE__EVIDENCE_CONFIGMAP",
     "validateFlags": "VALIDATE__FLAGS",
     "validateArgs": "VALIDATE__ARGS",
@@ -93,6 +94,7 @@ CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
         "job",  # the Job and its pod: scheduling, resources, labels, volumes, extraEnv
         "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
         "rerun",  # names a new Job
+        "revalidate",  # the CronJob of scheduled re-validations; plan validates nothing
         "reports",  # the verdict report is written to a cluster's API; plan writes none
         "monitoring",  # kube-state-metrics config, PrometheusRule, dashboard: cluster objects
         "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)

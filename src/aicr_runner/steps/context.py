@@ -12,7 +12,7 @@ file and the pod log, a child a shutdown stopped turned into ``InterruptedRun``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -79,6 +79,8 @@ class RunFindings:
     completion_line: str = ""
     #: What the binary said it is (``aicr --version``), once fetched.
     aicr_version: capabilities.AicrVersion | None = None
+    #: ``sha256:<hex>`` of the recipe a validation-only run validates against.
+    recipe_digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,10 @@ class RunContext:
     on_lease_lost: Callable[[str], None] = lambda reason: None
     #: Where the verdict report goes (``steps.verdict_report``); None: no report (plan, a results directory).
     report_target: ReportTarget | None = None
+    #: Told a regression or recovery against the previous verdict (regressed, recovered, since): Events.
+    on_verdict_change: Callable[[Sequence[str], Sequence[str], str], None] = lambda regressed, recovered, since: None
+    #: ``validate --recipe``: the recipe recorded at install (validation-only runs).
+    recipe_file: Path | None = None
     findings: RunFindings = field(default_factory=RunFindings)
 
     @property

@@ -38,7 +38,7 @@ from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
 from aicr_runner.steps import deploy as deploy_run
 from aicr_runner.steps import fetch as acquire
-from aicr_runner.steps import verdict_report
+from aicr_runner.steps import revalidate, verdict_report
 from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = ["Steps"]
@@ -294,6 +294,8 @@ class Steps:
         return StepResult.ok(verdict.reason, classification="verified")
 
     def lease(self) -> StepResult:
+        if self.ctx.mode is Mode.VALIDATE:
+            return revalidate.no_install_running(self.ctx)
         if self.ctx.mode is Mode.PLAN:
             return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
@@ -316,6 +318,9 @@ class Steps:
         lease.start_renewing(self.ctx.on_lease_lost)
         after = f" after waiting {waited:.0f}s" if waited >= 1 else ""
         return StepResult.ok(f"install Lease {lease.where} held by {lease.holder}{after}")
+
+    def recorded_recipe(self) -> StepResult:
+        return revalidate.recorded_recipe(self.ctx)
 
     def deploy(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:
@@ -380,13 +385,13 @@ class Steps:
         name = self.s.validate.result_configmap
         if not name:
             return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
-        raw = self.ctx.ctrf_path.read_bytes()
+        raw, change = revalidate.record_history(self.ctx, self.ctx.ctrf_path.read_bytes())
         fitted = sink.fit("ctrf.json", raw, CONFIGMAP_BUDGET_BYTES)
         if fitted is None:
             raise CaptureError(f"ctrf.json is {len(raw)} bytes, over the ConfigMap budget even compressed")
         data, binary = fitted
         self.ctx.sink.put(name, data=data, binary_data=binary or None)
-        return StepResult.ok(f"CTRF verdict written to {self.ctx.sink.describe(name)}")
+        return revalidate.captured(f"CTRF verdict written to {self.ctx.sink.describe(name)}", change)
 
     def publish(self) -> StepResult:
         pub = self.s.validate.publish

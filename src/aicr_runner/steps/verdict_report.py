@@ -18,7 +18,7 @@ from aicr_runner import logs
 from aicr_runner.kube import openreports, report_writer
 from aicr_runner.kube.openreports import Entry, RunFacts
 from aicr_runner.run.machine import StepResult
-from aicr_runner.run.report import StepStatus, utcnow
+from aicr_runner.run.report import StepRecord, StepStatus, utcnow
 from aicr_runner.settings.config import ReportsApi
 from aicr_runner.steps.context import RunContext
 
@@ -43,7 +43,8 @@ def entries_of(ctx: RunContext) -> list[Entry] | None:
     """The run's results: each CTRF test and each component deploy.sh reported;
     None when neither validate nor deploy ran (nothing to report)."""
     validate = ctx.report.step("validate")
-    deploy = ctx.report.step("deploy")
+    # A validation-only run has no deploy step.
+    deploy = next((r for r in ctx.report.steps if r.state == "deploy"), StepRecord("deploy"))
     if validate.status in _NOT_STARTED and deploy.status in _NOT_STARTED:
         return None
     entries: list[Entry] = []
@@ -100,7 +101,7 @@ def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
 def write_after_failed_deploy(ctx: RunContext) -> None:
     """A run whose deploy step failed ends before the captures: the components
     deploy.sh reported still go out. Not after an interruption: the pod is on its way out."""
-    if ctx.report_target is None:
+    if ctx.report_target is None or all(r.state != "deploy" for r in ctx.report.steps):
         return
     deploy = ctx.report.step("deploy")
     # The machine marks the steps it never reached skipped ("not reached"): never started.

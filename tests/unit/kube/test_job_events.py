@@ -316,3 +316,46 @@ def test_events_never_see_a_clock_of_their_own_when_one_is_given() -> None:
     body = api.job_events[0][1]
     assert body["eventTime"] == "2026-12-03T19:00:00.123456Z"
     assert body["reportingInstance"] == JOB[1]  # no pod name: the Job's
+
+
+def test_a_regression_is_a_warning_and_a_recovery_normal_each_naming_the_checks() -> None:
+    api = FakeKubeApi(job_uids={JOB: "u"})
+    events = recorder(api, Clock())
+    events.verdict_changed([], [], "t0")
+    assert api.job_events == [], "no change, no Event"
+    events.verdict_changed(["operator-health"], [], "2026-12-05T10:00:00Z")
+    events.verdict_changed([], ["operator-health"], "2026-12-05T11:00:00Z")
+    said = [(b["type"], b["reason"], b["note"]) for _, b in api.job_events]
+    assert said == [
+        (
+            "Warning",
+            "ValidationRegressed",
+            "checks that passed on 2026-12-05T10:00:00Z now fail: operator-health",
+        ),
+        ("Normal", "ValidationRecovered", "checks that failed on 2026-12-05T11:00:00Z now pass: operator-health"),
+    ]
+
+
+def test_a_regression_is_also_recorded_on_the_cronjob_that_started_the_job() -> None:
+    api = FakeKubeApi(job_uids={JOB: "u"}, job_owners={JOB: ("t-install-revalidate", "cron-uid")})
+    events = recorder(api, Clock())
+    events.verdict_changed(["operator-health"], [], "t0")
+    regarding = [(b["regarding"]["kind"], b["regarding"]["name"], b["reason"]) for _, b in api.job_events]
+    assert regarding == [
+        ("Job", JOB[1], "ValidationRegressed"),
+        ("CronJob", "t-install-revalidate", "ValidationRegressed"),
+    ]
+    assert api.job_events[1][1]["regarding"]["uid"] == "cron-uid"
+    assert api.job_events[1][1]["note"] == "checks that passed on t0 now fail: operator-health"
+
+
+def test_the_owning_cronjob_is_the_controller_owner_reference_of_kind_cronjob() -> None:
+    from aicr_runner.kube.api import cronjob_owner
+
+    refs = [
+        {"kind": "CronJob", "name": "other", "uid": "1", "controller": False},
+        {"kind": "CronJob", "name": "t-install-revalidate", "uid": "2", "controller": True},
+    ]
+    assert cronjob_owner({"ownerReferences": refs}) == ("t-install-revalidate", "2")
+    assert cronjob_owner({"ownerReferences": refs[:1]}) is None
+    assert cronjob_owner({}) is None

@@ -150,3 +150,29 @@ def test_a_lease_taken_over_by_another_run_is_reported_lost() -> None:
     assert "taken over by job-c/pod-c" in lost[0]
     lease.release()
     assert api.leases[(NS, "nvidia-aicr-install")].holder == "job-c/pod-c"  # never handed back by the loser
+
+
+def test_validation_only_reads_the_lease_once_and_never_takes_or_waits_for_it() -> None:
+    from datetime import timedelta
+
+    from aicr_runner.run.report import utcnow
+
+    api = FakeKubeApi()
+    lease = InstallLease(api, NS, settings())
+    assert lease.live_holder() is None, "no Lease: no install in progress"
+    assert (NS, "nvidia-aicr-install") not in api.leases, "looking never creates it"
+    api.leases[(NS, "nvidia-aicr-install")] = LeaseRecord(
+        "nvidia-aicr-install", holder="job-a/pod-a", duration_seconds=60, renew_time=utcnow(), resource_version="7"
+    )
+    assert lease.live_holder() == "job-a/pod-a"
+    assert api.leases[(NS, "nvidia-aicr-install")].resource_version == "7", "never written"
+    api.leases[(NS, "nvidia-aicr-install")] = LeaseRecord(
+        "nvidia-aicr-install",
+        holder="job-a/pod-a",
+        duration_seconds=60,
+        renew_time=utcnow() - timedelta(seconds=61),
+        resource_version="8",
+    )
+    assert lease.live_holder() is None, "a holder silent for its whole duration installs nothing"
+    held_by(api, "")
+    assert lease.live_holder() is None

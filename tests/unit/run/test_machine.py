@@ -6,10 +6,19 @@ from collections.abc import Callable
 
 import pytest
 
-from aicr_runner.run.machine import INCONCLUSIVE, TRANSITIONS, Machine, State, StepResult, final_exit
+from aicr_runner.run.machine import (
+    INCONCLUSIVE,
+    TRANSITIONS,
+    VALIDATE_TRANSITIONS,
+    Machine,
+    State,
+    StepResult,
+    final_exit,
+)
 from aicr_runner.run.report import RunPhase, RunReport, StepStatus
 
-ALL: list[State] = [s for s in State if s is not State.DONE]
+#: A whole run's steps (the recorded recipe is read only by a validation-only run).
+ALL: list[State] = [s for s in State if s not in (State.DONE, State.RECORDED_RECIPE)]
 
 
 def build(results: dict[State, StepResult], *, interrupt_after: State | None = None) -> tuple[Machine, list[str]]:
@@ -37,6 +46,34 @@ def test_table_covers_every_state_and_reaches_done() -> None:
         seen.append(state)
         state = TRANSITIONS[state][0]
     assert seen == ALL, "the happy path visits every step once, in the documented order"
+
+
+def test_validation_only_never_reaches_recipe_bundle_verify_or_deploy() -> None:
+    assert set(VALIDATE_TRANSITIONS) | set(TRANSITIONS) == {s for s in State if s is not State.DONE}
+    never = {State.RECIPE, State.CAPTURE_RECIPE, State.CHECK_RECIPE, State.BUNDLE, State.VERIFY, State.DEPLOY}
+    assert not never & set(VALIDATE_TRANSITIONS)
+    calls: list[str] = []
+
+    def make(state: State) -> Callable[[], StepResult]:
+        return lambda: calls.append(state.value) or StepResult.ok()  # type: ignore[func-returns-value]
+
+    report = Machine.new_report(VALIDATE_TRANSITIONS, runner_version="t", aicr_version="v", criteria={})
+    steps = {s: make(s) for s in VALIDATE_TRANSITIONS}
+    machine = Machine(
+        steps, report, on_change=lambda r: None, interrupted=lambda: False, transitions=VALIDATE_TRANSITIONS
+    )
+    machine.run()
+    assert calls == [s.value for s in VALIDATE_TRANSITIONS]
+    lease_held = {**steps, State.LEASE: lambda: StepResult.failed(33, "install in progress, not validated")}
+    report = Machine.new_report(VALIDATE_TRANSITIONS, runner_version="t", aicr_version="v", criteria={})
+    machine = Machine(
+        lease_held, report, on_change=lambda r: None, interrupted=lambda: False, transitions=VALIDATE_TRANSITIONS
+    )
+    calls.clear()
+    machine.run()
+    assert State.VALIDATE.value not in calls, "a cluster being installed is never validated"
+    assert machine.finish(validate_gate=False, publish_gate=False) == 33
+    assert machine.report.message == "lease failed: install in progress, not validated"
 
 
 def test_happy_path_runs_every_step_and_exits_zero() -> None:

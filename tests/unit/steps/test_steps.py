@@ -503,3 +503,50 @@ def test_a_waiting_run_shows_whom_it_waits_for_in_the_status_while_it_waits(tmp_
         "waiting for the install Lease aicr/t-install, held by job-a/pod-a (waited 0s; gives up after 7200s)"
     ]
     assert reason.startswith("install Lease aicr/t-install held by job-b/pod-b")
+
+
+def test_validation_only_ends_at_once_with_exit_33_while_an_install_holds_the_lease(tmp_path: Path) -> None:
+    from aicr_runner.kube.api import LeaseRecord
+    from aicr_runner.kube.lease import InstallLease
+    from aicr_runner.run.report import utcnow
+
+    api = FakeKubeApi()
+    api.leases[("aicr", "nvidia-aicr-install")] = LeaseRecord(
+        "nvidia-aicr-install", holder="job-a/pod-a", duration_seconds=60, renew_time=utcnow(), resource_version="3"
+    )
+    base = context(tmp_path, StubProcesses())
+    lease = InstallLease(api, "aicr", base.settings.lease.model_copy(update={"name": "nvidia-aicr-install"}))
+    ctx = replace(base, mode=Mode.VALIDATE, lease=lease)
+    status, code, message = step(ctx, State.LEASE)
+    assert (status, code) == (StepStatus.FAILED, ExitCode.INSTALL_IN_PROGRESS)
+    assert message.startswith("install in progress, not validated: the install Lease aicr/nvidia-aicr-install")
+    assert "job-a/pod-a" in message
+    api.leases[("aicr", "nvidia-aicr-install")] = replace(api.leases[("aicr", "nvidia-aicr-install")], holder="")
+    assert step(ctx, State.LEASE)[0] is StepStatus.SUCCEEDED
+
+
+def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp_path: Path) -> None:
+    def ctrf(status: str) -> str:
+        tests = [{"name": "operator-health", "status": status}]
+        summary = {"tests": 1, "passed": int(status == "passed"), "failed": int(status == "failed")}
+        return json.dumps({"results": {"summary": summary, "tests": tests}})
+
+    api = FakeKubeApi()
+    told: list[tuple[list[str], list[str]]] = []
+    base = context(tmp_path, StubProcesses(), sink=ConfigMapSink(api, "ns"))
+    ctx = replace(
+        base, on_verdict_change=lambda regressed, recovered, since: told.append((list(regressed), list(recovered)))
+    )
+    resolved(ctx, b"kind: RecipeResult\n")
+    for status in ("passed", "failed"):
+        validated(ctx, 0)
+        ctx.ctrf_path.write_text(ctrf(status))
+        result = step(ctx, State.CAPTURE_VERDICT)
+    assert result[0] is StepStatus.WARNED
+    assert "REGRESSED since" in result[2]
+    assert told == [(["operator-health"], [])]
+    entries = json.loads(api.objects[("ns", "aicr-validate-result-history")]["data"]["history.json"])  # type: ignore[index]
+    assert [e["checks"] for e in entries] == [{"passed": ["operator-health"]}, {"failed": ["operator-health"]}]
+    assert entries[0]["recipeDigest"].startswith("sha256:")
+    captured = json.loads(api.objects[("ns", "aicr-validate-result")]["data"]["ctrf.json"])  # type: ignore[index]
+    assert captured["baseline"]["extra"]["checks"] == {"passed": ["operator-health"]}

@@ -1,0 +1,115 @@
+"""The steps only a validation-only run (``aicr-runner validate``) has, or runs its own way.
+
+A validation-only run validates the cluster against the recipe an install
+recorded: it never resolves the recipe again, renders a bundle, or deploys. It
+only looks at the install Lease: an install in progress ends it at once (a
+half-installed cluster is never validated, and the install never waits for it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from aicr_runner import logs
+from aicr_runner.aicr import history, recipe
+from aicr_runner.aicr.classify import CtrfVerdict
+from aicr_runner.errors import ExitCode, RunnerError
+from aicr_runner.run.machine import StepResult
+from aicr_runner.run.report import utcnow
+from aicr_runner.steps.context import Mode, RunContext
+
+__all__ = ["captured", "history_name", "no_install_running", "record_history", "recorded_recipe"]
+
+
+def no_install_running(ctx: RunContext) -> StepResult:
+    """The install Lease read once: held by a live install, the run ends (exit 33)."""
+    lease = ctx.lease
+    if lease is None:
+        return StepResult.skipped("no install Lease to look at (outside a cluster, or lease.name is empty)")
+    holder = lease.live_holder()
+    if holder is not None:
+        return StepResult.failed(
+            ExitCode.INSTALL_IN_PROGRESS,
+            f"install in progress, not validated: the install Lease {lease.where} is held by {holder}; "
+            "the next scheduled validation checks the installed cluster",
+            classification="install-in-progress",
+        )
+    return StepResult.ok(f"no install in progress (install Lease {lease.where} is free)")
+
+
+def recorded_recipe(ctx: RunContext) -> StepResult:
+    """The recipe recorded at install: ``--recipe``, a file or the recipe ConfigMap
+    mounted in the pod (``recipe.yaml``, or ``recipe.yaml.gz`` when stored compressed)."""
+    given = ctx.recipe_file
+    if given is None:
+        return StepResult.skipped("not a validation-only run")
+    raw = recipe.read_recorded(given)
+    ctx.recipe_path.parent.mkdir(parents=True, exist_ok=True)
+    ctx.recipe_path.write_bytes(raw)
+    summary = recipe.load_recipe(ctx.recipe_path)
+    ctx.findings.recipe_summary = summary
+    ctx.report.components = [c.as_row() for c in summary.components]
+    digest = hashlib.sha256(raw).hexdigest()
+    ctx.findings.recipe_digest = f"sha256:{digest}"
+    return StepResult.ok(
+        f"recipe recorded at install: {given} (sha256:{digest[:12]}, {len(summary.components)} components)"
+    )
+
+
+def history_name(ctx: RunContext) -> str:
+    """The verdict history's ConfigMap: the verdict ConfigMap's name, ``-history``."""
+    return f"{ctx.settings.validate.result_configmap}-history"
+
+
+def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, str]:
+    """This verdict appended to the history and compared with the previous one of the
+    same recipe: the CTRF report with its baseline, and what changed ("" if nothing).
+    Advisory: a history that cannot be read or written is a warning, never a failed capture."""
+    digest = ctx.findings.recipe_digest or _digest_of(ctx)
+    try:
+        verdict = CtrfVerdict.parse(ctrf)
+        stored = ctx.sink.get(history_name(ctx), "history.json")
+        past = history.load(stored) if stored else []
+    except (RunnerError, ValueError) as exc:
+        ctx.report.warnings.append(f"verdict history not read, not compared: {exc}")
+        return ctrf, ""
+    version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.report.aicr_version
+    by = f"{'install' if ctx.mode is Mode.RUN else 'revalidate'} {ctx.report.run_by}".strip()
+    entry = history.entry_of(verdict, when=utcnow().isoformat(), run_by=by, aicr_version=version, recipe_digest=digest)
+    change = history.change_since(history.previous_of(past, digest), entry)
+    try:
+        ctx.sink.put(
+            history_name(ctx),
+            data={"history.json": history.to_text(history.append(past, entry, ctx.settings.validate.history_limit))},
+        )
+    except RunnerError as exc:
+        logs.get_logger().warning("verdict history not written", reason=exc.message)
+    return history.with_baseline(ctrf, change.previous), _announce(ctx, change)
+
+
+def captured(where: str, change: str) -> StepResult:
+    """The verdict capture's result: a regression is a warning (the run is never plain green)."""
+    if "REGRESSED" in change:
+        return StepResult.warned(f"{where}; {change}", classification="validation-regressed")
+    return StepResult.ok(f"{where}; {change}" if change else where)
+
+
+def _announce(ctx: RunContext, change: history.Change) -> str:
+    """What changed: on the report (summary.txt lists its warnings) and as Events."""
+    if change.previous is None or not (change.regressed or change.recovered):
+        return ""
+    since = str(change.previous.get("time", "the previous run"))
+    ctx.on_verdict_change(change.regressed, change.recovered, since)
+    said = []
+    if change.regressed:
+        said.append(f"REGRESSED since {since}: {', '.join(change.regressed)}")
+        ctx.report.warnings.append(f"validation regressed since {since}: {', '.join(change.regressed)}")
+    if change.recovered:
+        said.append(f"recovered since {since}: {', '.join(change.recovered)}")
+    return "; ".join(said)
+
+
+def _digest_of(ctx: RunContext) -> str:
+    """An install's recipe digest (a validation-only run read it with the recipe)."""
+    path = ctx.recipe_path
+    return f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}" if path.is_file() else ""
