@@ -81,6 +81,8 @@ class RunFindings:
     aicr_version: capabilities.AicrVersion | None = None
     #: ``sha256:<hex>`` of the recipe a validation-only run validates against.
     recipe_digest: str = ""
+    #: Checks that passed in the previous verdict of the same recipe and fail now.
+    regressed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
