@@ -33,7 +33,7 @@ from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet, RealNode, derive_image, load_image
 from e2e.harness.node.model import JobRun
 from e2e.harness.procs import wait_for
-from e2e.scenarios import RELEASE, RunResults, releases_in
+from e2e.scenarios import CHART, RELEASE, RunResults, releases_in
 from e2e.test_real_aicr import HELM_REDIRECT, HELM_REDIRECT_DIR
 from e2e.tools import tool
 from e2e.validators import deployment_controllers, more_controllers
@@ -431,3 +431,48 @@ def test_the_cronjob_controller_runs_a_revalidation_on_schedule_and_what_it_cost
 def _seconds(start: str, end: str) -> float:
     layout = "%Y-%m-%dT%H:%M:%SZ"
     return (datetime.strptime(end, layout) - datetime.strptime(start, layout)).total_seconds()
+
+
+@pytest.mark.timeout(900)
+def test_a_revalidation_with_aicr_preinstalled_in_the_image_downloads_nothing(  # noqa: PLR0917 - fixtures
+    helm: Helm,
+    control_plane: ControlPlane,
+    installed: Installed,
+    release_mirror: FolderMirror,
+    real_aicr_release: Path,
+    tmp_path: Path,
+) -> None:
+    """The way not to download the release on every run: the image carries aicr,
+    ``aicrBinary.path`` and ``aicrBinary.sha256`` name and pin it. The Job is the
+    CronJob's template as the chart renders it with those values (the image of
+    this module already holds the real aicr at PREINSTALLED_AICR)."""
+    env, plane = installed, control_plane
+    values = {**env.values, "aicrBinary": {"path": PREINSTALLED_AICR, "sha256": env.aicr_sha256}}
+    [cronjob] = [d for d in helm.template(RELEASE, CHART, env.namespace, values=values) if d["kind"] == "CronJob"]
+    name = "revalidate-preinstalled"
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": cronjob["spec"]["jobTemplate"]["spec"],
+    }
+    before, served = helm_state(helm), len(release_mirror.requests)
+    plane.admin.create(f"/apis/batch/v1/namespaces/{env.namespace}/jobs", body)
+    run = env.kubelet.run_job(RELEASE, env.namespace, job_name=name, timeout=600)
+
+    assert run.exit_code == 0, run.describe()
+    assert release_mirror.requests[served:] == [], "nothing downloaded"
+    results = RunResults(plane, env.namespace)
+    assert_validated_only(results)
+    fetch = results.step("fetch")
+    assert PREINSTALLED_AICR in fetch["message"], fetch
+    assert verdict(results) == {n: status for n, _, status in rv.CHECKS}
+    assert run.pod_name in history(plane, env.namespace)[-1]["runBy"]
+    assert helm_state(helm) == before, "no helm release changed"
+    figures = {
+        "downloaded_bytes": sum(mirror_bytes(release_mirror, real_aicr_release.parent, served).values()),
+        "pod_seconds": round(run.containers[-1].seconds, 1),
+        "fetch_seconds": round(fetch["durationSeconds"], 1),
+    }
+    (tmp_path / "revalidate-preinstalled-figures.json").write_text(json.dumps(figures, indent=2, sort_keys=True))
+    print("\nrevalidate, aicr preinstalled:", json.dumps(figures, sort_keys=True))
