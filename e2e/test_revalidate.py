@@ -159,6 +159,11 @@ def revalidate(plane: ControlPlane, env: Installed, name: str) -> JobRun:
     return env.kubelet.run_job(RELEASE, env.namespace, job_name=name, timeout=600)
 
 
+def by(run: JobRun) -> str:
+    """A re-validation's ``runBy`` in the verdict history."""
+    return f"revalidate {run.job_name}/{run.pod_name}"
+
+
 def verdict(results: RunResults) -> dict[str, str]:
     ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])
     return {t["name"]: t["status"] for t in ctrf["results"]["tests"]}
@@ -248,7 +253,7 @@ def test_a_revalidation_from_the_cronjob_validates_only_against_the_recorded_rec
     entries = history(plane, env.namespace)
     assert [e["runBy"].split()[0] for e in entries] == ["install", "revalidate"], entries
     assert entries[0] == install_entry
-    assert run.pod_name in entries[1]["runBy"], entries[1]
+    assert entries[1]["runBy"] == by(run), entries[1]
     assert {e["recipeDigest"] for e in entries} == {digest}
     assert entries[1]["checks"]["passed"] == ["expected-resources", "gpu-operator-version", "operator-health"]
     for forbidden in ("aicr recipe", "aicr bundle", "deploy.sh"):
@@ -276,7 +281,7 @@ def test_a_regression_is_an_event_on_the_job_and_the_cronjob_and_a_recovery_foll
     assert verdict(results)["operator-health"] == "failed"
     entries = history(plane, env.namespace)
     previous, regressed = entries[-2], entries[-1]
-    assert run.pod_name in regressed["runBy"]
+    assert regressed["runBy"] == by(run)
     assert regressed["checks"]["failed"] == ["operator-health"], regressed
     note = f"checks that passed on {previous['time']} now fail: operator-health"
     assert ("Warning", "ValidationRegressed", note) in events_on(plane, env.namespace, "Job", run.job_name)
@@ -289,7 +294,7 @@ def test_a_regression_is_an_event_on_the_job_and_the_cronjob_and_a_recovery_foll
 
     assert recovered_run.exit_code == 0, recovered_run.describe()
     entries = history(plane, env.namespace)
-    assert [e["runBy"].split()[-1] for e in entries[-2:]] == [run.pod_name, recovered_run.pod_name], entries
+    assert [e["runBy"] for e in entries[-2:]] == [by(run), by(recovered_run)], entries
     assert "failed" not in entries[-1]["checks"]
     note = f"checks that failed on {regressed['time']} now pass: operator-health"
     events = events_on(plane, env.namespace, "Job", recovered_run.job_name)
@@ -390,7 +395,7 @@ def test_the_cronjob_controller_runs_a_revalidation_on_schedule_and_what_it_cost
     results = RunResults(plane, env.namespace)
     assert_validated_only(results)
     assert verdict(results) == {n: status for n, _, status in rv.CHECKS}
-    assert run.pod_name in history(plane, env.namespace)[-1]["runBy"]
+    assert history(plane, env.namespace)[-1]["runBy"] == by(run)
     job = plane.admin.get(f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{name}")
     assert job["metadata"]["annotations"].get("cronjob.kubernetes.io/instantiate") != "manual", "scheduled"
     wait_for(
@@ -465,7 +470,7 @@ def test_a_revalidation_with_aicr_preinstalled_in_the_image_downloads_nothing(  
     fetch = results.step("fetch")
     assert PREINSTALLED_AICR in fetch["message"], fetch
     assert verdict(results) == {n: status for n, _, status in rv.CHECKS}
-    assert run.pod_name in history(plane, env.namespace)[-1]["runBy"]
+    assert history(plane, env.namespace)[-1]["runBy"] == by(run)
     assert helm_state(helm) == before, "no helm release changed"
     figures = {
         "downloaded_bytes": sum(mirror_bytes(release_mirror, real_aicr_release.parent, served).values()),
