@@ -397,7 +397,12 @@ def test_the_cronjob_controller_runs_a_revalidation_on_schedule_and_what_it_cost
     assert verdict(results) == {n: status for n, _, status in rv.CHECKS}
     assert history(plane, env.namespace)[-1]["runBy"] == by(run)
     job = plane.admin.get(f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{name}")
-    assert job["metadata"]["annotations"].get("cronjob.kubernetes.io/instantiate") != "manual", "scheduled"
+    annotations = job["metadata"]["annotations"]
+    assert annotations.get("cronjob.kubernetes.io/instantiate") != "manual", annotations
+    # The controller's own mark: the schedule time it ran (every minute: on the minute).
+    scheduled = annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+    assert scheduled.endswith(":00Z"), scheduled
+    assert name == f"{CRONJOB}-{int(datetime.fromisoformat(scheduled).timestamp()) // 60}", (name, scheduled)
     wait_for(
         lambda: (plane.admin.get(f"/apis/batch/v1/namespaces/{env.namespace}/jobs/{name}")["status"]).get(
             "completionTime"
