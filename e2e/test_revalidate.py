@@ -277,7 +277,8 @@ def test_a_regression_is_an_event_on_the_job_and_the_cronjob_and_a_recovery_foll
     assert run.termination_message.startswith("Failed (exit 8): "), run.describe()
     assert rv.NO_OPERATOR_POD in run.termination_message, run.describe()
     results = RunResults(plane, env.namespace)
-    assert results.report()["phase"] == "Failed"
+    report = results.report()
+    assert report["phase"] == "Failed"
     assert verdict(results)["operator-health"] == "failed"
     entries = history(plane, env.namespace)
     previous, regressed = entries[-2], entries[-1]
@@ -286,6 +287,8 @@ def test_a_regression_is_an_event_on_the_job_and_the_cronjob_and_a_recovery_foll
     note = f"checks that passed on {previous['time']} now fail: operator-health"
     assert ("Warning", "ValidationRegressed", note) in events_on(plane, env.namespace, "Job", run.job_name)
     assert ("Warning", "ValidationRegressed", note) in events_on(plane, env.namespace, "CronJob", CRONJOB)
+    assert f"validation regressed since {previous['time']}: operator-health" in report["warnings"], report
+    assert "validation regressed" in results.data("aicr-run-status")["summary.txt"]
     capture = results.step("capture-verdict")
     assert capture["status"] == "warned", capture
     assert f"; REGRESSED since {previous['time']}: operator-health" in capture["message"], capture
@@ -326,6 +329,7 @@ def test_a_revalidation_while_an_install_holds_the_lease_ends_at_once_with_exit_
     results = RunResults(plane, env.namespace)
     report = results.report()
     assert report["exitCode"] == 33, report
+    assert "install in progress, not validated" in report["message"], report
     lease = results.step("lease")
     assert lease["status"] == "failed", lease
     assert holder in lease["message"], lease
