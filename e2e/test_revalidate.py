@@ -19,7 +19,7 @@ import secrets
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -72,11 +72,11 @@ WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 class Installed:
     namespace: str
     kubelet: Kubelet
-    install_job: str
+    #: sha256 of the real aicr the image holds at PREINSTALLED_AICR
     aicr_sha256: str
+    #: the release's values (``helm get values``)
     values: dict[str, Any]
     workdir: Path
-    figures: dict[str, Any] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def installed(  # noqa: PLR0917 - fixtures
         assert run.exit_code == 0, run.describe()
         values = yaml.safe_load(helm.run("get", "values", RELEASE, "-n", namespace, "-o", "yaml").stdout)
         sha = hashlib.sha256(binary.read_bytes()).hexdigest()
-        yield Installed(namespace, kubelet, run.job_name, sha, values, work)
+        yield Installed(namespace, kubelet, sha, values, work)
         for ref in eks_recipe["recipe"]["componentRefs"]:
             if ref["name"] in releases_in(helm, ref["namespace"]):
                 helm.uninstall(ref["name"], ref["namespace"])
@@ -432,7 +432,6 @@ def test_the_cronjob_controller_runs_a_revalidation_on_schedule_and_what_it_cost
         "fetch_seconds": round(results.step("fetch")["durationSeconds"], 1),
         "job_seconds": _seconds(job["status"]["startTime"], job["status"]["completionTime"]),
     }
-    env.figures["scheduled"] = figures
     (tmp_path / "revalidate-figures.json").write_text(json.dumps(figures, indent=2, sort_keys=True))
     print("\nrevalidate, one scheduled run:", json.dumps(figures, sort_keys=True))
     # Each run downloads the aicr release again (the image has no aicr).
