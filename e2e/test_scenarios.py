@@ -200,6 +200,7 @@ def test_org_pack_install_deploys_the_packs_charts_for_real(
         "bundle": "succeeded",
         "verify": "succeeded",
         "lease": "succeeded",
+        "snapshot": "skipped",
         "deploy": "succeeded",
         "validate": "skipped",
         "capture-verdict": "skipped",

@@ -215,6 +215,12 @@ class JobEvents:
                 "Warning", "ValidationRegressed", f"checks that passed on {since} now fail: {', '.join(regressed)}"
             )
 
+    def cluster_changed(self, changes: Sequence[str], since: str) -> None:
+        """Normal ``ClusterChanged``: what the snapshot found different from the previous one."""
+        if changes:
+            note = f"since {since}: {'; '.join(changes)}"
+            self._record("Normal", "ClusterChanged", "snapshot", note, cap_exempt=True)
+
     def _on_cronjob(self, kind: str, reason: str, note: str) -> None:
         """The same Event on the CronJob that started this Job (its ownerReference), if one did."""
         owner: list[tuple[str, str] | None] = []
