@@ -96,12 +96,18 @@ def cmd_snapshot(args: list[str], log: Logger) -> int:
 def _check(selectors: list[str], tolerations: list[str], parsed: Any) -> None:
     for selector in selectors:
         if not _SELECTOR.fullmatch(selector):
-            raise AicrError("INVALID_REQUEST", f"invalid node-selector format: {selector}, expected key=value")
+            cause = f'[INVALID_REQUEST] invalid format "{selector}", expected key=value'
+            raise AicrError("INVALID_REQUEST", "invalid node-selector", cause)
     for toleration in tolerations:
         if not _TOLERATION.fullmatch(toleration):
-            raise AicrError("INVALID_REQUEST", f"invalid toleration format: {toleration}, expected key=value:effect")
+            cause = f'[INVALID_REQUEST] invalid format "{toleration}", expected key=value:effect or key:effect'
+            raise AicrError("INVALID_REQUEST", "invalid toleration", cause)
     if parsed.get("require-gpu") and parsed.get("runtime-class"):
-        raise AicrError("INVALID_REQUEST", "--require-gpu and --runtime-class are mutually exclusive")
+        raise AicrError(
+            "INVALID_REQUEST",
+            "--require-gpu and --runtime-class are mutually exclusive; prefer --runtime-class, which provides "
+            "nvidia-smi access via the container runtime without consuming a GPU allocation",
+        )
 
 
 def _target(output: str) -> Path | None:

@@ -5,7 +5,8 @@ The runner's own Job
 
 ``kubectl describe job``, ``kubectl get events`` and the event views of Argo CD
 and Lens show what the run did: a Normal Event per step that ran and ended (its
-one-line reason), ``DeployProgress`` while deploy.sh installs, and at the end
+one-line reason), ``DeployProgress`` while deploy.sh installs, ``ClusterChanged``
+when the snapshot step found the cluster changed since the previous run, and at the end
 ``RunSucceeded``, or a Warning ``RunFailed``, ``RunSucceededWithFailures`` (failed
 components under --best-effort), ``RunSucceededInconclusive`` (validation ran no
 check) or ``RunInterrupted``. They are
