@@ -274,9 +274,10 @@ def install(  # noqa: PLR0917 - one install's inputs
     deploy_flags: str,
     *,
     fail_on_error: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> str:
-    """The chart for CRITERIA with validation of the deployment phase; returns
-    the API server's version (the snapshot's)."""
+    """The chart for CRITERIA with validation of the deployment phase (plus the
+    ``extra`` top-level values); returns the API server's version (the snapshot's)."""
     server_version = snapshot_configmap(plane, namespace)
     path = f"{HELM_REDIRECT_DIR}:{image_path(kubelet)}"
     helm.install(
@@ -298,6 +299,7 @@ def install(  # noqa: PLR0917 - one install's inputs
                 # One pod: a failed run is not retried behind the test's back.
                 "backoffLimit": 0,
             },
+            **(extra or {}),
         },
     )
     return server_version

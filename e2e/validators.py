@@ -41,6 +41,7 @@ __all__ = [
     "VALIDATOR_IMAGE",
     "ValidatorsMissing",
     "deployment_controllers",
+    "more_controllers",
     "validator_archive",
     "validator_image",
 ]
@@ -152,9 +153,16 @@ def _podman_exists(tag: str) -> bool:
 @contextmanager
 def deployment_controllers(plane: ControlPlane, workdir: Path) -> Iterator[None]:
     """kube-controller-manager with only the Deployment and ReplicaSet controllers,
-    next to the session's (which runs neither), while the block runs. It uses the
-    session controller manager's identity (each controller then acts as its own
-    ServiceAccount, as in a cluster)."""
+    next to the session's (which runs neither), while the block runs."""
+    with more_controllers(plane, workdir, ("deployment-controller", "replicaset-controller")):
+        yield
+
+
+@contextmanager
+def more_controllers(plane: ControlPlane, workdir: Path, controllers: tuple[str, ...]) -> Iterator[None]:
+    """kube-controller-manager with only ``controllers``, next to the session's,
+    while the block runs. It uses the session controller manager's identity (each
+    controller then acts as its own ServiceAccount, as in a cluster)."""
     workdir.mkdir(parents=True, exist_ok=True)
     proc = start_controller_manager(
         kubeconfig=plane.workdir / "kube-controller-manager.kubeconfig",
@@ -162,7 +170,7 @@ def deployment_controllers(plane: ControlPlane, workdir: Path) -> Iterator[None]
         service_account_key=_signing_key(plane),
         admin=plane.admin,
         workdir=workdir,
-        controllers=("deployment-controller", "replicaset-controller"),
+        controllers=controllers,
     )
     try:
         yield

@@ -223,6 +223,13 @@ def _needs_no_escape(body: str) -> bool:
     return body.isascii() and not body.encode("ascii").translate(None, _JSON_PLAIN).strip(b"\n")
 
 
+#: One writer at a time on the pod log: the child pump relays while other threads
+#: (a status write's retries, oras) log events, and a line split by another
+#: thread's write is a line no log shipper can parse. Reentrant: an event
+#: flushes the relay buffer first, under the same lock.
+_POD_LOG_LOCK = threading.RLock()
+
+
 class _Relay:
     """Relayed child output, straight to the pod log in the configured format.
 
@@ -284,19 +291,24 @@ class _Relay:
         self._add(head, memoryview(rendered)[: len(rendered) - len(head)])
 
     def _add(self, *parts: bytes | memoryview) -> None:
-        self._parts += parts
-        self._size += sum(map(len, parts))
-        now = time.monotonic()
-        if self._since is None:
-            self._since = now
-        if self._size >= self.MAX_BUFFERED_BYTES or now - self._since >= self.MAX_DELAY_SECONDS:
-            self.flush()
+        with _POD_LOG_LOCK:
+            self._parts += parts
+            self._size += sum(map(len, parts))
+            now = time.monotonic()
+            if self._since is None:
+                self._since = now
+            if self._size >= self.MAX_BUFFERED_BYTES or now - self._since >= self.MAX_DELAY_SECONDS:
+                self.flush()
 
     def flush_if_due(self) -> None:
         if self._since is not None and time.monotonic() - self._since >= self.MAX_DELAY_SECONDS:
             self.flush()
 
     def flush(self) -> None:
+        with _POD_LOG_LOCK:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
         if not self._parts:
             return
         stream = self.stream if self.stream is not None else sys.stderr
@@ -349,12 +361,11 @@ class _PodLog:
     def __init__(self, stream: TextIO | None) -> None:
         #: None: whatever sys.stderr is at write time (tests swap it).
         self.stream = stream
-        self._lock = threading.Lock()
 
     def msg(self, line: str) -> None:
-        _relay.flush()
         stream = self.stream if self.stream is not None else sys.stderr
-        with self._lock:
+        with _POD_LOG_LOCK:
+            _relay.flush()
             stream.write(line + "\n")
             stream.flush()
 

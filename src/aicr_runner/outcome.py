@@ -86,7 +86,9 @@ def _announce(settings: RunnerSettings, invocation: Invocation, report: RunRepor
         log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
     else:
         log.error(report.message, exit_code=report.exit_code, status=sink.describe(settings.status_configmap or "-"))
-    if invocation.mode is Mode.RUN:
+    # A Job runs `run` or `validate` (the re-validation CronJob): both end with the
+    # pod's termination message, which `kubectl get pods` and alerts read.
+    if invocation.mode is not Mode.PLAN:
         try:
             Path(settings.termination_message_path).write_text(logs.redact(line)[:_TERMINATION_MESSAGE_LIMIT])
         except OSError as exc:

@@ -9,6 +9,7 @@ import logging
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,40 @@ def test_a_stdlib_record_with_a_traceback_is_rendered_and_masked(fmt: LogFormat)
         json.loads(text)["exception"] if fmt is LogFormat.JSON else text
     )
     assert text.startswith("{" if fmt is LogFormat.JSON else "20")
+
+
+def _relay_blocks(count: int) -> None:
+    for n in range(count):
+        logs.relay(f"helm line {n} a\nhelm line {n} b\nhelm line {n} c\n", step="deploy", source="deploy.sh")
+        logs.flush_relay()
+
+
+@pytest.mark.parametrize("fmt", list(LogFormat))
+def test_relayed_lines_and_events_from_two_threads_never_split_a_line(tmp_path: Path, fmt: LogFormat) -> None:
+    # The pump thread relays deploy.sh while another thread (a status write's
+    # retry) logs an event: each line in the pod log must stay whole.
+    pod_log = tmp_path / "pod.log"
+    blocks, events = 3000, 3000
+    with pod_log.open("w", encoding="utf-8") as stream:
+        logs.configure(fmt, stream)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+        try:
+            relaying = threading.Thread(target=_relay_blocks, args=(blocks,))
+            relaying.start()
+            log = logs.get_logger(step="deploy")
+            for n in range(events):
+                log.warning("Kubernetes API write retry", attempt=n)
+            relaying.join()
+            logs.flush_relay()
+        finally:
+            sys.setswitchinterval(switch)
+            logs.configure()
+    lines = pod_log.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == blocks * 3 + events
+    if fmt is LogFormat.JSON:
+        records = [json.loads(line) for line in lines]
+        assert sum(record["event"] == "Kubernetes API write retry" for record in records) == events
+    else:
+        assert all(STAMP.match(line) for line in lines), [line for line in lines if not STAMP.match(line)][:3]
+        assert sum("Kubernetes API write retry" in line for line in lines) == events

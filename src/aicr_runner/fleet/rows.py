@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aicr_runner.kube.openreports import LAST_RUN_ANNOTATION, RELEASE_LABEL
+from aicr_runner.kube.openreports import LAST_RUN_ANNOTATION, REGRESSED_ANNOTATION, RELEASE_LABEL
 
 __all__ = ["Row", "is_green", "render_json", "render_table", "rows_from_configmaps", "rows_from_reports"]
 
@@ -35,7 +35,8 @@ class Row:
     failed: int | None = None
     skipped: int | None = None
     other: int | None = None
-    #: Neither the report nor the status ConfigMap records regressions yet: always None ("-").
+    #: Checks regressed since the previous verdict (the report's annotation); None ("-")
+    #: for a status ConfigMap's row, which does not record them.
     regressions: int | None = None
     last_run: str = "-"
     source: str = "-"
@@ -63,6 +64,11 @@ def _first_property(body: Mapping[str, Any], key: str) -> str:
     return "-"
 
 
+def _regressions(annotations: Mapping[str, Any]) -> int:
+    """The report names its regressed checks only when there are some."""
+    return len([name for name in str(annotations.get(REGRESSED_ANNOTATION) or "").split(",") if name.strip()])
+
+
 def rows_from_reports(context: str, kind: str, reports: Iterable[Mapping[str, Any]]) -> list[Row]:
     rows = []
     for body in reports:
@@ -80,6 +86,7 @@ def rows_from_reports(context: str, kind: str, reports: Iterable[Mapping[str, An
                 failed=int(summary.get("fail") or 0),
                 skipped=int(summary.get("skip") or 0),
                 other=int(summary.get("error") or 0) + int(summary.get("warn") or 0),
+                regressions=_regressions(metadata.get("annotations") or {}),
                 last_run=str((metadata.get("annotations") or {}).get(LAST_RUN_ANNOTATION) or "-"),
                 source=kind,
             )

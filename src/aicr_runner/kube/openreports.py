@@ -31,12 +31,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aicr_runner.text import cut
+
 __all__ = [
     "CUT_ANNOTATION",
     "LAST_RUN_ANNOTATION",
     "MAX_BODY_BYTES",
     "MAX_RESULTS",
     "OPENREPORTS",
+    "REGRESSED_ANNOTATION",
     "RELEASE_LABEL",
     "SOURCE",
     "WGPOLICY",
@@ -52,6 +55,11 @@ __all__ = [
 SOURCE = "aicr"
 LAST_RUN_ANNOTATION = "aicr.nvidia.com/last-run"
 CUT_ANNOTATION = "aicr.nvidia.com/results-cut"
+#: The checks that passed in the previous verdict of the same recipe and fail now
+#: (comma-separated; absent when none did): what ``aicr-runner fleet`` counts.
+REGRESSED_ANNOTATION = "aicr.nvidia.com/regressed"
+#: An annotation is read by people and tables: the names, cut to a line.
+_MAX_REGRESSED_CHARS = 1024
 #: Not ``app.kubernetes.io/instance``: Argo CD tracks (and prunes) objects by that
 #: label, and the report is the runner's, not part of the rendered release.
 RELEASE_LABEL = "aicr.nvidia.com/release"
@@ -108,6 +116,8 @@ class RunFacts:
     run_by: str
     evidence_configmap: str
     when: datetime
+    #: The checks that regressed since the previous verdict of the same recipe.
+    regressed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,6 +242,8 @@ def report_body(api: ReportApi, facts: RunFacts, entries: Sequence[Entry]) -> di
     for entry in entries:
         summary[entry.result] = summary.get(entry.result, 0) + 1
     annotations = {LAST_RUN_ANNOTATION: facts.when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if facts.regressed:
+        annotations[REGRESSED_ANNOTATION] = cut(",".join(facts.regressed), _MAX_REGRESSED_CHARS)
     labels = {"app.kubernetes.io/name": "nvidia-aicr", "app.kubernetes.io/managed-by": "aicr-runner"}
     if facts.release:
         labels[RELEASE_LABEL] = facts.release

@@ -83,6 +83,8 @@ class RunFindings:
     recipe_digest: str = ""
     #: The run's snapshot for ``validate --snapshot`` (``cm://ns/name`` or a file); "": none.
     snapshot: str = ""
+    #: Checks that passed in the previous verdict of the same recipe and fail now.
+    regressed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

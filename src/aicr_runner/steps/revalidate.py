@@ -99,6 +99,7 @@ def _announce(ctx: RunContext, change: history.Change) -> str:
     if change.previous is None or not (change.regressed or change.recovered):
         return ""
     since = str(change.previous.get("time", "the previous run"))
+    ctx.findings.regressed = tuple(change.regressed)
     ctx.on_verdict_change(change.regressed, change.recovered, since)
     said = []
     if change.regressed:

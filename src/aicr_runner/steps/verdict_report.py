@@ -80,6 +80,7 @@ def facts_of(ctx: RunContext, namespace: str, *, evidence_stored: bool) -> RunFa
         run_by=report.run_by,
         evidence_configmap=s.validate.evidence_configmap if evidence_stored else "",
         when=utcnow(),
+        regressed=ctx.findings.regressed,
     )
 
 

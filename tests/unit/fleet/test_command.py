@@ -18,8 +18,16 @@ import yaml
 
 from aicr_runner import cli
 from aicr_runner.errors import ExitCode
-from aicr_runner.fleet.rows import Row, age, is_green, render_table, rows_from_configmaps, rows_from_reports
-from aicr_runner.kube.openreports import LAST_RUN_ANNOTATION, RELEASE_LABEL
+from aicr_runner.fleet.rows import (
+    Row,
+    age,
+    is_green,
+    render_json,
+    render_table,
+    rows_from_configmaps,
+    rows_from_reports,
+)
+from aicr_runner.kube.openreports import LAST_RUN_ANNOTATION, REGRESSED_ANNOTATION, RELEASE_LABEL
 
 
 def report(namespace: str, release: str, summary: dict[str, int]) -> dict[str, Any]:
@@ -209,6 +217,16 @@ def test_an_unreadable_kubeconfig_is_named(tmp_path: Path, capsys: pytest.Captur
 def test_a_report_with_failures_is_failed_and_a_report_without_passes_inconclusive() -> None:
     rows = rows_from_reports("c", "Report", [report("a", "a", {"pass": 3, "fail": 1}), report("b", "b", {"skip": 2})])
     assert [(r.phase, is_green(r)) for r in rows] == [("Failed", False), ("Inconclusive", False)]
+
+
+def test_regressions_are_the_checks_the_reports_annotation_names_and_a_configmap_row_has_none() -> None:
+    regressed = report("a", "a", {"pass": 2, "fail": 2})
+    regressed["metadata"]["annotations"][REGRESSED_ANNOTATION] = "operator-health,gpu-operator-version"
+    rows = rows_from_reports("c", "Report", [regressed, report("b", "b", {"pass": 3})])
+    assert [r.regressions for r in rows] == [2, 0]
+    [from_status] = rows_from_configmaps("c", [status_configmap("d", "Succeeded")], set())
+    assert from_status.regressions is None
+    assert json.loads(render_json(rows, datetime(2026, 12, 5, 12, 0, tzinfo=UTC)))["rows"][0]["regressions"] == 2
 
 
 def test_configmaps_of_namespaces_with_a_report_are_left_out() -> None:

@@ -312,3 +312,15 @@ def test_the_strict_schema_catches_what_the_api_server_would_drop_or_refuse() ->
     body = reports.report_body(WGPOLICY, FACTS, [Entry("a", "a", "deployment", "passed", "ok")])
     with pytest.raises(jsonschema.ValidationError, match="'passed' is not one of"):
         jsonschema.Draft7Validator(schema).validate(body)
+
+
+def test_the_regressed_checks_are_an_annotation_only_when_some_regressed() -> None:
+    body = reports.report_body(OPENREPORTS, FACTS, [])
+    assert reports.REGRESSED_ANNOTATION not in body["metadata"]["annotations"]
+    regressed = RunFacts(**{**FACTS.__dict__, "regressed": ("operator-health", "gpu-operator-version")})
+    body = reports.report_body(OPENREPORTS, regressed, [])
+    assert body["metadata"]["annotations"][reports.REGRESSED_ANNOTATION] == "operator-health,gpu-operator-version"
+    many = RunFacts(**{**FACTS.__dict__, "regressed": tuple(f"check-{i:04d}" for i in range(400))})
+    value = reports.report_body(OPENREPORTS, many, [])["metadata"]["annotations"][reports.REGRESSED_ANNOTATION]
+    assert len(value) == 1024
+    assert value.endswith("...")

@@ -18,6 +18,7 @@ from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, ConfigMapSink, Directo
 from aicr_runner.run.machine import Machine, State
 from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import load
+from aicr_runner.steps import verdict_report
 from aicr_runner.steps.context import Mode, RunContext
 from aicr_runner.steps.table import Steps
 from tests.support.fakes import FakeKubeApi
@@ -545,6 +546,8 @@ def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp
     assert result[0] is StepStatus.WARNED
     assert "REGRESSED since" in result[2]
     assert told == [(["operator-health"], [])]
+    assert ctx.findings.regressed == ("operator-health",)
+    assert verdict_report.facts_of(ctx, "ns", evidence_stored=False).regressed == ("operator-health",)
     entries = json.loads(api.objects[("ns", "aicr-validate-result-history")]["data"]["history.json"])  # type: ignore[index]
     assert [e["checks"] for e in entries] == [{"passed": ["operator-health"]}, {"failed": ["operator-health"]}]
     assert entries[0]["recipeDigest"].startswith("sha256:")
