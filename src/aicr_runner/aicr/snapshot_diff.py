@@ -10,17 +10,24 @@ The snapshot schema (aicr v0.11.1): ``kind: Snapshot``, ``measurements`` a list
 of ``{type, subtypes: [{subtype, data: {key: scalar}}]}``. A collector that failed
 leaves its reading out (aicr degrades silently), so a fact missing from either
 side is not compared: an unread reading is not a change.
+
+Node labels come from the ``NodeTopology/label`` readings (cluster-wide, every
+node's labels): one per label key, ``<value>|<node>,<node>...``; a key whose
+nodes carry different values is split into ``<key>.<value>`` keys. Each becomes
+a fact ``node label <key>`` (``<value> on <nodes>``, or ``on <n> nodes`` past
+``NODE_NAMES`` nodes), compared only when both snapshots read labels.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-__all__ = ["FACTS", "SnapshotFormatError", "changes", "describe", "facts", "facts_of", "taken_at"]
+__all__ = ["FACTS", "LABEL_FACT", "SnapshotFormatError", "changes", "describe", "facts", "facts_of", "taken_at"]
 
 #: fact -> the readings it comes from, first found wins: (type, subtype, key).
 FACTS: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -34,6 +41,15 @@ FACTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "kubelet version": (("K8s", "node", "kubelet-version"),),
     "node count": (("NodeTopology", "summary", "node-count"),),
 }
+
+
+#: The prefix of a node label's fact.
+LABEL_FACT = "node label "
+#: Node names listed in a label's fact; past this, the count.
+NODE_NAMES = 3
+#: Label changes listed; past this, how many more.
+LABEL_CHANGES = 10
+_MORE = re.compile(r"^\(\+(\d+) more\)$")
 
 
 class SnapshotFormatError(ValueError):
@@ -75,7 +91,22 @@ def facts(text: str) -> dict[str, str]:
         value = next((readings[s] for s in sources if readings.get(s, "") != ""), None)
         if value is not None:
             out[name] = value
+    for (kind, subtype, key), reading in sorted(readings.items()):
+        if (kind, subtype) == ("NodeTopology", "label"):
+            out[LABEL_FACT + key] = _label(reading)
     return out
+
+
+def _label(reading: str) -> str:
+    """``<value>|<nodes>`` as ``<value> on <nodes>`` (or ``on <n> nodes``)."""
+    value, _, listed = reading.partition("|")
+    value = value or '""'
+    nodes = [n for n in listed.split(",") if n]
+    hidden = _MORE.match(nodes[-1]) if nodes else None
+    count = len(nodes) - 1 + int(hidden.group(1)) if hidden else len(nodes)
+    if hidden or count > NODE_NAMES:
+        return f"{value} on {count} nodes"
+    return f"{value} on {', '.join(nodes) or 'no node'}"
 
 
 def facts_of(stored: str) -> dict[str, str]:
@@ -95,12 +126,30 @@ def taken_at(text: str) -> str:
 
 
 def changes(previous: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
-    """``fact: old -> new`` for every fact both read and that differs, in ``FACTS`` order."""
-    return [
+    """``fact: old -> new`` for every fact both read and that differs, in ``FACTS``
+    order, then the node labels (``absent`` on the side without the label) when
+    both read labels, the first ``LABEL_CHANGES`` of them."""
+    found = [
         f"{name}: {previous[name]} -> {current[name]}"
         for name in FACTS
         if name in previous and name in current and previous[name] != current[name]
     ]
+    return found + _label_changes(previous, current)
+
+
+def _label_changes(previous: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    before = {k: v for k, v in previous.items() if k.startswith(LABEL_FACT)}
+    after = {k: v for k, v in current.items() if k.startswith(LABEL_FACT)}
+    if not before or not after:
+        return []
+    changed = [
+        f"{key}: {before.get(key, 'absent')} -> {after.get(key, 'absent')}"
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    ]
+    if len(changed) > LABEL_CHANGES:
+        return [*changed[:LABEL_CHANGES], f"and {len(changed) - LABEL_CHANGES} more node label changes"]
+    return changed
 
 
 def describe(found: Mapping[str, str]) -> str:
@@ -116,5 +165,6 @@ def describe(found: Mapping[str, str]) -> str:
         parts.append("no GPU on the agent's node")
     parts += [found[name] for name in ("OS",) if name in found]
     if "node count" in found:
-        parts.append(f"{found['node count']} nodes")
+        nodes = found["node count"]
+        parts.append(f"{nodes} node" if nodes == "1" else f"{nodes} nodes")
     return ", ".join(parts) or "no readings"

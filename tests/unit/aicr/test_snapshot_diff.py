@@ -22,6 +22,7 @@ def snapshot(
     nodes: int = 3,
     timestamp: str = "2026-12-05T10:00:00Z",
     node: str = "gpu-node-1",
+    labels: dict[str, str] | None = None,
 ) -> str:
     doc: dict[str, Any] = {
         "kind": "Snapshot",
@@ -48,6 +49,9 @@ def snapshot(
             ]},
         ],
     }  # fmt: skip
+    if labels is not None:
+        # aicr v0.11.1's encoding: key -> "<value>|<node>,<node>" (every node's labels).
+        doc["measurements"][-1]["subtypes"].append({"subtype": "label", "data": labels})
     return yaml.safe_dump(doc)
 
 
@@ -97,6 +101,7 @@ def test_describe_says_the_cluster_in_one_line() -> None:
     )
     assert "no GPU" in snapshot_diff.describe(snapshot_diff.facts(snapshot(gpus=0)))
     assert snapshot_diff.describe({}) == "no readings"
+    assert snapshot_diff.describe(snapshot_diff.facts(snapshot(nodes=1))).endswith(", 1 node")
 
 
 def test_stored_facts_read_back_and_garbage_reads_as_none() -> None:
@@ -119,3 +124,59 @@ def test_stored_facts_read_back_and_garbage_reads_as_none() -> None:
 def test_a_document_that_is_not_a_snapshot_is_refused_by_name(text: str, reason: str) -> None:
     with pytest.raises(snapshot_diff.SnapshotFormatError, match=reason):
         snapshot_diff.facts(text)
+
+
+POOL = "nvidia.com/gpu.product"
+
+
+def test_a_node_label_that_changed_value_is_reported_with_its_nodes() -> None:
+    before = snapshot_diff.facts(snapshot(labels={POOL: "H100|gpu-node-1", "kubernetes.io/os": "linux|gpu-node-1"}))
+    after = snapshot_diff.facts(snapshot(labels={POOL: "H200|gpu-node-1", "kubernetes.io/os": "linux|gpu-node-1"}))
+    assert before[f"node label {POOL}"] == "H100 on gpu-node-1"
+    assert snapshot_diff.changes(before, after) == [f"node label {POOL}: H100 on gpu-node-1 -> H200 on gpu-node-1"]
+
+
+def test_a_node_label_added_or_removed_is_reported_against_absent() -> None:
+    before = snapshot_diff.facts(snapshot(labels={"a.example/gone": "x|gpu-node-1", "kubernetes.io/os": "linux|n1"}))
+    after = snapshot_diff.facts(snapshot(labels={"kubernetes.io/os": "linux|n1", "b.example/new": "|n1,n2"}))
+    assert snapshot_diff.changes(before, after) == [
+        "node label a.example/gone: x on gpu-node-1 -> absent",
+        'node label b.example/new: absent -> "" on n1, n2',
+    ]
+
+
+def test_node_labels_on_many_nodes_are_counted_and_a_truncated_list_counts_what_it_withholds() -> None:
+    found = snapshot_diff.facts(
+        snapshot(labels={"kubernetes.io/os": "linux|n1,n2,n3,n4", "zone": "a|n1,n2,(+10 more)", "few": "b|n1,n2,n3"})
+    )
+    assert found["node label kubernetes.io/os"] == "linux on 4 nodes"
+    assert found["node label zone"] == "a on 12 nodes"
+    assert found["node label few"] == "b on n1, n2, n3"
+
+
+def test_labels_read_by_only_one_snapshot_are_not_compared() -> None:
+    """A snapshot without label readings (the collector failed, or facts stored
+    before labels were compared) is no change in every label."""
+    without = snapshot_diff.facts(snapshot())
+    with_labels = snapshot_diff.facts(snapshot(labels={POOL: "H100|gpu-node-1"}))
+    assert snapshot_diff.changes(without, with_labels) == []
+    assert snapshot_diff.changes(with_labels, without) == []
+
+
+def test_label_changes_past_the_limit_are_counted() -> None:
+    count = snapshot_diff.LABEL_CHANGES + 3
+    before = snapshot_diff.facts(snapshot(labels={f"l{i:02}": "a|n1" for i in range(count)}))
+    after = snapshot_diff.facts(snapshot(labels={f"l{i:02}": "b|n1" for i in range(count)}))
+    found = snapshot_diff.changes(before, after)
+    assert found[0] == "node label l00: a on n1 -> b on n1"
+    assert len(found) == snapshot_diff.LABEL_CHANGES + 1
+    assert found[-1] == "and 3 more node label changes"
+
+
+def test_label_changes_follow_the_other_facts() -> None:
+    before = snapshot_diff.facts(snapshot(labels={POOL: "H100|gpu-node-1"}))
+    after = snapshot_diff.facts(snapshot(driver="570.86.15", labels={POOL: "H200|gpu-node-1"}))
+    assert snapshot_diff.changes(before, after) == [
+        "GPU driver: 560.35.03 -> 570.86.15",
+        f"node label {POOL}: H100 on gpu-node-1 -> H200 on gpu-node-1",
+    ]
