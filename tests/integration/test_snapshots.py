@@ -8,7 +8,9 @@ cluster. A failed snapshot never fails the run: validate then takes its own.
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,19 @@ def step(report: dict[str, Any], state: str) -> dict[str, Any]:
     return next(s for s in report["steps"] if s["state"] == state)
 
 
+def evidence_files(tmp: Path) -> dict[str, bytes]:
+    """The runner's evidence archive (``aicr-evidence-bundle``'s ``evidence.tgz``, the
+    directory ``evidence/``): path in the directory -> bytes."""
+    archive = (tmp / "results" / "aicr-evidence-bundle" / "evidence.tgz").read_bytes()
+    files: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            extracted = tar.extractfile(member) if member.isfile() else None
+            if extracted is not None:
+                files[member.name.removeprefix("evidence/")] = extracted.read()
+    return files
+
+
 def test_an_install_snapshots_before_deploy_and_a_revalidation_reports_what_changed(fake: Path, tmp_path: Path) -> None:
     code, report, invoked = go(fake, tmp_path, ["run"])
     assert code == 0, report["message"]
@@ -62,6 +77,11 @@ def test_an_install_snapshots_before_deploy_and_a_revalidation_reports_what_chan
     assert json.loads((kept / "facts.json").read_text())["facts"]["GPU driver"] == "560.35.03"
     assert (kept / "snapshot.yaml").read_text().startswith("kind: Snapshot")
     assert report["clusterChanges"] == []
+    # The snapshot validate was given is kept with the evidence, beside aicr's summary bundle.
+    files = evidence_files(tmp_path)
+    assert files["snapshot.yaml"] == (kept / "snapshot.yaml").read_bytes()
+    assert any(name.startswith("summary-bundle/") for name in files), sorted(files)
+    assert step(report, "capture-evidence")["status"] == "succeeded"
 
     # The driver and Kubernetes were upgraded; a node was added.
     recipe = tmp_path / "results" / "aicr-recipe" / "recipe.yaml"
@@ -108,3 +128,4 @@ def test_off_by_default_no_snapshot_is_taken(fake: Path, tmp_path: Path) -> None
     )
     assert "snapshot" not in [subcommand(argv) for argv in invoked]
     assert "--snapshot" not in next(argv for argv in invoked if subcommand(argv) == "validate")
+    assert "snapshot.yaml" not in evidence_files(tmp_path)

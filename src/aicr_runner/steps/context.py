@@ -83,6 +83,8 @@ class RunFindings:
     recipe_digest: str = ""
     #: The run's snapshot for ``validate --snapshot`` (``cm://ns/name`` or a file); "": none.
     snapshot: str = ""
+    #: That snapshot's document, put into the evidence directory after validate.
+    snapshot_document: str = ""
     #: Checks that passed in the previous verdict of the same recipe and fail now.
     regressed: tuple[str, ...] = ()
 

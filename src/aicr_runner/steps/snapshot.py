@@ -10,7 +10,10 @@ The runner keeps the readings it compares (``facts.json``) and the document
 (``snapshot.yaml``, or ``snapshot.yaml.gz`` when large; left out when even that is
 over the ConfigMap budget) in ``snapshot.configmap`` in its own namespace,
 replaced each run: the previous run's facts are read from there first, and what
-changed goes into the run summary and a ``ClusterChanged`` Event.
+changed goes into the run summary and a ``ClusterChanged`` Event. When validate
+writes an evidence directory, the document goes into it too (``snapshot.yaml``,
+beside aicr's ``summary-bundle/``, whose signed contents it does not touch), so
+the evidence the runner keeps carries the cluster it was taken on.
 
 Advisory, always: a diagnostics snapshot never blocks an install or a
 re-validation. A failed snapshot is a warned step (its reason in the summary's
@@ -32,10 +35,12 @@ from aicr_runner.run.machine import State, StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
 
-__all__ = ["AGENT_CONFIGMAP", "take", "validate_argv"]
+__all__ = ["AGENT_CONFIGMAP", "EVIDENCE_FILE", "into_evidence", "take", "validate_argv"]
 
 #: The ConfigMap the agent writes in ``snapshot.namespace`` (replaced each run).
 AGENT_CONFIGMAP = commands.SNAPSHOT_AGENT_NAME
+#: The snapshot's name in the evidence directory.
+EVIDENCE_FILE = "snapshot.yaml"
 _TAIL_LINES = 60
 _ADVISORY = "advisory: the run goes on, validate takes its own snapshot"
 
@@ -70,8 +75,18 @@ def take(ctx: RunContext, aicr: Path) -> StepResult:
     except snapshot_diff.SnapshotFormatError as exc:
         return _advisory(f"the snapshot in {output} is unreadable: {exc}", "snapshot-unreadable")
     ctx.findings.snapshot = output
+    ctx.findings.snapshot_document = text
     said = f"snapshot {output}: {snapshot_diff.describe(found)}"
     return _compared(ctx, text, found, said)
+
+
+def into_evidence(ctx: RunContext) -> bool:
+    """The run's snapshot into the evidence directory validate wrote (none written: nothing)."""
+    text = ctx.findings.snapshot_document
+    if not text or not ctx.evidence_dir.is_dir():
+        return False
+    (ctx.evidence_dir / EVIDENCE_FILE).write_text(text, encoding="utf-8")
+    return True
 
 
 def _advisory(reason: str, classification: str) -> StepResult:
