@@ -92,6 +92,7 @@ SUCCEEDED_STEPS = {
     "bundle": "succeeded",
     "verify": "succeeded",
     "lease": "succeeded",
+    "snapshot": "skipped",
     "deploy": "succeeded",
     "validate": "skipped",
     "capture-verdict": "skipped",

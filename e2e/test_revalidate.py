@@ -77,6 +77,8 @@ class Installed:
     #: the release's values (``helm get values``)
     values: dict[str, Any]
     workdir: Path
+    #: (namespace, name) of every Helm release this install owns: the chart's and the recipe's components'
+    owned: frozenset[tuple[str, str]]
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +115,8 @@ def installed(  # noqa: PLR0917 - fixtures
         assert run.exit_code == 0, run.describe()
         values = yaml.safe_load(helm.run("get", "values", RELEASE, "-n", namespace, "-o", "yaml").stdout)
         sha = hashlib.sha256(binary.read_bytes()).hexdigest()
-        yield Installed(namespace, kubelet, sha, values, work)
+        components = {(ref["namespace"], ref["name"]) for ref in eks_recipe["recipe"]["componentRefs"]}
+        yield Installed(namespace, kubelet, sha, values, work, frozenset({(namespace, RELEASE), *components}))
         for ref in eks_recipe["recipe"]["componentRefs"]:
             if ref["name"] in releases_in(helm, ref["namespace"]):
                 helm.uninstall(ref["name"], ref["namespace"])
@@ -130,9 +133,18 @@ def kubectl(plane: ControlPlane, *args: str) -> str:
     return proc.stdout
 
 
-def helm_state(helm: Helm) -> dict[str, tuple[str, int, str]]:
-    """Every release of the cluster: name -> (namespace, revision, status)."""
-    return {r["name"]: (r["namespace"], int(r["revision"]), r["status"]) for r in helm.list_releases()}
+def helm_state(helm: Helm, env: Installed) -> dict[tuple[str, str], tuple[int, str]]:
+    """The install's own releases: (namespace, name) -> (revision, status). Only
+    its own: the session's other tests leave releases of the same names in other
+    namespaces, some still being retried by their Jobs."""
+    state = {
+        (r["namespace"], r["name"]): (int(r["revision"]), r["status"])
+        for r in helm.list_releases()
+        if (r["namespace"], r["name"]) in env.owned
+    }
+    assert (env.namespace, RELEASE) in state, state
+    assert len(state) > 1, f"the install's components: {state}"
+    return state
 
 
 def history(plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
@@ -231,8 +243,8 @@ def test_a_revalidation_from_the_cronjob_validates_only_against_the_recorded_rec
     helm: Helm, control_plane: ControlPlane, installed: Installed
 ) -> None:
     env, plane = installed, control_plane
-    before = helm_state(helm)
-    assert before[RELEASE] == (env.namespace, 1, "deployed")
+    before = helm_state(helm, env)
+    assert before[env.namespace, RELEASE] == (1, "deployed")
     [install_entry] = history(plane, env.namespace)
     assert install_entry["runBy"].startswith("install "), install_entry
 
@@ -240,7 +252,7 @@ def test_a_revalidation_from_the_cronjob_validates_only_against_the_recorded_rec
 
     assert run.exit_code == 0, run.describe()
     assert run.termination_message == SUCCEEDED, run.describe()
-    assert helm_state(helm) == before, "no helm release changed"
+    assert helm_state(helm, env) == before, "no helm release changed"
     results = RunResults(plane, env.namespace)
     assert_validated_only(results)
     digest = recorded_recipe_digest(plane, env.namespace)
@@ -265,7 +277,7 @@ def test_a_regression_is_an_event_on_the_job_and_the_cronjob_and_a_recovery_foll
     helm: Helm, control_plane: ControlPlane, installed: Installed
 ) -> None:
     env, plane = installed, control_plane
-    before = helm_state(helm)
+    before = helm_state(helm, env)
     scale_operator(plane, 0)
     try:
         run = revalidate(plane, env, "revalidate-regressed")
@@ -303,7 +315,7 @@ def test_a_regression_is_an_event_on_the_job_and_the_cronjob_and_a_recovery_foll
     events = events_on(plane, env.namespace, "Job", recovered_run.job_name)
     assert ("Normal", "ValidationRecovered", note) in events, events
     assert not [e for e in events if e[1] == "ValidationRegressed"], events
-    assert helm_state(helm) == before, "no helm release changed"
+    assert helm_state(helm, env) == before, "no helm release changed"
 
 
 @pytest.mark.timeout(900)
@@ -317,7 +329,7 @@ def test_a_revalidation_while_an_install_holds_the_lease_ends_at_once_with_exit_
     held = plane.admin.merge_patch(
         path, {"spec": {"holderIdentity": holder, "acquireTime": now, "renewTime": now, "leaseDurationSeconds": 600}}
     )
-    before = (helm_state(helm), history(plane, env.namespace))
+    before = (helm_state(helm, env), history(plane, env.namespace))
     try:
         run = revalidate(plane, env, "revalidate-during-install")
         after = plane.admin.get(path)
@@ -338,7 +350,7 @@ def test_a_revalidation_while_an_install_holds_the_lease_ends_at_once_with_exit_
     assert steps.get("validate", "skipped") == "skipped", steps
     # The install is not disturbed: its Lease untouched, no release, no history entry.
     assert after["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
-    assert (helm_state(helm), history(plane, env.namespace)) == before
+    assert (helm_state(helm, env), history(plane, env.namespace)) == before
 
 
 def mirror_bytes(mirror: FolderMirror, root: Path, start: int) -> dict[str, int]:
@@ -386,7 +398,7 @@ def test_the_cronjob_controller_runs_a_revalidation_on_schedule_and_what_it_cost
     tmp_path: Path,
 ) -> None:
     env, plane = installed, control_plane
-    before = helm_state(helm)
+    before = helm_state(helm, env)
     served, since = len(release_mirror.requests), plane.audit_offset()
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     # The CronJob controller only for this test: the schedule is every minute.
@@ -395,7 +407,7 @@ def test_the_cronjob_controller_runs_a_revalidation_on_schedule_and_what_it_cost
     run = env.kubelet.run_job(RELEASE, env.namespace, job_name=name, timeout=600)
 
     assert run.exit_code == 0, run.describe()
-    assert helm_state(helm) == before, "no helm release changed"
+    assert helm_state(helm, env) == before, "no helm release changed"
     results = RunResults(plane, env.namespace)
     assert_validated_only(results)
     assert verdict(results) == {n: status for n, _, status in rv.CHECKS}
@@ -467,7 +479,7 @@ def test_a_revalidation_with_aicr_preinstalled_in_the_image_downloads_nothing(  
         "metadata": {"name": name},
         "spec": cronjob["spec"]["jobTemplate"]["spec"],
     }
-    before, served = helm_state(helm), len(release_mirror.requests)
+    before, served = helm_state(helm, env), len(release_mirror.requests)
     plane.admin.create(f"/apis/batch/v1/namespaces/{env.namespace}/jobs", body)
     run = env.kubelet.run_job(RELEASE, env.namespace, job_name=name, timeout=600)
 
@@ -479,7 +491,7 @@ def test_a_revalidation_with_aicr_preinstalled_in_the_image_downloads_nothing(  
     assert PREINSTALLED_AICR in fetch["message"], fetch
     assert verdict(results) == {n: status for n, _, status in rv.CHECKS}
     assert history(plane, env.namespace)[-1]["runBy"] == by(run)
-    assert helm_state(helm) == before, "no helm release changed"
+    assert helm_state(helm, env) == before, "no helm release changed"
     figures = {
         "downloaded_bytes": sum(mirror_bytes(release_mirror, real_aicr_release.parent, served).values()),
         "pod_seconds": round(run.containers[-1].seconds, 1),

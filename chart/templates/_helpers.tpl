@@ -70,6 +70,31 @@ to a repository without one.
 {{- end -}}
 {{- end -}}
 
+{{/*
+The snapshot agent's image: snapshot.image, else aicr's own
+(ghcr.io/nvidia/aicr:<aicrVersion>) with global.imageRegistry applied as to
+image.repository.
+*/}}
+{{- define "nvidia-aicr.snapshotImage" -}}
+{{- if .Values.snapshot.image -}}
+{{- toString .Values.snapshot.image -}}
+{{- else -}}
+{{- $image := dict "repository" "ghcr.io/nvidia/aicr" -}}
+{{- $repository := include "nvidia-aicr.imageRepository" (dict "Values" (dict "image" $image "global" .Values.global)) -}}
+{{- printf "%s:%s" $repository (toString .Values.aicrVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* snapshot.nodeSelector as aicr's key=value list (JSON), sorted by key. */}}
+{{- define "nvidia-aicr.snapshotNodeSelector" -}}
+{{- $selectors := list -}}
+{{- $map := default dict .Values.snapshot.nodeSelector -}}
+{{- range $key := keys $map | sortAlpha -}}
+{{- $selectors = append $selectors (printf "%s=%s" $key (toString (index $map $key))) -}}
+{{- end -}}
+{{- toJson $selectors -}}
+{{- end -}}
+
 {{/* The runner image reference: by digest when image.digest is set. */}}
 {{- define "nvidia-aicr.image" -}}
 {{- $img := .Values.image -}}

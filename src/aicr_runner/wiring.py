@@ -103,7 +103,7 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
             version_output=version_output,
             lease=lease,
             progress=lambda: publish_status(report),
-            **_event_hooks(events),
+            **_event_hooks(events, cluster),
             on_lease_lost=_stop_when_lease_lost(shutdown),
             report_target=_report_target(cluster),
             recipe_file=invocation.recipe_file,
@@ -120,11 +120,18 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
     return code
 
 
-def _event_hooks(events: JobEvents | None) -> dict[str, Any]:
-    """What the steps tell the Job's Events: the deploy's progress, a verdict's change."""
+def _event_hooks(events: JobEvents | None, cluster: Cluster | None) -> dict[str, Any]:
+    """What the steps tell the Job's Events (the deploy's progress, a verdict's or the
+    cluster's change) and read from the cluster (the snapshot agent's ConfigMap)."""
+    read = {"read_configmap": None if cluster is None else cluster[0].get_configmap_data}
     if events is None:
-        return {"on_deploy_progress": _told_nothing, "on_verdict_change": _told_nothing_changed}
-    return {"on_deploy_progress": events.deploy_progress, "on_verdict_change": events.verdict_changed}
+        return {"on_deploy_progress": _told_nothing, "on_verdict_change": _told_nothing_changed, **read}
+    return {
+        "on_deploy_progress": events.deploy_progress,
+        "on_verdict_change": events.verdict_changed,
+        "on_cluster_change": events.cluster_changed,
+        **read,
+    }
 
 
 def _told_nothing_changed(regressed: Sequence[str], recovered: Sequence[str], since: str) -> None:

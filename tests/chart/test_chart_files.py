@@ -261,6 +261,7 @@ def test_sub_objects_refuse_unknown_keys() -> None:
         "job.resources",
         "job.affinity",
         "job.nodeSelector",
+        "snapshot.nodeSelector",
         "job.podLabels",
         "job.podAnnotations",
         "job.annotations",

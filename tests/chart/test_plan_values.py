@@ -43,6 +43,15 @@ CLUSTER_ONLY = {
     "REPORTS__API",
     "REPORTS__NAME",
     "REPORTS__RELEASE",
+    # aicr snapshot runs an agent Job in a cluster; plan snapshots nothing.
+    "SNAPSHOT__ENABLED",
+    "SNAPSHOT__IMAGE",
+    "SNAPSHOT__PRIVILEGED",
+    "SNAPSHOT__NODE_SELECTOR",
+    "SNAPSHOT__TOLERATIONS",
+    "SNAPSHOT__TIMEOUT_SECONDS",
+    "SNAPSHOT__NAMESPACE",
+    "SNAPSHOT__CONFIGMAP",
 }
 DEFAULTS = yaml.safe_load((ROOT / "chart" / "values.yaml").read_text())
 

@@ -53,6 +53,10 @@ FAKE_AICR_ORAS=<path>             evidence publish pushes for real with this ora
                                   (credentials: $DOCKER_CONFIG/config.json, passed
                                   as --registry-config; signed mode also attaches
                                   a stand-in Sigstore bundle with `oras attach`)
+FAKE_AICR_SNAPSHOT_RESULT=...     ok | job-failed | unauthorized (exit 0 / 8 / 4)
+FAKE_AICR_SNAPSHOT_FACTS=<json>   snapshot readings over the defaults, {"Type.subtype.key": value}
+                                  (null: not read); snapshot.py
+FAKE_AICR_CONFIGMAP_DIR=<dir>     where `-o cm://ns/name` is written (<dir>/ns/name/snapshot.yaml)
 FAKE_AICR_PUBLISH_FAIL=...        unauthorized | unavailable: simulated push failure
 """
 

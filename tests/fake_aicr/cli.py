@@ -39,6 +39,7 @@ USAGE:
    aicr [global options] command [command options]
 
 COMMANDS:
+   snapshot   Capture cluster configuration snapshot (the agent simulated)
    recipe     Generate a recipe from criteria (recipe list: the overlay catalog)
    bundle     Render a deployment bundle from a recipe
    verify     Verify a bundle's checksums and trust level
@@ -105,6 +106,10 @@ def _command_flags(command: str) -> list[Flag]:
         from .validate import validate_flags
 
         return validate_flags()
+    if command == "snapshot":
+        from .snapshot import SNAPSHOT_FLAGS
+
+        return SNAPSHOT_FLAGS
     return []
 
 
@@ -162,11 +167,14 @@ def main(argv: Sequence[str]) -> int:
     if done is not None:
         return done
     log = Logger(json_mode=json_mode, debug_mode=debug)
-    if not args or (args[0] in ("recipe", "bundle", "validate") and {"--help", "-h"} & {*args[1:2], *args[-1:]}):
+    if not args or (
+        args[0] in ("recipe", "bundle", "validate", "snapshot") and {"--help", "-h"} & {*args[1:2], *args[-1:]}
+    ):
         return _print_help(args[0]) if args else _print_usage()
     command, rest = args[0], args[1:]
     handlers: dict[str, Callable[[list[str], Logger], int]] = {
         "recipe": cmd_recipe,
+        "snapshot": _lazy("snapshot", "cmd_snapshot"),
         "bundle": _lazy("bundle", "cmd_bundle"),
         "verify": _lazy("bundle", "cmd_verify"),
         "validate": _lazy("validate", "cmd_validate"),

@@ -237,7 +237,7 @@ def parse_flags(args: Sequence[str], flags: Sequence[Flag]) -> Parsed:
 
 def _bool_value(name: str, text: str) -> bool:
     if text.lower() not in ("true", "false", "1", "0"):
-        raise UsageError(f'invalid boolean value "{text}" for -{name}')
+        raise UsageError(f'invalid value "{text}" for flag -{name}: parse error')  # urfave/cli's words (0.11.1)
     return text.lower() in ("true", "1")
 
 

@@ -49,7 +49,8 @@ def test_validation_only_runs_validate_against_the_recorded_recipe_and_nothing_e
     code, report, invoked = validate(fake, recorded, tmp_path)
     assert code == 0, report["message"]
     assert [s["state"] for s in report["steps"]] == [
-        "fetch", "pack", "lease", "recorded-recipe", "validate", "capture-verdict", "publish", "capture-evidence"
+        "fetch", "pack", "lease", "recorded-recipe", "snapshot", "validate", "capture-verdict", "publish",
+        "capture-evidence",
     ]  # fmt: skip
     assert report["phase"] == "Succeeded"
     assert report["message"].startswith("AICR validation complete")

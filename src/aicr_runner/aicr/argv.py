@@ -27,16 +27,23 @@ from aicr_runner.settings.config import PublishMode, RunnerSettings
 __all__ = [
     "AICR_GLOBAL_FLAGS",
     "PREINSTALLED_DRIVER_SETS",
+    "SNAPSHOT_AGENT_NAME",
     "bundle_argv",
     "deploy_argv",
     "publish_argv",
     "recipe_argv",
+    "snapshot_argv",
     "split_flags",
     "validate_argv",
     "verify_argv",
 ]
 
 AICR_GLOBAL_FLAGS: tuple[str, ...] = ("--log-json",)
+
+#: The snapshot agent's Job and ServiceAccount (aicr deletes both, and a Role of that
+#: name, when it is done): the runner's own, so it never removes another caller's
+#: ``aicr`` agent nor the runner's ServiceAccount.
+SNAPSHOT_AGENT_NAME = "aicr-runner-snapshot"
 
 #: environment.preinstalledDriver (the bash chart's bundle sets): all three are needed for aicr's
 #: driver-ownership coherence gate.
@@ -95,6 +102,22 @@ def deploy_argv(settings: RunnerSettings, bundle_dir: Path) -> list[str]:
     return argv + split_flags(settings.deploy.flags) + list(settings.deploy.args)
 
 
+def snapshot_argv(settings: RunnerSettings, aicr: Path | str, output: str, aicr_version: str) -> list[str]:
+    """``aicr snapshot``: the agent Job in ``snapshot.namespace``, under the runner's own
+    Job and ServiceAccount names; ``output`` is ``cm://<ns>/<name>`` or a ``*.yaml`` file
+    (aicr picks a reader by the extension)."""
+    snap = settings.snapshot
+    argv = _aicr(aicr, "snapshot", "--namespace", snap.namespace, "--image", snap.agent_image(aicr_version))
+    argv += ["--job-name", SNAPSHOT_AGENT_NAME, "--service-account-name", SNAPSHOT_AGENT_NAME]
+    argv.append(f"--privileged={'true' if snap.privileged else 'false'}")
+    argv += ["--timeout", f"{snap.timeout_seconds}s"]
+    for selector in snap.node_selector:
+        argv += ["--node-selector", selector]
+    for toleration in snap.tolerations:
+        argv += ["--toleration", toleration]
+    return [*argv, "--output", output]
+
+
 def validate_argv(  # noqa: PLR0917 - same positional shape as the other builders
     settings: RunnerSettings,
     aicr: Path | str,
@@ -102,11 +125,16 @@ def validate_argv(  # noqa: PLR0917 - same positional shape as the other builder
     pack: Path | None,
     ctrf: Path,
     evidence_dir: Path,
+    *,
+    snapshot: str = "",
 ) -> list[str]:
     """``aicr validate``: one ``--phase`` per phase (an empty list would mean all
-    phases to aicr; the settings refuse it), evidence only when asked for."""
+    phases to aicr; the settings refuse it), evidence only when asked for; with the
+    run's ``snapshot`` (``cm://`` or a file) aicr starts no agent of its own."""
     validate = settings.validate
     argv = _aicr(aicr, "validate", "--recipe", str(recipe))
+    if snapshot:
+        argv += ["--snapshot", snapshot]
     for phase in validate.phases:
         argv += ["--phase", phase.value]
     argv += _data(pack)

@@ -5,7 +5,8 @@ The runner's own Job
 
 ``kubectl describe job``, ``kubectl get events`` and the event views of Argo CD
 and Lens show what the run did: a Normal Event per step that ran and ended (its
-one-line reason), ``DeployProgress`` while deploy.sh installs, and at the end
+one-line reason), ``DeployProgress`` while deploy.sh installs, ``ClusterChanged``
+when the snapshot step found the cluster changed since the previous run, and at the end
 ``RunSucceeded``, or a Warning ``RunFailed``, ``RunSucceededWithFailures`` (failed
 components under --best-effort), ``RunSucceededInconclusive`` (validation ran no
 check) or ``RunInterrupted``. They are
@@ -214,6 +215,12 @@ class JobEvents:
             self._on_cronjob(
                 "Warning", "ValidationRegressed", f"checks that passed on {since} now fail: {', '.join(regressed)}"
             )
+
+    def cluster_changed(self, changes: Sequence[str], since: str) -> None:
+        """Normal ``ClusterChanged``: what the snapshot found different from the previous one."""
+        if changes:
+            note = f"since {since}: {'; '.join(changes)}"
+            self._record("Normal", "ClusterChanged", "snapshot", note, cap_exempt=True)
 
     def _on_cronjob(self, kind: str, reason: str, note: str) -> None:
         """The same Event on the CronJob that started this Job (its ownerReference), if one did."""

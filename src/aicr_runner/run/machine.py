@@ -36,8 +36,9 @@ class State(StrEnum):
     BUNDLE = "bundle"
     VERIFY = "verify"
     LEASE = "lease"
-    DEPLOY = "deploy"
     RECORDED_RECIPE = "recorded-recipe"
+    SNAPSHOT = "snapshot"
+    DEPLOY = "deploy"
     VALIDATE = "validate"
     CAPTURE_VERDICT = "capture-verdict"
     PUBLISH = "publish"
@@ -55,7 +56,8 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
     S.CHECK_RECIPE:     (S.BUNDLE,           S.DONE),              # expectations, before bundle
     S.BUNDLE:           (S.VERIFY,           S.DONE),
     S.VERIFY:           (S.LEASE,            S.DONE),
-    S.LEASE:            (S.DEPLOY,           S.DONE),              # one installer at a time
+    S.LEASE:            (S.SNAPSHOT,         S.DONE),              # one installer at a time
+    S.SNAPSHOT:         (S.DEPLOY,           S.DEPLOY),            # advisory: never blocks an install
     S.DEPLOY:           (S.VALIDATE,         S.DONE),
     S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
     S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),           # evidence still captured
@@ -70,7 +72,8 @@ VALIDATE_TRANSITIONS: dict[State, tuple[State, State]] = {
     S.FETCH:            (S.PACK,             S.DONE),
     S.PACK:             (S.LEASE,            S.DONE),
     S.LEASE:            (S.RECORDED_RECIPE,  S.DONE),              # never a half-installed cluster
-    S.RECORDED_RECIPE:  (S.VALIDATE,         S.DONE),
+    S.RECORDED_RECIPE:  (S.SNAPSHOT,         S.DONE),
+    S.SNAPSHOT:         (S.VALIDATE,         S.VALIDATE),          # advisory: validate then takes its own
     S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
     S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),
     S.PUBLISH:          (S.CAPTURE_EVIDENCE, S.CAPTURE_EVIDENCE),
@@ -78,7 +81,7 @@ VALIDATE_TRANSITIONS: dict[State, tuple[State, State]] = {
 }  # fmt: skip
 
 #: Failures in these states do not end the run; ``final_exit`` weighs them last.
-GATED_STATES = frozenset({S.CAPTURE_RECIPE, S.VALIDATE, S.CAPTURE_VERDICT, S.PUBLISH, S.CAPTURE_EVIDENCE})
+GATED_STATES = frozenset({S.CAPTURE_RECIPE, S.SNAPSHOT, S.VALIDATE, S.CAPTURE_VERDICT, S.PUBLISH, S.CAPTURE_EVIDENCE})
 #: Failures where the step is not what went wrong (the fetch step refuses settings
 #: once it knows the aicr): the run's message names the cause, by classification.
 FAILURE_HEADINGS = {

@@ -103,6 +103,9 @@ class RunReport:
     #: run of a release writes the same status ConfigMap, and during an upgrade the
     #: old run's pod may still be stopping while the new one starts.
     run_by: str = ""
+    #: What changed in the cluster since the previous snapshot (``fact: old -> new``), and since when.
+    cluster_changes: list[str] = field(default_factory=list)
+    cluster_changed_since: str = ""
 
     def step(self, state: str) -> StepRecord:
         for record in self.steps:
@@ -130,6 +133,7 @@ class RunReport:
             "supportedCombinations": list(self.supported_combinations),
             "failedComponents": list(self.failed_components),
             "runBy": self.run_by,
+            "clusterChanges": list(self.cluster_changes),
         }
 
     def to_json(self) -> str:
@@ -153,6 +157,9 @@ class RunReport:
         for record in self.steps:
             if record.progress is not None:
                 lines += ["", *progress_table(record.state, record.progress)]
+        if self.cluster_changes:
+            lines += ["", f"cluster changed since {self.cluster_changed_since or 'the previous snapshot'}:"]
+            lines += [f"- {change}" for change in self.cluster_changes]
         if self.failed_components:
             lines += ["", f"failed components: {', '.join(self.failed_components)}"]
         if self.provenance:

@@ -533,6 +533,39 @@ def _issuer(value: object) -> str:
     return _url(("https",), "an OIDC issuer needs none")(value)
 
 
+#: A snapshot agent's ``--node-selector`` (``key=value``, aicr's own form).
+_NODE_SELECTOR = r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?=[A-Za-z0-9._-]*"
+#: A snapshot agent's ``--toleration`` (``key=value:Effect`` or ``key:Effect``, aicr's own form).
+_TOLERATION = (
+    r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(=[A-Za-z0-9._-]*)?"
+    r":(NoSchedule|PreferNoSchedule|NoExecute)"
+)
+
+
+def _snapshot_image(value: object) -> str:
+    return _pattern(
+        r"[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128})?(@sha256:[0-9a-f]{64})?",
+        "an image reference like ghcr.io/nvidia/aicr:v0.11.1 (registry/path[:tag][@sha256:digest])",
+    )(value)
+
+
+def _node_selector(value: object) -> str:
+    return _whole(value, _NODE_SELECTOR, "a node selector key=value (a label key and a label value)", limit=316)
+
+
+def _toleration(value: object) -> str:
+    allowed = "a toleration key=value:Effect or key:Effect (Effect: NoSchedule, PreferNoSchedule or NoExecute)"
+    return _whole(value, _TOLERATION, allowed, limit=340)
+
+
+def _whole(value: object, regex: str, allowed: str, *, limit: int) -> str:
+    """A list item that must match ``regex`` (an empty one too: it is not "unset")."""
+    text = _text(value, limit=limit)
+    if not re.fullmatch(regex, text):
+        raise Invalid(f"must be {allowed}")
+    return text
+
+
 def _host_arch() -> Arch:
     machine = os.uname().machine.lower()  # what platform.machine() returns, without importing it
     return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64

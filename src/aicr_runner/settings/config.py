@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         ReportsSettings,
         RunnerSettings,
         Sha256Pins,
+        SnapshotSettings,
         StepArgs,
         ValidateSettings,
     )
@@ -109,6 +110,7 @@ __all__ = [
     "ReportsSettings",
     "RunnerSettings",
     "Sha256Pins",
+    "SnapshotSettings",
     "StepArgs",
     "ValidateSettings",
     "absolute_path",
@@ -138,6 +140,7 @@ _MODEL_NAMES = frozenset(
         "ReportsSettings",
         "RunnerSettings",
         "Sha256Pins",
+        "SnapshotSettings",
         "StepArgs",
         "ValidateSettings",
     }

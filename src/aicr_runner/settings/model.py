@@ -38,11 +38,14 @@ from aicr_runner.settings.checks import (
     _json_list,
     _k8s_name,
     _k8s_subdomain,
+    _node_selector,
     _oci_reference,
     _pack_reference,
     _plain_text,
     _seconds,
     _sha256_or_empty,
+    _snapshot_image,
+    _toleration,
     _url,
     _version,
     absolute_path,
@@ -65,6 +68,7 @@ __all__ = [
     "ReportsSettings",
     "RunnerSettings",
     "Sha256Pins",
+    "SnapshotSettings",
     "StepArgs",
     "ValidateSettings",
 ]
@@ -237,6 +241,30 @@ class ValidateSettings(StepArgs):
     publish: PublishSettings = Field(default_factory=PublishSettings)
 
 
+class SnapshotSettings(_Group):
+    """``aicr snapshot`` before deploy and before each re-validation (``steps.snapshot``)."""
+
+    enabled: Annotated[bool, _v(_boolean)] = False
+    #: The agent image (``--image``); empty: aicr's own, ``ghcr.io/nvidia/aicr:v<aicr.version>``.
+    image: Annotated[str, _v(_snapshot_image)] = ""
+    #: ``--privileged``: host namespaces and mounts, so the node's OS release and systemd units are read.
+    privileged: Annotated[bool, _v(_boolean)] = True
+    #: ``--node-selector key=value``, one per entry; none: the agent lands on any node.
+    node_selector: Annotated[list[str], _v(_json_list(_node_selector))] = Field(default_factory=list)
+    #: ``--toleration key=value:Effect``; any entry replaces aicr's default (tolerate all).
+    tolerations: Annotated[list[str], _v(_json_list(_toleration))] = Field(default_factory=list)
+    #: ``--timeout``: how long aicr waits for the agent Job.
+    timeout_seconds: Annotated[int, _v(_integer(10, 3600))] = 300
+    #: Where the agent runs and writes its ConfigMap (never the runner's own namespace: aicr
+    #: deletes the ServiceAccount ``aicr`` and its Role there when it is done).
+    namespace: Annotated[str, _v(_k8s_name(63))] = "aicr-validation"
+    #: The runner's copy of this snapshot and the previous one, in the runner's namespace; empty: not kept.
+    configmap: Annotated[str, _v(_k8s_name())] = "aicr-cluster-snapshot"
+
+    def agent_image(self, aicr_version: str) -> str:
+        return self.image or f"ghcr.io/nvidia/aicr:v{aicr_version.removeprefix('v')}"
+
+
 class LeaseSettings(_Group):
     """The install Lease: one installer at a time per chart release."""
 
@@ -319,6 +347,7 @@ with warnings.catch_warnings():
         lease: LeaseSettings = Field(default_factory=LeaseSettings)
         validate: ValidateSettings = Field(default_factory=ValidateSettings)  # type: ignore[assignment]
         reports: ReportsSettings = Field(default_factory=ReportsSettings)
+        snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings)
         status_configmap: Annotated[str, _v(_k8s_name())] = "aicr-run-status"
         #: Namespace of the result ConfigMaps; empty: the pod's.
         namespace: Annotated[str, _v(_k8s_name(63))] = ""

@@ -95,6 +95,7 @@ CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
         "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
         "rerun",  # names a new Job
         "revalidate",  # the CronJob of scheduled re-validations; plan validates nothing
+        "snapshot",  # aicr snapshot runs an agent Job in a cluster; plan snapshots nothing
         "reports",  # the verdict report is written to a cluster's API; plan writes none
         "monitoring",  # kube-state-metrics config, PrometheusRule, dashboard: cluster objects
         "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)

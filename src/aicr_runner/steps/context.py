@@ -81,6 +81,10 @@ class RunFindings:
     aicr_version: capabilities.AicrVersion | None = None
     #: ``sha256:<hex>`` of the recipe a validation-only run validates against.
     recipe_digest: str = ""
+    #: The run's snapshot for ``validate --snapshot`` (``cm://ns/name`` or a file); "": none.
+    snapshot: str = ""
+    #: That snapshot's document, put into the evidence directory after validate.
+    snapshot_document: str = ""
     #: Checks that passed in the previous verdict of the same recipe and fail now.
     regressed: tuple[str, ...] = ()
 
@@ -116,6 +120,10 @@ class RunContext:
     report_target: ReportTarget | None = None
     #: Told a regression or recovery against the previous verdict (regressed, recovered, since): Events.
     on_verdict_change: Callable[[Sequence[str], Sequence[str], str], None] = lambda regressed, recovered, since: None
+    #: Told what changed in the cluster since the previous snapshot (changes, since): an Event.
+    on_cluster_change: Callable[[Sequence[str], str], None] = lambda changes, since: None
+    #: Reads a ConfigMap's data in any namespace (the snapshot agent's); None outside a cluster.
+    read_configmap: Callable[[str, str], Mapping[str, str] | None] | None = None
     #: ``validate --recipe``: the recipe recorded at install (validation-only runs).
     recipe_file: Path | None = None
     findings: RunFindings = field(default_factory=RunFindings)

@@ -38,7 +38,7 @@ from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
 from aicr_runner.steps import deploy as deploy_run
 from aicr_runner.steps import fetch as acquire
-from aicr_runner.steps import revalidate, verdict_report
+from aicr_runner.steps import revalidate, snapshot, verdict_report
 from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = ["Steps"]
@@ -322,6 +322,9 @@ class Steps:
     def recorded_recipe(self) -> StepResult:
         return revalidate.recorded_recipe(self.ctx)
 
+    def snapshot(self) -> StepResult:
+        return snapshot.take(self.ctx, self._binary)
+
     def deploy(self) -> StepResult:
         if self.ctx.mode is Mode.PLAN:
             return StepResult.skipped("plan: nothing is deployed")
@@ -367,12 +370,11 @@ class Steps:
             return StepResult.skipped("validate.enabled=false")
         self.ctx.ctrf_path.unlink(missing_ok=True)
         shutil.rmtree(self.ctx.evidence_dir, ignore_errors=True)
-        argv = commands.validate_argv(
-            self.s, self._binary, self.ctx.recipe_path, self.found.pack, self.ctx.ctrf_path, self.ctx.evidence_dir
-        )
+        argv = snapshot.validate_argv(self.ctx, self._binary)
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
         result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
+        snapshot.into_evidence(self.ctx)
         error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""
         return validate_result(result.exit_code, self.ctx.ctrf_path, self.s.validate, error=error)
 

@@ -327,3 +327,62 @@ def test_args_lists_are_appended_verbatim_and_last(recipe: list[str], bundle: li
 def test_the_flag_order_names_each_criteria_dimension_once() -> None:
     assert len(set(CRITERIA_FLAG_ORDER)) == len(CRITERIA_FLAG_ORDER)
     assert sorted(CRITERIA_FLAG_ORDER) == sorted(CRITERIA_DIMENSIONS)
+
+
+# ---------------------------------------------------------------------------
+# snapshot
+# ---------------------------------------------------------------------------
+
+
+def test_snapshot_defaults_run_aicrs_own_agent_image_under_the_runners_names() -> None:
+    s = load(snapshot__enabled="true")
+    assert commands.snapshot_argv(s, AICR, "cm://aicr-validation/aicr-runner-snapshot", "0.11.1") == [
+        str(AICR),
+        "--log-json",
+        "snapshot",
+        "--namespace",
+        "aicr-validation",
+        "--image",
+        "ghcr.io/nvidia/aicr:v0.11.1",
+        "--job-name",
+        "aicr-runner-snapshot",
+        "--service-account-name",
+        "aicr-runner-snapshot",
+        "--privileged=true",
+        "--timeout",
+        "300s",
+        "--output",
+        "cm://aicr-validation/aicr-runner-snapshot",
+    ]
+
+
+def test_snapshot_full() -> None:
+    s = load(
+        snapshot__image="registry.local:5000/nvidia/aicr:v0.11.1",
+        snapshot__privileged="false",
+        snapshot__timeout_seconds="90",
+        snapshot__namespace="diag",
+        snapshot__node_selector=json.dumps(["nvidia.com/gpu.present=true", "pool=gpu"]),
+        snapshot__tolerations=json.dumps(["nvidia.com/gpu=present:NoSchedule", "dedicated:NoExecute"]),
+    )
+    argv = commands.snapshot_argv(s, AICR, "/w/snapshot.yaml", "v0.11.1")
+    assert argv[argv.index("--image") + 1] == "registry.local:5000/nvidia/aicr:v0.11.1"
+    assert argv[argv.index("--namespace") + 1] == "diag"
+    assert "--privileged=false" in argv
+    assert argv[argv.index("--timeout") + 1] == "90s"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--node-selector"] == [
+        "nvidia.com/gpu.present=true",
+        "pool=gpu",
+    ]
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--toleration"] == [
+        "nvidia.com/gpu=present:NoSchedule",
+        "dedicated:NoExecute",
+    ]
+    assert argv[-2:] == ["--output", "/w/snapshot.yaml"]
+
+
+def test_validate_with_the_runs_snapshot_starts_no_agent_of_its_own() -> None:
+    s = load(validate__enabled="true", validate__args=json.dumps(["--x"]))
+    argv = commands.validate_argv(s, AICR, RECIPE, None, CTRF, EVIDENCE, snapshot="cm://ns/snap")
+    assert argv[3:7] == ["--recipe", str(RECIPE), "--snapshot", "cm://ns/snap"]
+    assert "--snapshot" not in commands.validate_argv(s, AICR, RECIPE, None, CTRF, EVIDENCE)

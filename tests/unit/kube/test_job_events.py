@@ -359,3 +359,21 @@ def test_the_owning_cronjob_is_the_controller_owner_reference_of_kind_cronjob() 
     assert cronjob_owner({"ownerReferences": refs}) == ("t-install-revalidate", "2")
     assert cronjob_owner({"ownerReferences": refs[:1]}) is None
     assert cronjob_owner({}) is None
+
+
+def test_a_changed_cluster_is_one_normal_cluster_changed_event_naming_each_change_even_past_the_cap() -> None:
+    api = FakeKubeApi(job_uids={JOB: "u"})
+    events = recorder(api, Clock())
+    events.cluster_changed([], "t0")
+    assert api.job_events == [], "no change, no Event"
+    for _ in range(MAX_EVENTS):
+        events.step_ended(ended("fetch", StepStatus.SUCCEEDED, "ok"))
+    events.cluster_changed(["GPU driver: 560.35.03 -> 570.86.15", "node count: 3 -> 4"], "2026-12-05T10:00:00Z")
+    body = api.job_events[-1][1]
+    assert (body["type"], body["reason"], body["action"], body["regarding"]["kind"]) == (
+        "Normal",
+        "ClusterChanged",
+        "Snapshot",
+        "Job",
+    )
+    assert body["note"] == "since 2026-12-05T10:00:00Z: GPU driver: 560.35.03 -> 570.86.15; node count: 3 -> 4"

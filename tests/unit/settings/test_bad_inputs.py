@@ -95,6 +95,14 @@ KINDS: dict[str, str] = {
     "VALIDATE__PUBLISH__PLAIN_HTTP": "bool",
     "VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR": "path",
     "VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE": "path",
+    "SNAPSHOT__ENABLED": "bool",
+    "SNAPSHOT__IMAGE": "image",
+    "SNAPSHOT__PRIVILEGED": "bool",
+    "SNAPSHOT__NODE_SELECTOR": "node_selectors",
+    "SNAPSHOT__TOLERATIONS": "tolerations",
+    "SNAPSHOT__TIMEOUT_SECONDS": "snapshot_timeout",
+    "SNAPSHOT__NAMESPACE": "namespace",
+    "SNAPSHOT__CONFIGMAP": "name",
     "REPORTS__API": "reports_api",
     "REPORTS__NAME": "subdomain",
     "REPORTS__RELEASE": "job_name",
@@ -139,8 +147,12 @@ VALID: dict[str, str] = {
     "subdomain": "fast.ssd",
     "job_name": "nvidia-aicr-install",
     "oci_ref": "ghcr.io/org/evidence",
+    "image": "ghcr.io/nvidia/aicr:v0.11.1",
+    "node_selectors": '["nvidia.com/gpu.present=true"]',
+    "tolerations": '["nvidia.com/gpu=present:NoSchedule", "dedicated:NoExecute"]',
+    "snapshot_timeout": "300",
 }
-LIST_KINDS = {"args", "names", "phases"}
+LIST_KINDS = {"args", "names", "phases", "node_selectors", "tolerations"}
 #: JSON lists and flags take whitespace (between items, between flags).
 WHITESPACE_KINDS = {*LIST_KINDS, "flags"}
 
@@ -242,6 +254,19 @@ SPECIFIC: dict[str, list[str]] = {
     "flags": ["--a \x0b b", "--a \x0c b"],
     "args": _LIST_BAD,
     "names": [*_LIST_BAD, '["a\\nb"]', '["a\\u001bb"]'],
+    "image": ["Ghcr.io/x", "aicr", "ghcr.io/nvidia/aicr:", "ghcr.io/a b:1", "ghcr.io/nvidia/aicr@sha256:abc", "-x/y"],
+    "node_selectors": [*_LIST_BAD, '[""]', '["gpu"]', '["=true"]', '["a=b c"]', '["a=b=c"]', '["a/b/c=d"]'],
+    "tolerations": [
+        *_LIST_BAD,
+        '[""]',
+        '["gpu"]',
+        '["gpu=true"]',
+        '["gpu=true:Never"]',
+        '["gpu:noschedule"]',
+        '[":NoSchedule"]',
+        '["a b:NoSchedule"]',
+    ],
+    "snapshot_timeout": [*_INT_BAD, "9", "3601", "-1"],
     "phases": [*_LIST_BAD, '["bogus"]', '["Deployment"]', '["deployment", "all"]', "deployment", '["deployment\\n"]'],
     "name": [*_NAME_BAD, "a.b", "x" * 254],
     "namespace": [*_NAME_BAD, "a.b", "x" * 64],

@@ -1,0 +1,152 @@
+"""The snapshot step: ``aicr snapshot`` before deploy (an install) or before validate (a re-validation).
+
+aicr deploys its agent Job in ``snapshot.namespace``; the agent writes the snapshot
+to the ConfigMap ``aicr-runner-snapshot`` there (``-o cm://…``), which the
+validate step then passes on (``validate --snapshot cm://…``, so validate starts no
+agent of its own). Outside a cluster (``run --results-dir``) the snapshot is a file
+in the work directory instead.
+
+The runner keeps the readings it compares (``facts.json``) and the document
+(``snapshot.yaml``, or ``snapshot.yaml.gz`` when large; left out when even that is
+over the ConfigMap budget) in ``snapshot.configmap`` in its own namespace,
+replaced each run: the previous run's facts are read from there first, and what
+changed goes into the run summary and a ``ClusterChanged`` Event. When validate
+writes an evidence directory, the document goes into it too (``snapshot.yaml``,
+beside aicr's ``summary-bundle/``, whose signed contents it does not touch), so
+the evidence the runner keeps carries the cluster it was taken on.
+
+Advisory, always: a diagnostics snapshot never blocks an install or a
+re-validation. A failed snapshot is a warned step (its reason in the summary's
+warnings) and validate then takes its own snapshot, as it does without one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+
+from aicr_runner.aicr import argv as commands
+from aicr_runner.aicr import recipe, snapshot_diff
+from aicr_runner.errors import RunnerError
+from aicr_runner.kube import sink
+from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
+from aicr_runner.run.machine import State, StepResult
+from aicr_runner.run.report import utcnow
+from aicr_runner.steps.context import Mode, RunContext
+
+__all__ = ["AGENT_CONFIGMAP", "EVIDENCE_FILE", "into_evidence", "take", "validate_argv"]
+
+#: The ConfigMap the agent writes in ``snapshot.namespace`` (replaced each run).
+AGENT_CONFIGMAP = commands.SNAPSHOT_AGENT_NAME
+#: The snapshot's name in the evidence directory.
+EVIDENCE_FILE = "snapshot.yaml"
+_TAIL_LINES = 60
+_ADVISORY = "advisory: the run goes on, validate takes its own snapshot"
+
+
+def validate_argv(ctx: RunContext, aicr: Path) -> list[str]:
+    """``aicr validate`` with the run's snapshot, when the snapshot step took one."""
+    f = ctx.findings
+    return commands.validate_argv(
+        ctx.settings, aicr, ctx.recipe_path, f.pack, ctx.ctrf_path, ctx.evidence_dir, snapshot=f.snapshot
+    )
+
+
+def take(ctx: RunContext, aicr: Path) -> StepResult:
+    """Take the snapshot, keep it, compare it with the previous one."""
+    if ctx.mode is Mode.PLAN:
+        return StepResult.skipped("plan: no snapshot")
+    snap = ctx.settings.snapshot
+    if not snap.enabled:
+        return StepResult.skipped("snapshot.enabled=false")
+    output = _output(ctx)
+    version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.settings.aicr.version
+    tail: deque[str] = deque(maxlen=_TAIL_LINES)
+    result = ctx.run_child(State.SNAPSHOT, commands.snapshot_argv(ctx.settings, aicr, output, version), tail=tail)
+    if result.exit_code != 0:
+        reason = recipe.last_error(list(tail)) or "no error line"
+        return _advisory(f"aicr snapshot failed (exit {result.exit_code}): {reason}", "snapshot-failed")
+    text = _read(ctx, output)
+    if not text:
+        return _advisory(f"aicr snapshot exited 0 but {output} holds no snapshot", "snapshot-missing")
+    try:
+        found = snapshot_diff.facts(text)
+    except snapshot_diff.SnapshotFormatError as exc:
+        return _advisory(f"the snapshot in {output} is unreadable: {exc}", "snapshot-unreadable")
+    ctx.findings.snapshot = output
+    ctx.findings.snapshot_document = text
+    said = f"snapshot {output}: {snapshot_diff.describe(found)}"
+    return _compared(ctx, text, found, said)
+
+
+def into_evidence(ctx: RunContext) -> bool:
+    """The run's snapshot into the evidence directory validate wrote (none written: nothing)."""
+    text = ctx.findings.snapshot_document
+    if not text or not ctx.evidence_dir.is_dir():
+        return False
+    (ctx.evidence_dir / EVIDENCE_FILE).write_text(text, encoding="utf-8")
+    return True
+
+
+def _advisory(reason: str, classification: str) -> StepResult:
+    return StepResult.warned(f"{reason} ({_ADVISORY})", classification=classification)
+
+
+def _output(ctx: RunContext) -> str:
+    if ctx.read_configmap is not None:
+        return f"cm://{ctx.settings.snapshot.namespace}/{AGENT_CONFIGMAP}"
+    # aicr picks a reader by the extension: a snapshot file is always *.yaml.
+    path = ctx.work / "snapshot.yaml"
+    path.unlink(missing_ok=True)
+    return str(path)
+
+
+def _read(ctx: RunContext, output: str) -> str:
+    """The document the agent wrote; "" when there is none."""
+    if not output.startswith("cm://"):
+        path = Path(output)
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    namespace, _, name = output.removeprefix("cm://").partition("/")
+    assert ctx.read_configmap is not None  # noqa: S101 - a cm:// output is chosen only with a reader
+    data = ctx.read_configmap(namespace, name) or {}
+    return data.get(f"snapshot.{data.get('format', 'yaml')}") or data.get("snapshot.yaml", "")
+
+
+def _compared(ctx: RunContext, text: str, found: dict[str, str], said: str) -> StepResult:
+    """The previous run's facts read, this run's kept, what changed said."""
+    name = ctx.settings.snapshot.configmap
+    if not name:
+        return StepResult.ok(f"{said}; not kept, not compared (snapshot.configmap is empty)")
+    try:
+        stored = ctx.sink.get(name, "facts.json")
+    except RunnerError as exc:
+        return _kept(ctx, text, found, f"{said}; the previous snapshot was not read ({exc.message})")
+    if not stored:
+        return _kept(ctx, text, found, f"{said}; the first snapshot kept: nothing to compare")
+    previous = json.loads(stored) if stored.lstrip().startswith("{") else {}
+    since = str(previous.get("time", "")) if isinstance(previous, dict) else ""
+    changes = snapshot_diff.changes(snapshot_diff.facts_of(stored), found)
+    if changes:
+        ctx.report.cluster_changes = changes
+        ctx.report.cluster_changed_since = since or "the previous snapshot"
+        ctx.on_cluster_change(changes, ctx.report.cluster_changed_since)
+        return _kept(ctx, text, found, f"{said}; cluster changed since {since or 'the previous snapshot'}")
+    return _kept(ctx, text, found, f"{said}; unchanged since {since or 'the previous snapshot'}")
+
+
+def _kept(ctx: RunContext, text: str, found: dict[str, str], said: str) -> StepResult:
+    """This snapshot in ``snapshot.configmap``: its facts always, the document when it fits."""
+    name = ctx.settings.snapshot.configmap
+    record = {"time": utcnow().isoformat(), "source": ctx.findings.snapshot, "facts": found}
+    data = {"facts.json": json.dumps(record, indent=2, sort_keys=True)}
+    fitted = sink.fit("snapshot.yaml", text.encode(), CONFIGMAP_BUDGET_BYTES - payload_size(data) - 1024)
+    document, binary = fitted or ({}, {})
+    try:
+        ctx.sink.put(name, data={**data, **document}, binary_data=binary or None)
+    except RunnerError as exc:
+        return _advisory(f"{said}; not kept: {exc.message}", "snapshot-not-kept")
+    where = ctx.sink.describe(name)
+    if fitted is None:
+        return StepResult.warned(f"{said}; kept in {where}: facts only (the document is over budget even compressed)")
+    return StepResult.ok(f"{said}; kept in {where}")
