@@ -59,6 +59,7 @@ VALIDATE_STEPS = {
     "pack",
     "lease",
     "recorded-recipe",
+    "snapshot",
     "validate",
     "capture-verdict",
     "publish",
