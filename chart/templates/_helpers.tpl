@@ -72,8 +72,9 @@ to a repository without one.
 
 {{/*
 The snapshot agent's image: snapshot.image, else aicr's own
-(ghcr.io/nvidia/aicr:<aicrVersion>) with global.imageRegistry applied as to
-image.repository.
+(ghcr.io/nvidia/aicr:v<aicrVersion>, one "v" whether aicrVersion has it or not,
+as aicr tags its images and as the runtime derives it) with global.imageRegistry
+applied as to image.repository.
 */}}
 {{- define "nvidia-aicr.snapshotImage" -}}
 {{- if .Values.snapshot.image -}}
@@ -81,7 +82,7 @@ image.repository.
 {{- else -}}
 {{- $image := dict "repository" "ghcr.io/nvidia/aicr" -}}
 {{- $repository := include "nvidia-aicr.imageRepository" (dict "Values" (dict "image" $image "global" .Values.global)) -}}
-{{- printf "%s:%s" $repository (toString .Values.aicrVersion) -}}
+{{- printf "%s:v%s" $repository (trimPrefix "v" (toString .Values.aicrVersion)) -}}
 {{- end -}}
 {{- end -}}
 

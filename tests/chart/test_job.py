@@ -805,6 +805,15 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_LEASE__WAIT_SECONDS": "7200",
         "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS": "120",
         "AICR_RUNNER_VALIDATE__HISTORY_LIMIT": "20",
+        "AICR_RUNNER_SNAPSHOT__ENABLED": "false",
+        "AICR_RUNNER_SNAPSHOT__CONFIGMAP": "aicr-cluster-snapshot",
+        # aicrVersion without its "v": aicr's image tag has one all the same
+        "AICR_RUNNER_SNAPSHOT__IMAGE": "ghcr.io/nvidia/aicr:v1.2.0",
+        "AICR_RUNNER_SNAPSHOT__NAMESPACE": "aicr-validation",
+        "AICR_RUNNER_SNAPSHOT__NODE_SELECTOR": "[]",
+        "AICR_RUNNER_SNAPSHOT__PRIVILEGED": "true",
+        "AICR_RUNNER_SNAPSHOT__TIMEOUT_SECONDS": "300",
+        "AICR_RUNNER_SNAPSHOT__TOLERATIONS": "[]",
     }
 
 
