@@ -80,13 +80,11 @@ def take(ctx: RunContext, aicr: Path) -> StepResult:
     return _compared(ctx, text, found, said)
 
 
-def into_evidence(ctx: RunContext) -> bool:
+def into_evidence(ctx: RunContext) -> None:
     """The run's snapshot into the evidence directory validate wrote (none written: nothing)."""
     text = ctx.findings.snapshot_document
-    if not text or not ctx.evidence_dir.is_dir():
-        return False
-    (ctx.evidence_dir / EVIDENCE_FILE).write_text(text, encoding="utf-8")
-    return True
+    if text and ctx.evidence_dir.is_dir():
+        (ctx.evidence_dir / EVIDENCE_FILE).write_text(text, encoding="utf-8")
 
 
 def _advisory(reason: str, classification: str) -> StepResult:
