@@ -545,25 +545,41 @@ def test_pid_1_without_a_sigterm_handler_is_killed_when_the_grace_period_ends(
 
 
 def test_a_derived_image_carries_its_files_and_the_pods_empty_dir_is_on_the_node(
-    helm: Helm, make_kubelet: Callable[..., Kubelet], namespace: str, tmp_path: Path
+    helm: Helm, make_kubelet: Callable[..., Kubelet], control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
+    # The kubelet tears a pod's emptyDir down once the pod has ended, so the node
+    # side is read while the pod waits for the node's reply in the same volume.
     script = tmp_path / "probe-tool"
     script.write_text(
         "#!/bin/sh\n"
         'echo "image file ran as $(id -u), PROBE_FLAVOUR=$PROBE_FLAVOUR"\n'
         "echo from-the-pod > /tmp/written\n"
+        "echo 'written; waiting for the node'\n"
+        "i=0; while [ ! -f /tmp/reply ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done\n"
+        'echo "reply: $(cat /tmp/reply 2>/dev/null || echo none)"\n'
         "exec python3 -c \"import yaml, kubernetes; print('python ok')\"\n"
     )
     script.chmod(0o755)
     kubelet = make_kubelet(image_files={"/usr/local/bin/probe-tool": script}, image_env={"PROBE_FLAVOUR": "derived"})
     _probe(helm, kubelet, namespace, command=["/usr/local/bin/probe-tool"])
-    run = kubelet.run_job("probe", namespace)
+    seen_on_node: list[str] = []
+
+    def answer_from_the_node(line: str) -> bool:
+        if "waiting for the node" in line:
+            [pod] = control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+            # /tmp is the probe chart's emptyDir "work": on the node, under the kubelet's root
+            volume = kubelet.pod_volume(pod, "work")
+            seen_on_node.append((volume / "written").read_text())
+            (volume / "reply").write_text("from-the-node\n")
+        return False
+
+    run = kubelet.run_job("probe", namespace, terminate_when=answer_from_the_node)
     assert run.exit_code == 0, run.describe()
     assert "image file ran as 65532, PROBE_FLAVOUR=derived" in run.output
     assert "python ok" in run.output
     assert run.pod["status"]["containerStatuses"][0]["image"].endswith(kubelet.image.rpartition("/")[2])
-    # /tmp is the probe chart's emptyDir "work": on the node, under the kubelet's root
-    assert (kubelet.pod_volume(run.pod, "work") / "written").read_text() == "from-the-pod\n"
+    assert seen_on_node == ["from-the-pod\n"]
+    assert "reply: from-the-node" in run.output
 
 
 @pytest.mark.parametrize(
