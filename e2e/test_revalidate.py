@@ -27,6 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
+from aicr_runner.kube.api import ClientKubeApi
+from aicr_runner.kube.lease import HELD_FOR_ANNOTATION, InstallLease
+from aicr_runner.settings.config import LeaseSettings
 from e2e import test_real_validators as rv
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
@@ -352,6 +355,62 @@ def test_a_revalidation_while_an_install_holds_the_lease_ends_at_once_with_exit_
     # The install is not disturbed: its Lease untouched, no release, no history entry.
     assert after["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
     assert (helm_state(helm, env), history(plane, env.namespace)) == before
+
+
+@pytest.mark.timeout(900)
+def test_an_install_starting_during_a_revalidation_takes_the_lease_at_once_and_the_verdict_is_discarded(
+    helm: Helm, control_plane: ControlPlane, installed: Installed
+) -> None:
+    """The runtime's own InstallLease, with the release's ServiceAccount (the chart's
+    Role), takes the Lease from a re-validation in progress without waiting
+    (``wait_seconds=0`` would give up at once), as soon as the re-validation has
+    taken it; the re-validation then discards its verdict."""
+    env, plane = installed, control_plane
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{env.namespace}/leases/{LEASE}"
+    api = ClientKubeApi(plane.kubernetes_client(plane.token(env.namespace, SERVICE_ACCOUNT)))
+    settings = LeaseSettings(name=LEASE, pod_name="install-pod", job_name=f"{RELEASE}-install-e2e", wait_seconds=0)
+    install = InstallLease(api, env.namespace, settings)
+    taken: list[dict[str, Any]] = []
+
+    def install_starts(line: str) -> bool:
+        if not taken and "step started step=recorded-recipe" in line:
+            validation_held = plane.admin.get(path)
+            install.acquire()
+            taken.append(validation_held)
+        return False
+
+    before = kept(helm, plane, env)
+    try:
+        kubectl(plane, "create", "job", "-n", env.namespace, f"--from=cronjob/{CRONJOB}", "revalidate-preempted")
+        run = env.kubelet.run_job(
+            RELEASE, env.namespace, job_name="revalidate-preempted", timeout=600, terminate_when=install_starts
+        )
+        after = plane.admin.get(path)
+    finally:
+        install.release()
+
+    assert taken, run.describe()
+    held_for = taken[0]["metadata"]["annotations"][HELD_FOR_ANNOTATION]
+    assert (taken[0]["spec"]["holderIdentity"].split("/")[0], held_for) == ("revalidate-preempted", "validation")
+    assert after["spec"]["holderIdentity"] == install.holder, "the re-validation never handed it back or took it again"
+    assert after["metadata"]["annotations"][HELD_FOR_ANNOTATION] == "install"
+    assert run.exit_code == 33, run.describe()
+    results = RunResults(plane, env.namespace)
+    capture = results.step("capture-verdict")
+    assert (capture["status"], capture["exitCode"]) == ("failed", 33), capture
+    assert "over during the validation: its verdict may be of a half-installed cluster" in capture["message"]
+    assert results.step("validate")["status"] in ("succeeded", "failed"), "it validated before it knew"
+    assert "over during the validation" in run.termination_message, run.describe()
+    # Nothing of the voided verdict is kept or told.
+    assert kept(helm, plane, env) == before
+    reasons = {reason for _, reason, _ in events_on(plane, env.namespace, "Job", "revalidate-preempted")}
+    assert not reasons & {"ValidationRegressed", "ValidationRecovered"}, reasons
+
+
+def kept(helm: Helm, plane: ControlPlane, env: Installed) -> tuple[Any, ...]:
+    """What a validation keeps: the release's Helm state, the history, the verdict ConfigMap."""
+    verdict_map = plane.configmap(env.namespace, "aicr-validate-result") or {}
+    return helm_state(helm, env), history(plane, env.namespace), verdict_map.get("data")
 
 
 def mirror_bytes(mirror: FolderMirror, root: Path, start: int) -> dict[str, int]:

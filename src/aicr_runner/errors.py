@@ -96,9 +96,10 @@ class ExitCode(IntEnum):
     #: validate.failOnError and aicr's CTRF report shows no check ran: zero tests,
     #: or every one skipped or pending (aicr 0.11 exits 0 for both).
     VALIDATION_INCONCLUSIVE = 32
-    #: ``aicr-runner validate`` found the install Lease held by a live install:
-    #: nothing was validated (a half-installed cluster is never validated), and the
-    #: install was not made to wait.
+    #: ``aicr-runner validate`` found the install Lease held by a live install (or
+    #: another validation), or an install took it over while it validated (its
+    #: verdict discarded): a half-installed cluster is never reported, and an
+    #: install never waits for a validation.
     INSTALL_IN_PROGRESS = 33
     #: ``aicr-runner fleet``: a row is not green (a failed, errored or inconclusive
     #: verdict, no verdict at all, or a cluster that is unreachable or forbidden).

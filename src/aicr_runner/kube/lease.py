@@ -17,11 +17,19 @@ annotation ``RELEASES_ANNOTATION`` before deploy.sh starts. A later holder that
 finds one of them ``pending-*`` knows it was left by a dead predecessor of this
 same chart release (it holds the Lease, so nobody else of this release is
 operating), which is the proof the deploy step needs before it recovers it.
+
+A validation-only run (``aicr-runner validate``) takes the Lease too, without
+waiting: held by a live holder, it ends at once. It marks the Lease
+``HELD_FOR_ANNOTATION: validation``, and an install that finds such a holder
+takes the Lease over at once instead of waiting. The validation sees it has lost
+the Lease (``still_held``) and discards its verdict, so it never reports a
+half-installed cluster, and an install never waits for a validation.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -34,9 +42,14 @@ from aicr_runner.kube.api import KubeApi, LeaseRecord
 from aicr_runner.run.report import utcnow
 from aicr_runner.settings.config import LeaseSettings
 
-__all__ = ["RELEASES_ANNOTATION", "InstallLease"]
+__all__ = ["HELD_FOR_ANNOTATION", "RELEASES_ANNOTATION", "InstallLease"]
 
 RELEASES_ANNOTATION = "aicr-runner.nvidia.com/releases"
+#: Why the holder holds the Lease: ``install`` or ``validation`` (an install takes a validation's over).
+HELD_FOR_ANNOTATION = "aicr-runner.nvidia.com/held-for"
+_INSTALL, _VALIDATION = "install", "validation"
+#: Conflicting writes a validation retries before it gives up taking the Lease.
+_VALIDATION_TRIES = 3
 #: "The pod log says so once a minute."
 LOG_EVERY_SECONDS = 60.0
 
@@ -74,11 +87,7 @@ class InstallLease:
     def where(self) -> str:
         return f"{self.namespace}/{self.settings.name}"
 
-    def live_holder(self) -> str | None:
-        """Who holds the Lease now, read once and never waited on; None when it is
-        free, this run's, or its holder stopped renewing it (``aicr-runner validate``:
-        it must neither validate a half-installed cluster nor make an install wait)."""
-        current = self._api.get_lease(self.namespace, self.settings.name)
+    def _live_other(self, current: LeaseRecord | None) -> str | None:
         if current is None or not current.holder or current.holder == self.holder:
             return None
         renewed = current.renew_time or current.acquire_time
@@ -86,6 +95,28 @@ class InstallLease:
         if renewed is not None and (utcnow() - renewed).total_seconds() >= duration:
             return None
         return current.holder
+
+    def take_for_validation(self) -> str | None:
+        """Take the Lease for a validation-only run, never waiting: returns the live
+        holder that keeps it (the run ends), or None once it is this run's."""
+        for _ in range(_VALIDATION_TRIES):
+            current = self._api.get_lease(self.namespace, self.settings.name)
+            holder = self._live_other(current)
+            if holder is not None:
+                return holder
+            write = self._api.create_lease if current is None else self._api.replace_lease
+            if self._try(functools.partial(write, self.namespace, self._mine(current, _VALIDATION))):
+                return None
+        raise LeaseError(
+            f"could not take the install Lease {self.where}: {_VALIDATION_TRIES} writes in a row conflicted"
+        )
+
+    def still_held(self) -> bool:
+        """Whether the Lease is still this run's (read now: an install may have taken it over)."""
+        if self.lost or self._record is None:
+            return False
+        current = self._api.get_lease(self.namespace, self.settings.name)
+        return current is not None and current.holder == self.holder
 
     # -- taking it ---------------------------------------------------------------
 
@@ -103,13 +134,17 @@ class InstallLease:
             current = self._api.get_lease(self.namespace, self.settings.name)
             now = self._clock()
             if current is None:
-                if self._try(lambda: self._api.create_lease(self.namespace, self._mine(None))):
+                if self._try(lambda: self._api.create_lease(self.namespace, self._mine(None, _INSTALL))):
                     return now - started
                 continue
             if observed is None or observed[0] != current.resource_version:
                 observed = (current.resource_version, now)
             duration = current.duration_seconds or self.settings.duration_seconds
             free = not current.holder or current.holder == self.holder
+            if not free and current.annotations.get(HELD_FOR_ANNOTATION) == _VALIDATION:
+                # A validation never makes an install wait: it loses the Lease and discards its verdict.
+                self._log.info("taking the install Lease over from a validation", previous_holder=current.holder)
+                free = True
             if free or now - observed[1] >= duration:
                 if self._take(current, expired_after=None if free else now - observed[1]):
                     return now - started
@@ -130,7 +165,7 @@ class InstallLease:
                 previous_holder=current.holder,
                 silent_seconds=round(expired_after, 1),
             )
-        taken = self._mine(current)
+        taken = self._mine(current, _INSTALL)
         return self._try(lambda: self._api.replace_lease(self.namespace, taken))
 
     def _give_up_past_the_wait(self, holder: str, waited: float) -> None:
@@ -160,9 +195,9 @@ class InstallLease:
                 return
             time.sleep(min(left, 0.2))
 
-    def _mine(self, current: LeaseRecord | None) -> LeaseRecord:
+    def _mine(self, current: LeaseRecord | None, held_for: str) -> LeaseRecord:
         now = utcnow()
-        annotations = dict(current.annotations) if current else {}
+        annotations = {**(current.annotations if current else {}), HELD_FOR_ANNOTATION: held_for}
         transitions = current.transitions if current else 0
         if current is not None and current.holder != self.holder:
             transitions += 1
@@ -185,7 +220,7 @@ class InstallLease:
         with self._lock:
             self._record = record
         self.announced_before = frozenset(_announced(record))
-        self._log.info("install Lease taken", holder=self.holder)
+        self._log.info("install Lease taken", holder=self.holder, held_for=record.annotations.get(HELD_FOR_ANNOTATION))
         return True
 
     # -- while holding it --------------------------------------------------------

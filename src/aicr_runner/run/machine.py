@@ -67,7 +67,8 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
 
 #: ``aicr-runner validate``: validation only, with the same step code as a run. No
 #: recipe resolution, bundle, verify or deploy: the recipe is the one recorded at
-#: install; the Lease is only looked at (an install in progress ends the run at once).
+#: install; the Lease is taken without waiting (an install in progress ends the run at once,
+#: and an install that starts meanwhile takes it over: the verdict is then discarded).
 VALIDATE_TRANSITIONS: dict[State, tuple[State, State]] = {
     S.FETCH:            (S.PACK,             S.DONE),
     S.PACK:             (S.LEASE,            S.DONE),

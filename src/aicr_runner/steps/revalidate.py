@@ -2,8 +2,10 @@
 
 A validation-only run validates the cluster against the recipe an install
 recorded: it never resolves the recipe again, renders a bundle, or deploys. It
-only looks at the install Lease: an install in progress ends it at once (a
-half-installed cluster is never validated, and the install never waits for it).
+takes the install Lease without waiting: an install in progress ends it at once.
+An install that starts while it validates takes the Lease over at once, and the
+validation then discards its verdict (``preempted``): a half-installed cluster
+is never reported, and the install never waits for a validation.
 """
 
 from __future__ import annotations
@@ -18,15 +20,16 @@ from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
 
-__all__ = ["captured", "history_name", "no_install_running", "record_history", "recorded_recipe"]
+__all__ = ["captured", "history_name", "no_install_running", "preempted", "record_history", "recorded_recipe"]
 
 
 def no_install_running(ctx: RunContext) -> StepResult:
-    """The install Lease read once: held by a live install, the run ends (exit 33)."""
+    """The install Lease taken for this validation, never waited on: held by a live
+    install (or another validation), the run ends (exit 33)."""
     lease = ctx.lease
     if lease is None:
-        return StepResult.skipped("no install Lease to look at (outside a cluster, or lease.name is empty)")
-    holder = lease.live_holder()
+        return StepResult.skipped("no install Lease to take (outside a cluster, or lease.name is empty)")
+    holder = lease.take_for_validation()
     if holder is not None:
         return StepResult.failed(
             ExitCode.INSTALL_IN_PROGRESS,
@@ -34,7 +37,26 @@ def no_install_running(ctx: RunContext) -> StepResult:
             "the next scheduled validation checks the installed cluster",
             classification="install-in-progress",
         )
-    return StepResult.ok(f"no install in progress (install Lease {lease.where} is free)")
+    log = logs.get_logger()
+    lease.start_renewing(lambda reason: log.warning("install Lease lost during the validation", reason=reason))
+    return StepResult.ok(
+        f"no install in progress: the install Lease {lease.where} is held for this validation "
+        "(an install that starts takes it over, and this verdict is then discarded)"
+    )
+
+
+def preempted(ctx: RunContext) -> StepResult | None:
+    """A validation whose install Lease an install took over: its verdict may be of a
+    half-installed cluster, so it is neither captured nor compared (exit 33)."""
+    lease = ctx.lease
+    if ctx.mode is not Mode.VALIDATE or lease is None or lease.still_held():
+        return None
+    return StepResult.failed(
+        ExitCode.INSTALL_IN_PROGRESS,
+        f"an install took the install Lease {lease.where} over during the validation: its verdict may be of a "
+        "half-installed cluster, so it is not captured, compared or kept in history; the install validates itself",
+        classification="install-in-progress",
+    )
 
 
 def recorded_recipe(ctx: RunContext) -> StepResult:

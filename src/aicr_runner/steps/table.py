@@ -19,7 +19,6 @@ from aicr_runner.aicr import capabilities, classify, recipe
 from aicr_runner.aicr.classify import Outcome
 from aicr_runner.aicr.progress import ComponentTable
 from aicr_runner.aicr.verdict import validate_result
-from aicr_runner.children.process import child_env
 from aicr_runner.errors import (
     AicrContractError,
     CaptureError,
@@ -37,8 +36,8 @@ from aicr_runner.run.report import StepStatus, utcnow
 from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
 from aicr_runner.steps import deploy as deploy_run
+from aicr_runner.steps import evidence, revalidate, snapshot, verdict_report
 from aicr_runner.steps import fetch as acquire
-from aicr_runner.steps import revalidate, snapshot, verdict_report
 from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = ["Steps"]
@@ -384,6 +383,9 @@ class Steps:
             return StepResult.skipped("validation did not run")
         if not self.ctx.ctrf_path.is_file():
             return StepResult.warned(f"no ctrf.json (exit={validate_exit})")
+        lost = revalidate.preempted(self.ctx)
+        if lost is not None:
+            return lost
         name = self.s.validate.result_configmap
         if not name:
             return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
@@ -396,53 +398,10 @@ class Steps:
         return revalidate.captured(f"CTRF verdict written to {self.ctx.sink.describe(name)}", change)
 
     def publish(self) -> StepResult:
-        pub = self.s.validate.publish
-        if not pub.enabled or self._validate_exit() is None:
-            return StepResult.skipped("publish.enabled=false" if not pub.enabled else "validation did not run")
-        if not self.ctx.evidence_dir.is_dir():
-            return StepResult.failed(1, "no evidence bundle to publish (validate emitted none)")
-        token = None
-        if pub.identity_token_file:
-            # Read now, not at start: a rotated Secret is picked up.
-            try:
-                token = Path(pub.identity_token_file).read_text().strip()
-            except OSError as exc:
-                return StepResult.failed(
-                    ExitCode.BAD_INPUT, f"identity token file {pub.identity_token_file}: {exc.strerror or exc}"
-                )
-            logs.register_secret(token)
-        env = child_env(self.ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
-        result = self.ctx.run_child(
-            State.PUBLISH, commands.publish_argv(self.s, self._binary, self.ctx.evidence_dir), env=env
-        )
-        self.log.info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
-        if result.exit_code != 0:
-            return StepResult.failed(result.exit_code, f"aicr evidence publish exited {result.exit_code}")
-        return StepResult.ok(f"evidence published to {pub.ref}")
+        return evidence.publish(self.ctx, self._binary, validated=self._validate_exit() is not None)
 
     def capture_evidence(self) -> StepResult:
-        v = self.s.validate
-        if not v.emit_evidence or self._validate_exit() is None:
-            return StepResult.skipped(
-                "validate.emitEvidence=false" if not v.emit_evidence else "validation did not run"
-            )
-        if not self.ctx.evidence_dir.is_dir():
-            return StepResult.warned("no evidence directory was written")
-        if not v.evidence_configmap:
-            return StepResult.skipped("evidence capture is off (the evidence ConfigMap name is empty)")
-        data: dict[str, str] = {}
-        pointer = self.ctx.evidence_dir / "pointer.yaml"
-        if pointer.is_file():
-            data["pointer.yaml"] = pointer.read_text(errors="replace")
-        archive = sink.tar_gz(self.ctx.evidence_dir, CONFIGMAP_BUDGET_BYTES - payload_size(data))
-        binary = {"evidence.tgz": archive} if archive is not None else {}
-        if not data and not binary:
-            return StepResult.warned("evidence bundle over budget and no pointer.yaml: not stored")
-        self.ctx.sink.put(v.evidence_configmap, data=data, binary_data=binary or None)
-        where = self.ctx.sink.describe(v.evidence_configmap)
-        if archive is None:
-            return StepResult.warned(f"evidence bundle over the ConfigMap budget: pointer only, in {where}")
-        return StepResult.ok(f"Evidence artifacts written to {where}")
+        return evidence.capture(self.ctx, validated=self._validate_exit() is not None)
 
 
 def _elapsed(started: datetime) -> float:

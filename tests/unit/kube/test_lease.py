@@ -10,7 +10,7 @@ import pytest
 
 from aicr_runner.errors import ExitCode, InterruptedRun, LeaseError
 from aicr_runner.kube.api import LeaseRecord
-from aicr_runner.kube.lease import RELEASES_ANNOTATION, InstallLease
+from aicr_runner.kube.lease import HELD_FOR_ANNOTATION, RELEASES_ANNOTATION, InstallLease
 from aicr_runner.settings.config import LeaseSettings
 from tests.support.fakes import FakeKubeApi
 
@@ -152,20 +152,12 @@ def test_a_lease_taken_over_by_another_run_is_reported_lost() -> None:
     assert api.leases[(NS, "nvidia-aicr-install")].holder == "job-c/pod-c"  # never handed back by the loser
 
 
-def test_validation_only_reads_the_lease_once_and_never_takes_or_waits_for_it() -> None:
+def test_a_validation_takes_a_lease_whose_holder_stopped_renewing_without_waiting_it_out() -> None:
     from datetime import timedelta
 
     from aicr_runner.run.report import utcnow
 
     api = FakeKubeApi()
-    lease = InstallLease(api, NS, settings())
-    assert lease.live_holder() is None, "no Lease: no install in progress"
-    assert (NS, "nvidia-aicr-install") not in api.leases, "looking never creates it"
-    api.leases[(NS, "nvidia-aicr-install")] = LeaseRecord(
-        "nvidia-aicr-install", holder="job-a/pod-a", duration_seconds=60, renew_time=utcnow(), resource_version="7"
-    )
-    assert lease.live_holder() == "job-a/pod-a"
-    assert api.leases[(NS, "nvidia-aicr-install")].resource_version == "7", "never written"
     api.leases[(NS, "nvidia-aicr-install")] = LeaseRecord(
         "nvidia-aicr-install",
         holder="job-a/pod-a",
@@ -173,6 +165,77 @@ def test_validation_only_reads_the_lease_once_and_never_takes_or_waits_for_it() 
         renew_time=utcnow() - timedelta(seconds=61),
         resource_version="8",
     )
-    assert lease.live_holder() is None, "a holder silent for its whole duration installs nothing"
-    held_by(api, "")
-    assert lease.live_holder() is None
+    validation = InstallLease(api, NS, settings(pod_name="pod-v", job_name="revalidate"), poll_seconds=3600)
+    assert validation.take_for_validation() is None, "a holder silent for its whole duration installs nothing"
+    assert api.leases[(NS, "nvidia-aicr-install")].holder == "revalidate/pod-v"
+
+
+# -- a validation's hold ------------------------------------------------------------------------
+
+
+def live(api: FakeKubeApi, holder: str, held_for: str) -> None:
+    from aicr_runner.run.report import utcnow
+
+    api.leases[(NS, "nvidia-aicr-install")] = LeaseRecord(
+        "nvidia-aicr-install",
+        holder=holder,
+        duration_seconds=60,
+        renew_time=utcnow(),
+        annotations={HELD_FOR_ANNOTATION: held_for, RELEASES_ANNOTATION: json.dumps(["acme/acme-agent"])},
+        resource_version="7",
+    )
+
+
+def test_a_validation_takes_a_free_lease_at_once_marked_as_a_validations() -> None:
+    api = FakeKubeApi()
+    held_by(api, "", 60, **{RELEASES_ANNOTATION: json.dumps(["acme/acme-agent"])})
+    validation = InstallLease(api, NS, settings(pod_name="pod-v", job_name="revalidate"))
+    assert validation.take_for_validation() is None
+    stored = api.leases[(NS, "nvidia-aicr-install")]
+    assert stored.holder == "revalidate/pod-v"
+    assert stored.annotations[HELD_FOR_ANNOTATION] == "validation"
+    # An install's announcement stays: the recovery proof of the next install.
+    assert json.loads(stored.annotations[RELEASES_ANNOTATION]) == ["acme/acme-agent"]
+    assert validation.still_held()
+    validation.release()
+    assert api.leases[(NS, "nvidia-aicr-install")].holder == ""
+
+
+@pytest.mark.parametrize("held_for", ["install", "validation"])
+def test_a_validation_never_waits_for_a_live_holder_and_writes_nothing(held_for: str) -> None:
+    api = FakeKubeApi()
+    live(api, "job-a/pod-a", held_for)
+    validation = InstallLease(api, NS, settings(pod_name="pod-v", job_name="revalidate"), poll_seconds=3600)
+    started = time.monotonic()
+    assert validation.take_for_validation() == "job-a/pod-a"
+    assert time.monotonic() - started < 5, "looked once, never slept a poll"
+    assert api.lease_writes == []
+    assert not validation.still_held()
+
+
+def test_an_install_takes_a_validations_lease_over_at_once_and_the_validation_knows() -> None:
+    api = FakeKubeApi()
+    validation = InstallLease(api, NS, settings(pod_name="pod-v", job_name="revalidate"))
+    assert validation.take_for_validation() is None
+    lost: list[str] = []
+    validation.start_renewing(lost.append)
+    # The clock never moves: the install cannot be waiting out an expiry.
+    install = InstallLease(api, NS, settings(), clock=Clock(), poll_seconds=3600)
+    assert install.acquire() == 0
+    stored = api.leases[(NS, "nvidia-aicr-install")]
+    assert (stored.holder, stored.annotations[HELD_FOR_ANNOTATION]) == ("job-b/pod-b", "install")
+    assert stored.transitions == 1
+    assert install.still_held()
+    assert not validation.still_held(), "the validation reads that it lost the Lease"
+    validation.release()
+    assert api.leases[(NS, "nvidia-aicr-install")].holder == "job-b/pod-b", "never handed back by the validation"
+    install.release()
+
+
+def test_an_install_waits_for_an_install_whatever_an_older_lease_said() -> None:
+    api = FakeKubeApi()
+    live(api, "job-a/pod-a", "install")
+    install = InstallLease(api, NS, settings(wait_seconds=0.2), poll_seconds=0.01)
+    with pytest.raises(LeaseError) as caught:
+        install.acquire()
+    assert "held by job-a/pod-a" in caught.value.message

@@ -524,6 +524,7 @@ def test_validation_only_ends_at_once_with_exit_33_while_an_install_holds_the_le
     assert "job-a/pod-a" in message
     api.leases[("aicr", "nvidia-aicr-install")] = replace(api.leases[("aicr", "nvidia-aicr-install")], holder="")
     assert step(ctx, State.LEASE)[0] is StepStatus.SUCCEEDED
+    lease.release()
 
 
 def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp_path: Path) -> None:

@@ -1,0 +1,84 @@
+"""The evidence bundle ``aicr validate --emit-attestation`` wrote: published with
+``aicr evidence publish`` and kept in the evidence ConfigMap.
+
+Neither happens for a validation an install preempted (``revalidate.preempted``):
+its bundle may describe a half-installed cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aicr_runner import logs
+from aicr_runner.aicr import argv as commands
+from aicr_runner.children.process import child_env
+from aicr_runner.errors import ExitCode
+from aicr_runner.kube import sink
+from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
+from aicr_runner.run.machine import State, StepResult
+from aicr_runner.steps import revalidate
+from aicr_runner.steps.context import RunContext
+
+__all__ = ["capture", "publish"]
+
+_DISCARDED = "the validation's verdict was discarded (an install took the install Lease over)"
+
+
+def publish(ctx: RunContext, aicr: Path, *, validated: bool) -> StepResult:
+    """``aicr evidence publish`` of the run's bundle (the token read now: a rotated Secret is picked up)."""
+    pub = ctx.settings.validate.publish
+    if not pub.enabled or not validated:
+        return StepResult.skipped("publish.enabled=false" if not pub.enabled else "validation did not run")
+    if revalidate.preempted(ctx) is not None:
+        return StepResult.skipped(_DISCARDED)
+    if not ctx.evidence_dir.is_dir():
+        return StepResult.failed(1, "no evidence bundle to publish (validate emitted none)")
+    token = None
+    if pub.identity_token_file:
+        try:
+            token = Path(pub.identity_token_file).read_text().strip()
+        except OSError as exc:
+            return StepResult.failed(
+                ExitCode.BAD_INPUT, f"identity token file {pub.identity_token_file}: {exc.strerror or exc}"
+            )
+        logs.register_secret(token)
+    env = child_env(ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
+    result = ctx.run_child(State.PUBLISH, commands.publish_argv(ctx.settings, aicr, ctx.evidence_dir), env=env)
+    logs.get_logger().info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
+    if result.exit_code != 0:
+        return StepResult.failed(result.exit_code, f"aicr evidence publish exited {result.exit_code}")
+    return StepResult.ok(f"evidence published to {pub.ref}")
+
+
+def capture(ctx: RunContext, *, validated: bool) -> StepResult:
+    """The bundle as ``evidence.tgz`` (and its ``pointer.yaml``) in the evidence ConfigMap."""
+    unavailable = _nothing_to_capture(ctx, validated)
+    if unavailable is not None:
+        return unavailable
+    name = ctx.settings.validate.evidence_configmap
+    data: dict[str, str] = {}
+    pointer = ctx.evidence_dir / "pointer.yaml"
+    if pointer.is_file():
+        data["pointer.yaml"] = pointer.read_text(errors="replace")
+    archive = sink.tar_gz(ctx.evidence_dir, CONFIGMAP_BUDGET_BYTES - payload_size(data))
+    binary = {"evidence.tgz": archive} if archive is not None else {}
+    if not data and not binary:
+        return StepResult.warned("evidence bundle over budget and no pointer.yaml: not stored")
+    ctx.sink.put(name, data=data, binary_data=binary or None)
+    where = ctx.sink.describe(name)
+    if archive is None:
+        return StepResult.warned(f"evidence bundle over the ConfigMap budget: pointer only, in {where}")
+    return StepResult.ok(f"Evidence artifacts written to {where}")
+
+
+def _nothing_to_capture(ctx: RunContext, validated: bool) -> StepResult | None:
+    v = ctx.settings.validate
+    if not v.emit_evidence or not validated:
+        return StepResult.skipped("validate.emitEvidence=false" if not v.emit_evidence else "validation did not run")
+    if revalidate.preempted(ctx) is not None:
+        return StepResult.skipped(_DISCARDED)
+    if not ctx.evidence_dir.is_dir():
+        return StepResult.warned("no evidence directory was written")
+    if not v.evidence_configmap:
+        return StepResult.skipped("evidence capture is off (the evidence ConfigMap name is empty)")
+    return None
