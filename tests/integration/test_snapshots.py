@@ -129,3 +129,28 @@ def test_off_by_default_no_snapshot_is_taken(fake: Path, tmp_path: Path) -> None
     assert "snapshot" not in [subcommand(argv) for argv in invoked]
     assert "--snapshot" not in next(argv for argv in invoked if subcommand(argv) == "validate")
     assert "snapshot.yaml" not in evidence_files(tmp_path)
+
+
+def test_a_plan_takes_no_snapshot_and_shows_the_agent_a_job_would_start(fake: Path, tmp_path: Path) -> None:
+    calls = tmp_path / "calls.jsonl"
+    env = clean_env(
+        tmp_path,
+        **ON,
+        FAKE_AICR_ENV_LOG=str(calls),
+        AICR_RUNNER_SNAPSHOT__PRIVILEGED="false",
+        AICR_RUNNER_SNAPSHOT__IMAGE="mirror.example/aicr/agent:v1.2.0",
+        AICR_RUNNER_SNAPSHOT__NODE_SELECTOR='["nodeGroup=gpu"]',
+    )
+    code = main(["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan")], environ=env)
+    report = json.loads((tmp_path / "plan" / "aicr-run-status" / "report.json").read_text())
+    assert code == 0, report["message"]
+    snap = step(report, "snapshot")
+    assert snap["status"] == "skipped"
+    assert snap["message"] == (
+        "plan: no snapshot; in a Job the run would start: aicr --log-json snapshot --namespace aicr-validation "
+        "--image mirror.example/aicr/agent:v1.2.0 --job-name aicr-runner-snapshot "
+        "--service-account-name aicr-runner-snapshot --privileged=false --timeout 300s "
+        "--node-selector nodeGroup=gpu --output cm://aicr-validation/aicr-runner-snapshot"
+    )
+    invoked = [json.loads(line)["argv"] for line in calls.read_text().splitlines()]
+    assert "snapshot" not in [subcommand(argv) for argv in invoked]

@@ -23,6 +23,7 @@ warnings) and validate then takes its own snapshot, as it does without one.
 from __future__ import annotations
 
 import json
+import shlex
 from collections import deque
 from pathlib import Path
 
@@ -55,13 +56,15 @@ def validate_argv(ctx: RunContext, aicr: Path) -> list[str]:
 
 def take(ctx: RunContext, aicr: Path) -> StepResult:
     """Take the snapshot, keep it, compare it with the previous one."""
-    if ctx.mode is Mode.PLAN:
-        return StepResult.skipped("plan: no snapshot")
     snap = ctx.settings.snapshot
     if not snap.enabled:
         return StepResult.skipped("snapshot.enabled=false")
-    output = _output(ctx)
     version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.settings.aicr.version
+    if ctx.mode is Mode.PLAN:
+        # What a Job would run: a dry run shows the agent's image, mode and placement.
+        planned = commands.snapshot_argv(ctx.settings, "aicr", f"cm://{snap.namespace}/{AGENT_CONFIGMAP}", version)
+        return StepResult.skipped(f"plan: no snapshot; in a Job the run would start: {shlex.join(planned)}")
+    output = _output(ctx)
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     result = ctx.run_child(State.SNAPSHOT, commands.snapshot_argv(ctx.settings, aicr, output, version), tail=tail)
     if result.exit_code != 0:
