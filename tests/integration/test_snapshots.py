@@ -154,3 +154,11 @@ def test_a_plan_takes_no_snapshot_and_shows_the_agent_a_job_would_start(fake: Pa
     )
     invoked = [json.loads(line)["argv"] for line in calls.read_text().splitlines()]
     assert "snapshot" not in [subcommand(argv) for argv in invoked]
+
+
+def test_a_plan_with_snapshots_off_says_only_that_it_takes_none(fake: Path, tmp_path: Path) -> None:
+    env = clean_env(tmp_path, **{**ON, "AICR_RUNNER_SNAPSHOT__ENABLED": "false"})
+    code = main(["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan")], environ=env)
+    report = json.loads((tmp_path / "plan" / "aicr-run-status" / "report.json").read_text())
+    assert code == 0, report["message"]
+    assert (step(report, "snapshot")["status"], step(report, "snapshot")["message"]) == ("skipped", "plan: no snapshot")

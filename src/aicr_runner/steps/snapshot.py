@@ -57,13 +57,11 @@ def validate_argv(ctx: RunContext, aicr: Path) -> list[str]:
 def take(ctx: RunContext, aicr: Path) -> StepResult:
     """Take the snapshot, keep it, compare it with the previous one."""
     snap = ctx.settings.snapshot
-    if not snap.enabled:
-        return StepResult.skipped("snapshot.enabled=false")
     version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.settings.aicr.version
     if ctx.mode is Mode.PLAN:
-        # What a Job would run: a dry run shows the agent's image, mode and placement.
-        planned = commands.snapshot_argv(ctx.settings, "aicr", f"cm://{snap.namespace}/{AGENT_CONFIGMAP}", version)
-        return StepResult.skipped(f"plan: no snapshot; in a Job the run would start: {shlex.join(planned)}")
+        return _planned(ctx, version)
+    if not snap.enabled:
+        return StepResult.skipped("snapshot.enabled=false")
     output = _output(ctx)
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     result = ctx.run_child(State.SNAPSHOT, commands.snapshot_argv(ctx.settings, aicr, output, version), tail=tail)
@@ -88,6 +86,15 @@ def into_evidence(ctx: RunContext) -> None:
     text = ctx.findings.snapshot_document
     if text and ctx.evidence_dir.is_dir():
         (ctx.evidence_dir / EVIDENCE_FILE).write_text(text, encoding="utf-8")
+
+
+def _planned(ctx: RunContext, aicr_version: str) -> StepResult:
+    """A dry run takes no snapshot; it shows the agent's image, mode and placement a Job would use."""
+    snap = ctx.settings.snapshot
+    if not snap.enabled:
+        return StepResult.skipped("plan: no snapshot")
+    planned = commands.snapshot_argv(ctx.settings, "aicr", f"cm://{snap.namespace}/{AGENT_CONFIGMAP}", aicr_version)
+    return StepResult.skipped(f"plan: no snapshot; in a Job the run would start: {shlex.join(planned)}")
 
 
 def _advisory(reason: str, classification: str) -> StepResult:
