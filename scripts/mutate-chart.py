@@ -93,6 +93,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "test_guards.py::test_g04_intent_alone_with_service_any_is_rejected",
     ),
     m(
+        "drop-exists-toleration-with-a-value-guard",
+        "templates/_validate.tpl",
+        '(ne (toString (default "" $t.value)) "") -}}',
+        "false -}}",
+        "test_snapshot.py::test_an_exists_toleration_with_a_value_is_refused_not_rendered_without_it",
+    ),
+    m(
+        "snapshot-toleration-objects-always-equal",
+        "templates/_helpers.tpl",
+        '(eq (toString (default "Equal" .operator)) "Exists")',
+        "false",
+        "test_snapshot.py::test_kubernetes_toleration_objects_become_aicrs_form_beside_its_own_strings",
+    ),
+    m(
         "drop-accelerator-any-guard",
         "templates/_validate.tpl",
         '{{- if and (eq $accelerator "any") (not $zeroX) -}}',

@@ -96,6 +96,21 @@ applied as to image.repository.
 {{- toJson $selectors -}}
 {{- end -}}
 
+{{/* snapshot.tolerations as aicr's list (JSON): a string is taken as written; a
+Kubernetes toleration object becomes key=value:Effect (Equal) or key:Effect (Exists). */}}
+{{- define "nvidia-aicr.snapshotTolerations" -}}
+{{- $tolerations := list -}}
+{{- range (default list .Values.snapshot.tolerations) -}}
+{{- if kindIs "string" . -}}
+{{- $tolerations = append $tolerations . -}}
+{{- else -}}
+{{- $value := ternary "" (printf "=%s" (toString (default "" .value))) (eq (toString (default "Equal" .operator)) "Exists") -}}
+{{- $tolerations = append $tolerations (printf "%s%s:%s" .key $value .effect) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $tolerations -}}
+{{- end -}}
+
 {{/* The runner image reference: by digest when image.digest is set. */}}
 {{- define "nvidia-aicr.image" -}}
 {{- $img := .Values.image -}}

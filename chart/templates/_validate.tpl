@@ -240,6 +240,13 @@ values once it has asked the binary, in that version's words. */ -}}
 {{- fail "rbac.extraRules is set but rbac.clusterAdmin=true: cluster-admin already grants everything, so the rules would be unused. Set rbac.clusterAdmin=false to bind the chart's narrower ClusterRole, which they extend, or drop rbac.extraRules." -}}
 {{- end -}}
 
+{{- /* C-13: a toleration aicr cannot express is refused, never rendered as another one. */ -}}
+{{- range $i, $t := (default list (default dict $v.snapshot).tolerations) -}}
+{{- if and (kindIs "map" $t) (eq (toString (default "Equal" $t.operator)) "Exists") (ne (toString (default "" $t.value)) "") -}}
+{{- fail (printf "snapshot.tolerations[%d] has operator Exists and value %q: Exists matches any value of the taint %s, so it takes none. Drop the value, or use operator Equal." $i (toString $t.value) (toString $t.key)) -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* C-07: the criteria combination must exist at the pinned aicr (see _criteria.tpl). */ -}}
 {{- include "nvidia-aicr.criteriaSupported" . -}}
 {{- end -}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from aicr_runner.settings.config import load
-from tests.chart.helm import rejects_by_schema, renders
+from tests.chart.helm import rejects_by_schema, rejects_with, renders
 
 
 def test_off_by_default_and_the_job_is_the_same_either_way() -> None:
@@ -50,6 +50,39 @@ def test_an_explicit_image_is_taken_as_given() -> None:
     assert env["AICR_RUNNER_SNAPSHOT__IMAGE"] == "reg.local/aicr:dev"
 
 
+def test_kubernetes_toleration_objects_become_aicrs_form_beside_its_own_strings() -> None:
+    tolerations = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "gpu", "effect": "NoExecute"},  # operator Equal by default
+        {"key": "pool", "operator": "Equal", "value": "", "effect": "PreferNoSchedule"},
+        "legacy=x:NoSchedule",
+    ]
+    env = renders({"snapshot": {"enabled": True, "tolerations": tolerations}}).env
+    expected = ["nvidia.com/gpu:NoSchedule", "dedicated=gpu:NoExecute", "pool=:PreferNoSchedule", "legacy=x:NoSchedule"]
+    assert json.loads(env["AICR_RUNNER_SNAPSHOT__TOLERATIONS"]) == expected
+    settings = load({k: v for k, v in env.items() if k.startswith("AICR_RUNNER_")}).snapshot
+    assert settings.tolerations == expected, "the runner accepts every converted entry"
+
+
 def test_the_schema_refuses_a_toleration_aicr_would_refuse() -> None:
     rejects_by_schema({"snapshot": {"tolerations": ["gpu=true"]}}, "/snapshot/tolerations/0", "pattern")
+    seconds = {"key": "gpu", "value": "a", "effect": "NoExecute", "tolerationSeconds": 30}
+    rejects_by_schema(
+        {"snapshot": {"tolerations": [seconds]}}, "/snapshot/tolerations/0", "'tolerationSeconds' not allowed"
+    )
+    rejects_by_schema(
+        {"snapshot": {"tolerations": [{"key": "gpu", "value": "a"}]}}, "/snapshot/tolerations/0", "effect"
+    )
+
+
+def test_an_exists_toleration_with_a_value_is_refused_not_rendered_without_it() -> None:
+    exists_with_value = {"key": "gpu", "operator": "Exists", "value": "a", "effect": "NoSchedule"}
+    rejects_with(
+        {"snapshot": {"tolerations": ["x:NoSchedule", exists_with_value]}},
+        'snapshot.tolerations[1] has operator Exists and value "a": Exists matches any value of the taint gpu, '
+        "so it takes none. Drop the value, or use operator Equal.",
+    )
+    rejects_by_schema(
+        {"snapshot": {"tolerations": [{"key": "gpu", "effect": "Never"}]}}, "/snapshot/tolerations/0/effect", ""
+    )
     rejects_by_schema({"snapshot": {"timeoutSeconds": 5}}, "/snapshot/timeoutSeconds", "minimum")
