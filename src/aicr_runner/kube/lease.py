@@ -116,7 +116,10 @@ class InstallLease:
         if self.lost or self._record is None:
             return False
         current = self._api.get_lease(self.namespace, self.settings.name)
-        return current is not None and current.holder == self.holder
+        if current is None or current.holder != self.holder:
+            self.lost = True  # never written again: release() leaves it to its new holder
+            return False
+        return True
 
     # -- taking it ---------------------------------------------------------------
 

@@ -87,6 +87,8 @@ class RunFindings:
     snapshot_document: str = ""
     #: Checks that passed in the previous verdict of the same recipe and fail now.
     regressed: tuple[str, ...] = ()
+    #: A validation-only run whose install Lease an install took over while it validated.
+    preempted: bool = False
 
 
 @dataclass(frozen=True)

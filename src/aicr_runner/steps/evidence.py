@@ -1,7 +1,7 @@
 """The evidence bundle ``aicr validate --emit-attestation`` wrote: published with
 ``aicr evidence publish`` and kept in the evidence ConfigMap.
 
-Neither happens for a validation an install preempted (``revalidate.preempted``):
+Neither happens for a validation an install preempted (``RunFindings.preempted``):
 its bundle may describe a half-installed cluster.
 """
 
@@ -16,7 +16,6 @@ from aicr_runner.errors import ExitCode
 from aicr_runner.kube import sink
 from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.run.machine import State, StepResult
-from aicr_runner.steps import revalidate
 from aicr_runner.steps.context import RunContext
 
 __all__ = ["capture", "publish"]
@@ -29,7 +28,7 @@ def publish(ctx: RunContext, aicr: Path, *, validated: bool) -> StepResult:
     pub = ctx.settings.validate.publish
     if not pub.enabled or not validated:
         return StepResult.skipped("publish.enabled=false" if not pub.enabled else "validation did not run")
-    if revalidate.preempted(ctx) is not None:
+    if ctx.findings.preempted:
         return StepResult.skipped(_DISCARDED)
     if not ctx.evidence_dir.is_dir():
         return StepResult.failed(1, "no evidence bundle to publish (validate emitted none)")
@@ -75,7 +74,7 @@ def _nothing_to_capture(ctx: RunContext, validated: bool) -> StepResult | None:
     v = ctx.settings.validate
     if not v.emit_evidence or not validated:
         return StepResult.skipped("validate.emitEvidence=false" if not v.emit_evidence else "validation did not run")
-    if revalidate.preempted(ctx) is not None:
+    if ctx.findings.preempted:
         return StepResult.skipped(_DISCARDED)
     if not ctx.evidence_dir.is_dir():
         return StepResult.warned("no evidence directory was written")

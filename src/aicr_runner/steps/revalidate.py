@@ -20,7 +20,15 @@ from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
 
-__all__ = ["captured", "history_name", "no_install_running", "preempted", "record_history", "recorded_recipe"]
+__all__ = [
+    "captured",
+    "history_name",
+    "no_install_running",
+    "note_preemption",
+    "preempted",
+    "record_history",
+    "recorded_recipe",
+]
 
 
 def no_install_running(ctx: RunContext) -> StepResult:
@@ -45,15 +53,22 @@ def no_install_running(ctx: RunContext) -> StepResult:
     )
 
 
+def note_preemption(ctx: RunContext) -> None:
+    """Once ``aicr validate`` has ended: whether an install took the Lease over while
+    it ran (one read; the steps after it ask ``preempted``)."""
+    lease = ctx.lease
+    if ctx.mode is Mode.VALIDATE and lease is not None and not lease.still_held():
+        ctx.findings.preempted = True
+
+
 def preempted(ctx: RunContext) -> StepResult | None:
     """A validation whose install Lease an install took over: its verdict may be of a
     half-installed cluster, so it is neither captured nor compared (exit 33)."""
-    lease = ctx.lease
-    if ctx.mode is not Mode.VALIDATE or lease is None or lease.still_held():
+    if not ctx.findings.preempted or ctx.lease is None:
         return None
     return StepResult.failed(
         ExitCode.INSTALL_IN_PROGRESS,
-        f"an install took the install Lease {lease.where} over during the validation: its verdict may be of a "
+        f"an install took the install Lease {ctx.lease.where} over during the validation: its verdict may be of a "
         "half-installed cluster, so it is not captured, compared or kept in history; the install validates itself",
         classification="install-in-progress",
     )

@@ -374,6 +374,7 @@ class Steps:
         result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
         snapshot.into_evidence(self.ctx)
+        revalidate.note_preemption(self.ctx)
         error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""
         return validate_result(result.exit_code, self.ctx.ctrf_path, self.s.validate, error=error)
 
