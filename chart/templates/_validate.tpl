@@ -7,7 +7,7 @@ The schema (values.schema.json) checks types and enums first; the guards below
 are the cross-field rules, and they repeat the enum checks that matter so that a
 render with --skip-schema-validation (Argo CD skipSchemaValidation, Flux
 disableSchemaValidation) still refuses bad input. The runtime checks the same
-rules again (aicr_runner.config) for `docker run` users.
+rules again (aicr_runner.settings) for `docker run` users.
 
 Anchor guards G-01..G-14 keep the anchor chart's gist; G-17* close the gaps the
 anchor left to runtime; C-* are new.

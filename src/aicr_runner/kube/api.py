@@ -11,7 +11,7 @@ this code.
 Every write goes through ``ClientKubeApi.request``, which retries what waiting can
 fix (408, 429, 5xx, connection errors: an API server restarting or upgrading)
 with back-off and jitter, honouring ``Retry-After``, within a wall-time budget
-(``backoff.BudgetedRetry``). Other 4xx answers fail at once with a hint; 409 becomes ``ApiConflictError`` for the
+(``net.retry.BudgetedRetry``). Other 4xx answers fail at once with a hint; 409 becomes ``ApiConflictError`` for the
 caller to decide (a Lease someone else holds).
 
 The install Lease (``coordination.k8s.io/v1``) is read, created and replaced with

@@ -4,7 +4,7 @@ show a value (cut, escaped, a URL's user and password masked).
 
 Standard library only: what needs only a name, an enum or a check (the log
 format, a values file refused before any setting is read, the command line's
-path checks) does not pay for pydantic. ``config_model`` puts one check on each
+path checks) does not pay for pydantic. ``settings.model`` puts one check on each
 field of the settings model.
 """
 

@@ -5,18 +5,18 @@ Variables use the prefix ``AICR_RUNNER_``; nested groups are joined with ``__``
 string is a value, not "unset" (an empty ConfigMap name turns that capture off, as
 in the chart this replaces).
 
-The settings are a pydantic-settings tree (``config_model``); every field carries
-one of the checks of ``config_checks``, which run whether a value comes from the environment or
-from code (``AicrSettings(version="1.2.0")``). ``load`` (``config_load``) reads
+The settings are a pydantic-settings tree (``settings.model``); every field carries
+one of the checks of ``settings.checks``, which run whether a value comes from the environment or
+from code (``AicrSettings(version="1.2.0")``). ``load`` (``settings.load``) reads
 the variables and turns pydantic's errors into one line per problem
-(``config_errors``): the variable that is actually wrong, its value (cut and
+(``settings.problems``): the variable that is actually wrong, its value (cut and
 escaped) and what is allowed. Every pattern is matched whole (``fullmatch``),
 every value must be UTF-8 without control characters, JSON lists are size- and
 depth-bounded, numbers finite and bounded. Credentials never go in a URL: a URL
 with a user or password is refused and shown with them masked.
 
 This module is the contract's one import point. The checks, the enums and the
-message helpers (``config_checks``) need only the standard library; the settings
+message helpers (``settings.checks``) need only the standard library; the settings
 classes are imported from here on first use and ``load`` imports its module
 when called, so what needs only a name or an enum (the log format, a values file
 refused before any setting is read) does not pay for pydantic.
@@ -121,7 +121,7 @@ __all__ = [
     "shown",
 ]
 
-#: The settings classes, handed out from ``config_model`` on first use.
+#: The settings classes, handed out from ``settings.model`` on first use.
 _MODEL_NAMES = frozenset(
     {
         "AICR_RELEASE_IDENTITY",
@@ -148,7 +148,7 @@ _MODEL_NAMES = frozenset(
 
 
 def load(environ: Mapping[str, str] | None = None, *, local_pack: bool = False) -> RunnerSettings:
-    """Read settings from ``environ`` (default ``os.environ``); see ``config_load.load``.
+    """Read settings from ``environ`` (default ``os.environ``); see ``settings.load.load``.
 
     Imported when called, so a command refused before its settings are read (a
     bad values file, a bad flag) never imports pydantic.

@@ -1,8 +1,8 @@
 """The settings model: every runtime input, typed, as a pydantic-settings tree.
 
-Each field carries its check from ``config_checks`` as a before-validator: the check
+Each field carries its check from ``settings.checks`` as a before-validator: the check
 gets the raw value (a string from the environment, or a value given in code),
-normalises it or raises ``config_checks.Invalid``, whose reason ``config_errors`` turns
+normalises it or raises ``settings.checks.Invalid``, whose reason ``settings.problems`` turns
 into the one line a bad value gets. Groups are frozen and refuse unknown fields.
 """
 
@@ -308,7 +308,7 @@ with warnings.catch_warnings():
     class RunnerSettings(BaseSettings):
         """Every runtime input. Field docs are the environment table in docs/configuration.md.
 
-        Built in code, it reads nothing but its arguments; ``config_load.load`` reads
+        Built in code, it reads nothing but its arguments; ``settings.load.load`` reads
         the environment through pydantic-settings' source (prefix, ``__`` nesting).
         """
 

@@ -4,7 +4,7 @@ A ``ValidationError`` names a field path (``('validate', 'phases')``), not a
 variable, and words its reasons for programmers. Each error becomes
 ``NAME='value' (item N): what is allowed``: the path mapped back to its variable,
 the value as it was given (cut, escaped, a URL's user and password masked: see
-``config_checks.shown``), and the reason the field's check gave (``config_checks.Invalid``).
+``settings.checks.shown``), and the reason the field's check gave (``settings.checks.Invalid``).
 An error no check raised (pydantic's own type checks) keeps pydantic's reason,
 never its input echo or documentation link.
 """
