@@ -5,10 +5,13 @@
 # left alone. Builds are also cached outside the clone (AICR_RUNNER_TOOLS_CACHE,
 # default ~/.cache/aicr-runner-tools), so a fresh clone on the same machine copies
 # them instead of compiling again. Go's own module and build caches make a rebuild
-# after a version bump incremental. Concurrent runs (parallel test sessions) are
-# serialised with a lock in the cache directory, so a tool is never built twice.
+# after a version bump incremental. Tools build BOOTSTRAP_JOBS at a time (default
+# 2); a lock per tool in the cache directory lets concurrent runs (the test
+# script's lanes, parallel test sessions) wait for a tool another is building
+# instead of building it twice. --base names the tools every suite but the
+# end-to-end one needs, --e2e the rest.
 #
-# Usage: scripts/bootstrap-tools.sh [helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
+# Usage: scripts/bootstrap-tools.sh [--base|--e2e|helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
 #        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|
 #        sveltos-crds|kube-state-metrics|promtool|npm|aicr|debian|
 #        image-tools ...]
@@ -30,12 +33,16 @@ export CGO_ENABLED="${CGO_ENABLED:-0}"
 
 log() { printf 'bootstrap: %s\n' "$*" >&2; }
 
-# One bootstrap at a time per cache (2-core CI machines; parallel pytest sessions).
-exec 9>"$cache/.lock"
-if ! flock -n 9; then
-  log "another bootstrap is running; waiting for it"
-  flock 9
-fi
+# BOOTSTRAP_JOBS tools build at once (default 2: a Go build keeps about one core and
+# a half busy, and its module downloads and single-threaded link leave the rest
+# idle). A lock per tool in the cache directory: two bootstraps (the test script's
+# two lanes, parallel pytest sessions) never build the same tool twice, and one
+# that needs only oras never waits for an API server to compile.
+jobs=${BOOTSTRAP_JOBS:-2}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { log "BOOTSTRAP_JOBS must be a whole number from 1, not '$jobs'"; exit 2; }
+# Debug information is stripped at link time (-s -w); not generating it at compile
+# time saves the compiler that work.
+gcflags="all=-dwarf=false"
 
 # A build recipe id: empty for a plain `go build`, else a short hash of the extra
 # linker flags. It is part of the cache file name and stamped next to the version,
@@ -63,7 +70,7 @@ install_from_cache() { # NAME VERSION RECIPE
   log "$1 $2 (from cache)"
 }
 
-# go_build NAME MODULE VERSION PACKAGE [REPLACE_MAP [LDFLAGS [PINS]]]
+# go_build NAME MODULE VERSION PACKAGE [REPLACE_MAP [LDFLAGS [PINS [TAGS]]]]
 # Builds PACKAGE from MODULE@VERSION in a throwaway wrapper module. Modules whose
 # go.mod replaces sibling modules with local paths (kubernetes staging, etcd) cannot
 # be built with `go install pkg@version`; REPLACE_MAP says how to turn each local
@@ -73,10 +80,11 @@ install_from_cache() { # NAME VERSION RECIPE
 # LDFLAGS are extra linker flags (version stamps the upstream Makefiles set).
 # PINS ("module=version ...") replace dependency versions the module proxy does not
 # serve with the nearest one it does (tools/versions.env says which and why).
+# TAGS are Go build tags (upstream's own switches, such as Prometheus' remove_all_sd).
 go_build() {
-  local name=$1 module=$2 version=$3 package=$4 map=${5:-} xflags=${6:-} pins=${7:-}
+  local name=$1 module=$2 version=$3 package=$4 map=${5:-} xflags=${6:-} pins=${7:-} tags=${8:-}
   local recipe
-  recipe=$(recipe_id "$xflags${pins:+ pins: $pins}")
+  recipe=$(recipe_id "$xflags${pins:+ pins: $pins}${tags:+ tags: $tags} gcflags: $gcflags")
   have "$name" "$version" "$recipe" && { log "$name $version (up to date)"; return 0; }
   install_from_cache "$name" "$version" "$recipe" && return 0
   log "building $name $version from $package (this takes a while the first time)"
@@ -123,7 +131,7 @@ for r in json.load(sys.stdin).get("Replace") or []:
     local pin
     for pin in $pins; do echo "replace ${pin%%=*} => ${pin%%=*} ${pin#*=}" >>go.mod; done
     go get "$module@$version" >/dev/null
-    go build -trimpath -ldflags "-s -w $xflags" -o "$work/$name" "$package"
+    go build -trimpath -gcflags "$gcflags" ${tags:+-tags "$tags"} -ldflags "-s -w $xflags" -o "$work/$name" "$package"
     cached=$(cache_name "$name" "$version" "$recipe")
     cp "$work/$name" "$cached.tmp" && mv "$cached.tmp" "$cached"
     mv "$work/$name" "$bin/$name"
@@ -185,6 +193,9 @@ image_tools() {
   recipe=$(recipe_id "$xflags $(sha256sum "$root/tools/image-tools/main.go" | cut -c1-64) linux/$arch")
   local dest="$root/.tools/image/linux-$arch" cached
   cached=$(cache_name image-tools "$version" "$recipe")
+  # helm, kubectl and cosign's links and the image build all ask for it: one build.
+  exec 7>"$cache/.lock.image-tools-$arch"
+  flock 7
   if [[ -x "$dest/image-tools" && "$(cat "$dest/.image-tools.recipe" 2>/dev/null || true)" == "$version $recipe" ]]; then
     log "image-tools linux/$arch (up to date)"
     return 0
@@ -345,14 +356,57 @@ npm_material() {
   log "$spec (npm tarball)"
 }
 
-kube_apiserver() {
+etcd() {
   if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
-    log "using etcd and kube-apiserver from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+    log "using etcd from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
     return 0
   fi
   go_build etcd "$ETCD_MODULE" "$ETCD_VERSION" "$ETCD_PACKAGE" siblings
-  go_build kube-apiserver "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBE_APISERVER_PACKAGE" k8s-staging \
-    "$(kube_ldflags)"
+}
+
+# kube-apiserver, kube-controller-manager, kubelet and kube-scheduler: one module at
+# one version, so one `go build` of the four packages compiles their shared code
+# once and links them side by side (envtest convention: KUBEBUILDER_ASSETS, when it
+# holds the API server and etcd, wins over the API server and controller-manager
+# builds). Each binary is cached and stamped on its own, as go_build does.
+kube_family() {
+  local xflags recipe name missing=() packages=()
+  xflags=$(kube_ldflags)
+  recipe=$(recipe_id "$xflags gcflags: $gcflags")
+  local -A package_of=([kube-apiserver]=$KUBE_APISERVER_PACKAGE [kube-controller-manager]=$KUBE_CONTROLLER_MANAGER_PACKAGE
+    [kubelet]=$KUBELET_PACKAGE [kube-scheduler]=$KUBE_SCHEDULER_PACKAGE)
+  for name in kube-apiserver kube-controller-manager kubelet kube-scheduler; do
+    if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/$name" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
+      log "using $name from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+      continue
+    fi
+    have "$name" "$KUBERNETES_VERSION" "$recipe" && { log "$name $KUBERNETES_VERSION (up to date)"; continue; }
+    install_from_cache "$name" "$KUBERNETES_VERSION" "$recipe" && continue
+    missing+=("$name")
+    packages+=("${package_of[$name]}")
+  done
+  ((${#missing[@]})) || return 0
+  log "building ${missing[*]} $KUBERNETES_VERSION in one go build (this takes a while the first time)"
+  (
+    started=$SECONDS
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    cd "$work"
+    go mod init aicr-runner-tools/kube >/dev/null 2>&1
+    gomod=$(go mod download -json "$KUBERNETES_MODULE@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\1#p' "$gomod" |
+      while read -r m; do echo "replace $m => $m v0.${KUBERNETES_VERSION#v1.}"; done >>go.mod
+    go get "$KUBERNETES_MODULE@$KUBERNETES_VERSION" >/dev/null
+    mkdir out
+    go build -trimpath -gcflags "$gcflags" -ldflags "-s -w $xflags" -o out/ "${packages[@]}"
+    for name in "${missing[@]}"; do
+      cached=$(cache_name "$name" "$KUBERNETES_VERSION" "$recipe")
+      cp "out/$name" "$cached.tmp" && mv "$cached.tmp" "$cached"
+      mv "out/$name" "$bin/$name"
+      stamp "$name" "$KUBERNETES_VERSION" "$recipe"
+    done
+    log "${missing[*]} $KUBERNETES_VERSION built in $((SECONDS - started))s"
+  )
 }
 
 # The API server of the oldest Kubernetes minor the chart supports (the floor of
@@ -365,23 +419,6 @@ kube_apiserver_floor() {
   minor=${v%.*}
   go_build "kube-apiserver-$minor" "$KUBERNETES_MODULE" "$KUBE_APISERVER_FLOOR_VERSION" "$KUBE_APISERVER_PACKAGE" \
     k8s-staging "$(kube_ldflags "$KUBE_APISERVER_FLOOR_VERSION")"
-}
-
-kube_controller_manager() {
-  if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "$KUBEBUILDER_ASSETS/kube-controller-manager" ]]; then
-    log "using kube-controller-manager from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
-    return 0
-  fi
-  go_build kube-controller-manager "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBE_CONTROLLER_MANAGER_PACKAGE" \
-    k8s-staging "$(kube_ldflags)"
-}
-
-# The real node of the e2e suite: kubelet and kube-scheduler from the same module
-# and version as the API server (they share its Go build cache).
-kube_node() {
-  go_build kubelet "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBELET_PACKAGE" k8s-staging "$(kube_ldflags)"
-  go_build kube-scheduler "$KUBERNETES_MODULE" "$KUBERNETES_VERSION" "$KUBE_SCHEDULER_PACKAGE" k8s-staging \
-    "$(kube_ldflags)"
 }
 
 # The sandbox ("pause") image's program: public registries are unreachable, so
@@ -403,20 +440,44 @@ pause() {
   log "pause $PAUSE_VERSION (built)"
 }
 
-want=("$@")
-((${#want[@]})) || want=(debian helm helm3 oras actionlint cosign aicr kube-apiserver kube-apiserver-floor kube-controller-manager
-  kubectl kubelet pause source-controller helm-controller flux-crds argocd-crds report-crds sveltos-crds kube-state-metrics promtool npm)
-for t in "${want[@]}"; do
+# Named sets, so the test script can start the tools only the end-to-end suite
+# needs in a lane of their own while the rest of the suite runs.
+base_set=(debian helm helm3 oras actionlint cosign kubectl aicr promtool npm flux-crds argocd-crds report-crds sveltos-crds)
+e2e_set=(kube-apiserver kube-apiserver-floor kube-controller-manager kubelet kube-scheduler etcd pause source-controller
+  helm-controller kube-state-metrics)
+all_targets="${base_set[*]} ${e2e_set[*]} image-tools"
+
+want=()
+for t in "$@"; do
   case "$t" in
-    helm) image_tool helm "$HELM_VERSION" ;;
+    --base) want+=("${base_set[@]}") ;;
+    --e2e) want+=("${e2e_set[@]}") ;;
+    *) want+=("$t") ;;
+  esac
+done
+((${#want[@]})) || want=("${base_set[@]}" "${e2e_set[@]}")
+
+# job_of TARGET: the job that provides it (several targets share one build).
+job_of() {
+  case "$1" in
+    helm | kubectl | cosign) echo image-tool-links ;;
+    kube-apiserver | kube-controller-manager | kubelet | kube-scheduler) echo kube ;;
+    *) echo "$1" ;;
+  esac
+}
+
+run_job() {
+  case "$1" in
+    image-tool-links)
+      image_tool helm "$HELM_VERSION"
+      image_tool kubectl "$KUBERNETES_VERSION"
+      image_tool cosign "$COSIGN_VERSION"
+      ;;
+    kube) kube_family ;;
     helm3)
-      flags=$(helm_ldflags v3 "$HELM3_VERSION") # its own statement: a failure stops the bootstrap
+      flags=$(helm_ldflags v3 "$HELM3_VERSION") # its own statement: a failure stops the job
       go_build helm3 "$HELM3_MODULE" "$HELM3_VERSION" "$HELM3_PACKAGE" "" "$flags"
       ;;
-    cosign) image_tool cosign "$COSIGN_VERSION" ;;
-    kube-controller-manager) kube_controller_manager ;;
-    kubectl) image_tool kubectl "$KUBERNETES_VERSION" ;;
-    kubelet | kube-scheduler) kube_node ;;
     pause) pause ;;
     source-controller)
       go_build source-controller "$SOURCE_CONTROLLER_MODULE" "$SOURCE_CONTROLLER_VERSION" "$SOURCE_CONTROLLER_MODULE" \
@@ -435,16 +496,55 @@ for t in "${want[@]}"; do
     kube-state-metrics)
       go_build kube-state-metrics "$KUBE_STATE_METRICS_MODULE" "$KUBE_STATE_METRICS_VERSION" "$KUBE_STATE_METRICS_MODULE"
       ;;
-    promtool) go_build promtool "$PROMETHEUS_MODULE" "$PROMETHEUS_VERSION" "$PROMTOOL_PACKAGE" ;;
-    etcd | kube-apiserver) kube_apiserver ;;
+    # promtool needs none of Prometheus' service discovery: upstream's remove_all_sd
+    # tag leaves out the cloud SDKs, most of its build.
+    promtool) go_build promtool "$PROMETHEUS_MODULE" "$PROMETHEUS_VERSION" "$PROMTOOL_PACKAGE" "" "" "" remove_all_sd ;;
+    etcd) etcd ;;
     kube-apiserver-floor) kube_apiserver_floor ;;
     aicr) aicr ;;
     debian) debian ;;
     image-tools) image_tools ;;
-    *)
-      echo "bootstrap: unknown tool '$t' (allowed: debian helm helm3 oras actionlint cosign aicr etcd kube-apiserver" \
-        "kube-apiserver-floor kube-controller-manager kubectl kubelet kube-scheduler pause source-controller helm-controller flux-crds argocd-crds report-crds sveltos-crds kube-state-metrics promtool npm image-tools)" >&2
-      exit 2
-      ;;
   esac
+}
+
+# The longest builds first, so the last job to start is a short one.
+job_order=(kube image-tool-links image-tools kube-apiserver-floor source-controller kube-state-metrics helm-controller
+  helm3 promtool etcd oras actionlint debian pause aicr npm flux-crds argocd-crds report-crds sveltos-crds)
+declare -A wanted=()
+for t in "${want[@]}"; do
+  if [[ " $all_targets " != *" $t "* ]]; then
+    echo "bootstrap: unknown tool '$t' (allowed: --base --e2e $all_targets)" >&2
+    exit 2
+  fi
+  wanted[$(job_of "$t")]=1
 done
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+declare -A running=()
+failed=()
+reap() { # wait for one job; its log goes out whole, not interleaved with the others'
+  local pid rc=0
+  wait -n -p pid "${!running[@]}" || rc=$?
+  cat "$logs/${running[$pid]}.log" >&2
+  ((rc == 0)) || failed+=("${running[$pid]} (exit $rc)")
+  unset "running[$pid]"
+}
+for job in "${job_order[@]}"; do
+  [[ -n ${wanted[$job]:-} ]] || continue
+  while ((${#running[@]} >= jobs)); do reap; done
+  (
+    exec 8>"$cache/.lock.$job"
+    if ! flock -n 8; then
+      log "$job: another bootstrap is providing it; waiting for it"
+      flock 8
+    fi
+    run_job "$job"
+  ) >"$logs/$job.log" 2>&1 &
+  running[$!]=$job
+done
+while ((${#running[@]})); do reap; done
+if ((${#failed[@]})); then
+  log "failed: ${failed[*]}"
+  exit 1
+fi

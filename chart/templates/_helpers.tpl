@@ -216,6 +216,8 @@ _pod.tpl) and the rerun token. Everything that reaches the pod template is in
 the name by construction: a value that changes the template gives a new Job
 (never "field is immutable" on upgrade), and the same template gives the same
 Job, whatever the chart version, the Helm major (3 or 4) or the delivery tool.
+Its text is hashed, comments included: a comment edited in _pod.tpl renames the
+Job too (tests/chart/job-names.json records the names; a rename is deliberate).
 So nothing in the template may vary on its own: no chart version, no
 .Release.Revision (always 1 under Argo CD), no raw .Values (Helm 4 drops null
 defaults that Helm 3 keeps), and not the Job's own name (the pod reads it from

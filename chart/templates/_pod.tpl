@@ -108,7 +108,7 @@ spec:
           value: /home/aicr/.local/share/helm
         - name: KUBECACHEDIR
           value: /home/aicr/.kube/cache
-        # The runtime's settings that define the install (aicr_runner.settings;
+        # The runtime's settings that define the install (aicr_runner.config;
         # lists are JSON arrays).
         {{- range $name, $value := include "nvidia-aicr.runtimeEnv" . | fromYaml }}
         - name: {{ $name }}

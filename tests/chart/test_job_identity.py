@@ -264,3 +264,31 @@ def test_a_value_change_renames_the_job_exactly_when_it_changes_the_pod_template
     before = job_name_with(helm_binary(), BASE)
     after = job_name_with(helm_binary(), merge(BASE, change))
     assert (after != before) is renames, f"{what}: {json.dumps(change)} {'should' if renames else 'must not'} rename"
+
+
+#: The Job names this chart renders for each example, image pinned: what a fleet
+#: upgrading to this checkout's chart with unchanged values keeps. The name hashes
+#: the pod template's text (comments included), so any edit that reaches it,
+#: a new setting in the environment included, renames the Job and every cluster
+#: re-runs its install on upgrade. When that is intended, record the new names
+#: here and say so in the changelog.
+RECORDED_JOB_NAMES = ROOT / "tests" / "chart" / "job-names.json"
+
+
+def current_job_names() -> dict[str, str]:
+    pinned = {"image": {"tag": "0.1.0"}}
+    every = {**EXAMPLE_VALUES, "every pod knob": EVERY_POD_KNOB}
+    return {name: job_name_with(helm_binary(), merge(values, pinned)) for name, values in sorted(every.items())}
+
+
+def test_an_upgrade_with_unchanged_values_keeps_every_recorded_job_name() -> None:
+    recorded = json.loads(RECORDED_JOB_NAMES.read_text())
+    current = current_job_names()
+    renamed = {
+        name: f"{recorded.get(name)} -> {current[name]}" for name in current if recorded.get(name) != current[name]
+    }
+    assert not renamed, (
+        "this change renames the Job for unchanged values (every cluster re-runs its install on upgrade): "
+        f"{renamed}. If intended, write {json.dumps(current, indent=2)} to {RECORDED_JOB_NAMES.relative_to(ROOT)} "
+        "and say so in CHANGELOG.md."
+    )
