@@ -3,11 +3,17 @@
 # integration against a real registry, chart render suite with real helm, the
 # chart mutation check, and the end-to-end scenarios against a real API server).
 #
-# Two lanes, so a cold machine's two cores are never idle: the tools only the
-# end-to-end suite needs (API servers, the node, Flux, kube-state-metrics) build in
-# the background while the static checks, the image and every other suite run;
-# the end-to-end suite starts when they are in place. Arguments are pytest's: with
-# any, one pytest run takes them, after every tool is in place.
+# Two lanes, so a cold machine's two cores are never idle while a Go build links
+# or an end-to-end test waits for a pod:
+#   main lane  the tools every suite but the end-to-end one needs, the static
+#              checks, the image, then `pytest tests`;
+#   e2e lane   (in the background) the tools the end-to-end suite needs (API
+#              servers, the node, Flux, kube-state-metrics), then `pytest e2e`.
+# The bootstrap's lock per tool means a tool both lanes ask for is built once; the
+# e2e suite builds the image through scripts/build-image.sh's lock likewise. The
+# e2e lane's output is printed when it ends; the script ends with one line adding
+# both runs up (`pytest: N passed, N failed`) and one coverage report.
+# Arguments are pytest's: with any, one pytest run takes them, after every tool.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -19,51 +25,65 @@ export AICR_TEST_RELEASES_DIR="${AICR_TEST_RELEASES_DIR:-$root/../shared/testdat
 # The real deployment validator of aicr v0.11.1 (e2e/test_real_validators.py builds its image from it).
 export AICR_TEST_VALIDATORS_DIR="${AICR_TEST_VALIDATORS_DIR:-$root/../shared/testdata/aicr-validators}"
 
-mkdir -p .tools
-e2e_tools_log=.tools/bootstrap-e2e.log
-echo "== tools for the end-to-end suite: building in the background ($e2e_tools_log)"
-bash scripts/bootstrap-tools.sh --e2e >"$e2e_tools_log" 2>&1 &
-e2e_tools=$!
-e2e_tools_ready() {
-  local rc=0
-  wait "$e2e_tools" || rc=$?
-  cat "$e2e_tools_log"
-  if ((rc != 0)); then
-    echo "test: scripts/bootstrap-tools.sh --e2e failed (exit $rc)" >&2
-    exit "$rc"
-  fi
-}
-trap 'kill "$e2e_tools" 2>/dev/null || true' EXIT
-
-echo "== tools for the other suites"
-bash scripts/bootstrap-tools.sh --base
-echo "== ruff"
-.venv/bin/ruff check src tests e2e scripts
-.venv/bin/ruff format --check src tests e2e scripts
-echo "== mypy --strict (the runtime, and the tests, the e2e harness and the scripts that check it)"
-.venv/bin/mypy --strict src tests e2e scripts
-echo "== function length (scripts/check-function-length.py: no function in src/aicr_runner over 40 lines, steps/table.py at most 450)"
-.venv/bin/python scripts/check-function-length.py
-echo "== image (scripts/build-image.sh: the image tests and the e2e pods run it)"
-bash scripts/build-image.sh
-
 pytest=(.venv/bin/pytest --durations=30 --cov=aicr_runner --cov-branch)
 if (($#)); then
-  echo "== end-to-end tools"
-  e2e_tools_ready
+  bash scripts/bootstrap-tools.sh
+  bash scripts/build-image.sh >/dev/null
   echo "== pytest $*"
   exec "${pytest[@]}" --cov-report=term:skip-covered "$@"
 fi
 
+started=$SECONDS
+elapsed() { printf '%dm%02ds' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)); }
 results=$(mktemp -d)
+mkdir -p .tools
+rm -f .coverage .coverage.*
+
+e2e_lane() {
+  local lane_started=$SECONDS
+  if ! bash scripts/bootstrap-tools.sh --e2e --base; then
+    echo "test: scripts/bootstrap-tools.sh --e2e --base failed" >&2
+    return 3
+  fi
+  echo "== e2e lane: tools in place after $((SECONDS - lane_started))s; pytest e2e"
+  COVERAGE_FILE=.coverage.e2e "${pytest[@]}" --cov-report= --junitxml="$results/e2e.xml" e2e
+}
+
+echo "== e2e lane: its tools, then pytest e2e, in the background (printed when it ends)"
+# Job control on for this one job: the lane is its own process group, so a failed
+# main lane stops all of it (its builds and its test processes).
+set -m
+e2e_lane >"$results/e2e-lane.log" 2>&1 &
+e2e_lane_pid=$!
+set +m
+trap 'kill -TERM -- -"$e2e_lane_pid" 2>/dev/null || true; rm -rf "$results"' EXIT
+
+echo "== tools for the other suites ($(elapsed))"
+bash scripts/bootstrap-tools.sh --base
+echo "== ruff ($(elapsed))"
+.venv/bin/ruff check src tests e2e scripts
+.venv/bin/ruff format --check src tests e2e scripts
+echo "== mypy --strict (the runtime, and the tests, the e2e harness and the scripts that check it) ($(elapsed))"
+.venv/bin/mypy --strict src tests e2e scripts
+echo "== function length (scripts/check-function-length.py: no function in src/aicr_runner over 40 lines, steps/table.py at most 450)"
+.venv/bin/python scripts/check-function-length.py
+echo "== image (scripts/build-image.sh: the image tests and the e2e pods run it) ($(elapsed))"
+bash scripts/build-image.sh
+
 status=0
-echo "== pytest tests (every suite but the end-to-end one)"
-"${pytest[@]}" --cov-report= --junitxml="$results/tests.xml" tests || status=$?
-echo "== end-to-end tools"
-e2e_tools_ready
-echo "== pytest e2e"
-"${pytest[@]}" --cov-append --cov-report=term:skip-covered --junitxml="$results/e2e.xml" e2e || status=$?
-# One closing line for both runs.
+echo "== pytest tests: every suite but the end-to-end one ($(elapsed))"
+COVERAGE_FILE=.coverage.tests "${pytest[@]}" --cov-report= --junitxml="$results/tests.xml" tests || status=$?
+echo "== pytest tests ended ($(elapsed)); waiting for the e2e lane"
+e2e_status=0
+wait "$e2e_lane_pid" || e2e_status=$?
+echo "== e2e lane (ended $(elapsed), exit $e2e_status)"
+cat "$results/e2e-lane.log"
+((e2e_status == 0)) || status=$e2e_status
+
+echo "== coverage of both runs"
+.venv/bin/coverage combine --keep .coverage.tests .coverage.e2e >/dev/null
+.venv/bin/coverage report --skip-covered
+# One closing line for both runs (a run that wrote no report is an error, never zero tests).
 .venv/bin/python scripts/junit-totals.py "$results/tests.xml" "$results/e2e.xml"
-rm -rf "$results"
+echo "== done in $(elapsed)"
 exit "$status"
