@@ -1,6 +1,7 @@
 """Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``validate``
 (validation only, against the recipe recorded at install), ``fleet`` (the verdicts of
-several clusters in one table), ``version``.
+several clusters in one table), ``mirror`` (what an install needs, for air-gapped
+sites: a plan, then the list), ``version``.
 
 This module reads the command line and checks every input; ``wiring`` builds and
 runs the run. Imports are staged: ``version`` and ``--help`` need only
@@ -76,19 +77,24 @@ def _parser() -> argparse.ArgumentParser:
         description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
         "environment variables, see docs/configuration.md 'Environment').",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,validate,fleet,version}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,validate,fleet,mirror,version}")
     run = sub.add_parser("run", help="the Kubernetes Job entrypoint: results go to ConfigMaps")
     plan = sub.add_parser(
         "plan", help="local dry run: resolve, bundle and verify; results go to a directory; no cluster needed"
     )
     validate = _validate_parser(sub)
+    mirror = sub.add_parser(
+        "mirror",
+        help="for air-gapped sites: resolve and bundle as plan does, then list every chart, image and file "
+        "the install needs",
+    )
     sub.add_parser("version", help="print the runner version and the pinned aicr version")
     _add_fleet_options(
         sub.add_parser(
             "fleet", help="one table of every release's verdict across kubeconfig contexts (exit 34 if not all green)"
         )
     )
-    for command in (run, plan, validate):
+    for command in (run, plan, validate, mirror):
         command.add_argument(
             "--aicr-binary",
             type=Path,
@@ -103,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         help="write results to this directory instead of ConfigMaps (a full run outside a pod)",
     )
     _add_plan_options(plan)
+    _add_mirror_options(mirror)
     return parser
 
 
@@ -138,6 +145,11 @@ def _add_plan_options(plan: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the recipe, bundle and run report land (default: ./aicr-plan)",
     )
+    _add_plan_inputs(plan)
+
+
+def _add_plan_inputs(plan: argparse.ArgumentParser) -> None:
+    """What ``plan`` and ``mirror`` take: a values file, a local pack, the criteria as flags."""
     plan.add_argument(
         "--values",
         type=Path,
@@ -155,6 +167,29 @@ def _add_plan_options(plan: argparse.ArgumentParser) -> None:
         plan.add_argument(
             f"--{name}", metavar="VALUE", help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})"
         )
+
+
+def _add_mirror_options(mirror: argparse.ArgumentParser) -> None:
+    """``mirror``: plan's inputs, where the plan lands, what to do with the list."""
+    from aicr_runner.mirror import FORMATS
+
+    mirror.add_argument("--list", action="store_true", required=True, help="print the list (on stdout)")
+    mirror.add_argument("-o", "--format", choices=FORMATS, default="table", help="table (default), json, hauler, zarf")
+    mirror.add_argument(
+        "--work-dir",
+        dest="output",
+        type=Path,
+        default=Path("aicr-mirror"),
+        metavar="DIR",
+        help="where the plan's recipe, bundle and run report land (default: ./aicr-mirror)",
+    )
+    mirror.add_argument(
+        "--charts-dir",
+        type=Path,
+        metavar="DIR",
+        help="chart archives (<chart>-<version>.tgz) to render instead of pulling them from their source",
+    )
+    _add_plan_inputs(mirror)
 
 
 def _add_fleet_options(fleet: argparse.ArgumentParser) -> None:
@@ -225,16 +260,35 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigError as exc:
         return _bad_input(exc, origins)
     # Before the heavy imports: a refused plan answers in milliseconds, offline.
-    if args.command == "plan" and (refused := _criteria_refused_offline(settings, invocation)):
+    if args.command in ("plan", "mirror") and (refused := _criteria_refused_offline(settings, invocation)):
         print(f"aicr-runner: {refused}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     try:
         check_places(settings, invocation.results_dir, invocation.results_flag)
     except ConfigError as exc:
         return _bad_input(exc, origins)
+    return _launch(args, settings, invocation, env)
+
+
+def _launch(args: argparse.Namespace, settings: RunnerSettings, invocation: Invocation, env: dict[str, str]) -> int:
+    """Every input checked: the run (or the mirror command, a plan and then its list)."""
+    if args.command == "mirror":
+        return _mirror(args, settings, invocation, env)
     from aicr_runner import wiring
 
     return wiring.run(settings, invocation, env)
+
+
+def _mirror(args: argparse.Namespace, settings: RunnerSettings, invocation: Invocation, env: dict[str, str]) -> int:
+    from aicr_runner.mirror.command import MirrorRequest, run_mirror
+
+    values: dict[str, object] = {}
+    if args.values is not None:
+        from aicr_runner.settings.values_file import load_values_file
+
+        values = load_values_file(args.values)  # checked already: it loaded into the settings
+    charts_dir = Path(os.path.abspath(args.charts_dir)) if args.charts_dir else None
+    return run_mirror(settings, invocation, env, MirrorRequest(args.format, values, charts_dir))
 
 
 def _invocation(args: argparse.Namespace) -> Invocation:
@@ -242,7 +296,8 @@ def _invocation(args: argparse.Namespace) -> Invocation:
     the local pack (checked a directory) and the preinstalled aicr."""
     from aicr_runner.run.invocation import Invocation, Mode
 
-    mode = Mode(args.command)
+    # mirror runs the plan's steps: its work directory is a plan's results directory.
+    mode = Mode.PLAN if args.command == "mirror" else Mode(args.command)
     given: Path | None = args.output if mode is Mode.PLAN else args.results_dir
     recipe: Path | None = getattr(args, "recipe", None)
     return Invocation(
@@ -276,7 +331,7 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
         origins[f"{ENV_PREFIX}AICR__BINARY"] = "--aicr-binary"
     if args.command == "validate":
         return _recorded_criteria(args.recipe, env, origins)
-    if args.command != "plan":
+    if args.command not in ("plan", "mirror"):
         return env
     if args.values is not None:
         from aicr_runner.settings.values_file import VALUE_TO_ENV, env_from_values, load_values_file
@@ -318,7 +373,7 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     from aicr_runner.errors import ConfigError
     from aicr_runner.settings.config import Invalid, problem_line
 
-    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
+    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe", "charts_dir")
     # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
     given = {f"--{name.replace('_', '-')}": str(getattr(args, name)) for name in flags if getattr(args, name, None)}
     why = Invalid("a URL, not a path; give a local file or directory (download an aicr release or a pack first)")

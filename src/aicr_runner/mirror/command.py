@@ -1,0 +1,180 @@
+"""``aicr-runner mirror --list``: the plan's steps (fetch, pack, recipe, bundle,
+verify: the same code path), then the list of everything that install needs.
+
+The plan's own summary goes to stderr with its logs, so stdout holds only the
+list (``-o json | jq``, ``-o hauler > haul.yaml``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aicr_runner import __version__
+from aicr_runner.errors import RunnerError
+from aicr_runner.mirror.collect import Release, collect
+from aicr_runner.mirror.items import Item
+from aicr_runner.run.invocation import Invocation
+from aicr_runner.settings.config import ENV_PREFIX, RunnerSettings
+
+__all__ = ["MirrorRequest", "run_mirror", "runner_image"]
+
+_RUNNER_REPOSITORY = "ghcr.io/nvidia-aicr/aicr-runner"
+
+
+@dataclass(frozen=True)
+class MirrorRequest:
+    fmt: str
+    values: Mapping[str, Any]
+    charts_dir: Path | None = None
+    helm: str = "helm"
+
+
+def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest) -> int:
+    from aicr_runner import wiring
+
+    with contextlib.redirect_stdout(sys.stderr):
+        code = wiring.run(settings, invocation, env)
+    if code != 0:
+        print(f"aicr-runner mirror: the plan did not succeed (exit {code}): nothing listed", file=sys.stderr)
+        return code
+    try:
+        items = list_items(settings, invocation, env, request)
+        _compare_with_aicr(settings, items)
+    except RunnerError as exc:
+        print(f"aicr-runner mirror: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+    from aicr_runner.mirror.formats import render
+
+    sys.stdout.write(render(items, request.fmt))
+    return 0
+
+
+def list_items(
+    settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest
+) -> list[Item]:
+    from aicr_runner.aicr.recipe import load_recipe
+    from aicr_runner.mirror.render import HelmRenderer
+    from aicr_runner.mirror.rewrite import UPSTREAM_RECIPE
+
+    work = settings.work_path
+    # With mirror.* set the recipe names the mirror; the list is of what to copy into it.
+    upstream = work / UPSTREAM_RECIPE
+    recipe_path = upstream if upstream.is_file() else work / "recipe.yaml"
+    summary = load_recipe(recipe_path)
+    aicr_version = _aicr_version(invocation, settings)
+    release = Release(
+        summary=summary,
+        checks=_checks(recipe_path),
+        bundle_dir=work / "bundle",
+        aicr_files=_aicr_files(settings, env),
+        aicr_version=aicr_version,
+        runner_image=runner_image(request.values),
+        pack_ref=settings.pack.ref,
+        phases=[p.value for p in settings.validate.phases] if settings.validate.enabled else [],
+        snapshot_agent=(
+            settings.snapshot.agent_image(aicr_version)
+            if settings.snapshot.enabled or settings.validate.enabled or _snapshot_on(request.values)
+            else None
+        ),
+    )
+    return collect(release, HelmRenderer(request.helm, request.charts_dir))
+
+
+def _snapshot_on(values: Mapping[str, Any]) -> bool:
+    """snapshot.enabled of the values file (a plan ignores snapshot.*: it runs no agent; the cluster will)."""
+    snapshot = values.get("snapshot")
+    return isinstance(snapshot, Mapping) and snapshot.get("enabled") is True
+
+
+def _aicr_version(invocation: Invocation, settings: RunnerSettings) -> str:
+    """The aicr the plan ran (its report says), else the setting."""
+    report = (
+        invocation.results_dir / (settings.status_configmap or "-") / "report.json" if invocation.results_dir else None
+    )
+    if report is not None and report.is_file():
+        version = json.loads(report.read_text()).get("aicrVersion")
+        if isinstance(version, str) and version:
+            return version
+    return settings.aicr.version
+
+
+def _checks(recipe_path: Path) -> dict[str, list[str]]:
+    """``validation.<phase>.checks`` of the recipe."""
+    import yaml
+
+    doc = yaml.safe_load(recipe_path.read_text()) or {}
+    validation = doc.get("validation") if isinstance(doc, dict) else None
+    if not isinstance(validation, dict):
+        return {}
+    return {
+        str(phase): [str(c) for c in (spec or {}).get("checks") or ()]
+        for phase, spec in validation.items()
+        if isinstance(spec, dict)
+    }
+
+
+def _aicr_files(settings: RunnerSettings, env: Mapping[str, str]) -> list[tuple[str, str, int | None]]:
+    """The release archive of each architecture the Job may land on (both unless the
+    architecture is set), and the checksums file; digests and sizes where known."""
+    from aicr_runner.aicr.release import release_urls
+    from aicr_runner.settings.checks import Arch
+
+    explicit = f"{ENV_PREFIX}AICR__ARCH" in env
+    arches = [settings.aicr.arch] if explicit else list(Arch)
+    files: list[tuple[str, str, int | None]] = []
+    for arch in arches:
+        aicr = settings.aicr.model_copy(update={"arch": arch})
+        archive_url, checksums_url = release_urls(aicr)
+        local = settings.work_path / "aicr-release" / archive_url.rsplit("/", 1)[1]
+        pin = getattr(settings.aicr.sha256, arch.value, "")
+        files.append((archive_url, _sha256(local) or (f"sha256:{pin}" if pin else ""), _size(local)))
+    files.append((checksums_url, "", None))
+    return files
+
+
+def _sha256(path: Path) -> str:
+    if not path.is_file():
+        return ""
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _size(path: Path) -> int | None:
+    return path.stat().st_size if path.is_file() else None
+
+
+def runner_image(values: Mapping[str, Any]) -> str:
+    """The runner image the chart renders from these values (image.*, global.imageRegistry)."""
+    image: Mapping[str, Any] = values["image"] if isinstance(values.get("image"), Mapping) else {}
+    repository = str(image.get("repository") or _RUNNER_REPOSITORY)
+    registry = (
+        str((values.get("global") or {}).get("imageRegistry") or "")
+        if isinstance(values.get("global"), Mapping)
+        else ""
+    )
+    if registry:
+        first, _, rest = repository.partition("/")
+        has_host = "." in first or ":" in first or first == "localhost"
+        repository = f"{registry.rstrip('/')}/{rest if has_host and rest else repository}"
+    if image.get("digest"):
+        return f"{repository}@{image['digest']}"
+    return f"{repository}:{image.get('tag') or __version__}"
+
+
+def _compare_with_aicr(settings: RunnerSettings, items: list[Item]) -> None:
+    """Where the aicr in use has ``aicr mirror list``, its list beside ours: every
+    difference is printed on stderr (the list printed stays ours)."""
+    from aicr_runner.mirror.aicr_list import differences
+
+    for line in differences(settings, items):
+        print(f"aicr-runner mirror: {line}", file=sys.stderr)
