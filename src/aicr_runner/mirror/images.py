@@ -11,7 +11,11 @@ strings that merely look like images:
   manager tags (``resolveDriverTag``, gpu-operator v25.10.1);
 * kai-scheduler's ``Config`` (kai.scheduler/v1): each service's
   ``{name, repository, tag}`` (KAI-Scheduler v0.13.0's operator builds
-  ``repository/name:tag``).
+  ``repository/name:tag``);
+* prometheus-operator's ``Prometheus``, ``Alertmanager``, ``ThanosRuler`` and
+  ``PrometheusAgent`` (monitoring.coreos.com/v1): ``spec.image`` (and a Thanos
+  sidecar's ``spec.thanos.image``), and the config-reloader sidecar the operator
+  adds to each, named by its ``--prometheus-config-reloader=`` argument.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "PodTemplate": ("template", "spec"),
 }
 _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+#: Container arguments that name an image the program starts (an operator's sidecar).
+_IMAGE_ARGS = ("--prometheus-config-reloader=",)
+#: prometheus-operator's kinds whose pods the operator creates from ``spec.image``.
+_MONITORING_KINDS = frozenset({"Prometheus", "Alertmanager", "ThanosRuler", "PrometheusAgent"})
 
 #: ClusterPolicy operands the operator deploys when their ``enabled`` is not false.
 _DEFAULT_ON = ("driver", "toolkit", "devicePlugin", "dcgmExporter", "gfd", "migManager")
@@ -94,11 +102,27 @@ def _pod_images(doc: Mapping[str, Any]) -> Iterator[Found]:
     if not isinstance(spec, Mapping):
         return
     hook = _dig(doc, ("metadata", "annotations", "helm.sh/hook"))
-    note = f"helm hook {hook}" if hook else ""
+    as_hook = f", helm hook {hook}" if hook else ""
     for field in _CONTAINER_LISTS:
         for container in spec.get(field) or ():
             if isinstance(container, Mapping) and isinstance(container.get("image"), str) and container["image"]:
-                yield Found(normalize(container["image"]), f"{_name(doc)} {field}[{container.get('name', '')}]", note)
+                where = f"{_name(doc)} {field}[{container.get('name', '')}]{as_hook}"
+                yield Found(normalize(container["image"]), where)
+                yield from _image_args(container, where)
+
+
+def _image_args(container: Mapping[str, Any], where: str) -> Iterator[Found]:
+    for arg in container.get("args") or ():
+        for flag in _IMAGE_ARGS:
+            if isinstance(arg, str) and arg.startswith(flag) and arg[len(flag) :]:
+                yield Found(normalize(arg[len(flag) :]), f"{where} {flag.rstrip('=')}")
+
+
+def _monitoring_images(doc: Mapping[str, Any]) -> Iterator[Found]:
+    for path in (("spec", "image"), ("spec", "thanos", "image")):
+        image = _dig(doc, path)
+        if isinstance(image, str) and image:
+            yield Found(normalize(image), f"{_name(doc)} {'.'.join(path)}")
 
 
 def _compose(spec: Mapping[str, Any]) -> str | None:
@@ -183,6 +207,8 @@ def images_in_documents(documents: list[Any], os_release: OsRelease | None = Non
             found.extend(_pod_images(doc))
         elif kind == "ClusterPolicy" and api.startswith("nvidia.com/"):
             found.extend(_cluster_policy_images(doc, os_release))
+        elif kind in _MONITORING_KINDS and api.startswith("monitoring.coreos.com/"):
+            found.extend(_monitoring_images(doc))
         elif kind == "Config" and api.startswith("kai.scheduler/"):
             found.extend(_kai_config_images(doc))
         elif kind == "List":

@@ -22,7 +22,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SOURCES_FILE", "UPSTREAM_RECIPE", "SourceMapping", "apply", "mirrored_source", "recorded", "rewrite_recipe"]
+__all__ = [
+    "SOURCES_FILE",
+    "UPSTREAM_RECIPE",
+    "SourceMapping",
+    "apply",
+    "mirror_path",
+    "mirrored_source",
+    "recorded",
+    "rewrite_recipe",
+]
 
 UPSTREAM_RECIPE = "recipe.upstream.yaml"
 SOURCES_FILE = "mirror-sources.json"
@@ -37,6 +46,13 @@ class SourceMapping:
     mirrored: str
 
 
+def mirror_path(location: str) -> str:
+    """``host[:port]/path`` as a path in the mirror: the upstream host kept as the first
+    component (a port written ``_port``: a repository name has no ':')."""
+    host, slash, path = location.strip("/").partition("/")
+    return f"{host.replace(':', '_')}{slash}{path}"
+
+
 def mirrored_source(source: str, registry: str, chart_repository: str = "") -> str:
     """Where a chart of ``source`` is in the mirror (``source`` as the recipe has it)."""
     scheme, sep, rest = source.partition("://")
@@ -46,7 +62,7 @@ def mirrored_source(source: str, registry: str, chart_repository: str = "") -> s
         return chart_repository
     if not registry:  # mirror.chartRepository alone redirects the chart-repository sources only
         return source
-    return f"oci://{registry.rstrip('/')}/{rest.strip('/')}"
+    return f"oci://{registry.rstrip('/')}/{mirror_path(rest)}"
 
 
 def rewrite_recipe(recipe: Path, registry: str, chart_repository: str = "") -> list[SourceMapping]:

@@ -47,8 +47,7 @@ def _cronjob() -> dict[str, Any]:
 def test_every_container_list_of_a_nested_pod_template_is_read_with_its_hook() -> None:
     found = images_in_documents([_cronjob(), {"kind": "ConfigMap", "data": {"image": "not:me"}}])
     assert [f.image for f in found] == ["docker.io/library/init:1", "q.io/main:2"]
-    assert found[0].where == "CronJob/n/c initContainers[i]"
-    assert found[0].note == "helm hook pre-install"
+    assert found[0].where == "CronJob/n/c initContainers[i], helm hook pre-install"
 
 
 def _policy(**spec: Any) -> dict[str, Any]:
@@ -123,4 +122,36 @@ def test_kai_config_services_are_repository_name_tag() -> None:
     assert [f.image for f in images_in_documents([config])] == [
         "ghcr.io/nvidia/kai-scheduler/binder:v0.13.0",
         "docker.io/g/k/scalingpod:v1",
+    ]
+
+
+def test_prometheus_operator_kinds_and_its_config_reloader_argument() -> None:
+    operator = {
+        "kind": "Deployment",
+        "metadata": {"name": "op"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "op",
+                            "image": "quay.io/prometheus-operator/prometheus-operator:v0.89.0",
+                            "args": ["--prometheus-config-reloader=quay.io/p/reloader:v0.89.0", "--log-level=info"],
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    prometheus = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "Prometheus",
+        "metadata": {"name": "p", "namespace": "m"},
+        "spec": {"image": "quay.io/prometheus/prometheus:v3.10.0"},
+    }
+    found = images_in_documents([operator, prometheus])
+    assert [(f.image, f.where) for f in found] == [
+        ("quay.io/prometheus-operator/prometheus-operator:v0.89.0", "Deployment/op containers[op]"),
+        ("quay.io/p/reloader:v0.89.0", "Deployment/op containers[op] --prometheus-config-reloader"),
+        ("quay.io/prometheus/prometheus:v3.10.0", "Prometheus/m/p spec.image"),
     ]
