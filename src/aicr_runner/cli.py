@@ -83,11 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         "plan", help="local dry run: resolve, bundle and verify; results go to a directory; no cluster needed"
     )
     validate = _validate_parser(sub)
-    mirror = sub.add_parser(
-        "mirror",
-        help="for air-gapped sites: resolve and bundle as plan does, then list every chart, image and file "
-        "the install needs",
-    )
+    mirror = _mirror_parser(sub)
     sub.add_parser("version", help="print the runner version and the pinned aicr version")
     _add_fleet_options(
         sub.add_parser(
@@ -109,8 +105,21 @@ def _parser() -> argparse.ArgumentParser:
         help="write results to this directory instead of ConfigMaps (a full run outside a pod)",
     )
     _add_plan_options(plan)
-    _add_mirror_options(mirror)
+    _add_plan_inputs(mirror)
     return parser
+
+
+def _mirror_parser(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``mirror``: a plan, then the list of what the install needs (or its copy into a registry)."""
+    from aicr_runner.mirror.arguments import add_options
+
+    mirror = sub.add_parser(
+        "mirror",
+        help="for air-gapped sites: resolve and bundle as plan does, then list every chart, image and file "
+        "the install needs, or copy them into a registry",
+    )
+    add_options(mirror)
+    return mirror
 
 
 def _validate_parser(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
@@ -167,29 +176,6 @@ def _add_plan_inputs(plan: argparse.ArgumentParser) -> None:
         plan.add_argument(
             f"--{name}", metavar="VALUE", help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})"
         )
-
-
-def _add_mirror_options(mirror: argparse.ArgumentParser) -> None:
-    """``mirror``: plan's inputs, where the plan lands, what to do with the list."""
-    from aicr_runner.mirror import FORMATS
-
-    mirror.add_argument("--list", action="store_true", required=True, help="print the list (on stdout)")
-    mirror.add_argument("-o", "--format", choices=FORMATS, default="table", help="table (default), json, hauler, zarf")
-    mirror.add_argument(
-        "--work-dir",
-        dest="output",
-        type=Path,
-        default=Path("aicr-mirror"),
-        metavar="DIR",
-        help="where the plan's recipe, bundle and run report land (default: ./aicr-mirror)",
-    )
-    mirror.add_argument(
-        "--charts-dir",
-        type=Path,
-        metavar="DIR",
-        help="chart archives (<chart>-<version>.tgz) to render instead of pulling them from their source",
-    )
-    _add_plan_inputs(mirror)
 
 
 def _add_fleet_options(fleet: argparse.ArgumentParser) -> None:
@@ -280,15 +266,20 @@ def _launch(args: argparse.Namespace, settings: RunnerSettings, invocation: Invo
 
 
 def _mirror(args: argparse.Namespace, settings: RunnerSettings, invocation: Invocation, env: dict[str, str]) -> int:
-    from aicr_runner.mirror.command import MirrorRequest, run_mirror
+    from aicr_runner.errors import ConfigError
+    from aicr_runner.mirror.arguments import request_from
+    from aicr_runner.mirror.command import run_mirror
 
     values: dict[str, object] = {}
     if args.values is not None:
         from aicr_runner.settings.values_file import load_values_file
 
         values = load_values_file(args.values)  # checked already: it loaded into the settings
-    charts_dir = Path(os.path.abspath(args.charts_dir)) if args.charts_dir else None
-    return run_mirror(settings, invocation, env, MirrorRequest(args.format, values, charts_dir))
+    try:
+        request = request_from(args, values)
+    except ConfigError as exc:
+        return _bad_input(exc)
+    return run_mirror(settings, invocation, env, request)
 
 
 def _invocation(args: argparse.Namespace) -> Invocation:
@@ -373,7 +364,7 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     from aicr_runner.errors import ConfigError
     from aicr_runner.settings.config import Invalid, problem_line
 
-    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe", "charts_dir")
+    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe", "charts_dir", "registry_config")
     # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
     given = {f"--{name.replace('_', '-')}": str(getattr(args, name)) for name in flags if getattr(args, name, None)}
     why = Invalid("a URL, not a path; give a local file or directory (download an aicr release or a pack first)")

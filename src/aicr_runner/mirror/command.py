@@ -34,6 +34,11 @@ class MirrorRequest:
     values: Mapping[str, Any]
     charts_dir: Path | None = None
     helm: str = "helm"
+    #: ``--to``: ``oci://registry[/prefix]``; empty: list only.
+    to: str = ""
+    registry_config: Path | None = None
+    plain_http: frozenset[str] = frozenset()
+    oras: str = "oras"
 
 
 def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest) -> int:
@@ -47,12 +52,32 @@ def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[st
     try:
         items = list_items(settings, invocation, env, request)
         _compare_with_aicr(settings, items)
+        if request.to:
+            return _copy(items, request)
     except RunnerError as exc:
         print(f"aicr-runner mirror: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)
     from aicr_runner.mirror.formats import render
 
     sys.stdout.write(render(items, request.fmt))
+    return 0
+
+
+def _copy(items: list[Item], request: MirrorRequest) -> int:
+    """``--to``: the copy and its final check; one line per item, then the tally."""
+    from aicr_runner.mirror.copy import copy_all
+    from aicr_runner.mirror.oras_copier import OrasCopier
+
+    copier = OrasCopier(
+        request.oras, request.helm, registry_config=request.registry_config, plain_http=request.plain_http
+    )
+    report = copy_all(items, request.to, copier, progress=lambda line: print(line, flush=True))
+    for item, why in report.not_copied:
+        print(f"not copied {item.reference}: {why}")
+    print(
+        f"{len(report.copied)} items in {request.to} by digest ({report.sent} copied, "
+        f"{len(report.copied) - report.sent} already there); {len(report.not_copied)} files not copied"
+    )
     return 0
 
 

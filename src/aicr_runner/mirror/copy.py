@@ -1,0 +1,121 @@
+"""``mirror --to oci://registry/prefix``: every listed image, chart and artifact
+copied into one registry, digests unchanged, then checked there by digest.
+
+The copy is the Go ``oras`` CLI's (``oras cp``: an index is copied with every
+manifest it lists, digests unchanged; blobs and manifests the target already has
+are not sent again), and ``helm push`` for charts that live in HTTP chart
+repositories (they become OCI charts; their content digest, the archive's
+sha256, is the one checked). Nothing is copied by code of our own.
+
+Where each item lands (``rewrite.mirror_path``): ``<target>/<upstream host>/<path>``,
+tag kept: ``nvcr.io/nvidia/driver:580`` is ``<target>/nvcr.io/nvidia/driver:580``,
+the shape containerd's ``hosts.toml`` mirrors (``override_path``) and the chart
+source rewrite (``mirror.registry``) use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from aicr_runner.mirror.errors import CopyError, MirrorExit
+from aicr_runner.mirror.items import Item, Kind
+from aicr_runner.mirror.rewrite import mirror_path
+
+__all__ = ["Copied", "Copier", "CopyReport", "copy_all", "target_of"]
+
+
+@dataclass(frozen=True)
+class Copied:
+    item: Item
+    target: str
+    #: The digest checked in the target: the manifest's, or for a repository chart its archive's.
+    digest: str
+    sent: bool
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    copied: tuple[Copied, ...]
+    #: Items a registry cannot hold here (the aicr release's files), with why.
+    not_copied: tuple[tuple[Item, str], ...]
+
+    @property
+    def sent(self) -> int:
+        return sum(1 for c in self.copied if c.sent)
+
+
+class Copier(Protocol):
+    def digest(self, reference: str, *, source_side: bool) -> str | None:
+        """The manifest digest ``reference`` resolves to; None when it is not there."""
+
+    def copy(self, source: str, target: str) -> str:
+        """Copy with every manifest and blob; the digest the target now holds."""
+
+    def chart_digest(self, reference: str) -> str | None:
+        """The chart archive's digest in an OCI chart (its content layer); None when absent."""
+
+    def push_chart(self, source: str, chart: str, version: str, target: str) -> tuple[str, bool]:
+        """Pull a repository chart and push it as an OCI chart to ``target`` (``repo/chart:version``)
+        unless the target already holds that archive; the archive's digest, and whether it was sent."""
+
+
+def target_of(item: Item, target: str) -> str:
+    """Where ``item`` is in the mirror (a reference without scheme)."""
+    base = target.removeprefix("oci://").rstrip("/")
+    if item.kind is Kind.CHART:
+        location = item.chart_source.split("://", 1)[1].rstrip("/")
+        return f"{base}/{mirror_path(location)}/{item.chart_name}:{item.version}"
+    name, at, pinned = item.reference.partition("@")
+    return f"{base}/{mirror_path(name)}{at}{pinned}"
+
+
+def copy_all(
+    items: Sequence[Item], target: str, copier: Copier, progress: Callable[[str], None] = lambda _: None
+) -> CopyReport:
+    """Copy what is missing or different, then check every item in the target by digest."""
+    copied: list[Copied] = []
+    not_copied: list[tuple[Item, str]] = []
+    for item in items:
+        if item.kind is Kind.FILE:
+            not_copied.append((item, "an HTTP file: serve the aicr release folder inside (AICR__RELEASE_BASE_URL)"))
+            continue
+        done = _copy_one(item, target_of(item, target), copier)
+        progress(f"{'copied' if done.sent else 'present'} {done.target} {done.digest}")
+        copied.append(done)
+    for done in copied:
+        _check(done, copier)
+    return CopyReport(tuple(copied), tuple(not_copied))
+
+
+def _copy_one(item: Item, target: str, copier: Copier) -> Copied:
+    if item.kind is Kind.CHART and not item.chart_source.startswith("oci://"):
+        archive, sent = copier.push_chart(item.chart_source, item.chart_name, item.version, target)
+        return Copied(item, target, archive, sent=sent)
+    source = _source_of(item)
+    digest = copier.digest(source, source_side=True)
+    if digest is None:
+        raise CopyError(MirrorExit.NOT_FOUND, source, "no such manifest")
+    if copier.digest(target, source_side=False) == digest:
+        return Copied(item, target, digest, sent=False)
+    landed = copier.copy(source, target)
+    if landed != digest:
+        raise CopyError(MirrorExit.DIGEST_MISMATCH, target, f"copied {landed}, the source has {digest}")
+    return Copied(item, target, digest, sent=True)
+
+
+def _source_of(item: Item) -> str:
+    if item.kind is Kind.CHART:
+        return f"{item.chart_source.removeprefix('oci://').rstrip('/')}/{item.chart_name}:{item.version}"
+    return item.reference
+
+
+def _check(done: Copied, copier: Copier) -> None:
+    """The final check: the target holds the item, by the digest the copy recorded."""
+    repository_chart = done.item.kind is Kind.CHART and not done.item.chart_source.startswith("oci://")
+    found = copier.chart_digest(done.target) if repository_chart else copier.digest(done.target, source_side=False)
+    if found is None:
+        raise CopyError(MirrorExit.INCOMPLETE, done.target, f"not in the target (expected {done.digest})")
+    if found != done.digest:
+        raise CopyError(MirrorExit.DIGEST_MISMATCH, done.target, f"the target has {found}, expected {done.digest}")
