@@ -97,3 +97,13 @@ def test_the_final_check_names_an_item_the_target_lost() -> None:
         copy_all([IMAGE], "oci://m", FakeCopier({IMAGE.reference: D1}, loses=True))
     assert caught.value.exit_code == MirrorExit.INCOMPLETE
     assert caught.value.message.startswith("missing from the target: m/nvcr.io/nvidia/driver:580-ubuntu24.04")
+
+
+def test_every_mirror_exit_code_is_documented() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    table = docs.split("<!-- exit-codes:start -->")[1].split("<!-- exit-codes:end -->")[0]
+    for code in MirrorExit:
+        (row,) = [line for line in table.splitlines() if line.startswith(f"| {int(code)} |")]
+        assert "`aicr-runner mirror` only" in row
