@@ -1,0 +1,202 @@
+"""``mirror --to``'s copy against real registries: the pinned Go ``oras`` and helm,
+Debian's ``docker-registry`` (distribution) as the upstream (plain HTTP, no login)
+and the project's local registry (tests/integration/conftest.py: htpasswd) as the
+target, a Helm chart repository served on loopback.
+
+Upstream holds a multi-architecture index (two manifests), a real OCI chart
+(kai-scheduler v0.13.0 from the shared component charts, pushed with helm), a data
+pack artifact; the chart repository serves the real cert-manager v1.17.2. The
+copy keeps every digest, sends nothing the second time, and each fault is one
+named failure with its exit code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from aicr_runner.mirror.copy import copy_all, target_of
+from aicr_runner.mirror.errors import CopyError, MirrorExit
+from aicr_runner.mirror.items import Item, Kind
+from aicr_runner.mirror.oras_copier import OrasCopier
+from tests.integration.conftest import DOCKER_REGISTRY, ORAS, LocalRegistry, _free_port, docker_config, ensure_tools
+from tests.support.real_aicr import FolderMirror, RealAicrMissing, component_charts_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+HELM = ROOT / ".tools" / "bin" / "helm"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    host: str
+    charts: str
+    home: Path
+
+
+def _tool(*argv: str, home: Path, cwd: Path | None = None) -> str:
+    env = {**os.environ, "HOME": str(home), "DOCKER_CONFIG": str(home / ".docker")}
+    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False, env=env, cwd=cwd)
+    assert result.returncode == 0, f"{argv[:3]}: {result.stderr}"
+    return result.stdout
+
+
+def _serve_registry(base: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    host = f"127.0.0.1:{port}"
+    (base / "storage").mkdir(parents=True)
+    config = base / "config.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {base / 'storage'}\n"
+        f"http:\n  addr: {host}\n  secret: {secrets.token_hex(16)}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    process = subprocess.Popen(
+        [str(DOCKER_REGISTRY), "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{host}/v2/", timeout=1):
+                return process, host
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"docker-registry did not answer on {host}")
+
+
+def _fill(up: str, home: Path, work: Path) -> None:
+    """A two-platform index, a real OCI chart and a pack artifact, pushed the way users push them."""
+    for arch in ("amd64", "arm64"):
+        (work / f"{arch}.txt").write_text(f"driver for {arch}\n")
+        _tool(str(ORAS), "push", "--plain-http", f"{up}/nvidia/driver:{arch}", f"{arch}.txt", home=home, cwd=work)
+    _tool(
+        str(ORAS), "manifest", "index", "create", "--plain-http", f"{up}/nvidia/driver:580", "amd64", "arm64", home=home
+    )
+    (work / "registry.yaml").write_text("apiVersion: aicr.run/v1beta1\nkind: ComponentRegistry\n")
+    _tool(str(ORAS), "push", "--plain-http", f"{up}/packs/site:1", "registry.yaml", home=home, cwd=work)
+    kai = component_charts_dir() / "kai-scheduler-v0.13.0.tgz"
+    _tool(str(HELM), "push", str(kai), f"oci://{up}/nvidia", "--plain-http", home=home)
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    ensure_tools()
+    try:
+        charts = component_charts_dir()
+    except RealAicrMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    base = tmp_path_factory.mktemp("upstream")
+    home = base / "home"
+    home.mkdir()
+    process, host = _serve_registry(base / "registry")
+    repo = base / "chart-repo"
+    repo.mkdir()
+    (repo / "cert-manager-v1.17.2.tgz").symlink_to(charts / "cert-manager-v1.17.2.tgz")
+    _tool(str(HELM), "repo", "index", str(repo), home=home)
+    try:
+        _fill(host, home, base)
+        with FolderMirror(repo) as served:
+            yield Upstream(host, served.base_url, home)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _items(up: Upstream) -> list[Item]:
+    return [
+        Item(Kind.IMAGE, f"{up.host}/nvidia/driver:580", ("gpu-operator (ClusterPolicy spec.driver)",)),
+        Item(Kind.ARTIFACT, f"{up.host}/packs/site:1", ("pack",)),
+        Item(Kind.CHART, "kai", chart_source=f"oci://{up.host}/nvidia", chart_name="kai-scheduler", version="v0.13.0"),
+        Item(Kind.CHART, "cm", chart_source=up.charts, chart_name="cert-manager", version="v1.17.2"),
+    ]
+
+
+def _copier(up: Upstream, target: LocalRegistry, config: Path | None = None) -> OrasCopier:
+    return OrasCopier(
+        str(ORAS),
+        str(HELM),
+        registry_config=config or target.credentials,
+        plain_http=frozenset({up.host, target.host}),
+        timeout_seconds=120,
+    )
+
+
+def _prefix(target: LocalRegistry) -> str:
+    return f"oci://{target.host}/air{secrets.token_hex(4)}"
+
+
+def test_everything_lands_with_its_digest_and_a_second_run_sends_nothing(
+    upstream: Upstream, local_registry: LocalRegistry
+) -> None:
+    copier = _copier(upstream, local_registry)
+    items, prefix = _items(upstream), _prefix(local_registry)
+    first = copy_all(items, prefix, copier)
+    assert (first.sent, len(first.copied)) == (4, 4)
+    index = first.copied[0]
+    assert index.target == f"{prefix.removeprefix('oci://')}/127.0.0.1_{upstream.host.split(':')[1]}/nvidia/driver:580"
+    # The index keeps its digest, and both platform manifests are in the target.
+    assert index.digest == copier.digest(items[0].reference, source_side=True)
+    manifest = json.loads(
+        _tool(str(ORAS), "manifest", "fetch", "--plain-http", "--registry-config", str(local_registry.credentials),
+              index.target, home=upstream.home)
+    )  # fmt: skip
+    assert len(manifest["manifests"]) == 2
+    repo = index.target.rsplit(":", 1)[0]
+    for entry in manifest["manifests"]:
+        assert copier.digest(f"{repo}@{entry['digest']}", source_side=False) == entry["digest"]
+    # The repository chart is an OCI chart whose archive is the repository's, byte for byte.
+    cert_manager = component_charts_dir() / "cert-manager-v1.17.2.tgz"
+    expected = "sha256:" + hashlib.sha256(cert_manager.read_bytes()).hexdigest()
+    assert first.copied[3].digest == expected
+    assert copier.chart_digest(target_of(items[3], prefix)) == expected
+    again = copy_all(items, prefix, copier)
+    assert again.sent == 0
+    assert [c.digest for c in again.copied] == [c.digest for c in first.copied]
+
+
+def test_an_unreachable_upstream_is_named(local_registry: LocalRegistry, upstream: Upstream) -> None:
+    gone = f"127.0.0.1:{_free_port()}"
+    item = Item(Kind.IMAGE, f"{gone}/nvidia/driver:580")
+    copier = OrasCopier(str(ORAS), str(HELM), plain_http=frozenset({gone}), timeout_seconds=60)
+    with pytest.raises(CopyError) as caught:
+        copy_all([item], _prefix(local_registry), copier)
+    assert caught.value.exit_code == MirrorExit.SOURCE_UNAVAILABLE
+    assert caught.value.message.startswith(f"source unreachable: {gone}/nvidia/driver:580: ")
+
+
+def test_a_chart_version_the_repository_lacks_is_named(upstream: Upstream, local_registry: LocalRegistry) -> None:
+    item = Item(Kind.CHART, "cm", chart_source=upstream.charts, chart_name="cert-manager", version="v9.9.9")
+    with pytest.raises(CopyError) as caught:
+        copy_all([item], _prefix(local_registry), _copier(upstream, local_registry))
+    assert caught.value.exit_code == MirrorExit.NOT_FOUND
+    assert caught.value.reference == f"chart cert-manager v9.9.9 from {upstream.charts}"
+
+
+def test_an_image_tag_the_upstream_lacks_is_named(upstream: Upstream, local_registry: LocalRegistry) -> None:
+    item = Item(Kind.IMAGE, f"{upstream.host}/nvidia/driver:999")
+    with pytest.raises(CopyError) as caught:
+        copy_all([item], _prefix(local_registry), _copier(upstream, local_registry))
+    assert (caught.value.exit_code, caught.value.reference) == (MirrorExit.NOT_FOUND, item.reference)
+
+
+def test_refused_credentials_are_named_and_never_printed(
+    upstream: Upstream, local_registry: LocalRegistry, tmp_path: Path
+) -> None:
+    wrong = docker_config(tmp_path / "config.json", local_registry.host, local_registry.user, "not-the-password")
+    with pytest.raises(CopyError) as caught:
+        copy_all(_items(upstream)[:1], _prefix(local_registry), _copier(upstream, local_registry, wrong))
+    assert caught.value.exit_code == MirrorExit.AUTH_REFUSED
+    assert "not-the-password" not in caught.value.message
+    assert local_registry.password not in caught.value.message
