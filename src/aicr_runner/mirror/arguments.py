@@ -44,11 +44,23 @@ def add_options(mirror: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="chart archives (<chart>-<version>.tgz) to render instead of pulling them from their source",
     )
+    _add_registry_options(mirror)
+
+
+def _add_registry_options(mirror: argparse.ArgumentParser) -> None:
+    """How to reach the registries, and what the nodes get."""
     mirror.add_argument(
         "--registry-config",
         type=Path,
         metavar="FILE",
         help="a docker config.json with the registries' credentials (for oras and helm; never printed)",
+    )
+    mirror.add_argument(
+        "--hosts-toml",
+        type=Path,
+        metavar="DIR",
+        help="with --to: write containerd's <DIR>/<upstream registry>/hosts.toml for the nodes "
+        "(copy DIR to their config_path, e.g. /etc/containerd/certs.d)",
     )
     mirror.add_argument(
         "--plain-http",
@@ -76,6 +88,8 @@ def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorR
     config = args.registry_config
     if config is not None and not config.is_file():
         problems.append(problem_line("--registry-config", str(config), Invalid("no such file")))
+    if args.hosts_toml is not None and args.to is None:
+        problems.append(problem_line("--hosts-toml", str(args.hosts_toml), Invalid("needs --to (the mirror it names)")))
     if problems:
         raise ConfigError(problems)
     return MirrorRequest(
@@ -85,6 +99,7 @@ def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorR
         to=target,
         registry_config=Path(os.path.abspath(config)) if config else None,
         plain_http=frozenset(args.plain_http),
+        hosts_toml=Path(os.path.abspath(args.hosts_toml)) if args.hosts_toml else None,
     )
 
 

@@ -39,6 +39,8 @@ class MirrorRequest:
     registry_config: Path | None = None
     plain_http: frozenset[str] = frozenset()
     oras: str = "oras"
+    #: ``--hosts-toml``: where containerd's hosts.toml files are written after the copy.
+    hosts_toml: Path | None = None
 
 
 def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest) -> int:
@@ -78,6 +80,13 @@ def _copy(items: list[Item], request: MirrorRequest) -> int:
         f"{len(report.copied)} items in {request.to} by digest ({report.sent} copied, "
         f"{len(report.copied) - report.sent} already there); {len(report.not_copied)} files not copied"
     )
+    if request.hosts_toml is not None:
+        from aicr_runner.mirror.hosts_toml import write_hosts_toml
+
+        registry = request.to.removeprefix("oci://").split("/", 1)[0]
+        written = write_hosts_toml(items, request.to, request.hosts_toml, plain_http=registry in request.plain_http)
+        print(f"containerd hosts.toml for {len(written)} registries in {request.hosts_toml}")
+    print(f"chart values to install with: mirror.registry: {request.to.removeprefix('oci://')}")
     return 0
 
 

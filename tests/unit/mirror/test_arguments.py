@@ -60,3 +60,11 @@ def test_list_or_to_one_of_them(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, err = _run(tmp_path, capsys)
     assert code == 2
     assert "one of the arguments --list --to is required" in err
+
+
+def test_hosts_toml_needs_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(tmp_path, capsys, "--list", "--hosts-toml", str(tmp_path / "h"))
+    assert (code, err.strip()) == (
+        2,
+        f"aicr-runner: invalid setting: --hosts-toml='{tmp_path / 'h'}': needs --to (the mirror it names)",
+    )
