@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from aicr_runner.errors import InterruptedRun
 from aicr_runner.mirror.copy import copy_all, target_of
 from aicr_runner.mirror.errors import CopyError, MirrorExit
 from aicr_runner.mirror.items import Item, Kind
@@ -200,3 +201,24 @@ def test_refused_credentials_are_named_and_never_printed(
     assert caught.value.exit_code == MirrorExit.AUTH_REFUSED
     assert "not-the-password" not in caught.value.message
     assert local_registry.password not in caught.value.message
+
+
+def test_an_interrupted_copy_resumes_sending_only_what_is_missing(
+    upstream: Upstream, local_registry: LocalRegistry
+) -> None:
+    items, prefix = _items(upstream), _prefix(local_registry)
+    landed: list[str] = []
+    # The signal arrives once the first item is in the target: the next tool call stops.
+    stopping = OrasCopier(
+        str(ORAS),
+        str(HELM),
+        registry_config=local_registry.credentials,
+        plain_http=frozenset({upstream.host, local_registry.host}),
+        timeout_seconds=120,
+        interrupted=lambda: bool(landed),
+    )
+    with pytest.raises(InterruptedRun):
+        copy_all(items, prefix, stopping, progress=landed.append)
+    assert len(landed) == 1
+    resumed = copy_all(items, prefix, _copier(upstream, local_registry))
+    assert [c.sent for c in resumed.copied] == [False, True, True, True]

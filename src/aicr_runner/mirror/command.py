@@ -67,13 +67,19 @@ def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[st
 
 def _copy(items: list[Item], request: MirrorRequest) -> int:
     """``--to``: the copy and its final check; one line per item, then the tally."""
+    from aicr_runner.children.process import ShutdownController
     from aicr_runner.mirror.copy import copy_all
     from aicr_runner.mirror.oras_copier import OrasCopier
 
-    copier = OrasCopier(
-        request.oras, request.helm, registry_config=request.registry_config, plain_http=request.plain_http
-    )
-    report = copy_all(items, request.to, copier, progress=lambda line: print(line, flush=True))
+    with ShutdownController().installed() as shutdown:
+        copier = OrasCopier(
+            request.oras,
+            request.helm,
+            registry_config=request.registry_config,
+            plain_http=request.plain_http,
+            interrupted=shutdown.requested,
+        )
+        report = copy_all(items, request.to, copier, progress=lambda line: print(line, flush=True))
     for item, why in report.not_copied:
         print(f"not copied {item.reference}: {why}")
     print(

@@ -18,15 +18,33 @@ import hashlib
 import json
 import subprocess
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from subprocess import PIPE
 
-from aicr_runner.errors import ToolError
+from aicr_runner.errors import InterruptedRun, ToolError
 from aicr_runner.mirror.errors import CopyError, MirrorExit, classify_tool_failure
 
 __all__ = ["OrasCopier"]
 
 _CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+#: How often a running tool call looks at the shutdown flag and its deadline.
+_POLL_SECONDS = 0.2
+
+
+def _never() -> bool:
+    return False
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """TERM, a few seconds to end, then KILL; reaped either way."""
+    process.terminate()
+    try:
+        process.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
 
 
 def _host(reference: str) -> str:
@@ -47,23 +65,44 @@ class OrasCopier:
         registry_config: Path | None = None,
         plain_http: frozenset[str] = frozenset(),
         timeout_seconds: float = 1800.0,
+        interrupted: Callable[[], bool] = _never,
     ) -> None:
         self.oras, self.helm = oras, helm
+        self.interrupted = interrupted
         self.registry_config = registry_config
         self.plain_http = plain_http
         self.timeout = timeout_seconds
 
     def _run(self, argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """One tool call: it ends by its deadline, and at once on SIGTERM (the tool is
+        stopped; oras writes a tag only after its content, so no tag names a partial
+        image, and a re-run sends only what is missing)."""
+        self._stop_if_interrupted(argv)
         try:
-            return subprocess.run(
-                list(argv), cwd=cwd, capture_output=True, text=True, timeout=self.timeout, check=False
-            )
+            process = subprocess.Popen(list(argv), cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)
         except FileNotFoundError as exc:
             raise ToolError(f"{argv[0]} not found: mirror --to copies with oras and helm (docs/air-gap.md)") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise CopyError(
-                MirrorExit.TARGET_UNAVAILABLE, " ".join(argv[1:3]), f"no answer in {self.timeout:g}s"
-            ) from exc
+        deadline = time.monotonic() + self.timeout
+        with process:
+            while True:
+                try:
+                    out, err = process.communicate(timeout=_POLL_SECONDS)
+                    return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
+                except subprocess.TimeoutExpired:
+                    if self.interrupted() or time.monotonic() > deadline:
+                        _stop(process)
+                        self._stop_if_interrupted(argv)
+                        what = " ".join(argv[1:3])
+                        raise CopyError(
+                            MirrorExit.TARGET_UNAVAILABLE, what, f"no answer in {self.timeout:g}s"
+                        ) from None
+
+    def _stop_if_interrupted(self, argv: Sequence[str]) -> None:
+        if self.interrupted():
+            raise InterruptedRun(
+                f"interrupted during {Path(argv[0]).name} {' '.join(argv[1:3])}: run the same command again to "
+                "resume (what the target holds is not sent again)"
+            )
 
     def _flags(self, reference: str, side: str = "") -> list[str]:
         flags = [f"--{side}plain-http"] if _host(reference) in self.plain_http else []
