@@ -31,6 +31,7 @@ from aicr_runner.settings.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_A
 
 if TYPE_CHECKING:
     from aicr_runner.errors import ConfigError
+    from aicr_runner.mirror.command import MirrorRequest
     from aicr_runner.run.invocation import Invocation
     from aicr_runner.settings.config import RunnerSettings
 
@@ -196,6 +197,13 @@ def _add_fleet_options(fleet: argparse.ArgumentParser) -> None:
     fleet.add_argument("-o", "--output", choices=("table", "json"), default="table", help="table (default) or json")
 
 
+def _without_settings(args: argparse.Namespace) -> int:
+    """``version``, ``fleet``, and ``mirror --from-archive`` (the inside of the gap: no plan, only the archive)."""
+    if args.command == "mirror":
+        return _mirror_from_archive(args)
+    return _fleet(args) if args.command == "fleet" else _version()
+
+
 def _version() -> int:
     print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
     return 0
@@ -231,8 +239,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except _ArgumentsRefused as exc:
         return _arguments_refused(exc, argv)
     env = dict(os.environ if environ is None else environ)
-    if args.command in ("version", "fleet"):
-        return _fleet(args) if args.command == "fleet" else _version()
+    if args.command in ("version", "fleet") or (args.command == "mirror" and args.from_archive is not None):
+        return _without_settings(args)
     _never_fail_on_encoding()
     from aicr_runner.errors import ConfigError, ExitCode
     from aicr_runner.settings.config import load
@@ -266,20 +274,35 @@ def _launch(args: argparse.Namespace, settings: RunnerSettings, invocation: Invo
 
 
 def _mirror(args: argparse.Namespace, settings: RunnerSettings, invocation: Invocation, env: dict[str, str]) -> int:
-    from aicr_runner.errors import ConfigError
-    from aicr_runner.mirror.arguments import request_from
     from aicr_runner.mirror.command import run_mirror
 
+    request = _mirror_request(args)
+    return request if isinstance(request, int) else run_mirror(settings, invocation, env, request)
+
+
+def _mirror_from_archive(args: argparse.Namespace) -> int:
+    from aicr_runner.mirror.command import run_from_archive
+
+    request = _mirror_request(args)
+    if isinstance(request, int):
+        return request
+    return run_from_archive(request, Path(os.path.abspath(args.from_archive)))
+
+
+def _mirror_request(args: argparse.Namespace) -> MirrorRequest | int:
+    """``mirror``'s own flags checked (exit 2 when refused), and the values file it lists for."""
+    from aicr_runner.errors import ConfigError
+    from aicr_runner.mirror.arguments import request_from
+
     values: dict[str, object] = {}
-    if args.values is not None:
+    if args.values is not None and args.from_archive is None:
         from aicr_runner.settings.values_file import load_values_file
 
         values = load_values_file(args.values)  # checked already: it loaded into the settings
     try:
-        request = request_from(args, values)
+        return request_from(args, values)
     except ConfigError as exc:
         return _bad_input(exc)
-    return run_mirror(settings, invocation, env, request)
 
 
 def _invocation(args: argparse.Namespace) -> Invocation:

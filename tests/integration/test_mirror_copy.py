@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import subprocess
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -26,11 +27,13 @@ from pathlib import Path
 
 import pytest
 
+from aicr_runner.cli import main
 from aicr_runner.errors import InterruptedRun
-from aicr_runner.mirror.copy import copy_all, target_of
+from aicr_runner.mirror.archive import read_archive, write_archive
+from aicr_runner.mirror.copy import copy_all, source_of, target_of
 from aicr_runner.mirror.errors import CopyError, MirrorExit
 from aicr_runner.mirror.items import Item, Kind
-from aicr_runner.mirror.oras_copier import OrasCopier
+from aicr_runner.mirror.oras_copier import OrasCopier, sha256_of
 from tests.integration.conftest import DOCKER_REGISTRY, ORAS, LocalRegistry, _free_port, docker_config, ensure_tools
 from tests.support.real_aicr import FolderMirror, RealAicrMissing, component_charts_dir
 
@@ -222,3 +225,59 @@ def test_an_interrupted_copy_resumes_sending_only_what_is_missing(
     assert len(landed) == 1
     resumed = copy_all(items, prefix, _copier(upstream, local_registry))
     assert [c.sent for c in resumed.copied] == [False, True, True, True]
+
+
+def test_an_archive_carries_everything_across_and_the_inside_needs_no_upstream(
+    tmp_path: Path, local_registry: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--to-archive on the outside; upstream stopped; --from-archive --to on the inside (the CLI, no plan)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    process, up_host = _serve_registry(tmp_path / "upstream")
+    repo = tmp_path / "chart-repo"
+    repo.mkdir()
+    (repo / "cert-manager-v1.17.2.tgz").symlink_to(component_charts_dir() / "cert-manager-v1.17.2.tgz")
+    _tool(str(HELM), "repo", "index", str(repo), home=home)
+    try:
+        _fill(up_host, home, tmp_path)
+        with FolderMirror(repo) as served:
+            up = Upstream(up_host, served.base_url, home)
+            items = _items(up)
+            outside = OrasCopier(str(ORAS), str(HELM), plain_http=frozenset({up_host}), timeout_seconds=120)
+            upstream_digests = [outside.digest(source_of(i), source_side=True) for i in items[:3]]
+            assert write_archive(items, tmp_path / "air.tar", outside) == 4
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert not (tmp_path / "air.tar.partial").exists()
+    prefix = _prefix(local_registry)
+    env = {**os.environ, "HOME": str(home), "PATH": f"{ROOT / '.tools' / 'bin'}:{os.environ.get('PATH', '')}"}
+    argv = ["mirror", "--from-archive", str(tmp_path / "air.tar"), "--to", prefix]
+    argv += ["--registry-config", str(local_registry.credentials), "--plain-http", local_registry.host]
+    assert main(argv, environ=env) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "4 items in " + prefix + " by digest (4 copied, 0 already there)" in out
+    inside = _copier(up, local_registry)
+    assert [inside.digest(target_of(i, prefix), source_side=False) for i in items[:3]] == upstream_digests
+    cert_manager = component_charts_dir() / "cert-manager-v1.17.2.tgz"
+    assert inside.chart_digest(target_of(items[3], prefix)) == sha256_of(cert_manager)
+
+
+def test_a_tampered_archive_is_refused(tmp_path: Path, local_registry: LocalRegistry, upstream: Upstream) -> None:
+    items = _items(upstream)
+    archive = tmp_path / "air.tar"
+    write_archive(items, archive, _copier(upstream, local_registry))
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(archive) as tar:
+        tar.extractall(unpacked, filter="data")
+    (chart,) = unpacked.glob("charts/*/cert-manager-*.tgz")
+    chart.write_bytes(chart.read_bytes() + b"\0")  # one byte more than the archive recorded
+    with tarfile.open(archive, "w") as tar:
+        for path in sorted(unpacked.iterdir()):
+            tar.add(path, arcname=path.name)
+    with pytest.raises(CopyError) as caught:
+        read_archive(archive, tmp_path / "inside")  # refused before anything is copied
+    assert caught.value.exit_code == MirrorExit.DIGEST_MISMATCH
+    assert caught.value.message.startswith(
+        f"digest mismatch: {chart.relative_to(unpacked).as_posix()}: not the recorded"
+    )

@@ -29,6 +29,18 @@ def add_options(mirror: argparse.ArgumentParser) -> None:
         help="copy every listed image, chart and artifact there (oras; digests kept; what is there is not sent "
         "again), then check each one there by digest",
     )
+    what.add_argument(
+        "--to-archive",
+        type=Path,
+        metavar="FILE",
+        help="write them into one archive (an OCI image layout and the repository charts, a tar) to carry across",
+    )
+    mirror.add_argument(
+        "--from-archive",
+        type=Path,
+        metavar="FILE",
+        help="with --to, inside: copy what an archive of --to-archive holds (no plan, no criteria, no upstream)",
+    )
     mirror.add_argument("-o", "--format", choices=FORMATS, default="table", help="table (default), json, hauler, zarf")
     mirror.add_argument(
         "--work-dir",
@@ -88,6 +100,10 @@ def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorR
     config = args.registry_config
     if config is not None and not config.is_file():
         problems.append(problem_line("--registry-config", str(config), Invalid("no such file")))
+    if args.from_archive is not None and not args.from_archive.is_file():
+        problems.append(problem_line("--from-archive", str(args.from_archive), Invalid("no such file")))
+    elif args.from_archive is not None and args.to is None:
+        problems.append(problem_line("--from-archive", str(args.from_archive), Invalid("needs --to (where it goes)")))
     if args.hosts_toml is not None and args.to is None:
         problems.append(problem_line("--hosts-toml", str(args.hosts_toml), Invalid("needs --to (the mirror it names)")))
     if problems:
@@ -100,6 +116,8 @@ def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorR
         registry_config=Path(os.path.abspath(config)) if config else None,
         plain_http=frozenset(args.plain_http),
         hosts_toml=Path(os.path.abspath(args.hosts_toml)) if args.hosts_toml else None,
+        to_archive=Path(os.path.abspath(args.to_archive)) if args.to_archive else None,
+        from_archive=Path(os.path.abspath(args.from_archive)) if args.from_archive else None,
     )
 
 

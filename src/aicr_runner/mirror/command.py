@@ -11,19 +11,22 @@ import contextlib
 import hashlib
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicr_runner import __version__
 from aicr_runner.errors import RunnerError
 from aicr_runner.mirror.collect import Release, collect
-from aicr_runner.mirror.items import Item
+from aicr_runner.mirror.items import Item, Kind
 from aicr_runner.run.invocation import Invocation
 from aicr_runner.settings.config import ENV_PREFIX, RunnerSettings
 
-__all__ = ["MirrorRequest", "run_mirror", "runner_image"]
+if TYPE_CHECKING:
+    from aicr_runner.mirror.oras_copier import OrasCopier
+
+__all__ = ["MirrorRequest", "run_from_archive", "run_mirror", "runner_image"]
 
 _RUNNER_REPOSITORY = "ghcr.io/nvidia-aicr/aicr-runner"
 
@@ -41,6 +44,8 @@ class MirrorRequest:
     oras: str = "oras"
     #: ``--hosts-toml``: where containerd's hosts.toml files are written after the copy.
     hosts_toml: Path | None = None
+    to_archive: Path | None = None
+    from_archive: Path | None = None
 
 
 def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest) -> int:
@@ -56,6 +61,8 @@ def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[st
         _compare_with_aicr(settings, items)
         if request.to:
             return _copy(items, request)
+        if request.to_archive is not None:
+            return _archive(items, request, request.to_archive)
     except RunnerError as exc:
         print(f"aicr-runner mirror: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)
@@ -65,20 +72,52 @@ def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[st
     return 0
 
 
-def _copy(items: list[Item], request: MirrorRequest) -> int:
+def _copier(request: MirrorRequest, interrupted: Callable[[], bool], **archive: Any) -> OrasCopier:
+    from aicr_runner.mirror.oras_copier import OrasCopier
+
+    return OrasCopier(
+        request.oras,
+        request.helm,
+        registry_config=request.registry_config,
+        plain_http=request.plain_http,
+        interrupted=interrupted,
+        **archive,
+    )
+
+
+def run_from_archive(request: MirrorRequest, archive: Path) -> int:
+    """``--from-archive FILE --to``: the archive's items copied and checked, nothing else read."""
+    import tempfile
+
+    from aicr_runner.mirror.archive import read_archive
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="aicr-mirror-unpacked-") as tmp:
+            contents = read_archive(archive, Path(tmp))
+            return _copy(list(contents.items), request, sources=contents.sources, local_charts=contents.charts)
+    except RunnerError as exc:
+        print(f"aicr-runner mirror: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+
+
+def _archive(items: list[Item], request: MirrorRequest, archive: Path) -> int:
+    from aicr_runner.children.process import ShutdownController
+    from aicr_runner.mirror.archive import write_archive
+
+    with ShutdownController().installed() as shutdown:
+        count = write_archive(items, archive, _copier(request, shutdown.requested), progress=print)
+    files = sum(1 for item in items if item.kind is Kind.FILE)
+    print(f"{count} items in {archive}; {files} files not archived (serve the aicr release inside)")
+    return 0
+
+
+def _copy(items: list[Item], request: MirrorRequest, **archive: Any) -> int:
     """``--to``: the copy and its final check; one line per item, then the tally."""
     from aicr_runner.children.process import ShutdownController
     from aicr_runner.mirror.copy import copy_all
-    from aicr_runner.mirror.oras_copier import OrasCopier
 
     with ShutdownController().installed() as shutdown:
-        copier = OrasCopier(
-            request.oras,
-            request.helm,
-            registry_config=request.registry_config,
-            plain_http=request.plain_http,
-            interrupted=shutdown.requested,
-        )
+        copier = _copier(request, shutdown.requested, **archive)
         report = copy_all(items, request.to, copier, progress=lambda line: print(line, flush=True))
     for item, why in report.not_copied:
         print(f"not copied {item.reference}: {why}")

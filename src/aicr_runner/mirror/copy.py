@@ -23,7 +23,7 @@ from aicr_runner.mirror.errors import CopyError, MirrorExit
 from aicr_runner.mirror.items import Item, Kind
 from aicr_runner.mirror.rewrite import mirror_path
 
-__all__ = ["Copied", "Copier", "CopyReport", "copy_all", "target_of"]
+__all__ = ["Copied", "Copier", "CopyReport", "copy_all", "source_of", "target_of"]
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,17 @@ def copy_all(
 def _copy_one(item: Item, target: str, copier: Copier) -> Copied:
     if item.kind is Kind.CHART and not item.chart_source.startswith("oci://"):
         archive, sent = copier.push_chart(item.chart_source, item.chart_name, item.version, target)
+        if item.digest and item.digest != archive:
+            raise CopyError(
+                MirrorExit.DIGEST_MISMATCH, target, f"the chart archive is {archive}, recorded {item.digest}"
+            )
         return Copied(item, target, archive, sent=sent)
-    source = _source_of(item)
+    source = source_of(item)
     digest = copier.digest(source, source_side=True)
     if digest is None:
         raise CopyError(MirrorExit.NOT_FOUND, source, "no such manifest")
+    if item.digest and item.digest != digest:  # recorded earlier (an archive's manifest): fail closed
+        raise CopyError(MirrorExit.DIGEST_MISMATCH, source, f"the source has {digest}, recorded {item.digest}")
     if copier.digest(target, source_side=False) == digest:
         return Copied(item, target, digest, sent=False)
     landed = copier.copy(source, target)
@@ -105,7 +111,7 @@ def _copy_one(item: Item, target: str, copier: Copier) -> Copied:
     return Copied(item, target, digest, sent=True)
 
 
-def _source_of(item: Item) -> str:
+def source_of(item: Item) -> str:
     if item.kind is Kind.CHART:
         return f"{item.chart_source.removeprefix('oci://').rstrip('/')}/{item.chart_name}:{item.version}"
     return item.reference

@@ -19,16 +19,18 @@ import json
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from subprocess import PIPE
 
 from aicr_runner.errors import InterruptedRun, ToolError
 from aicr_runner.mirror.errors import CopyError, MirrorExit, classify_tool_failure
 
-__all__ = ["OrasCopier"]
+__all__ = ["LAYOUT", "OrasCopier", "sha256_of"]
 
 _CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+#: A reference into an OCI image layout directory: ``oci-layout:DIR:TAG`` (oras' ``--oci-layout``).
+LAYOUT = "oci-layout:"
 #: How often a running tool call looks at the shutdown flag and its deadline.
 _POLL_SECONDS = 0.2
 
@@ -66,9 +68,15 @@ class OrasCopier:
         plain_http: frozenset[str] = frozenset(),
         timeout_seconds: float = 1800.0,
         interrupted: Callable[[], bool] = _never,
+        sources: Mapping[str, str] | None = None,
+        local_charts: Mapping[tuple[str, str, str], Path] | None = None,
     ) -> None:
         self.oras, self.helm = oras, helm
         self.interrupted = interrupted
+        #: Source reference -> ``oci-layout:DIR:TAG`` (an archive's copy), and (repository, chart,
+        #: version) -> the archive's chart file: ``--from-archive`` reads these, never the upstream.
+        self.sources: Mapping[str, str] = sources or {}
+        self.local_charts: Mapping[tuple[str, str, str], Path] = local_charts or {}
         self.registry_config = registry_config
         self.plain_http = plain_http
         self.timeout = timeout_seconds
@@ -105,13 +113,19 @@ class OrasCopier:
             )
 
     def _flags(self, reference: str, side: str = "") -> list[str]:
+        if reference.startswith(LAYOUT):
+            return [f"--{side}oci-layout"]
         flags = [f"--{side}plain-http"] if _host(reference) in self.plain_http else []
         if self.registry_config is not None:
             flags += [f"--{side}registry-config", str(self.registry_config)]
         return flags
 
+    def _source(self, reference: str) -> str:
+        """Where a source reference is read from: an archive's OCI layout when it holds it."""
+        return self.sources.get(reference, reference)
+
     def _manifest(self, reference: str, *, source_side: bool, descriptor: bool) -> dict[str, object] | None:
-        argv = [self.oras, "manifest", "fetch", *self._flags(reference), reference]
+        argv = [self.oras, "manifest", "fetch", *self._flags(reference), reference.removeprefix(LAYOUT)]
         result = self._run([*argv[:3], "--descriptor", *argv[3:]] if descriptor else argv)
         if result.returncode != 0:
             reason = classify_tool_failure(result.stderr, source_side=source_side)
@@ -122,11 +136,20 @@ class OrasCopier:
         return loaded if isinstance(loaded, dict) else None
 
     def digest(self, reference: str, *, source_side: bool) -> str | None:
-        found = self._manifest(reference, source_side=source_side, descriptor=True)
+        where = self._source(reference) if source_side else reference
+        found = self._manifest(where, source_side=source_side, descriptor=True)
         return None if found is None else str(found["digest"])
 
     def copy(self, source: str, target: str) -> str:
-        argv = [self.oras, "cp", *self._flags(source, "from-"), *self._flags(target, "to-"), source, target]
+        source = self._source(source)
+        argv = [
+            self.oras,
+            "cp",
+            *self._flags(source, "from-"),
+            *self._flags(target, "to-"),
+            source.removeprefix(LAYOUT),
+            target.removeprefix(LAYOUT),
+        ]
         result = self._run(argv)
         if result.returncode != 0:
             # The source resolved a moment ago: a failure now is the target's, unless it says otherwise.
@@ -144,24 +167,40 @@ class OrasCopier:
                 return str(layer["digest"])
         return None
 
+    def pull_chart(self, source: str, chart: str, version: str, destination: Path) -> Path:
+        """A repository chart's archive in ``destination`` (an archive's copy when it holds one)."""
+        local = self.local_charts.get((source, chart, version))
+        if local is not None:
+            return local
+        destination.mkdir(parents=True, exist_ok=True)
+        before = set(destination.glob("*.tgz"))
+        argv = [self.helm, "pull", chart, "--repo", source, "--version", version, "--destination", str(destination)]
+        pulled = self._run(argv, cwd=destination)
+        archives = sorted(set(destination.glob("*.tgz")) - before)
+        if pulled.returncode != 0 or not archives:
+            reason = classify_tool_failure(pulled.stderr, source_side=True)
+            raise CopyError(reason, f"chart {chart} {version} from {source}", _last(pulled.stderr))
+        return archives[0]
+
     def push_chart(self, source: str, chart: str, version: str, target: str) -> tuple[str, bool]:
         with tempfile.TemporaryDirectory(prefix="aicr-mirror-chart-") as tmp:
-            work = Path(tmp)
-            pulled = self._run(
-                [self.helm, "pull", chart, "--repo", source, "--version", version, "--destination", tmp], cwd=work
-            )
-            archives = sorted(work.glob("*.tgz"))
-            if pulled.returncode != 0 or not archives:
-                reason = classify_tool_failure(pulled.stderr, source_side=True)
-                raise CopyError(reason, f"chart {chart} {version} from {source}", _last(pulled.stderr))
-            digest = "sha256:" + hashlib.sha256(archives[0].read_bytes()).hexdigest()
+            archive = self.pull_chart(source, chart, version, Path(tmp))
+            digest = sha256_of(archive)
             if self.chart_digest(target) == digest:
                 return digest, False
             repository = "oci://" + target.rsplit(":", 1)[0].rsplit("/", 1)[0]
             flags = ["--plain-http"] if _host(target) in self.plain_http else []
             if self.registry_config is not None:
                 flags += ["--registry-config", str(self.registry_config)]
-            pushed = self._run([self.helm, "push", str(archives[0]), repository, *flags], cwd=work)
+            pushed = self._run([self.helm, "push", str(archive), repository, *flags], cwd=Path(tmp))
             if pushed.returncode != 0:
                 raise CopyError(classify_tool_failure(pushed.stderr, source_side=False), target, _last(pushed.stderr))
             return digest, True
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"

@@ -59,7 +59,7 @@ def test_list_or_to_one_of_them(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "not allowed with argument" in err
     code, err = _run(tmp_path, capsys)
     assert code == 2
-    assert "one of the arguments --list --to is required" in err
+    assert "one of the arguments --list --to --to-archive is required" in err
 
 
 def test_hosts_toml_needs_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,4 +67,16 @@ def test_hosts_toml_needs_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (code, err.strip()) == (
         2,
         f"aicr-runner: invalid setting: --hosts-toml='{tmp_path / 'h'}': needs --to (the mirror it names)",
+    )
+
+
+def test_from_archive_needs_a_file_and_a_mirror(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "a.tar"
+    code, err = _run(tmp_path, capsys, "--to", "oci://m.example", "--from-archive", str(missing))
+    assert (code, err.strip()) == (2, f"aicr-runner: invalid setting: --from-archive='{missing}': no such file")
+    missing.write_bytes(b"")
+    code, err = _run(tmp_path, capsys, "--list", "--from-archive", str(missing))
+    assert (code, err.strip()) == (
+        2,
+        f"aicr-runner: invalid setting: --from-archive='{missing}': needs --to (where it goes)",
     )
