@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import tempfile
 import time
@@ -31,6 +32,7 @@ __all__ = ["LAYOUT", "OrasCopier", "sha256_of"]
 _CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 #: A reference into an OCI image layout directory: ``oci-layout:DIR:TAG`` (oras' ``--oci-layout``).
 LAYOUT = "oci-layout:"
+_COPIED_DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.MULTILINE)
 #: How often a running tool call looks at the shutdown flag and its deadline.
 _POLL_SECONDS = 0.2
 
@@ -154,7 +156,10 @@ class OrasCopier:
         if result.returncode != 0:
             # The source resolved a moment ago: a failure now is the target's, unless it says otherwise.
             raise CopyError(classify_tool_failure(result.stderr, source_side=False), target, _last(result.stderr))
-        landed = self.digest(target, source_side=False)
+        # oras cp prints the digest it copied ("Digest: sha256:..."): one call less per item;
+        # the final check resolves every target all the same.
+        printed = _COPIED_DIGEST.search(result.stdout)
+        landed = printed.group(1) if printed else self.digest(target, source_side=False)
         if landed is None:
             raise CopyError(MirrorExit.INCOMPLETE, target, "oras cp succeeded but the target has no manifest")
         return landed
