@@ -75,6 +75,14 @@ def _add_registry_options(mirror: argparse.ArgumentParser) -> None:
         "(copy DIR to their config_path, e.g. /etc/containerd/certs.d)",
     )
     mirror.add_argument(
+        "--allow-missing",
+        action="append",
+        default=[],
+        metavar="REFERENCE",
+        help="with --to: an image or artifact of the list that may be absent at its source (reported, not "
+        "copied; repeat it); any other absent item fails the copy (exit 41)",
+    )
+    mirror.add_argument(
         "--plain-http",
         action="append",
         default=[],
@@ -115,6 +123,7 @@ def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorR
         to=target,
         registry_config=Path(os.path.abspath(config)) if config else None,
         plain_http=frozenset(args.plain_http),
+        allow_missing=frozenset(args.allow_missing),
         hosts_toml=Path(os.path.abspath(args.hosts_toml)) if args.hosts_toml else None,
         to_archive=Path(os.path.abspath(args.to_archive)) if args.to_archive else None,
         from_archive=Path(os.path.abspath(args.from_archive)) if args.from_archive else None,

@@ -46,6 +46,8 @@ class MirrorRequest:
     hosts_toml: Path | None = None
     to_archive: Path | None = None
     from_archive: Path | None = None
+    #: ``--allow-missing``: references that may be absent at their source.
+    allow_missing: frozenset[str] = frozenset()
 
 
 def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest) -> int:
@@ -118,12 +120,18 @@ def _copy(items: list[Item], request: MirrorRequest, **archive: Any) -> int:
 
     with ShutdownController().installed() as shutdown:
         copier = _copier(request, shutdown.requested, **archive)
-        report = copy_all(items, request.to, copier, progress=lambda line: print(line, flush=True))
+        report = copy_all(
+            items,
+            request.to,
+            copier,
+            progress=lambda line: print(line, flush=True),
+            allow_missing=request.allow_missing,
+        )
     for item, why in report.not_copied:
         print(f"not copied {item.reference}: {why}")
     print(
         f"{len(report.copied)} items in {request.to} by digest ({report.sent} copied, "
-        f"{len(report.copied) - report.sent} already there); {len(report.not_copied)} files not copied"
+        f"{len(report.copied) - report.sent} already there); {len(report.not_copied)} not copied"
     )
     if request.hosts_toml is not None:
         from aicr_runner.mirror.hosts_toml import write_hosts_toml

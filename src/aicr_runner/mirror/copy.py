@@ -72,16 +72,29 @@ def target_of(item: Item, target: str) -> str:
 
 
 def copy_all(
-    items: Sequence[Item], target: str, copier: Copier, progress: Callable[[str], None] = lambda _: None
+    items: Sequence[Item],
+    target: str,
+    copier: Copier,
+    progress: Callable[[str], None] = lambda _: None,
+    allow_missing: frozenset[str] = frozenset(),
 ) -> CopyReport:
-    """Copy what is missing or different, then check every item in the target by digest."""
+    """Copy what is missing or different, then check every item in the target by digest.
+
+    An item not at its source fails the copy (exit 41) unless its reference is in
+    ``allow_missing`` (the user's explicit choice): then it is reported, not copied."""
     copied: list[Copied] = []
     not_copied: list[tuple[Item, str]] = []
     for item in items:
         if item.kind is Kind.FILE:
             not_copied.append((item, "an HTTP file: serve the aicr release folder inside (AICR__RELEASE_BASE_URL)"))
             continue
-        done = _copy_one(item, target_of(item, target), copier)
+        try:
+            done = _copy_one(item, target_of(item, target), copier)
+        except CopyError as exc:
+            if exc.reason is not MirrorExit.NOT_FOUND or item.reference not in allow_missing:
+                raise
+            not_copied.append((item, f"not at its source, allowed by --allow-missing: {exc.message}"))
+            continue
         progress(f"{'copied' if done.sent else 'present'} {done.target} {done.digest}")
         copied.append(done)
     for done in copied:

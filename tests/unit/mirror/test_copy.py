@@ -107,3 +107,19 @@ def test_every_mirror_exit_code_is_documented() -> None:
     for code in MirrorExit:
         (row,) = [line for line in table.splitlines() if line.startswith(f"| {int(code)} |")]
         assert "`aicr-runner mirror` only" in row
+
+
+def test_an_absent_item_the_user_allowed_is_reported_and_the_rest_copied() -> None:
+    copier = FakeCopier({IMAGE.reference: D1})
+    absent = Item(
+        Kind.IMAGE, "nvcr.io/nvidia/cloud-native/nvidia-fs:2.26.6", ("gpu-operator (ClusterPolicy spec.gds)",)
+    )
+    report = copy_all([absent, IMAGE], "oci://m", copier, allow_missing=frozenset({absent.reference}))
+    assert [c.item for c in report.copied] == [IMAGE]
+    ((item, why),) = report.not_copied
+    assert item == absent
+    assert why.startswith("not at its source, allowed by --allow-missing: not found at its source: nvcr.io/")
+    # Allowing one reference allows no other.
+    with pytest.raises(CopyError) as caught:
+        copy_all([absent], "oci://m", copier, allow_missing=frozenset({"nvcr.io/other:1"}))
+    assert caught.value.exit_code == MirrorExit.NOT_FOUND
