@@ -71,35 +71,55 @@ def target_of(item: Item, target: str) -> str:
     return f"{base}/{mirror_path(name)}{at}{pinned}"
 
 
+#: Items copied at once: each is one oras or helm process at a time (oras copies up to
+#: three blobs of an item in parallel itself).
+WORKERS = 4
+
+
 def copy_all(
     items: Sequence[Item],
     target: str,
     copier: Copier,
+    *,
     progress: Callable[[str], None] = lambda _: None,
     allow_missing: frozenset[str] = frozenset(),
+    workers: int = WORKERS,
 ) -> CopyReport:
     """Copy what is missing or different, then check every item in the target by digest.
 
     An item not at its source fails the copy (exit 41) unless its reference is in
-    ``allow_missing`` (the user's explicit choice): then it is reported, not copied."""
-    copied: list[Copied] = []
-    not_copied: list[tuple[Item, str]] = []
-    for item in items:
-        if item.kind is Kind.FILE:
-            not_copied.append((item, "an HTTP file: serve the aicr release folder inside (AICR__RELEASE_BASE_URL)"))
-            continue
+    ``allow_missing`` (the user's explicit choice): then it is reported, not copied.
+    The first failure, in list order, ends the copy."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    not_copied = [(i, _FILE_NOTE) for i in items if i.kind is Kind.FILE]
+    wanted = [i for i in items if i.kind is not Kind.FILE]
+
+    def one(item: Item) -> Copied | tuple[Item, str]:
         try:
-            done = _copy_one(item, target_of(item, target), copier)
+            return _copy_one(item, target_of(item, target), copier)
         except CopyError as exc:
             if exc.reason is not MirrorExit.NOT_FOUND or item.reference not in allow_missing:
                 raise
-            not_copied.append((item, f"not at its source, allowed by --allow-missing: {exc.message}"))
-            continue
-        progress(f"{'copied' if done.sent else 'present'} {done.target} {done.digest}")
-        copied.append(done)
-    for done in copied:
-        _check(done, copier)
+            return (item, f"not at its source, allowed by --allow-missing: {exc.message}")
+
+    copied: list[Copied] = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            for done in pool.map(one, wanted):
+                if isinstance(done, Copied):
+                    progress(f"{'copied' if done.sent else 'present'} {done.target} {done.digest}")
+                    copied.append(done)
+                else:
+                    not_copied.append(done)
+            list(pool.map(lambda done: _check(done, copier), copied))
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # nothing new starts; what runs ends
+            raise
     return CopyReport(tuple(copied), tuple(not_copied))
+
+
+_FILE_NOTE = "an HTTP file: serve the aicr release folder inside (AICR__RELEASE_BASE_URL)"
 
 
 def _copy_one(item: Item, target: str, copier: Copier) -> Copied:
