@@ -274,10 +274,11 @@ def _launch(args: argparse.Namespace, settings: RunnerSettings, invocation: Invo
 
 
 def _mirror(args: argparse.Namespace, settings: RunnerSettings, invocation: Invocation, env: dict[str, str]) -> int:
+    from aicr_runner import wiring
     from aicr_runner.mirror.command import run_mirror
 
     request = _mirror_request(args)
-    return request if isinstance(request, int) else run_mirror(settings, invocation, env, request)
+    return request if isinstance(request, int) else run_mirror(settings, invocation, env, request, wiring.run)
 
 
 def _mirror_from_archive(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aicr_runner.mirror import FORMATS
+from aicr_runner.mirror.items import FORMATS
 
 if TYPE_CHECKING:
     from aicr_runner.mirror.command import MirrorRequest

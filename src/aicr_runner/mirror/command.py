@@ -50,11 +50,15 @@ class MirrorRequest:
     allow_missing: frozenset[str] = frozenset()
 
 
-def run_mirror(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest) -> int:
-    from aicr_runner import wiring
+#: The plan's run (``wiring.run``): given by the command line, the floor above this package.
+Plan = Callable[[RunnerSettings, Invocation, Mapping[str, str]], int]
 
+
+def run_mirror(
+    settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest, plan: Plan
+) -> int:
     with contextlib.redirect_stdout(sys.stderr):
-        code = wiring.run(settings, invocation, env)
+        code = plan(settings, invocation, env)
     if code != 0:
         print(f"aicr-runner mirror: the plan did not succeed (exit {code}): nothing listed", file=sys.stderr)
         return code

@@ -16,8 +16,7 @@ from typing import Any
 
 import yaml
 
-from aicr_runner.mirror import FORMATS
-from aicr_runner.mirror.items import Item, Kind
+from aicr_runner.mirror.items import FORMATS, Item, Kind
 
 __all__ = ["FORMATS", "render"]
 

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Item", "Kind", "merge"]
+__all__ = ["FORMATS", "Item", "Kind", "merge"]
+
+#: ``mirror -o``: what the list is printed as.
+FORMATS = ("table", "json", "hauler", "zarf")
 
 
 class Kind(StrEnum):
