@@ -388,9 +388,16 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     from aicr_runner.errors import ConfigError
     from aicr_runner.settings.config import Invalid, problem_line
 
-    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe", "charts_dir", "registry_config")
+    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
+    flags += ("charts_dir", "registry_config", "hosts_toml", "to_archive", "from_archive")  # mirror's
+    # mirror's --work-dir is plan's --output under another name.
+    named = {"output": "work-dir"} if args.command == "mirror" else {}
     # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
-    given = {f"--{name.replace('_', '-')}": str(getattr(args, name)) for name in flags if getattr(args, name, None)}
+    given = {
+        f"--{named.get(name, name.replace('_', '-'))}": str(getattr(args, name))
+        for name in flags
+        if getattr(args, name, None)
+    }
     why = Invalid("a URL, not a path; give a local file or directory (download an aicr release or a pack first)")
     problems = [
         problem_line(flag, value, why) for flag, value in given.items() if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", value)

@@ -80,3 +80,14 @@ def test_from_archive_needs_a_file_and_a_mirror(tmp_path: Path, capsys: pytest.C
         2,
         f"aicr-runner: invalid setting: --from-archive='{missing}': needs --to (where it goes)",
     )
+
+
+def test_a_url_for_a_path_flag_is_refused_under_the_flags_own_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {"HOME": str(tmp_path), "PATH": "/nonexistent"}
+    code = main(["mirror", "--list", "--accelerator", "h100", "--work-dir", "https://u:pw@h.example/w"], environ=env)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("aicr-runner: invalid setting: --work-dir=")
+    assert "pw" not in err
