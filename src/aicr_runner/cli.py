@@ -388,7 +388,7 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     from aicr_runner.errors import ConfigError
     from aicr_runner.settings.config import Invalid, problem_line
 
-    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
+    flags: tuple[str, ...] = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
     flags += ("charts_dir", "registry_config", "hosts_toml", "to_archive", "from_archive")  # mirror's
     # mirror's --work-dir is plan's --output under another name.
     named = {"output": "work-dir"} if args.command == "mirror" else {}
