@@ -86,9 +86,9 @@ def _component_items(component: Component, release: Release, renderer: ChartRend
     found: list[Found] = []
     if component.chart and component.source:
         ref = ChartRef(component.name, component.namespace, component.chart, component.version, component.source)
-        items.append(_chart_item(ref))
         values = [p for p in (folder / "values.yaml", folder / "cluster-values.yaml") if p.is_file()] if folder else []
         rendered = renderer.render(ref, values, _kube_version(release.summary))
+        items.append(_chart_item(ref, renderer.archive_facts(ref)))
         found.extend(images_in_documents(_documents(rendered), _os_release(release.summary)))
     if folder is not None and (folder / "manifests").is_dir():
         for manifest in sorted((folder / "manifests").glob("*.y*ml")):
@@ -103,7 +103,8 @@ def component_images(component: str, rendered: str, os_release: OsRelease | None
     return merge([Item(Kind.IMAGE, f.image, (f"{component} ({f.where})",), note=f.note) for f in found])
 
 
-def _chart_item(ref: ChartRef) -> Item:
+def _chart_item(ref: ChartRef, facts: tuple[str, int] | None) -> Item:
+    """The chart as deploy.sh installs it, with what its pulled archive showed."""
     reference = (
         f"{ref.source.rstrip('/')}/{ref.chart}:{ref.version}" if ref.oci else f"{ref.source} {ref.chart}@{ref.version}"
     )
@@ -111,6 +112,10 @@ def _chart_item(ref: ChartRef) -> Item:
         Kind.CHART,
         reference,
         (f"{ref.component} (deploy.sh)",),
+        # A repository chart's digest is its archive's (what the copy checks); an OCI chart's
+        # is its manifest's, which the archive does not give.
+        facts[0] if facts and not ref.oci else "",
+        facts[1] if facts else None,
         chart_source=ref.source,
         chart_name=ref.chart,
         version=ref.version,

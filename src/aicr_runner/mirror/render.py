@@ -53,6 +53,10 @@ class ChartRenderer(Protocol):
     def render(self, chart: ChartRef, values: Sequence[Path], kube_version: str | None) -> str:
         """The chart's manifests (hooks included) as ``helm template`` prints them."""
 
+    def archive_facts(self, chart: ChartRef) -> tuple[str, int] | None:
+        """The sha256 digest and size of the chart archive pulled from its source to render it;
+        None when it was not pulled (a charts directory's copy may not be byte-identical)."""
+
 
 class HelmRenderer:
     """The real helm: charts pulled from their source (or found in ``charts_dir``
@@ -61,10 +65,16 @@ class HelmRenderer:
     def __init__(self, helm: str = "helm", charts_dir: Path | None = None) -> None:
         self.helm = helm
         self.charts_dir = charts_dir
+        self._facts: dict[ChartRef, tuple[str, int]] = {}
+
+    def archive_facts(self, chart: ChartRef) -> tuple[str, int] | None:
+        return self._facts.get(chart)
 
     def render(self, chart: ChartRef, values: Sequence[Path], kube_version: str | None) -> str:
         with tempfile.TemporaryDirectory(prefix="aicr-mirror-") as tmp:
             archive = self._archive(chart, Path(tmp))
+            if archive.parent == Path(tmp):  # pulled from its source: what a copy will find there
+                self._facts[chart] = (_sha256(archive), archive.stat().st_size)
             argv = [self.helm, "template", chart.component, str(archive), "--namespace", chart.namespace]
             for path in values:
                 argv += ["-f", str(path)]
@@ -108,3 +118,9 @@ class HelmRenderer:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:500] if lines else "no output"
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()

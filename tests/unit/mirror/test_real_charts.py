@@ -6,6 +6,8 @@ kai-scheduler's Config services."""
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from aicr_runner.mirror.images import OsRelease
 from aicr_runner.mirror.items import Item
 from aicr_runner.mirror.render import ChartRef, HelmRenderer
 from tests.chart.helm import helm_binary
-from tests.support.real_aicr import RealAicr, RealAicrMissing, component_charts_dir
+from tests.support.real_aicr import FolderMirror, RealAicr, RealAicrMissing, component_charts_dir
 
 pytestmark = pytest.mark.helm
 
@@ -129,3 +131,25 @@ def test_every_other_pinned_chart_names_its_images_fully_qualified(
     images = images_of(component, bundle, charts_dir)
     assert len(images) == count, sorted(images)
     assert all(ref.split("/", 1)[0].count(".") or ":" in ref.split("/", 1)[0] for ref in images)
+
+
+def test_a_chart_pulled_from_its_repository_is_listed_with_its_digest_and_size(
+    charts_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("CACHE", "CONFIG", "DATA"):
+        monkeypatch.setenv(f"HELM_{name}_HOME", str(tmp_path / "helm" / name.lower()))
+    archive = charts_dir / "cert-manager-v1.17.2.tgz"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / archive.name).symlink_to(archive)
+    subprocess.run([str(helm_binary()), "repo", "index", str(repo)], check=True, capture_output=True)
+    with FolderMirror(repo) as served:
+        ref = ChartRef("cert-manager", "cert-manager", "cert-manager", "v1.17.2", served.base_url)
+        pulled = HelmRenderer(str(helm_binary()))
+        assert "cert-manager-webhook" in pulled.render(ref, [], None)
+    digest = "sha256:" + hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert pulled.archive_facts(ref) == (digest, archive.stat().st_size)
+    # A charts directory's copy says nothing of what the source serves.
+    local = HelmRenderer(str(helm_binary()), charts_dir)
+    local.render(ref, [], None)
+    assert local.archive_facts(ref) is None
