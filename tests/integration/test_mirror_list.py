@@ -55,9 +55,14 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _mirror(
-    tmp_path: Path, binary: Path, charts: Path | None, *extra: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    binary: Path,
+    charts: Path | None,
+    *extra: str,
+    capsys: pytest.CaptureFixture[str],
+    action: tuple[str, ...] = ("--list",),
 ) -> tuple[int, str, str]:
-    argv = ["mirror", "--list", "--aicr-binary", str(binary), "--work-dir", str(tmp_path / "m"), *CRITERIA, *extra]
+    argv = ["mirror", *action, "--aicr-binary", str(binary), "--work-dir", str(tmp_path / "m"), *CRITERIA, *extra]
     if charts is not None:
         argv += ["--charts-dir", str(charts)]
     capsys.readouterr()
@@ -141,3 +146,16 @@ def test_a_chart_its_source_cannot_give_is_named_with_its_exit_code(
         "from https://kubernetes-sigs.github.io/aws-ebs-csi-driver: "
     )
     assert "Traceback" not in err
+
+
+def test_to_a_registry_names_the_first_item_its_source_cannot_give(
+    real_aicr: RealAicr, charts: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole command with --to: the plan, the list, then the copy; this machine reaches no
+    public registry, so the first item of the list (the runner's image) fails, named, exit 40."""
+    to = ("--to", "oci://127.0.0.1:9/air", "--plain-http", "127.0.0.1:9")
+    code, out, err = _mirror(tmp_path, real_aicr.binary, charts, capsys=capsys, action=to)
+    assert code == 40, err[-2000:]
+    (line,) = [line for line in err.splitlines() if line.startswith("aicr-runner mirror:")]
+    assert line.startswith("aicr-runner mirror: source unreachable: ghcr.io/nvidia-aicr/aicr-runner:0.1.0: ")
+    assert "items in" not in out  # no tally: the copy did not end
