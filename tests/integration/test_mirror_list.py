@@ -87,9 +87,10 @@ def test_the_json_list_names_every_piece_of_the_install(
     for item in items:
         by_kind.setdefault(item["kind"], []).append(item["reference"])
     assert len(by_kind["chart"]) == 12  # 11 components' charts and this project's
+    # The release of the aicr that resolved the recipe (here the real v0.11.1, not the pin).
     assert by_kind["file"] == [
-        "https://github.com/NVIDIA/aicr/releases/download/v1.2.0/aicr_1.2.0_linux_amd64.tar.gz",
-        "https://github.com/NVIDIA/aicr/releases/download/v1.2.0/aicr_checksums.txt",
+        "https://github.com/NVIDIA/aicr/releases/download/v0.11.1/aicr_0.11.1_linux_amd64.tar.gz",
+        "https://github.com/NVIDIA/aicr/releases/download/v0.11.1/aicr_checksums.txt",
     ]
     images = set(by_kind["image"])
     assert {

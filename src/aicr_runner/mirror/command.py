@@ -164,7 +164,7 @@ def list_items(
         summary=summary,
         checks=_checks(recipe_path),
         bundle_dir=work / "bundle",
-        aicr_files=_aicr_files(settings, env),
+        aicr_files=_aicr_files(settings, env, aicr_version),
         aicr_version=aicr_version,
         runner_image=runner_image(request.values),
         pack_ref=settings.pack.ref,
@@ -211,20 +211,22 @@ def _checks(recipe_path: Path) -> dict[str, list[str]]:
     }
 
 
-def _aicr_files(settings: RunnerSettings, env: Mapping[str, str]) -> list[tuple[str, str, int | None]]:
-    """The release archive of each architecture the Job may land on (both unless the
-    architecture is set), and the checksums file; digests and sizes where known."""
+def _aicr_files(settings: RunnerSettings, env: Mapping[str, str], version: str) -> list[tuple[str, str, int | None]]:
+    """The release of the aicr that resolved the recipe (the same the cluster must run): its
+    archive for each architecture the Job may land on (both unless the architecture is set)
+    and its checksums file; digests and sizes where known (downloaded, or pinned for that version)."""
     from aicr_runner.aicr.release import release_urls
     from aicr_runner.settings.checks import Arch
 
     explicit = f"{ENV_PREFIX}AICR__ARCH" in env
     arches = [settings.aicr.arch] if explicit else list(Arch)
+    pinned = version.removeprefix("v") == settings.aicr.version.removeprefix("v")
     files: list[tuple[str, str, int | None]] = []
     for arch in arches:
-        aicr = settings.aicr.model_copy(update={"arch": arch})
+        aicr = settings.aicr.model_copy(update={"arch": arch, "version": f"v{version.removeprefix('v')}"})
         archive_url, checksums_url = release_urls(aicr)
         local = settings.work_path / "aicr-release" / archive_url.rsplit("/", 1)[1]
-        pin = getattr(settings.aicr.sha256, arch.value, "")
+        pin = getattr(settings.aicr.sha256, arch.value, "") if pinned else ""
         files.append((archive_url, _sha256(local) or (f"sha256:{pin}" if pin else ""), _size(local)))
     files.append((checksums_url, "", None))
     return files
