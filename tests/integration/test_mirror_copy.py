@@ -281,3 +281,29 @@ def test_a_tampered_archive_is_refused(tmp_path: Path, local_registry: LocalRegi
     assert caught.value.message.startswith(
         f"digest mismatch: {chart.relative_to(unpacked).as_posix()}: not the recorded"
     )
+
+
+def test_an_archive_leaves_out_only_what_the_user_allowed_missing(
+    tmp_path: Path, upstream: Upstream, local_registry: LocalRegistry
+) -> None:
+    absent = Item(Kind.IMAGE, f"{upstream.host}/nvidia/nvidia-fs:2.26.6", ("gpu-operator (ClusterPolicy spec.gds)",))
+    items = [*_items(upstream), absent]
+    archive = tmp_path / "air.tar"
+    with pytest.raises(CopyError) as caught:
+        write_archive(items, archive, _copier(upstream, local_registry))
+    assert (caught.value.exit_code, caught.value.reference) == (MirrorExit.NOT_FOUND, absent.reference)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no archive, no partial one, no work left
+    said: list[str] = []
+    count = write_archive(
+        items,
+        archive,
+        _copier(upstream, local_registry),
+        progress=said.append,
+        allow_missing=frozenset({absent.reference}),
+    )
+    assert count == 4
+    assert [line for line in said if line.startswith("not archived")] == [
+        f"not archived {absent.reference}: allowed by --allow-missing: not found at its source: {absent.reference}: "
+        "no such manifest"
+    ]
+    assert [i.reference for i in read_archive(archive, tmp_path / "inside").items] == [i.reference for i in items[:4]]

@@ -39,21 +39,38 @@ class ArchiveContents:
 
 
 def write_archive(
-    items: Sequence[Item], archive: Path, copier: OrasCopier, progress: Callable[[str], None] = lambda _: None
+    items: Sequence[Item],
+    archive: Path,
+    copier: OrasCopier,
+    progress: Callable[[str], None] = lambda _: None,
+    allow_missing: frozenset[str] = frozenset(),
 ) -> int:
-    """Every item but the aicr release's files into ``archive``; how many went in."""
+    """Every item but the aicr release's files into ``archive``; how many went in. An item
+    absent at its source fails it (exit 41) unless named in ``allow_missing``: then it is left out."""
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="aicr-mirror-archive-", dir=archive.parent) as tmp:
         root = Path(tmp)
-        entries = [_store(n, item, root, copier) for n, item in enumerate(items) if item.kind is not Kind.FILE]
+        entries = []
+        for n, item in enumerate(items):
+            if item.kind is Kind.FILE:
+                continue
+            try:
+                entries.append(_store(n, item, root, copier))
+            except CopyError as exc:
+                if exc.reason is not MirrorExit.NOT_FOUND or item.reference not in allow_missing:
+                    raise
+                progress(f"not archived {item.reference}: allowed by --allow-missing: {exc.message}")
         for entry in entries:
             progress(f"archived {entry['item']['reference']} {entry['digest']}")
         (root / MANIFEST).write_text(json.dumps({"format": _FORMAT, "entries": entries}, indent=2) + "\n")
         partial = archive.with_name(archive.name + ".partial")
-        with tarfile.open(partial, "w") as tar:
-            for path in sorted(root.iterdir()):
-                tar.add(path, arcname=path.name)
-        partial.replace(archive)
+        try:
+            with tarfile.open(partial, "w") as tar:
+                for path in sorted(root.iterdir()):
+                    tar.add(path, arcname=path.name)
+            partial.replace(archive)
+        finally:
+            partial.unlink(missing_ok=True)  # interrupted or failed: nothing that looks like an archive
     return len(entries)
 
 

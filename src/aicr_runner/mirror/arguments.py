@@ -79,8 +79,8 @@ def _add_registry_options(mirror: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="REFERENCE",
-        help="with --to: an image or artifact of the list that may be absent at its source (reported, not "
-        "copied; repeat it); any other absent item fails the copy (exit 41)",
+        help="with --to or --to-archive: an image or artifact of the list that may be absent at its source "
+        "(reported, not copied; repeat it); any other absent item fails the copy (exit 41)",
     )
     mirror.add_argument(
         "--plain-http",

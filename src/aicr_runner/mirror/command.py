@@ -111,7 +111,8 @@ def _archive(items: list[Item], request: MirrorRequest, archive: Path) -> int:
     from aicr_runner.mirror.archive import write_archive
 
     with ShutdownController().installed() as shutdown:
-        count = write_archive(items, archive, _copier(request, shutdown.requested), progress=print)
+        copier = _copier(request, shutdown.requested)
+        count = write_archive(items, archive, copier, progress=print, allow_missing=request.allow_missing)
     files = sum(1 for item in items if item.kind is Kind.FILE)
     print(f"{count} items in {archive}; {files} files not archived (serve the aicr release inside)")
     return 0
