@@ -254,9 +254,15 @@ def test_an_archive_carries_everything_across_and_the_inside_needs_no_upstream(
     env = {**os.environ, "HOME": str(home), "PATH": f"{ROOT / '.tools' / 'bin'}:{os.environ.get('PATH', '')}"}
     argv = ["mirror", "--from-archive", str(tmp_path / "air.tar"), "--to", prefix]
     argv += ["--registry-config", str(local_registry.credentials), "--plain-http", local_registry.host]
+    argv += ["--hosts-toml", str(tmp_path / "certs.d")]
     assert main(argv, environ=env) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "4 items in " + prefix + " by digest (4 copied, 0 already there)" in out
+    assert f"chart values to install with: mirror.registry: {prefix.removeprefix('oci://')}\n" in out
+    # The nodes' side: the upstream registry of the image and the pack, pointing at the mirror.
+    (hosts,) = (tmp_path / "certs.d").glob("*/hosts.toml")
+    assert hosts.parent.name == up_host
+    assert f'[host."http://{local_registry.host}/v2/{prefix.split("/", 3)[3]}/127.0.0.1_' in hosts.read_text()
     inside = _copier(up, local_registry)
     assert [inside.digest(target_of(i, prefix), source_side=False) for i in items[:3]] == upstream_digests
     cert_manager = component_charts_dir() / "cert-manager-v1.17.2.tgz"

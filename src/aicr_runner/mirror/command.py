@@ -144,7 +144,13 @@ def _copy(items: list[Item], request: MirrorRequest, **archive: Any) -> int:
         registry = request.to.removeprefix("oci://").split("/", 1)[0]
         written = write_hosts_toml(items, request.to, request.hosts_toml, plain_http=registry in request.plain_http)
         print(f"containerd hosts.toml for {len(written)} registries in {request.hosts_toml}")
-    print(f"chart values to install with: mirror.registry: {request.to.removeprefix('oci://')}")
+    mirror = request.to.removeprefix("oci://")
+    print(f"chart values to install with: mirror.registry: {mirror}")
+    print(
+        "images keep their names: the nodes pull them through the mirror (--hosts-toml); without that, "
+        f"global.imageRegistry: {mirror}/ghcr.io serves the runner's own image; aicrReleaseBaseUrl: a folder "
+        "serving the aicr release files of the list"
+    )
     return 0
 
 
