@@ -1,8 +1,11 @@
-"""``aicr-runner mirror --list``: the plan's steps (fetch, pack, recipe, bundle,
-verify: the same code path), then the list of everything that install needs.
+"""``aicr-runner mirror``'s flow: the plan's steps (fetch, pack, recipe, bundle,
+verify: the same code path, handed over by ``cli``), then the list of everything
+that install needs, printed (``--list``), copied into a registry (``--to``) or
+written into an archive (``--to-archive``); ``--from-archive`` copies an archive's
+items with no plan at all.
 
 The plan's own summary goes to stderr with its logs, so stdout holds only the
-list (``-o json | jq``, ``-o hauler > haul.yaml``).
+list (``-o json | jq``, ``-o hauler > haul.yaml``) or the copy's lines.
 """
 
 from __future__ import annotations
