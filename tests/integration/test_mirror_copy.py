@@ -313,3 +313,17 @@ def test_an_archive_leaves_out_only_what_the_user_allowed_missing(
         "no such manifest"
     ]
     assert [i.reference for i in read_archive(archive, tmp_path / "inside").items] == [i.reference for i in items[:4]]
+
+
+def test_a_reference_pinned_by_tag_and_digest_lands_by_its_digest(
+    upstream: Upstream, local_registry: LocalRegistry
+) -> None:
+    """Charts pin images as ``name:tag@sha256:...`` (skyhook's operator): copied and checked by the digest."""
+    copier = _copier(upstream, local_registry)
+    digest = copier.digest(f"{upstream.host}/packs/site:1", source_side=True)
+    pinned = Item(Kind.IMAGE, f"{upstream.host}/packs/site:1@{digest}")
+    prefix = _prefix(local_registry)
+    (done,) = copy_all([pinned], prefix, copier).copied
+    assert (done.sent, done.digest) == (True, digest)
+    assert done.target.endswith(f"/packs/site:1@{digest}")
+    assert copy_all([pinned], prefix, copier).sent == 0
