@@ -721,6 +721,78 @@ def bench_pack(packs: Sequence[tuple[str, int, int, bool]], repeat: int, tmp: Pa
     return rows
 
 
+_MIRROR_COPY = (
+    "import sys; from aicr_runner.mirror.copy import copy_all; from aicr_runner.mirror.items import Item, Kind; "
+    "from aicr_runner.mirror.oras_copier import OrasCopier; "
+    "up, target, oras = sys.argv[1], sys.argv[2], sys.argv[3]; refs = sys.argv[4:]; "
+    "copier = OrasCopier(oras, plain_http=frozenset({up, target.removeprefix('oci://').split('/')[0]})); "
+    "copy_all([Item(Kind.IMAGE, r) for r in refs], target, copier)"
+)
+
+
+def bench_mirror(images: int, size: int, repeat: int, tmp: Path) -> list[Row]:
+    """``mirror --to``'s copy (``copy_all`` with oras, its final check included) against the
+    Go ``oras cp`` of the same references one by one: into an empty target, then again."""
+    if not (os.access(ORAS, os.X_OK) and os.access(DOCKER_REGISTRY, os.X_OK)):
+        subprocess.run(["bash", str(ROOT / "scripts" / "bootstrap-tools.sh"), "oras", "debian"], cwd=ROOT, check=True)
+    home = tmp / "mirror-home"
+    home.mkdir()
+    with contextlib.ExitStack() as stack:
+        up, target = (stack.enter_context(_plain_registry(tmp / f"mirror-{name}")) for name in ("up", "target"))
+        source = tmp / "mirror-src"
+        names = _pack_files(source, images, images * size)
+        refs = []
+        for n, name in enumerate(names):
+            _push(up, f"bench/img{n}:1", source, [name], home)
+            refs.append(f"{up}/bench/img{n}:1")
+        counter = iter(range(10**6))
+        rows = []
+        for again in (False, True):
+            fixed = f"oci://{target}/fixed"
+            runner_env, oras_env = _base_env(), {**os.environ, "HOME": str(home)}
+
+            def runner(again: bool = again, fixed: str = fixed, env: dict[str, str] = runner_env) -> float:
+                prefix = fixed if again else f"oci://{target}/r{next(counter)}"
+                return _wall([PYTHON, "-c", _MIRROR_COPY, up, prefix, str(ORAS), *refs], env=env)
+
+            def shell(again: bool = again, fixed: str = fixed, env: dict[str, str] = oras_env) -> float:
+                prefix = (fixed if again else f"oci://{target}/s{next(counter)}").removeprefix("oci://")
+                script = "; ".join(
+                    f"{ORAS} cp --from-plain-http --to-plain-http {ref} {prefix}/{ref.replace(':', '_', 1)}"
+                    for ref in refs
+                )
+                return _wall(["bash", "-c", f"set -e; {script}"], env=env)
+
+            if again:
+                runner(True, fixed)  # fill the target once; each timed run then finds everything there
+            state = "again (all there)" if again else "empty target"
+            row = Row(
+                f"mirror copy, {images} images of {size / MIB:g} MiB, {state}",
+                "≤ 1.1x",
+                "python + `copy_all` (oras; final check)",
+                "`oras cp` per image",
+                "s",
+            )
+            rows.append(_paired(repeat, runner, shell, row))
+    return rows
+
+
+@contextlib.contextmanager
+def _plain_registry(base: Path) -> Iterator[str]:
+    """A ``docker-registry`` on loopback, plain HTTP, no login; its host:port."""
+    (base / "storage").mkdir(parents=True)
+    host = f"127.0.0.1:{_free_port()}"
+    config = base / "config.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {base / 'storage'}\n"
+        f"http:\n  addr: {host}\n  secret: {secrets.token_hex(16)}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    with _server([str(DOCKER_REGISTRY), "serve", str(config)], f"http://{host}/v2/", base / "registry.log", env):
+        yield host
+
+
 def _pack_imports_row(repeat: int) -> Row:
     """Start-up only: what the runner's pull imports against what the floor imports."""
     env = _base_env()
@@ -987,7 +1059,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--relay-formats", default="console,json", help="log formats to relay in")
     parser.add_argument("--relay-repeat", type=int, help="pairs per relay size (default 2; quick 1)")
     parser.add_argument("--repeat", type=int, help="pairs for the other metrics (default 7; quick 2)")
-    parser.add_argument("--only", help="comma separated: relay,call,startup,plan,pack,release,image")
+    parser.add_argument("--only", help="comma separated: relay,call,startup,plan,pack,release,image,mirror")
     parser.add_argument("--image", help="the image to measure (default: what scripts/build-image.sh builds)")
     args = parser.parse_args(args_list)
     quick = args.quick
@@ -995,7 +1067,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     relay_formats = args.relay_formats.split(",")
     relay_repeat = args.relay_repeat or (1 if quick else 2)
     repeat = args.repeat or (2 if quick else 7)
-    only = set((args.only or "relay,call,startup,plan,pack,release,image").split(","))
+    only = set((args.only or "relay,call,startup,plan,pack,release,image,mirror").split(","))
     if quick:
         packs = [("small", 2, 20_000, False), ("files", 21, 2_000_000, False), ("dir", 20, 2_000_000, True)]
         release_bytes = 4 * MIB
@@ -1018,6 +1090,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("pack", lambda: rows.extend(bench_pack(packs, repeat, tmp))),
             ("release", lambda: rows.append(bench_release(release_bytes, repeat, tmp))),
             ("image", lambda: rows.extend(bench_image(args.image, 1 if quick else 5, tmp))),
+            ("mirror", lambda: rows.extend(bench_mirror(4 if quick else 20, MIB if quick else 8 * MIB, repeat, tmp))),
         ]
         for name, step in steps:
             if name in only:

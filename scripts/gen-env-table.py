@@ -84,6 +84,8 @@ DESCRIPTIONS = {
     "SNAPSHOT__TIMEOUT_SECONDS": "how long aicr waits for the agent Job (`--timeout`), 10 to 3600",
     "SNAPSHOT__NAMESPACE": "namespace of the agent Job and the ConfigMap `aicr-runner-snapshot` it writes",
     "SNAPSHOT__CONFIGMAP": "ConfigMap (the runner's namespace) keeping this snapshot and the previous one; empty: not kept, not compared",
+    "MIRROR__REGISTRY": "registry (`host[:port][/prefix]`) holding the mirrored charts: the recipe's chart sources become `oci://<registry>/<source host>/<source path>` before `aicr bundle` (docs/air-gap.md); empty: no rewrite",
+    "MIRROR__CHART_REPOSITORY": "an `http(s)://` chart repository for the charts the recipe takes from chart repositories (instead of OCI charts in the registry); alone it redirects only those",
     "STATUS_CONFIGMAP": "ConfigMap with the live run report (`report.json`, `summary.txt`); empty turns it off",
     "NAMESPACE": "namespace of the result ConfigMaps (default: the pod's); a DNS-1123 label",
     "WORK_DIR": "absolute work directory (downloads, recipe, bundle, per-step logs); created, and checked writable before any step",

@@ -1,6 +1,7 @@
 """Command line: ``run`` (the Job entrypoint), ``plan`` (local dry run), ``validate``
 (validation only, against the recipe recorded at install), ``fleet`` (the verdicts of
-several clusters in one table), ``version``.
+several clusters in one table), ``mirror`` (what an install needs, for air-gapped
+sites: a plan, then the list), ``version``.
 
 This module reads the command line and checks every input; ``wiring`` builds and
 runs the run. Imports are staged: ``version`` and ``--help`` need only
@@ -30,6 +31,7 @@ from aicr_runner.settings.names import CRITERIA_FLAG_ORDER, ENV_PREFIX, PINNED_A
 
 if TYPE_CHECKING:
     from aicr_runner.errors import ConfigError
+    from aicr_runner.mirror.command import MirrorRequest
     from aicr_runner.run.invocation import Invocation
     from aicr_runner.settings.config import RunnerSettings
 
@@ -76,19 +78,20 @@ def _parser() -> argparse.ArgumentParser:
         description="Resolve, bundle, verify, deploy and validate an aicr recipe (configuration: AICR_RUNNER_* "
         "environment variables, see docs/configuration.md 'Environment').",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,validate,fleet,version}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,plan,validate,fleet,mirror,version}")
     run = sub.add_parser("run", help="the Kubernetes Job entrypoint: results go to ConfigMaps")
     plan = sub.add_parser(
         "plan", help="local dry run: resolve, bundle and verify; results go to a directory; no cluster needed"
     )
     validate = _validate_parser(sub)
+    mirror = _mirror_parser(sub)
     sub.add_parser("version", help="print the runner version and the pinned aicr version")
     _add_fleet_options(
         sub.add_parser(
             "fleet", help="one table of every release's verdict across kubeconfig contexts (exit 34 if not all green)"
         )
     )
-    for command in (run, plan, validate):
+    for command in (run, plan, validate, mirror):
         command.add_argument(
             "--aicr-binary",
             type=Path,
@@ -103,7 +106,21 @@ def _parser() -> argparse.ArgumentParser:
         help="write results to this directory instead of ConfigMaps (a full run outside a pod)",
     )
     _add_plan_options(plan)
+    _add_plan_inputs(mirror)
     return parser
+
+
+def _mirror_parser(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    """``mirror``: a plan, then the list of what the install needs (or its copy into a registry)."""
+    from aicr_runner.mirror.arguments import add_options
+
+    mirror = sub.add_parser(
+        "mirror",
+        help="for air-gapped sites: resolve and bundle as plan does, then list every chart, image and file "
+        "the install needs, or copy them into a registry",
+    )
+    add_options(mirror)
+    return mirror
 
 
 def _validate_parser(sub: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
@@ -138,6 +155,11 @@ def _add_plan_options(plan: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the recipe, bundle and run report land (default: ./aicr-plan)",
     )
+    _add_plan_inputs(plan)
+
+
+def _add_plan_inputs(plan: argparse.ArgumentParser) -> None:
+    """What ``plan`` and ``mirror`` take: a values file, a local pack, the criteria as flags."""
     plan.add_argument(
         "--values",
         type=Path,
@@ -175,6 +197,13 @@ def _add_fleet_options(fleet: argparse.ArgumentParser) -> None:
     fleet.add_argument("-o", "--output", choices=("table", "json"), default="table", help="table (default) or json")
 
 
+def _without_settings(args: argparse.Namespace) -> int:
+    """``version``, ``fleet``, and ``mirror --from-archive`` (the inside of the gap: no plan, only the archive)."""
+    if args.command == "mirror":
+        return _mirror_from_archive(args)
+    return _fleet(args) if args.command == "fleet" else _version()
+
+
 def _version() -> int:
     print(f"aicr-runner {__version__} (pinned aicr {PINNED_AICR_VERSION})")
     return 0
@@ -210,8 +239,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except _ArgumentsRefused as exc:
         return _arguments_refused(exc, argv)
     env = dict(os.environ if environ is None else environ)
-    if args.command in ("version", "fleet"):
-        return _fleet(args) if args.command == "fleet" else _version()
+    if args.command in ("version", "fleet") or (args.command == "mirror" and args.from_archive is not None):
+        return _without_settings(args)
     _never_fail_on_encoding()
     from aicr_runner.errors import ConfigError, ExitCode
     from aicr_runner.settings.config import load
@@ -225,16 +254,56 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigError as exc:
         return _bad_input(exc, origins)
     # Before the heavy imports: a refused plan answers in milliseconds, offline.
-    if args.command == "plan" and (refused := _criteria_refused_offline(settings, invocation)):
+    if args.command in ("plan", "mirror") and (refused := _criteria_refused_offline(settings, invocation)):
         print(f"aicr-runner: {refused}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
     try:
         check_places(settings, invocation.results_dir, invocation.results_flag)
     except ConfigError as exc:
         return _bad_input(exc, origins)
+    return _launch(args, settings, invocation, env)
+
+
+def _launch(args: argparse.Namespace, settings: RunnerSettings, invocation: Invocation, env: dict[str, str]) -> int:
+    """Every input checked: the run (or the mirror command, a plan and then its list)."""
+    if args.command == "mirror":
+        return _mirror(args, settings, invocation, env)
     from aicr_runner import wiring
 
     return wiring.run(settings, invocation, env)
+
+
+def _mirror(args: argparse.Namespace, settings: RunnerSettings, invocation: Invocation, env: dict[str, str]) -> int:
+    from aicr_runner import wiring
+    from aicr_runner.mirror.command import run_mirror
+
+    request = _mirror_request(args)
+    return request if isinstance(request, int) else run_mirror(settings, invocation, env, request, wiring.run)
+
+
+def _mirror_from_archive(args: argparse.Namespace) -> int:
+    from aicr_runner.mirror.command import run_from_archive
+
+    request = _mirror_request(args)
+    if isinstance(request, int):
+        return request
+    return run_from_archive(request, Path(os.path.abspath(args.from_archive)))
+
+
+def _mirror_request(args: argparse.Namespace) -> MirrorRequest | int:
+    """``mirror``'s own flags checked (exit 2 when refused), and the values file it lists for."""
+    from aicr_runner.errors import ConfigError
+    from aicr_runner.mirror.arguments import request_from
+
+    values: dict[str, object] = {}
+    if args.values is not None and args.from_archive is None:
+        from aicr_runner.settings.values_file import load_values_file
+
+        values = load_values_file(args.values)  # checked already: it loaded into the settings
+    try:
+        return request_from(args, values)
+    except ConfigError as exc:
+        return _bad_input(exc)
 
 
 def _invocation(args: argparse.Namespace) -> Invocation:
@@ -242,7 +311,8 @@ def _invocation(args: argparse.Namespace) -> Invocation:
     the local pack (checked a directory) and the preinstalled aicr."""
     from aicr_runner.run.invocation import Invocation, Mode
 
-    mode = Mode(args.command)
+    # mirror runs the plan's steps: its work directory is a plan's results directory.
+    mode = Mode.PLAN if args.command == "mirror" else Mode(args.command)
     given: Path | None = args.output if mode is Mode.PLAN else args.results_dir
     recipe: Path | None = getattr(args, "recipe", None)
     return Invocation(
@@ -276,7 +346,7 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
         origins[f"{ENV_PREFIX}AICR__BINARY"] = "--aicr-binary"
     if args.command == "validate":
         return _recorded_criteria(args.recipe, env, origins)
-    if args.command != "plan":
+    if args.command not in ("plan", "mirror"):
         return env
     if args.values is not None:
         from aicr_runner.settings.values_file import VALUE_TO_ENV, env_from_values, load_values_file
@@ -318,9 +388,16 @@ def _paths_not_urls(args: argparse.Namespace) -> None:
     from aicr_runner.errors import ConfigError
     from aicr_runner.settings.config import Invalid, problem_line
 
-    flags = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
+    flags: tuple[str, ...] = ("aicr_binary", "output", "results_dir", "pack_dir", "values", "recipe")
+    flags += ("charts_dir", "registry_config", "hosts_toml", "to_archive", "from_archive")  # mirror's
+    # mirror's --work-dir is plan's --output under another name.
+    named = {"output": "work-dir"} if args.command == "mirror" else {}
     # argparse made each a Path, which writes '//' as '/': 'https://h/x' is 'https:/h/x'.
-    given = {f"--{name.replace('_', '-')}": str(getattr(args, name)) for name in flags if getattr(args, name, None)}
+    given = {
+        f"--{named.get(name, name.replace('_', '-'))}": str(getattr(args, name))
+        for name in flags
+        if getattr(args, name, None)
+    }
     why = Invalid("a URL, not a path; give a local file or directory (download an aicr release or a pack first)")
     problems = [
         problem_line(flag, value, why) for flag, value in given.items() if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", value)

@@ -718,6 +718,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
             "aicrVersion": "1.2.0",
             "aicrArch": "arm64",
             "aicrSha256": {"amd64": "a" * 64, "arm64": "b" * 64},
+            "mirror": {"registry": "mirror.example:5000/air", "chartRepository": "https://charts.mirror.example"},
             "aicrReleaseBaseUrl": "https://mirror.example.com/aicr",
             "aicrBinary": {"path": "/opt/aicr/aicr", "sha256": "c" * 64},
             "aicrDownload": {"attempts": 3, "timeoutSeconds": 30, "budgetSeconds": 120},
@@ -807,6 +808,8 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_VALIDATE__HISTORY_LIMIT": "20",
         "AICR_RUNNER_SNAPSHOT__ENABLED": "false",
         "AICR_RUNNER_SNAPSHOT__CONFIGMAP": "aicr-cluster-snapshot",
+        "AICR_RUNNER_MIRROR__REGISTRY": "mirror.example:5000/air",
+        "AICR_RUNNER_MIRROR__CHART_REPOSITORY": "https://charts.mirror.example",
         # aicrVersion without its "v": aicr's image tag has one all the same
         "AICR_RUNNER_SNAPSHOT__IMAGE": "ghcr.io/nvidia/aicr:v1.2.0",
         "AICR_RUNNER_SNAPSHOT__NAMESPACE": "aicr-validation",

@@ -58,6 +58,8 @@ FAKE_AICR_SNAPSHOT_FACTS=<json>   snapshot readings over the defaults, {"Type.su
                                   (null: not read); snapshot.py
 FAKE_AICR_CONFIGMAP_DIR=<dir>     where `-o cm://ns/name` is written (<dir>/ns/name/snapshot.yaml)
 FAKE_AICR_PUBLISH_FAIL=...        unauthorized | unavailable: simulated push failure
+FAKE_AICR_MIRROR_IMAGES=a,b       the images `mirror list` names (1.x only; its charts
+                                  are the recipe's componentRefs)
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ COMMANDS:
    verify     Verify a bundle's checksums and trust level
    validate   Validate a cluster against a recipe
    evidence   Publish evidence bundles
+   mirror     List the images and charts a recipe needs (mirror list)
 
 GLOBAL OPTIONS:
    --debug       debug logging
@@ -179,9 +180,11 @@ def main(argv: Sequence[str]) -> int:
         "verify": _lazy("bundle", "cmd_verify"),
         "validate": _lazy("validate", "cmd_validate"),
         "evidence": _lazy("validate", "cmd_evidence"),
+        "mirror": _lazy("mirror", "cmd_mirror"),
     }
     if legacy():
         del handlers["evidence"]  # 0.11.1: "No help topic for 'evidence'"
+        del handlers["mirror"]  # 0.11.1 has no mirror command
     handler = handlers.get(command)
     if handler is None:
         return _unknown_command(command, rest)
@@ -213,7 +216,9 @@ def _print_usage() -> int:
 def _usage() -> str:
     """The root help; a 0.x aicr has no ``evidence`` command to list."""
     if legacy():
-        return "".join(line for line in USAGE.splitlines(keepends=True) if not line.startswith("   evidence"))
+        return "".join(
+            line for line in USAGE.splitlines(keepends=True) if not line.startswith(("   evidence", "   mirror"))
+        )
     return USAGE
 
 

@@ -33,6 +33,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"children", "kube", "pack"}),
     frozenset({"aicr"}),
     frozenset({"helm"}),
+    frozenset({"mirror"}),
     frozenset({"steps"}),
     frozenset({"fleet"}),
     frozenset({"outcome"}),

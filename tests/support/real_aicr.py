@@ -40,6 +40,7 @@ __all__ = [
     "RealAicr",
     "RealAicrMissing",
     "combo",
+    "component_charts_dir",
     "criteria_words",
     "extract_binary",
     "release_dir",
@@ -114,6 +115,17 @@ def release_dir(environ: Mapping[str, str] | None = None) -> Path:
             f"{RELEASES_ENV}={root}: {folder} lacks {', '.join(missing)}; the real-aicr tests need aicr "
             f"{TAG} in GitHub's release layout there"
         )
+    return folder
+
+
+def component_charts_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The real component charts of the shared test data (``<chart>-<version>.tgz``):
+    ``AICR_TEST_COMPONENT_CHARTS_DIR``, else ``component-charts`` beside the releases folder."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("AICR_TEST_COMPONENT_CHARTS_DIR")
+    folder = Path(explicit) if explicit else releases_root(environ).parent / "component-charts"
+    if not (folder / "gpu-operator-v25.10.1.tgz").is_file():
+        raise RealAicrMissing(f"{folder} holds no real component charts (set AICR_TEST_COMPONENT_CHARTS_DIR)")
     return folder
 
 

@@ -50,6 +50,7 @@ from aicr_runner.settings.checks import (
     _version,
     absolute_path,
 )
+from aicr_runner.settings.mirror_checks import mirror_chart_repository, mirror_registry
 
 __all__ = [
     "AICR_RELEASE_IDENTITY",
@@ -265,6 +266,17 @@ class SnapshotSettings(_Group):
         return self.image or f"ghcr.io/nvidia/aicr:v{aicr_version.removeprefix('v')}"
 
 
+class MirrorSettings(_Group):
+    """Where the component charts come from when a site mirrors them (``aicr-runner mirror``, docs/air-gap.md)."""
+
+    #: Registry (``host[:port][/prefix]``) holding the mirrored charts: the recipe's chart sources are
+    #: rewritten to ``oci://<registry>/<source host>/<source path>`` before ``aicr bundle``. Empty: no rewrite.
+    registry: Annotated[str, _v(mirror_registry)] = ""
+    #: An HTTP(S) chart repository serving the charts the recipe takes from chart repositories
+    #: (instead of ``registry``); empty: they are OCI charts in ``registry`` too.
+    chart_repository: Annotated[str, _v(mirror_chart_repository)] = ""
+
+
 class LeaseSettings(_Group):
     """The install Lease: one installer at a time per chart release."""
 
@@ -348,6 +360,7 @@ with warnings.catch_warnings():
         validate: ValidateSettings = Field(default_factory=ValidateSettings)  # type: ignore[assignment]
         reports: ReportsSettings = Field(default_factory=ReportsSettings)
         snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings)
+        mirror: MirrorSettings = Field(default_factory=MirrorSettings)
         status_configmap: Annotated[str, _v(_k8s_name())] = "aicr-run-status"
         #: Namespace of the result ConfigMaps; empty: the pod's.
         namespace: Annotated[str, _v(_k8s_name(63))] = ""

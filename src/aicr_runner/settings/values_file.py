@@ -76,6 +76,8 @@ VALUE_TO_ENV: dict[str, str] = {
     "validate.publish.failOnError": "VALIDATE__PUBLISH__FAIL_ON_ERROR",
     "validate.publish.insecureTLS": "VALIDATE__PUBLISH__INSECURE_TLS",
     "validate.publish.plainHTTP": "VALIDATE__PUBLISH__PLAIN_HTTP",
+    "mirror.registry": "MIRROR__REGISTRY",
+    "mirror.chartRepository": "MIRROR__CHART_REPOSITORY",
     "statusConfigMap": "STATUS_CONFIGMAP",
     "logFormat": "LOG_FORMAT",
     "kubeWriteBudgetSeconds": "KUBE_WRITE_BUDGET_SECONDS",

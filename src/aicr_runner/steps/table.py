@@ -30,6 +30,7 @@ from aicr_runner.errors import (
 )
 from aicr_runner.kube import sink
 from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
+from aicr_runner.mirror import rewrite as mirror_sources
 from aicr_runner.net import deadline
 from aicr_runner.run.machine import State, StepResult
 from aicr_runner.run.report import StepStatus, utcnow
@@ -190,11 +191,12 @@ class Steps:
                 f"aicr broke its contract: aicr recipe exited 0 but wrote no {self.ctx.recipe_path.name} "
                 f"(--output {self.ctx.recipe_path})"
             )
+        mirrored = mirror_sources.apply(self.ctx.recipe_path, self.s.mirror.registry, self.s.mirror.chart_repository)
         summary = recipe.load_recipe(self.ctx.recipe_path)
         self.found.recipe_summary = summary
         self.ctx.report.components = [c.as_row() for c in summary.components]
         return StepResult.ok(
-            f"{len(summary.components)} components, overlays: {', '.join(summary.applied_overlays) or '-'}"
+            f"{len(summary.components)} components, overlays: {', '.join(summary.applied_overlays) or '-'}{mirrored}"
         )
 
     def _unknown_criteria_value(self, exit_code: int, message: str, dimension: str, value: str) -> StepResult:
@@ -220,7 +222,7 @@ class Steps:
         text = recipe.summary_text(
             self.s, pack=pack, completion_line=self.found.completion_line, summary=self.found.recipe_summary
         )
-        summary = {"summary.txt": text}
+        summary = {"summary.txt": text, **mirror_sources.recorded(self.ctx.recipe_path)}
         raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
         fitted = sink.fit("recipe.yaml", raw, CONFIGMAP_BUDGET_BYTES - payload_size(summary))
         data, binary = fitted or ({}, {})

@@ -103,6 +103,8 @@ KINDS: dict[str, str] = {
     "SNAPSHOT__TIMEOUT_SECONDS": "snapshot_timeout",
     "SNAPSHOT__NAMESPACE": "namespace",
     "SNAPSHOT__CONFIGMAP": "name",
+    "MIRROR__REGISTRY": "mirror_registry",
+    "MIRROR__CHART_REPOSITORY": "optional_url",
     "REPORTS__API": "reports_api",
     "REPORTS__NAME": "subdomain",
     "REPORTS__RELEASE": "job_name",
@@ -151,6 +153,8 @@ VALID: dict[str, str] = {
     "node_selectors": '["nvidia.com/gpu.present=true"]',
     "tolerations": '["nvidia.com/gpu=present:NoSchedule", "dedicated:NoExecute"]',
     "snapshot_timeout": "300",
+    "mirror_registry": "mirror.example:5000/aicr",
+    "optional_url": "https://charts.mirror.example/aicr",
 }
 LIST_KINDS = {"args", "names", "phases", "node_selectors", "tolerations"}
 #: JSON lists and flags take whitespace (between items, between flags).
@@ -272,6 +276,18 @@ SPECIFIC: dict[str, list[str]] = {
     "namespace": [*_NAME_BAD, "a.b", "x" * 64],
     "subdomain": [*_NAME_BAD, "a..b", ".a", "x" * 254],
     "job_name": [*_NAME_BAD, "x" * 64],
+    "mirror_registry": [
+        "https://mirror.example/x",
+        "oci://mirror.example/x",
+        "u:p@mirror.example/x",
+        "mirror.example:99999",
+        "mirror.example:/x",
+        "mirror.example/UPPER",
+        "mirror.example/a b",
+        "mirror.example/-x",
+        "☃.example/x",
+        "a..b/x",
+    ],
     "oci_ref": [
         "x",
         "oci://ghcr.io/org/x",
@@ -282,6 +298,8 @@ SPECIFIC: dict[str, list[str]] = {
         "☃.io/org/x",
     ],
 }
+
+SPECIFIC["optional_url"] = [value for value in SPECIFIC["url"] if value]
 
 #: Spoil any value: (label, how). Line breaks are whitespace in a list or flags.
 GENERIC: list[tuple[str, Callable[[str], str], bool]] = [

@@ -1,0 +1,211 @@
+"""The ``Copier`` of ``mirror --to``: the Go ``oras`` CLI and ``helm``.
+
+Why oras: one tool for everything listed (images, multi-arch indexes, Helm OCI
+charts, the data pack, any OCI artifact), digests kept, and a re-run sends only
+what the target lacks (oras-go checks each node first). The project already
+builds it (tools/versions.env ORAS_VERSION). skopeo (Debian bookworm 1.9.3)
+copies images only with ``--all`` for indexes and is not built for OCI
+artifacts such as charts. oras is a tool of the connected host (docs/air-gap.md):
+the runner image carries helm, not oras.
+
+Each call has a deadline; a tool's failure text is classified once
+(``errors.classify_tool_failure``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from subprocess import PIPE
+
+from aicr_runner.errors import InterruptedRun, ToolError
+from aicr_runner.mirror.errors import CopyError, MirrorExit, classify_tool_failure
+
+__all__ = ["LAYOUT", "OrasCopier", "sha256_of"]
+
+_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+#: A reference into an OCI image layout directory: ``oci-layout:DIR:TAG`` (oras' ``--oci-layout``).
+LAYOUT = "oci-layout:"
+_COPIED_DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.MULTILINE)
+#: How often a running tool call looks at the shutdown flag and its deadline.
+_POLL_SECONDS = 0.2
+
+
+def _never() -> bool:
+    return False
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """TERM, a few seconds to end, then KILL; reaped either way."""
+    process.terminate()
+    try:
+        process.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+
+
+def _host(reference: str) -> str:
+    return reference.removeprefix("oci://").split("/", 1)[0]
+
+
+def _last(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:400] if lines else "no output"
+
+
+class OrasCopier:
+    def __init__(
+        self,
+        oras: str = "oras",
+        helm: str = "helm",
+        *,
+        registry_config: Path | None = None,
+        plain_http: frozenset[str] = frozenset(),
+        timeout_seconds: float = 1800.0,
+        interrupted: Callable[[], bool] = _never,
+        sources: Mapping[str, str] | None = None,
+        local_charts: Mapping[tuple[str, str, str], Path] | None = None,
+    ) -> None:
+        self.oras, self.helm = oras, helm
+        self.interrupted = interrupted
+        #: Source reference -> ``oci-layout:DIR:TAG`` (an archive's copy), and (repository, chart,
+        #: version) -> the archive's chart file: ``--from-archive`` reads these, never the upstream.
+        self.sources: Mapping[str, str] = sources or {}
+        self.local_charts: Mapping[tuple[str, str, str], Path] = local_charts or {}
+        self.registry_config = registry_config
+        self.plain_http = plain_http
+        self.timeout = timeout_seconds
+
+    def _run(self, argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """One tool call: it ends by its deadline, and at once on SIGTERM (the tool is
+        stopped; oras writes a tag only after its content, so no tag names a partial
+        image, and a re-run sends only what is missing)."""
+        self._stop_if_interrupted(argv)
+        try:
+            process = subprocess.Popen(list(argv), cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)
+        except FileNotFoundError as exc:
+            raise ToolError(f"{argv[0]} not found: mirror --to copies with oras and helm (docs/air-gap.md)") from exc
+        deadline = time.monotonic() + self.timeout
+        with process:
+            while True:
+                try:
+                    out, err = process.communicate(timeout=_POLL_SECONDS)
+                    return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
+                except subprocess.TimeoutExpired:
+                    if self.interrupted() or time.monotonic() > deadline:
+                        _stop(process)
+                        self._stop_if_interrupted(argv)
+                        what = " ".join(argv[1:3])
+                        raise CopyError(
+                            MirrorExit.TARGET_UNAVAILABLE, what, f"no answer in {self.timeout:g}s"
+                        ) from None
+
+    def _stop_if_interrupted(self, argv: Sequence[str]) -> None:
+        if self.interrupted():
+            raise InterruptedRun(
+                f"interrupted during {Path(argv[0]).name} {' '.join(argv[1:3])}: run the same command again to "
+                "resume (what the target holds is not sent again)"
+            )
+
+    def _flags(self, reference: str, side: str = "") -> list[str]:
+        if reference.startswith(LAYOUT):
+            return [f"--{side}oci-layout"]
+        flags = [f"--{side}plain-http"] if _host(reference) in self.plain_http else []
+        if self.registry_config is not None:
+            flags += [f"--{side}registry-config", str(self.registry_config)]
+        return flags
+
+    def _source(self, reference: str) -> str:
+        """Where a source reference is read from: an archive's OCI layout when it holds it."""
+        return self.sources.get(reference, reference)
+
+    def _manifest(self, reference: str, *, source_side: bool, descriptor: bool) -> dict[str, object] | None:
+        argv = [self.oras, "manifest", "fetch", *self._flags(reference), reference.removeprefix(LAYOUT)]
+        result = self._run([*argv[:3], "--descriptor", *argv[3:]] if descriptor else argv)
+        if result.returncode != 0:
+            reason = classify_tool_failure(result.stderr, source_side=source_side)
+            if reason in (MirrorExit.NOT_FOUND, MirrorExit.TARGET_UNAVAILABLE) and "not found" in result.stderr:
+                return None
+            raise CopyError(reason, reference, _last(result.stderr))
+        loaded = json.loads(result.stdout)
+        return loaded if isinstance(loaded, dict) else None
+
+    def digest(self, reference: str, *, source_side: bool) -> str | None:
+        where = self._source(reference) if source_side else reference
+        found = self._manifest(where, source_side=source_side, descriptor=True)
+        return None if found is None else str(found["digest"])
+
+    def copy(self, source: str, target: str) -> str:
+        source = self._source(source)
+        argv = [
+            self.oras,
+            "cp",
+            *self._flags(source, "from-"),
+            *self._flags(target, "to-"),
+            source.removeprefix(LAYOUT),
+            target.removeprefix(LAYOUT),
+        ]
+        result = self._run(argv)
+        if result.returncode != 0:
+            # The source resolved a moment ago: a failure now is the target's, unless it says otherwise.
+            raise CopyError(classify_tool_failure(result.stderr, source_side=False), target, _last(result.stderr))
+        # oras cp prints the digest it copied ("Digest: sha256:..."): one call less per item;
+        # the final check resolves every target all the same.
+        printed = _COPIED_DIGEST.search(result.stdout)
+        landed = printed.group(1) if printed else self.digest(target, source_side=False)
+        if landed is None:
+            raise CopyError(MirrorExit.INCOMPLETE, target, "oras cp succeeded but the target has no manifest")
+        return landed
+
+    def chart_digest(self, reference: str) -> str | None:
+        manifest = self._manifest(reference, source_side=False, descriptor=False)
+        layers = manifest.get("layers") if manifest else None
+        for layer in layers if isinstance(layers, list) else ():
+            if isinstance(layer, dict) and layer.get("mediaType") == _CHART_LAYER:
+                return str(layer["digest"])
+        return None
+
+    def pull_chart(self, source: str, chart: str, version: str, destination: Path) -> Path:
+        """A repository chart's archive in ``destination`` (an archive's copy when it holds one)."""
+        local = self.local_charts.get((source, chart, version))
+        if local is not None:
+            return local
+        destination.mkdir(parents=True, exist_ok=True)
+        before = set(destination.glob("*.tgz"))
+        argv = [self.helm, "pull", chart, "--repo", source, "--version", version, "--destination", str(destination)]
+        pulled = self._run(argv, cwd=destination)
+        archives = sorted(set(destination.glob("*.tgz")) - before)
+        if pulled.returncode != 0 or not archives:
+            reason = classify_tool_failure(pulled.stderr, source_side=True)
+            raise CopyError(reason, f"chart {chart} {version} from {source}", _last(pulled.stderr))
+        return archives[0]
+
+    def push_chart(self, source: str, chart: str, version: str, target: str) -> tuple[str, bool]:
+        with tempfile.TemporaryDirectory(prefix="aicr-mirror-chart-") as tmp:
+            archive = self.pull_chart(source, chart, version, Path(tmp))
+            digest = sha256_of(archive)
+            if self.chart_digest(target) == digest:
+                return digest, False
+            repository = "oci://" + target.rsplit(":", 1)[0].rsplit("/", 1)[0]
+            flags = ["--plain-http"] if _host(target) in self.plain_http else []
+            if self.registry_config is not None:
+                flags += ["--registry-config", str(self.registry_config)]
+            pushed = self._run([self.helm, "push", str(archive), repository, *flags], cwd=Path(tmp))
+            if pushed.returncode != 0:
+                raise CopyError(classify_tool_failure(pushed.stderr, source_side=False), target, _last(pushed.stderr))
+            return digest, True
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"

@@ -1,0 +1,37 @@
+"""Checks of the mirror settings (``mirror.registry``, ``mirror.chartRepository``)."""
+
+from __future__ import annotations
+
+import re
+
+from aicr_runner.settings.checks import Invalid, _host, _port, _refuse_credentials, _text, _url
+
+__all__ = ["mirror_chart_repository", "mirror_registry"]
+
+_PATH = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
+_HINT = "give the registry's credentials to helm and the nodes' runtime, not in the setting"
+
+
+def mirror_registry(value: object) -> str:
+    """``host[:port][/path]``, no scheme, no tag: where the mirrored charts and images live."""
+    _refuse_credentials(value, "registry", _HINT, elsewhere="an '@' in the path")
+    text = _text(value).rstrip("/")
+    if not text:
+        return text
+    if "://" in text:
+        raise Invalid("must be a registry without a scheme, like mirror.example.com:5000/aicr (charts are oci://)")
+    authority, _, path = text.partition("/")
+    host, colon, port = authority.partition(":") if not authority.startswith("[") else (authority, "", "")
+    _host(host)
+    if colon:
+        _port(port)
+    if path and not _PATH.fullmatch(path):
+        raise Invalid(f"the path {path!r} must be lowercase repository path components (a-z, 0-9, '.', '_', '-')")
+    return text
+
+
+def mirror_chart_repository(value: object) -> str:
+    """An ``http(s)://`` chart repository, or empty."""
+    if isinstance(value, str) and not value:
+        return value
+    return _url(("http", "https"), _HINT)(value)
