@@ -9,7 +9,7 @@ artifacts such as charts. oras is a tool of the connected host (docs/air-gap.md)
 the runner image carries helm, not oras.
 
 Each call has a deadline; a tool's failure text is classified once
-(``errors.classify_tool_failure``).
+(``mirror.errors.classify_tool_failure``).
 """
 
 from __future__ import annotations
