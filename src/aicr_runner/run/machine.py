@@ -18,12 +18,14 @@ from aicr_runner.run.report import RunPhase, RunReport, StepRecord, StepStatus, 
 __all__ = [
     "INCONCLUSIVE",
     "TRANSITIONS",
+    "UNREADABLE",
     "VALIDATE_TRANSITIONS",
     "Machine",
     "State",
     "StepResult",
     "final_exit",
     "inconclusive",
+    "unreadable",
 ]
 
 
@@ -93,6 +95,11 @@ FAILURE_HEADINGS = {
 #: skipped/pending): failed under validate.failOnError, else warned, and then the
 #: run's phase is ``SucceededInconclusive``, never plain ``Succeeded``.
 INCONCLUSIVE = "validation-inconclusive"
+#: The validate step's classification when aicr's CTRF report cannot be believed (not
+#: CTRF, or contradicting itself): failed under validate.failOnError (exit 30), else
+#: warned, and then the run's phase is ``SucceededWithFailures``, never ``Succeeded``.
+UNREADABLE = "validation-unreadable"
+_HEADINGS = {INCONCLUSIVE: "INCONCLUSIVE", UNREADABLE: "UNREADABLE"}
 #: Run even after an interruption: they only store results that already exist.
 CAPTURE_STATES = (S.CAPTURE_RECIPE, S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE)
 
@@ -166,13 +173,14 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
             return records[state].exit_code or 1, f"{state} failed: {records[state].message}"
     validate = records[S.VALIDATE]
     if validate_gate and validate.status is StepStatus.FAILED:
-        heading = "INCONCLUSIVE" if validate.classification == INCONCLUSIVE else "FAILED"
+        heading = _HEADINGS.get(validate.classification, "FAILED")
         return validate.exit_code or 1, f"Validation {heading} (exit {validate.exit_code}): {validate.message}"
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
     # Failed checks or validation that ran no check are said on a green exit: never a plain success.
-    caveats = [c for c in (_failed_checks(report), validate.message if inconclusive(report) else "") if c]
+    held = inconclusive(report) or unreadable(report)
+    caveats = [c for c in (_failed_checks(report), validate.message if held else "") if c]
     if report.failed_components:
         failed = ", ".join(report.failed_components)
         if component_gate:
@@ -199,6 +207,12 @@ def validation_failed(report: RunReport) -> bool:
     """Validation ran and failed, and did not fail the run (no validate.failOnError)."""
     validate = report.step(S.VALIDATE.value)
     return validate.status is StepStatus.FAILED and validate.classification != INCONCLUSIVE
+
+
+def unreadable(report: RunReport) -> bool:
+    """aicr's CTRF report could not be believed and did not fail the run (no validate.failOnError)."""
+    validate = report.step(S.VALIDATE.value)
+    return validate.status is StepStatus.WARNED and validate.classification == UNREADABLE
 
 
 def inconclusive(report: RunReport) -> bool:
@@ -311,7 +325,7 @@ class Machine:
             else RunPhase.FAILED
             if code != 0
             else RunPhase.SUCCEEDED_WITH_FAILURES
-            if self.report.failed_components or validation_failed(self.report)
+            if self.report.failed_components or validation_failed(self.report) or unreadable(self.report)
             else RunPhase.SUCCEEDED_INCONCLUSIVE
             if inconclusive(self.report)
             else RunPhase.SUCCEEDED
