@@ -178,9 +178,8 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
-    # Failed checks or validation that ran no check are said on a green exit: never a plain success.
-    held = inconclusive(report) or unreadable(report)
-    caveats = [c for c in (_failed_checks(report), validate.message if held else "") if c]
+    # Failed checks, no check ran, no readable report: said on a green exit, never a plain success.
+    caveats = [c for c in (_failed_checks(report), validate.message if _held(report) else "") if c]
     if report.failed_components:
         failed = ", ".join(report.failed_components)
         if component_gate:
@@ -207,6 +206,10 @@ def validation_failed(report: RunReport) -> bool:
     """Validation ran and failed, and did not fail the run (no validate.failOnError)."""
     validate = report.step(S.VALIDATE.value)
     return validate.status is StepStatus.FAILED and validate.classification != INCONCLUSIVE
+
+
+def _held(report: RunReport) -> bool:
+    return inconclusive(report) or unreadable(report)
 
 
 def unreadable(report: RunReport) -> bool:
