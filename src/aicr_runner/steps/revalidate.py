@@ -17,11 +17,11 @@ from typing import Any
 from aicr_runner import logs
 from aicr_runner.aicr import history, recipe
 from aicr_runner.aicr.classify import CtrfVerdict
-from aicr_runner.errors import ExitCode, RunnerError
+from aicr_runner.errors import ExitCode, RecipeFormatError, RunnerError
 from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
-from aicr_runner.text import cut_bytes, printable
+from aicr_runner.text import cut_bytes, one_line, printable
 
 __all__ = [
     "captured",
@@ -86,9 +86,16 @@ def recorded_recipe(ctx: RunContext) -> StepResult:
     if given is None:
         return StepResult.skipped("not a validation-only run")
     raw = recipe.read_recorded(given)
+    try:
+        summary = recipe.parse_recipe(raw.decode("utf-8"), where=f"--recipe {given}")
+    except (UnicodeDecodeError, RecursionError, RecipeFormatError) as exc:
+        why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else one_line(str(exc), 1000)
+        raise RunnerError(
+            f"--recipe {given}: the recorded recipe is not a recipe this runner reads: {why}",
+            exit_code=ExitCode.BAD_INPUT,
+        ) from None
     ctx.recipe_path.parent.mkdir(parents=True, exist_ok=True)
     ctx.recipe_path.write_bytes(raw)
-    summary = recipe.load_recipe(ctx.recipe_path)
     ctx.findings.recipe_summary = summary
     ctx.report.components = [c.as_row() for c in summary.components]
     digest = hashlib.sha256(raw).hexdigest()
