@@ -259,15 +259,24 @@ def test_finding_13_pending_checks_are_named_in_a_green_result(fake: Path, recor
 
 
 def test_finding_13_a_local_run_writes_no_termination_log_outside_its_directories(
-    fake: Path, recorded: Path, tmp_path: Path
+    fake: Path, recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    outside: list[Path] = []
+    for method in ("write_text", "write_bytes"):
+        original = getattr(Path, method)
+
+        def guarded(self: Path, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if not self.resolve().is_relative_to(tmp_path.resolve()):
+                outside.append(self)  # recorded, never written: the host's /dev stays untouched
+                return 0
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, method, guarded)
     env = clean_env(tmp_path, **VALIDATE)
     del env["AICR_RUNNER_TERMINATION_MESSAGE_PATH"]
-    code = main(
-        ["validate", "--recipe", str(recorded), "--aicr-binary", str(fake), "--results-dir", str(tmp_path / "o")],
-        environ=env,
-    )
-    assert code == 0
+    argv = ["validate", "--recipe", str(recorded), "--aicr-binary", str(fake), "--results-dir", str(tmp_path / "o")]
+    assert main(argv, environ=env) == 0
+    assert outside == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "work"]
 
 
