@@ -24,6 +24,7 @@ from aicr_runner.aicr.ctrf import CtrfVerdict, UnreadableReport, named
 from aicr_runner.aicr.progress import ComponentTable, LineKind, component_line
 from aicr_runner.children import blockscan
 from aicr_runner.errors import ExitCode
+from aicr_runner.text import one_line
 
 __all__ = [
     "DRA_DEFERRED_MARKER",
@@ -309,6 +310,10 @@ def classify_verify(
     return Classification(Outcome.FAILED, exit_code, reason)
 
 
+#: The longest aicr error quoted in a verdict's reason.
+_ERROR_LIMIT = 500
+
+
 def classify_ctrf(exit_code: int, verdict: CtrfVerdict, *, phases: Iterable[str], error: str = "") -> Classification:
     """aicr validate's verdict when it wrote a CTRF report (counted from its tests).
     A failed or crashed check fails whatever the exit code (0.11 exits 0 on
@@ -330,7 +335,7 @@ def classify_ctrf(exit_code: int, verdict: CtrfVerdict, *, phases: Iterable[str]
     )
     reason = f"validation passed: {counts['passed']} of {verdict.tests} checks passed{held}{duplicates}"
     if exit_code != 0:
-        said = f" ({error})" if error else ""
+        said = f" ({one_line(error, _ERROR_LIMIT)})" if error else ""
         return Classification(
             Outcome.FAILED,
             exit_code,
@@ -369,7 +374,7 @@ def _exit_disagrees(exit_code: int, error: str, fact: str) -> str:
     """The step message's note when aicr failed although its report has no failure."""
     if exit_code == 0:
         return ""
-    said = f": {error}" if error else ""
+    said = f": {one_line(error, _ERROR_LIMIT)}" if error else ""
     return f"; aicr validate exited {exit_code}{said}, but {fact}"
 
 

@@ -228,7 +228,9 @@ def status_data(report: RunReport) -> dict[str, str]:
     if _size(data) <= STATUS_BYTES:
         return data
     steps = [replace(r, progress=None, message=one_line(r.message, 500)) for r in report.steps]
-    slim = replace(report, steps=steps, components=[], warnings=report.warnings[:5])
+    slim = replace(
+        report, steps=steps, components=[], warnings=report.warnings[:5], message=one_line(report.message, 4000)
+    )
     compact = {**slim.to_dict(), "trimmed": f"over {STATUS_BYTES} bytes: components, progress and warnings cut"}
     data["report.json"] = json.dumps(compact, indent=2, default=str)
     room = STATUS_BYTES - len(data["report.json"].encode("utf-8", "backslashreplace")) - len(data["phase"])
