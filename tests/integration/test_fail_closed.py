@@ -140,7 +140,9 @@ def test_finding_7_a_failing_exit_behind_an_all_passed_report_is_not_succeeded(
     assert (code, status["phase"]) == (0, "SucceededWithFailures"), status["message"]
     assert f"aicr validate exited {exit_code}" in status["message"]
     assert "checks passed" in status["message"]
-    code, status, _ = validate(fake, recorded, tmp_path / "gated", FAKE_AICR_VALIDATE_EXIT=str(exit_code), **GATED)
+    code, status, _ = validate(
+        fake, recorded, tmp_path / "gated", None, FAKE_AICR_VALIDATE_EXIT=str(exit_code), **GATED
+    )
     assert (code, status["phase"]) == (exit_code, "Failed")
 
 

@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import yaml
 
@@ -198,7 +198,7 @@ def read_recorded(path: Path) -> bytes:
     )
 
 
-def _bounded_read(path: Path, handle: BinaryIO) -> bytes:
+def _bounded_read(path: Path, handle: IO[bytes]) -> bytes:
     with handle:
         raw = handle.read(RECORDED_RECIPE_LIMIT + 1)
     if len(raw) > RECORDED_RECIPE_LIMIT:
