@@ -10,13 +10,14 @@ the supported combinations.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
@@ -198,7 +199,7 @@ def read_recorded(path: Path) -> bytes:
     )
 
 
-def _bounded_read(path: Path, handle: IO[bytes]) -> bytes:
+def _bounded_read(path: Path, handle: io.BufferedIOBase) -> bytes:
     with handle:
         raw = handle.read(RECORDED_RECIPE_LIMIT + 1)
     if len(raw) > RECORDED_RECIPE_LIMIT:

@@ -14,16 +14,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from aicr_runner.run.report import (
-    RUN_MESSAGE_LIMIT,
-    STEP_MESSAGE_LIMIT,
-    WARNING_LIMIT,
     RunPhase,
     RunReport,
     StepRecord,
     StepStatus,
+    run_message,
+    step_message,
     utcnow,
+    warning_line,
 )
-from aicr_runner.text import one_line
 
 __all__ = [
     "INCONCLUSIVE",
@@ -303,9 +302,9 @@ class Machine:
         record.status = result.status
         record.exit_code = result.exit_code
         record.classification = result.classification
-        record.message = one_line(result.reason, STEP_MESSAGE_LIMIT)
+        record.message = step_message(result.reason)
         if result.status is StepStatus.WARNED:
-            self.report.warnings.append(one_line(f"{state}: {result.reason}", WARNING_LIMIT))
+            self.report.warnings.append(warning_line(f"{state}: {result.reason}"))
         self._on_change(self.report)
         return result
 
@@ -327,7 +326,7 @@ class Machine:
             component_gate=component_gate,
         )
         self.report.exit_code = code
-        self.report.message = one_line(message, RUN_MESSAGE_LIMIT)
+        self.report.message = run_message(message)
         self.report.ended_at = utcnow()
         interrupted = self.interrupted_before is not None or any(
             r.status is StepStatus.INTERRUPTED for r in self.report.steps

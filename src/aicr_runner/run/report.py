@@ -25,8 +25,11 @@ __all__ = [
     "StepRecord",
     "StepStatus",
     "progress_table",
+    "run_message",
     "status_data",
+    "step_message",
     "utcnow",
+    "warning_line",
 ]
 
 #: The bounds of what the run report holds (characters, one printable line each):
@@ -218,6 +221,19 @@ def progress_table(state: str, progress: dict[str, Any]) -> list[str]:
         seconds = "" if row.get("durationSeconds") is None else f"{row['durationSeconds']:.1f}"
         lines.append(f"{row['name']:<32} {row['status']:<12} {row['attempts']:>8} {seconds:>8}")
     return lines
+
+
+def step_message(text: str) -> str:
+    """A step's message as the report keeps it: one printable line, bounded."""
+    return one_line(text, STEP_MESSAGE_LIMIT)
+
+
+def warning_line(text: str) -> str:
+    return one_line(text, WARNING_LIMIT)
+
+
+def run_message(text: str) -> str:
+    return one_line(text, RUN_MESSAGE_LIMIT)
 
 
 def status_data(report: RunReport) -> dict[str, str]:
