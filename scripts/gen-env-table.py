@@ -90,7 +90,10 @@ DESCRIPTIONS = {
     "NAMESPACE": "namespace of the result ConfigMaps (default: the pod's); a DNS-1123 label",
     "WORK_DIR": "absolute work directory (downloads, recipe, bundle, per-step logs); created, and checked writable before any step",
     "LOG_FORMAT": "`console` (readable) or `json`",
-    "TERMINATION_MESSAGE_PATH": "where the one-line outcome is written for the pod status",
+    "TERMINATION_MESSAGE_PATH": (
+        "where the one-line outcome (printable, at most 4096 bytes) is written for the pod status; the chart sets "
+        "`/dev/termination-log`; empty: not written (a local run writes only under its work and results directories)"
+    ),
     "KUBE_WRITE_BUDGET_SECONDS": "how long one Kubernetes API write (a result ConfigMap) keeps retrying 429, 5xx and connection errors, honouring Retry-After",
     "SHUTDOWN_GRACE_SECONDS": "after SIGTERM, how long a running child (helm in deploy.sh) may finish before it is stopped; "
     "deploy.sh is stopped earlier, as soon as no helm operation is in flight",

@@ -247,6 +247,12 @@ values once it has asked the binary, in that version's words. */ -}}
 {{- end -}}
 {{- end -}}
 
+{{- /* C-14: aicr deletes the agent's ServiceAccount and Role in its namespace when it is done. */ -}}
+{{- $snapshot := default dict $v.snapshot -}}
+{{- if and $snapshot.enabled (eq (toString $snapshot.namespace) $.Release.Namespace) -}}
+{{- fail (printf "snapshot.namespace is the release namespace %s: aicr deletes the agent's ServiceAccount and Role there when it is done. Use a namespace of its own (default aicr-validation)." $.Release.Namespace) -}}
+{{- end -}}
+
 {{- /* C-07: the criteria combination must exist at the pinned aicr (see _criteria.tpl). */ -}}
 {{- include "nvidia-aicr.criteriaSupported" . -}}
 {{- end -}}

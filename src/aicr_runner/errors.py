@@ -88,7 +88,8 @@ class ExitCode(IntEnum):
     #: transparency log, signer identity, subject digest or predicate type), or
     #: the release carries none while provenance.mode is require.
     PROVENANCE_FAILED = 29
-    #: aicr broke its contract: it exited 0 without writing its output file.
+    #: aicr broke its contract: it exited 0 without writing its output file, or
+    #: (validate.failOnError) its CTRF report is unreadable (not CTRF, or contradicting itself).
     AICR_CONTRACT_BROKEN = 30
     #: The install Lease stayed with another live run for longer than the wait
     #: allowed (AICR_RUNNER_LEASE__WAIT_SECONDS), or the Lease API failed.

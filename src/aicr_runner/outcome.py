@@ -14,6 +14,7 @@ from aicr_runner import logs
 from aicr_runner.aicr.recipe import RecipeSummary, component_table, with_supported
 from aicr_runner.run.invocation import Invocation, Mode
 from aicr_runner.run.report import RunPhase, RunReport
+from aicr_runner.text import cut_bytes, one_line
 
 if TYPE_CHECKING:
     from aicr_runner.kube.api import KubeApi
@@ -73,9 +74,23 @@ def _report_on_release(
 
 
 def termination_line(report: RunReport) -> str:
-    """The pod's termination message (before redaction): phase, exit code, why, aicr version."""
+    """The pod's termination message (before redaction): phase, exit code, why, aicr
+    version; one printable line, the aicr version kept when the message is cut."""
     line = f"{report.phase.value} (exit {report.exit_code}): "
-    return line + with_supported(report.message, report.supported_combinations) + f" [aicr {report.aicr_version}]"
+    tail = f" [aicr {one_line(report.aicr_version, 100)}]"
+    why = one_line(with_supported(report.message, report.supported_combinations), _TERMINATION_MESSAGE_LIMIT)
+    return cut_bytes(line + why, _TERMINATION_MESSAGE_LIMIT - len(tail.encode())) + tail
+
+
+def _write_termination(path: str, line: str) -> None:
+    """The termination message: redacted, printable, at most 4096 bytes of UTF-8.
+    Not written without a path (outside a pod)."""
+    if not path:
+        return
+    try:
+        Path(path).write_bytes(cut_bytes(one_line(logs.redact(line), 8192), _TERMINATION_MESSAGE_LIMIT).encode())
+    except OSError as exc:
+        logs.get_logger().warning("termination message not written", path=path, reason=str(exc))
 
 
 def _announce(settings: RunnerSettings, invocation: Invocation, report: RunReport, sink: Sink, *, line: str) -> None:
@@ -89,10 +104,7 @@ def _announce(settings: RunnerSettings, invocation: Invocation, report: RunRepor
     # A Job runs `run` or `validate` (the re-validation CronJob): both end with the
     # pod's termination message, which `kubectl get pods` and alerts read.
     if invocation.mode is not Mode.PLAN:
-        try:
-            Path(settings.termination_message_path).write_text(logs.redact(line)[:_TERMINATION_MESSAGE_LIMIT])
-        except OSError as exc:
-            log.warning("termination message not written", path=settings.termination_message_path, reason=str(exc))
+        _write_termination(settings.termination_message_path, line)
         if invocation.results_dir is None:
             return
     print(report.summary_text())

@@ -23,7 +23,7 @@ from aicr_runner.kube.sink import ConfigMapSink, DirectorySink, Sink
 from aicr_runner.outcome import conclude
 from aicr_runner.run.invocation import Invocation, Mode
 from aicr_runner.run.machine import TRANSITIONS, VALIDATE_TRANSITIONS, Machine, State
-from aicr_runner.run.report import RunPhase, RunReport, StepStatus
+from aicr_runner.run.report import RunPhase, RunReport, StepStatus, status_data
 from aicr_runner.settings.names import ENV_PREFIX
 from aicr_runner.steps import verdict_report
 from aicr_runner.steps.context import RunContext
@@ -320,14 +320,7 @@ def _status_publisher(
             return
         try:
             with one_at_a_time:
-                sink.put(
-                    settings.status_configmap,
-                    data={
-                        "report.json": current.to_json(),
-                        "summary.txt": current.summary_text(),
-                        "phase": current.phase.value,
-                    },
-                )
+                sink.put(settings.status_configmap, data=status_data(current))
         except RunnerError as exc:
             if not status_warned:  # say it once, not at every step
                 status_warned.append(exc.message)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from aicr_runner.settings.config import load
 from tests.chart.helm import rejects_by_schema, rejects_with, renders
 
@@ -86,3 +88,28 @@ def test_an_exists_toleration_with_a_value_is_refused_not_rendered_without_it() 
         {"snapshot": {"tolerations": [{"key": "gpu", "effect": "Never"}]}}, "/snapshot/tolerations/0/effect", ""
     )
     rejects_by_schema({"snapshot": {"timeoutSeconds": 5}}, "/snapshot/timeoutSeconds", "minimum")
+
+
+def test_the_release_namespace_is_refused_for_the_snapshot_agent() -> None:
+    """aicr deletes the agent's ServiceAccount and Role in its namespace when it is done (C-14)."""
+    from tests.chart.helm import NAMESPACE
+
+    rejects_with(
+        {"snapshot": {"enabled": True, "namespace": NAMESPACE}},
+        f"snapshot.namespace is the release namespace {NAMESPACE}: aicr deletes the agent's ServiceAccount and "
+        "Role there when it is done. Use a namespace of its own (default aicr-validation).",
+    )
+    renders({"snapshot": {"enabled": False, "namespace": NAMESPACE}})
+
+
+@pytest.mark.parametrize(
+    ("namespace", "words"), [("", "SNAPSHOT__NAMESPACE='': name the namespace"), ("aicr", "the runner's own namespace")]
+)
+def test_the_runtime_refuses_an_empty_snapshot_namespace_or_its_own(namespace: str, words: str) -> None:
+    from aicr_runner.errors import ConfigError
+
+    base = {"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100", "AICR_RUNNER_SNAPSHOT__ENABLED": "true"}
+    with pytest.raises(ConfigError) as refused:
+        load({**base, "AICR_RUNNER_SNAPSHOT__NAMESPACE": namespace, "AICR_RUNNER_NAMESPACE": "aicr"})
+    assert any(words in line for line in refused.value.problems), refused.value.problems
+    load({**base, "AICR_RUNNER_SNAPSHOT__NAMESPACE": "aicr-validation", "AICR_RUNNER_NAMESPACE": "aicr"})

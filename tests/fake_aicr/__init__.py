@@ -48,6 +48,8 @@ FAKE_AICR_VALIDATE_RESULT=...     pass | fail | other | skip | readiness-fail | 
                                   two). other: the first check crashed (0.11 mode:
                                   exit 0); skip: every check skipped (validator exit 2)
 FAKE_AICR_VALIDATE_SLEEP=<s>      validate sleeps before the checks (SIGTERM -> 9)
+FAKE_AICR_VALIDATE_REPORT=<path>  a misbehaving aicr: these bytes are its CTRF report
+FAKE_AICR_VALIDATE_EXIT=<n>       a misbehaving aicr: validate exits n after its report
 FAKE_AICR_EVIDENCE_BYTES=<n>      pad the evidence summary bundle by n random bytes
 FAKE_AICR_ORAS=<path>             evidence publish pushes for real with this oras
                                   (credentials: $DOCKER_CONFIG/config.json, passed

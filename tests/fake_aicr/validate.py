@@ -278,11 +278,13 @@ def cmd_validate(args: list[str], log: Logger) -> int:
             skipped=sum(1 for t in phase_tests if t["status"] == "skipped"),
         )
     report = _ctrf(tests, start_ms)
-    text = json.dumps(report, indent=2) + "\n"
+    # A misbehaving aicr (tests of the runner failing closed): the report's bytes as given.
+    given = os.environ.get("FAKE_AICR_VALIDATE_REPORT")
+    text = Path(given).read_bytes() if given else (json.dumps(report, indent=2) + "\n").encode()
     if parsed.get("output") and not skips_output("validate"):
-        Path(str(parsed.get("output"))).write_text(text, encoding="utf-8")
+        Path(str(parsed.get("output"))).write_bytes(text)
     else:
-        sys.stdout.write(text)
+        sys.stdout.buffer.write(text)
     if parsed.get("emit-attestation"):
         evidence = Path(str(parsed.get("emit-attestation")))
         _emit_evidence(
@@ -302,7 +304,8 @@ def cmd_validate(args: list[str], log: Logger) -> int:
         log.error("validation failed: one or more phases did not pass")
         raise AicrError("INTERNAL", "validation failed: one or more phases did not pass")
     log.info("validation completed", tests=len(tests), failed=failed)
-    return 0
+    # A misbehaving aicr: a failing exit whatever its report says.
+    return int(os.environ.get("FAKE_AICR_VALIDATE_EXIT") or 0)
 
 
 # ---------------------------------------------------------------------------

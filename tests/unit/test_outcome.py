@@ -22,6 +22,9 @@ class NoSink:
     def get(self, name: str, key: str) -> str | None:
         return None
 
+    def get_data(self, name: str) -> dict[str, str]:
+        return {}
+
 
 def report(exit_code: int, phase: RunPhase, message: str) -> RunReport:
     return RunReport(

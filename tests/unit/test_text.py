@@ -1,12 +1,15 @@
-"""The one text cutter: never over its limit, the text whole when it fits."""
+"""The text module: cutters never over their limit (the text whole when it fits), and
+printable text (no control character, no lone surrogate)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aicr_runner.text import ELLIPSIS, cut
+from aicr_runner.text import ELLIPSIS, cut, cut_bytes, one_line, printable
 
 
 @pytest.mark.parametrize(
@@ -34,3 +37,34 @@ def test_cut_never_exceeds_its_limit_and_keeps_the_start(text: str, limit: int) 
         kept = result.removesuffix(ELLIPSIS) if limit > len(ELLIPSIS) else result
         assert text.startswith(kept)
         assert len(result) == limit
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ok\ttab\nline", "ok\ttab\nline"),
+        ("\x1b]0;title\x07\x1b[2J", "\ufffd]0;title\ufffd\ufffd[2J"),
+        ("bad \udc80 byte", "bad \ufffd byte"),
+        ("cr\rdel\x7fc1\x9b", "cr\ufffddel\ufffdc1\ufffd"),
+    ],
+)
+def test_printable_replaces_control_characters_and_lone_surrogates(text: str, expected: str) -> None:
+    assert printable(text) == expected
+    printable(text).encode("utf-8")  # never raises
+
+
+@given(text=st.text(max_size=80), limit=st.integers(min_value=0, max_value=90))
+def test_one_line_is_one_printable_line_within_its_limit(text: str, limit: int) -> None:
+    line = one_line(text, limit)
+    assert len(line) <= limit
+    assert not re.search("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]", line)
+
+
+@given(text=st.text(max_size=80).map(printable), limit=st.integers(min_value=0, max_value=200))
+def test_cut_bytes_never_exceeds_its_byte_limit_and_keeps_the_start(text: str, limit: int) -> None:
+    result = cut_bytes(text, limit)
+    assert len(result.encode()) <= limit
+    if len(text.encode()) <= limit:
+        assert result == text
+    else:
+        assert text.startswith(result.removesuffix(ELLIPSIS))

@@ -15,15 +15,16 @@ wrote a CTRF report ``classify_ctrf`` decides from its counts.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from aicr_runner.aicr.ctrf import CtrfVerdict, UnreadableReport, named
 from aicr_runner.aicr.progress import ComponentTable, LineKind, component_line
 from aicr_runner.children import blockscan
 from aicr_runner.errors import ExitCode
+from aicr_runner.text import one_line
 
 __all__ = [
     "DRA_DEFERRED_MARKER",
@@ -32,6 +33,7 @@ __all__ = [
     "CtrfVerdict",
     "DeployMarkers",
     "Outcome",
+    "UnreadableReport",
     "classify_ctrf",
     "classify_deploy",
     "classify_validate",
@@ -308,83 +310,42 @@ def classify_verify(
     return Classification(Outcome.FAILED, exit_code, reason)
 
 
-#: Names listed per status in a step message; the rest are counted ("and 12 more").
-_NAMES_SHOWN = 5
-_COUNTED = ("passed", "failed", "skipped", "pending", "other")
-#: How aicr 0.11's validators log a skip (validators/runner.go): a skipped check
-#: writes no termination message, so its CTRF entry has no ``message``; the reason
-#: is only in the pod log aicr copies into ``stdout``, wrapped as ``[CODE] <reason>: skip``.
-_SKIP_LOG = re.compile(r'\bmsg=SKIP reason="(?:\[[A-Z_]+\] )?(?P<reason>.*?)(?:: skip)?"\s*$')
-
-
-@dataclass(frozen=True)
-class CtrfVerdict:
-    """What a CTRF report (aicr validate ``--output``) says: its summary counts
-    and, per status, the checks with aicr's message for each."""
-
-    tests: int
-    counts: dict[str, int]
-    #: status -> [(check, aicr's message)], in report order.
-    checks: dict[str, list[tuple[str, str]]]
-
-    @classmethod
-    def parse(cls, raw: bytes | str) -> CtrfVerdict:
-        """Raises ValueError when ``raw`` is not a CTRF report with a summary."""
-        try:
-            document = json.loads(raw)
-            results = document["results"]
-            summary, tests = results["summary"], results.get("tests") or []
-            counts = {key: int(summary.get(key) or 0) for key in _COUNTED}
-            total = int(summary["tests"])
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ValueError(f"not a CTRF report with results.summary ({type(exc).__name__}: {exc})") from exc
-        checks: dict[str, list[tuple[str, str]]] = {}
-        for test in tests if isinstance(tests, list) else []:
-            if isinstance(test, dict):
-                status = str(test.get("status") or "other")
-                message = str(test.get("message") or "").strip()
-                if not message and status == "skipped":
-                    message = _skip_reason(test.get("stdout"))
-                checks.setdefault(status, []).append((str(test.get("name") or "?"), message))
-        return cls(total, counts, checks)
-
-    def named(self, status: str, *, reasons: bool = False) -> str:
-        """``operator-health, check-nvidia-smi`` (with ``reasons``: ``name (message)``)."""
-        entries = self.checks.get(status, [])
-        shown = [f"{name} ({message})" if reasons and message else name for name, message in entries[:_NAMES_SHOWN]]
-        more = len(entries) - len(shown)
-        return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
-
-
-def _skip_reason(stdout: object) -> str:
-    """The reason a 0.11 validator logged for skipping (``_SKIP_LOG``), or ``""``."""
-    for line in stdout if isinstance(stdout, list) else []:
-        found = _SKIP_LOG.search(str(line))
-        if found:
-            return found["reason"]
-    return ""
+#: The longest aicr error quoted in a verdict's reason.
+_ERROR_LIMIT = 500
 
 
 def classify_ctrf(exit_code: int, verdict: CtrfVerdict, *, phases: Iterable[str], error: str = "") -> Classification:
-    """aicr validate's verdict when it wrote a CTRF report: the counts decide,
-    whatever the exit code (0.11 exits 0 on ``other``), and a disagreement between
-    the two is said. ``phases`` are the phases asked for; ``error`` is aicr's
-    ``command failed`` error, if any."""
+    """aicr validate's verdict when it wrote a CTRF report (counted from its tests).
+    A failed or crashed check fails whatever the exit code (0.11 exits 0 on
+    ``other``); no passed check is inconclusive; all passed is green only when aicr
+    exited 0 too: a failing exit behind a passing report fails, and says both.
+    ``phases`` are the phases asked for; ``error`` is aicr's ``command failed`` error."""
     counts = verdict.counts
     if counts["failed"] or counts["other"]:
-        return _ctrf_failed(exit_code, verdict, error)
-    note = _exit_disagrees(exit_code, error, "its CTRF report has no failed or crashed check")
+        return _ctrf_failed(exit_code, verdict)
+    duplicates = _duplicates(verdict)
     if not counts["passed"]:
+        note = _exit_disagrees(exit_code, error, "its CTRF report has no failed or crashed check")
+        reason = _no_check_ran(verdict, list(phases)) + duplicates + note
+        return Classification(Outcome.INCONCLUSIVE, ExitCode.VALIDATION_INCONCLUSIVE, reason)
+    held = "".join(
+        f", {counts[status]} {status}: {verdict.named(status, reasons=True)}"
+        for status in ("skipped", "pending")
+        if counts[status]
+    )
+    reason = f"validation passed: {counts['passed']} of {verdict.tests} checks passed{held}{duplicates}"
+    if exit_code != 0:
+        said = f" ({one_line(error, _ERROR_LIMIT)})" if error else ""
         return Classification(
-            Outcome.INCONCLUSIVE, ExitCode.VALIDATION_INCONCLUSIVE, _no_check_ran(verdict, list(phases)) + note
+            Outcome.FAILED,
+            exit_code,
+            f"aicr validate exited {exit_code}{said} although its CTRF report says {reason}: "
+            "a failing exit is never green",
         )
-    # A check that could not run here (no GPU node...) is named with aicr's reason.
-    skipped = f", {counts['skipped']} skipped: {verdict.named('skipped', reasons=True)}" if counts["skipped"] else ""
-    reason = f"validation passed: {counts['passed']} of {verdict.tests} checks passed{skipped}"
-    return Classification(Outcome.WARNED if note else Outcome.SUCCEEDED, 0, reason + note)
+    return Classification(Outcome.SUCCEEDED, 0, reason)
 
 
-def _ctrf_failed(exit_code: int, verdict: CtrfVerdict, error: str) -> Classification:
+def _ctrf_failed(exit_code: int, verdict: CtrfVerdict) -> Classification:
     counts = verdict.counts
     parts = []
     if counts["failed"]:
@@ -394,28 +355,39 @@ def _ctrf_failed(exit_code: int, verdict: CtrfVerdict, error: str) -> Classifica
             f"{counts['other']} crashed or never started (status other): {verdict.named('other', reasons=True)}"
         )
     reason = f"validation failed: {'; '.join(parts)} (of {verdict.tests} checks, {counts['passed']} passed)"
+    reason += _duplicates(verdict)
     if exit_code == 0:
         # aicr's own code for "one or more phases did not pass", so a gated run fails.
-        reason += "; aicr validate exited 0 all the same (aicr before ~0.18 does not fail a run on status other)"
+        reason += "; aicr validate exited 0 all the same: the report decides (exit 8)"
         return Classification(Outcome.FAILED, 8, reason)
     return Classification(Outcome.FAILED, exit_code, reason)
+
+
+def _duplicates(verdict: CtrfVerdict) -> str:
+    """The note naming check names more than one test carries."""
+    if not verdict.duplicates:
+        return ""
+    return f"; check names reported more than once: {named([(n, '') for n in verdict.duplicates])}"
 
 
 def _exit_disagrees(exit_code: int, error: str, fact: str) -> str:
     """The step message's note when aicr failed although its report has no failure."""
     if exit_code == 0:
         return ""
-    said = f": {error}" if error else ""
-    return f"; aicr validate exited {exit_code}{said}, but {fact}: the report decides"
+    said = f": {one_line(error, _ERROR_LIMIT)}" if error else ""
+    return f"; aicr validate exited {exit_code}{said}, but {fact}"
 
 
 def _no_check_ran(verdict: CtrfVerdict, phases: list[str]) -> str:
     """Why a validation is inconclusive, with the reasons aicr gave."""
     counts = verdict.counts
-    named = ", ".join(phases) or "the requested phases"
+    named_phases = ", ".join(phases) or "the requested phases"
     if not verdict.tests:
         noun = "phase" if len(phases) == 1 else "phases"
-        return f"validation inconclusive: no check ran: the recipe lists no check for {noun} {named} (CTRF tests: 0)"
+        return (
+            f"validation inconclusive: no check ran: the recipe lists no check for {noun} {named_phases} "
+            "(CTRF tests: 0)"
+        )
     held = [f"{counts[s]} {s}" for s in ("skipped", "pending") if counts[s]]
     listed = "; ".join(
         f"{status}: {verdict.named(status, reasons=True)}"

@@ -10,8 +10,10 @@ the supported combinations.
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,27 +170,44 @@ def recorded_criteria(path: Path) -> dict[str, str]:
     return {k: v for k, v in criteria.items() if k in CRITERIA_DIMENSIONS and v and v != "any"}
 
 
+#: The largest recorded recipe read, decompressed (a real one is tens of KiB): a
+#: compression bomb stops here, not at the memory limit.
+RECORDED_RECIPE_LIMIT = 16 * 1024 * 1024
+
+
 def read_recorded(path: Path) -> bytes:
     """The recipe recorded at install: ``path``, or ``path``.gz (the recipe ConfigMap
-    stores a large recipe gzip-compressed). A missing or unreadable one is bad
-    input (exit 2): validation never falls back to resolving the recipe again."""
-    import gzip
-
-    compressed = path.with_name(path.name + ".gz")
+    stores a large recipe gzip-compressed), at most ``RECORDED_RECIPE_LIMIT`` bytes
+    decompressed. A missing, unreadable or oversized one is bad input (exit 2):
+    validation never falls back to resolving the recipe again."""
+    compressed = path.with_name(path.name + ".gz") if path.name else None
     try:
         if path.is_file():
-            return path.read_bytes()
-        if compressed.is_file():
-            return gzip.decompress(compressed.read_bytes())
-    except (OSError, EOFError) as exc:
+            return _bounded_read(path, path.open("rb"))
+        if compressed is not None and compressed.is_file():
+            import gzip
+
+            return _bounded_read(path, gzip.open(compressed, "rb"))
+    except (OSError, EOFError, zlib.error) as exc:
         raise RunnerError(
             f"--recipe {path}: cannot read the recorded recipe: {exc}", exit_code=ExitCode.BAD_INPUT
         ) from exc
     raise RunnerError(
-        f"--recipe {path}: no recorded recipe (nor {compressed.name}); validation needs the recipe an install "
-        "recorded (the recipe ConfigMap, recipeConfigMap): install first",
+        f"--recipe {path}: no recorded recipe (nor {compressed.name if compressed else 'a .gz'}); validation "
+        "needs the recipe an install recorded (the recipe ConfigMap, recipeConfigMap): install first",
         exit_code=ExitCode.BAD_INPUT,
     )
+
+
+def _bounded_read(path: Path, handle: io.BufferedIOBase) -> bytes:
+    with handle:
+        raw = handle.read(RECORDED_RECIPE_LIMIT + 1)
+    if len(raw) > RECORDED_RECIPE_LIMIT:
+        raise RunnerError(
+            f"--recipe {path}: the recorded recipe is over {RECORDED_RECIPE_LIMIT} bytes (decompressed): not a recipe",
+            exit_code=ExitCode.BAD_INPUT,
+        )
+    return raw
 
 
 def load_recipe(path: Path) -> RecipeSummary:

@@ -1,13 +1,15 @@
 """The validate step's verdict: aicr validate's exit code and, when it wrote one,
 its CTRF report.
 
-When aicr wrote a report, its counts decide whatever the exit code (aicr 0.11
+When aicr wrote a report, the checks counted from its tests decide (aicr 0.11
 exits 0 when a check crashed or never started, and reports a phase whose checks
-all skipped as passed): a failed or crashed check fails the step; no passed
-check (zero tests, or only skipped/pending) is inconclusive, which fails the run
-with its own exit code under validate.failOnError and is otherwise a warning
-that keeps the run from plain ``Succeeded``. Without a report (a failed
-pre-flight, an unreachable cluster) the exit code is all there is.
+all skipped as passed): a failed or crashed check fails the step; every counted
+check passed is green only when aicr exited 0 too; no passed check (zero tests,
+or only skipped/pending) is inconclusive; a report that is not CTRF or contradicts
+itself is unreadable. Inconclusive and unreadable fail the run with their own
+exit code under validate.failOnError and are otherwise a warning that keeps the
+run from plain ``Succeeded``. Without a report (a failed pre-flight, an
+unreachable cluster) the exit code is all there is.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 
 from aicr_runner.aicr import classify
 from aicr_runner.aicr.classify import Outcome
+from aicr_runner.aicr.ctrf import CtrfVerdict, UnreadableReport
 from aicr_runner.errors import ExitCode
-from aicr_runner.run.machine import INCONCLUSIVE, StepResult
+from aicr_runner.run.machine import INCONCLUSIVE, UNREADABLE, StepResult
 from aicr_runner.settings.config import ValidateSettings
 
 __all__ = ["validate_result"]
@@ -41,26 +44,30 @@ def validate_result(exit_code: int, ctrf: Path, settings: ValidateSettings, *, e
 
 def _from_ctrf(exit_code: int, ctrf: Path, settings: ValidateSettings, error: str) -> StepResult:
     try:
-        report = classify.CtrfVerdict.parse(ctrf.read_bytes())
-    except ValueError as exc:
-        return StepResult.failed(
-            ExitCode.AICR_CONTRACT_BROKEN,
-            f"aicr broke its contract: aicr validate (exit {exit_code}) wrote {ctrf.name}, but it is {exc}; "
-            "the verdict is unknown",
-            classification="aicr-contract-broken",
-        )
+        report = CtrfVerdict.parse(ctrf.read_bytes())
+    except (UnreadableReport, OSError) as exc:
+        return _unreadable(exit_code, ctrf, settings, str(exc))
     phases = [phase.value for phase in settings.phases]
     verdict = classify.classify_ctrf(exit_code, report, phases=phases, error=error)
     if verdict.outcome is Outcome.FAILED:
         return StepResult.failed(verdict.exit_code, verdict.reason, classification="validation-failed")
     if verdict.outcome is Outcome.INCONCLUSIVE:
-        if settings.fail_on_error:
-            return StepResult.failed(verdict.exit_code, f"{verdict.reason} (validate.failOnError)", INCONCLUSIVE)
-        return StepResult.warned(
-            f"{verdict.reason}; validate.failOnError=true fails the run instead "
-            f"(exit {int(ExitCode.VALIDATION_INCONCLUSIVE)})",
-            classification=INCONCLUSIVE,
-        )
-    if verdict.outcome is Outcome.WARNED:
-        return StepResult.warned(verdict.reason, classification="validation-passed")
+        return _held(settings, verdict.reason, INCONCLUSIVE, ExitCode.VALIDATION_INCONCLUSIVE)
     return StepResult.ok(verdict.reason, classification="validation-passed")
+
+
+def _unreadable(exit_code: int, ctrf: Path, settings: ValidateSettings, why: str) -> StepResult:
+    """A report that cannot be believed: no verdict, never green."""
+    reason = f"validation unreadable: aicr validate (exit {exit_code}) wrote {ctrf.name}, but {why}; no verdict"
+    return _held(settings, reason, UNREADABLE, ExitCode.AICR_CONTRACT_BROKEN)
+
+
+def _held(settings: ValidateSettings, reason: str, classification: str, code: ExitCode) -> StepResult:
+    """Neither passed nor failed: fails the run under validate.failOnError, else a warning
+    that keeps the run from plain ``Succeeded``."""
+    if settings.fail_on_error:
+        return StepResult.failed(code, f"{reason} (validate.failOnError)", classification)
+    return StepResult.warned(
+        f"{reason}; validate.failOnError=true fails the run instead (exit {int(code)})",
+        classification=classification,
+    )

@@ -57,7 +57,7 @@ from typing import Any
 from aicr_runner import logs
 from aicr_runner.kube.api import KubeApi
 from aicr_runner.run.report import RunPhase, RunReport, StepRecord, StepStatus
-from aicr_runner.text import cut
+from aicr_runner.text import one_line
 
 __all__ = [
     "COMPONENTS_FAILED_REASON",
@@ -114,7 +114,8 @@ def _camel(state: str) -> str:
 
 
 def _bounded(text: str, limit: int) -> str:
-    return cut(logs.redact(text), limit)
+    """One printable line (no escape sequence reaches ``kubectl describe``), redacted, bounded."""
+    return one_line(logs.redact(text), limit)
 
 
 def job_event_body(

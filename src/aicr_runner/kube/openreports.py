@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aicr_runner.text import cut
+from aicr_runner.text import cut, one_line, printable
 
 __all__ = [
     "CUT_ANNOTATION",
@@ -139,10 +139,10 @@ def stable_message(text: str, result: str) -> str:
     """aicr's message without times or durations (they would make every run's
     message, and so its identity for some consumers, new), one line, bounded."""
     text = _DURATION.sub("<duration>", _TIMESTAMP.sub("<time>", text))
-    text = _SPACE.sub(" ", text).strip()
+    text = printable(_SPACE.sub(" ", text).strip())
     if not text:
         return _DEFAULT_MESSAGES.get(result, result)
-    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+    return cut(text, MAX_MESSAGE_CHARS)
 
 
 def validation_entries(ctrf: bytes | str) -> list[Entry]:
@@ -155,9 +155,10 @@ def validation_entries(ctrf: bytes | str) -> list[Entry]:
     for test in tests if isinstance(tests, list) else []:
         if not isinstance(test, dict):
             continue
-        name = str(test.get("name") or "?")
+        raw_name = str(test.get("name") or "?")
+        name = one_line(raw_name, len(raw_name))  # printable, not cut: the budget cuts results instead
         suite = test.get("suite")
-        phase = str(suite[0]) if isinstance(suite, list) and suite else "validation"
+        phase = one_line(str(suite[0]), 200) if isinstance(suite, list) and suite else "validation"
         result = _CTRF_STATUS.get(str(test.get("status")), "error")
         extra = {"ctrfStatus": str(test.get("status") or "")}
         if isinstance(test.get("duration"), int | float):

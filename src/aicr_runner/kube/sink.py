@@ -58,6 +58,10 @@ class Sink(Protocol):
         """What an earlier run wrote to ``name``'s ``key``; None when there is none."""
         ...
 
+    def get_data(self, name: str) -> Mapping[str, str]:
+        """Every text key an earlier run wrote to ``name`` (empty when none): one read."""
+        ...
+
 
 class ConfigMapSink:
     def __init__(self, api: KubeApi, namespace: str, labels: Mapping[str, str] | None = None) -> None:
@@ -78,7 +82,10 @@ class ConfigMapSink:
         return f"configmap {self.namespace}/{name}"
 
     def get(self, name: str, key: str) -> str | None:
-        return (self._api.get_configmap_data(self.namespace, name) or {}).get(key)
+        return self.get_data(name).get(key)
+
+    def get_data(self, name: str) -> Mapping[str, str]:
+        return self._api.get_configmap_data(self.namespace, name) or {}
 
 
 class DirectorySink:
@@ -107,6 +114,19 @@ class DirectorySink:
             return path.read_text(encoding="utf-8") if path.is_file() else None
         except OSError as exc:
             raise CaptureError(f"reading {path} failed: {exc.strerror or exc}") from exc
+
+    def get_data(self, name: str) -> Mapping[str, str]:
+        folder = self.root / name
+        if not folder.is_dir():
+            return {}
+        data = {}
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.startswith(".") and not path.name.endswith(".gz"):
+                try:
+                    data[path.name] = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise CaptureError(f"reading {path} failed: {exc}") from exc
+        return data
 
 
 def _atomic_write(path: Path, content: bytes) -> None:

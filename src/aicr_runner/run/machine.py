@@ -13,17 +13,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from aicr_runner.run.report import RunPhase, RunReport, StepRecord, StepStatus, utcnow
+from aicr_runner.run.report import (
+    RunPhase,
+    RunReport,
+    StepRecord,
+    StepStatus,
+    run_message,
+    step_message,
+    utcnow,
+    warning_line,
+)
 
 __all__ = [
     "INCONCLUSIVE",
     "TRANSITIONS",
+    "UNREADABLE",
     "VALIDATE_TRANSITIONS",
     "Machine",
     "State",
     "StepResult",
     "final_exit",
     "inconclusive",
+    "unreadable",
 ]
 
 
@@ -93,6 +104,11 @@ FAILURE_HEADINGS = {
 #: skipped/pending): failed under validate.failOnError, else warned, and then the
 #: run's phase is ``SucceededInconclusive``, never plain ``Succeeded``.
 INCONCLUSIVE = "validation-inconclusive"
+#: The validate step's classification when aicr's CTRF report cannot be believed (not
+#: CTRF, or contradicting itself): failed under validate.failOnError (exit 30), else
+#: warned, and then the run's phase is ``SucceededWithFailures``, never ``Succeeded``.
+UNREADABLE = "validation-unreadable"
+_HEADINGS = {INCONCLUSIVE: "INCONCLUSIVE", UNREADABLE: "UNREADABLE"}
 #: Run even after an interruption: they only store results that already exist.
 CAPTURE_STATES = (S.CAPTURE_RECIPE, S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE)
 
@@ -166,13 +182,13 @@ def final_exit(  # noqa: PLR0911 - one return per gate, in order
             return records[state].exit_code or 1, f"{state} failed: {records[state].message}"
     validate = records[S.VALIDATE]
     if validate_gate and validate.status is StepStatus.FAILED:
-        heading = "INCONCLUSIVE" if validate.classification == INCONCLUSIVE else "FAILED"
+        heading = _HEADINGS.get(validate.classification, "FAILED")
         return validate.exit_code or 1, f"Validation {heading} (exit {validate.exit_code}): {validate.message}"
     publish = records[S.PUBLISH]
     if publish_gate and publish.status is StepStatus.FAILED:
         return publish.exit_code or 1, f"Evidence publish FAILED (exit {publish.exit_code}): {publish.message}"
-    # Failed checks or validation that ran no check are said on a green exit: never a plain success.
-    caveats = [c for c in (_failed_checks(report), validate.message if inconclusive(report) else "") if c]
+    # Failed checks, no check ran, no readable report: said on a green exit, never a plain success.
+    caveats = [c for c in (_failed_checks(report), validate.message if _held(report) else "") if c]
     if report.failed_components:
         failed = ", ".join(report.failed_components)
         if component_gate:
@@ -199,6 +215,16 @@ def validation_failed(report: RunReport) -> bool:
     """Validation ran and failed, and did not fail the run (no validate.failOnError)."""
     validate = report.step(S.VALIDATE.value)
     return validate.status is StepStatus.FAILED and validate.classification != INCONCLUSIVE
+
+
+def _held(report: RunReport) -> bool:
+    return inconclusive(report) or unreadable(report)
+
+
+def unreadable(report: RunReport) -> bool:
+    """aicr's CTRF report could not be believed and did not fail the run (no validate.failOnError)."""
+    validate = report.step(S.VALIDATE.value)
+    return validate.status is StepStatus.WARNED and validate.classification == UNREADABLE
 
 
 def inconclusive(report: RunReport) -> bool:
@@ -276,9 +302,9 @@ class Machine:
         record.status = result.status
         record.exit_code = result.exit_code
         record.classification = result.classification
-        record.message = result.reason
+        record.message = step_message(result.reason)
         if result.status is StepStatus.WARNED:
-            self.report.warnings.append(f"{state}: {result.reason}")
+            self.report.warnings.append(warning_line(f"{state}: {result.reason}"))
         self._on_change(self.report)
         return result
 
@@ -300,7 +326,7 @@ class Machine:
             component_gate=component_gate,
         )
         self.report.exit_code = code
-        self.report.message = message
+        self.report.message = run_message(message)
         self.report.ended_at = utcnow()
         interrupted = self.interrupted_before is not None or any(
             r.status is StepStatus.INTERRUPTED for r in self.report.steps
@@ -311,7 +337,7 @@ class Machine:
             else RunPhase.FAILED
             if code != 0
             else RunPhase.SUCCEEDED_WITH_FAILURES
-            if self.report.failed_components or validation_failed(self.report)
+            if self.report.failed_components or validation_failed(self.report) or unreadable(self.report)
             else RunPhase.SUCCEEDED_INCONCLUSIVE
             if inconclusive(self.report)
             else RunPhase.SUCCEEDED

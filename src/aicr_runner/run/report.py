@@ -7,12 +7,40 @@ It is written to the status ConfigMap as each step starts and ends, so
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["RunPhase", "RunReport", "StepRecord", "StepStatus", "progress_table", "utcnow"]
+from aicr_runner.text import cut_bytes, one_line, printable
+
+__all__ = [
+    "RUN_MESSAGE_LIMIT",
+    "STATUS_BYTES",
+    "STEP_MESSAGE_LIMIT",
+    "WARNINGS_SHOWN",
+    "WARNING_LIMIT",
+    "RunPhase",
+    "RunReport",
+    "StepRecord",
+    "StepStatus",
+    "progress_table",
+    "run_message",
+    "status_data",
+    "step_message",
+    "utcnow",
+    "warning_line",
+]
+
+#: The bounds of what the run report holds (characters, one printable line each):
+#: a step's message, the run's message, a warning, and how many warnings are listed.
+STEP_MESSAGE_LIMIT = 2000
+RUN_MESSAGE_LIMIT = 4000
+WARNING_LIMIT = 1000
+WARNINGS_SHOWN = 40
+#: report.json, summary.txt and phase together (UTF-8 bytes): within the status
+#: ConfigMap's budget (921,600 bytes), so the final phase is always written.
+STATUS_BYTES = 800_000
 
 
 def utcnow() -> datetime:
@@ -121,7 +149,7 @@ class RunReport:
             "steps": [record.to_dict() for record in self.steps],
             "phase": self.phase.value,
             "message": self.message,
-            "warnings": list(self.warnings),
+            "warnings": self.shown_warnings(),
             "components": [dict(row) for row in self.components],
             "provenance": dict(self.provenance),
             "recoveries": [dict(row) for row in self.recoveries],
@@ -138,6 +166,12 @@ class RunReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def shown_warnings(self) -> list[str]:
+        """The warnings, each one bounded line, the first ``WARNINGS_SHOWN`` (the rest counted)."""
+        shown = [one_line(w, WARNING_LIMIT) for w in self.warnings[:WARNINGS_SHOWN]]
+        more = len(self.warnings) - len(shown)
+        return shown + ([f"and {more} more warnings (not listed: the report is bounded)"] if more > 0 else [])
 
     def summary_text(self) -> str:
         lines = [
@@ -166,13 +200,13 @@ class RunReport:
             facts = ", ".join(f"{k}={v}" for k, v in self.provenance.items() if v not in ("", None))
             lines += ["", f"aicr provenance: {facts}"]
         if self.warnings:
-            lines += ["", "warnings:", *(f"- {w}" for w in self.warnings)]
+            lines += ["", "warnings:", *(f"- {w}" for w in self.shown_warnings())]
         if self.recoveries:
             lines += ["", "recovered releases:"]
             lines += [f"- {r['release']} ({r['status']}): {r['action']}" for r in self.recoveries]
         if self.supported_combinations:
             lines += ["", "supported combinations:", *(f"- {c}" for c in self.supported_combinations)]
-        return "\n".join(lines) + "\n"
+        return printable("\n".join(lines) + "\n")
 
 
 def progress_table(state: str, progress: dict[str, Any]) -> list[str]:
@@ -187,3 +221,38 @@ def progress_table(state: str, progress: dict[str, Any]) -> list[str]:
         seconds = "" if row.get("durationSeconds") is None else f"{row['durationSeconds']:.1f}"
         lines.append(f"{row['name']:<32} {row['status']:<12} {row['attempts']:>8} {seconds:>8}")
     return lines
+
+
+def step_message(text: str) -> str:
+    """A step's message as the report keeps it: one printable line, bounded."""
+    return one_line(text, STEP_MESSAGE_LIMIT)
+
+
+def warning_line(text: str) -> str:
+    return one_line(text, WARNING_LIMIT)
+
+
+def run_message(text: str) -> str:
+    return one_line(text, RUN_MESSAGE_LIMIT)
+
+
+def status_data(report: RunReport) -> dict[str, str]:
+    """The status ConfigMap's keys, within ``STATUS_BYTES`` whatever the report holds:
+    over it, report.json leaves out per-component rows and progress (said in its
+    ``trimmed``), and summary.txt is cut."""
+    data = {"report.json": report.to_json(), "summary.txt": report.summary_text(), "phase": report.phase.value}
+    if _size(data) <= STATUS_BYTES:
+        return data
+    steps = [replace(r, progress=None, message=one_line(r.message, 500)) for r in report.steps]
+    slim = replace(
+        report, steps=steps, components=[], warnings=report.warnings[:5], message=one_line(report.message, 4000)
+    )
+    compact = {**slim.to_dict(), "trimmed": f"over {STATUS_BYTES} bytes: components, progress and warnings cut"}
+    data["report.json"] = json.dumps(compact, indent=2, default=str)
+    room = STATUS_BYTES - len(data["report.json"].encode("utf-8", "backslashreplace")) - len(data["phase"])
+    data["summary.txt"] = cut_bytes(printable(data["summary.txt"]), max(room, 0))
+    return data
+
+
+def _size(data: dict[str, str]) -> int:
+    return sum(len(v.encode("utf-8", "backslashreplace")) for v in data.values())

@@ -123,7 +123,27 @@ def _cross_field_problems(s: RunnerSettings, *, local_pack: bool = False) -> lis
         *_run_problems(s),
         *_publish_problems(s),
         *_input_problems(s),
+        *_snapshot_problems(s),
     ]
+
+
+def _snapshot_problems(s: RunnerSettings) -> list[str]:
+    """The snapshot agent's namespace: stated, and never the runner's own (aicr
+    deletes the ServiceAccount ``aicr`` and its Role there when it is done)."""
+    p, snap = ENV_PREFIX, s.snapshot
+    if not snap.enabled:
+        return []
+    if not snap.namespace:
+        return [
+            f"{p}SNAPSHOT__NAMESPACE='': name the namespace of the snapshot agent (default aicr-validation); "
+            "aicr creates it"
+        ]
+    if snap.namespace == s.namespace:
+        return [
+            f"{p}SNAPSHOT__NAMESPACE={snap.namespace!r} is the runner's own namespace ({p}NAMESPACE): aicr deletes "
+            "the agent's ServiceAccount and Role there when it is done; use a namespace of its own"
+        ]
+    return []
 
 
 def _criteria_problems(s: RunnerSettings, *, local_pack: bool) -> list[str]:

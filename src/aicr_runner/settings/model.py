@@ -366,7 +366,9 @@ with warnings.catch_warnings():
         namespace: Annotated[str, _v(_k8s_name(63))] = ""
         work_dir: Annotated[str, _v(absolute_path(required=True))] = "/tmp/aicr-runner"  # noqa: S108 - the pod mounts an emptyDir there
         log_format: Annotated[LogFormat, _v(_choice(LogFormat))] = LogFormat.CONSOLE
-        termination_message_path: Annotated[str, _v(absolute_path(required=True))] = "/dev/termination-log"
+        #: Empty outside a pod (the chart sets /dev/termination-log): a local run writes
+        #: only under its work and results directories.
+        termination_message_path: Annotated[str, _v(absolute_path())] = ""
         #: How long a running child (helm inside deploy.sh) may finish after SIGTERM.
         shutdown_grace_seconds: Annotated[float, _v(_seconds(3600, zero=True))] = 60.0
         #: How long one Kubernetes API write may keep retrying (429, 5xx, connection errors).

@@ -126,6 +126,9 @@ def _as_env(value: Any) -> str:
     if isinstance(value, list):
         # The chart drops empty phases (anchor V-17); lists are JSON arrays.
         return json.dumps([item for item in value if item != ""])
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        # Helm renders a whole float as an integer (`1e1` -> 10), as Go's %v does.
+        return str(int(value))
     return str(value)
 
 
@@ -250,7 +253,32 @@ def load_values_file(path: Path) -> dict[str, Any]:
             [f"{where}: more than {MAX_VALUES_NODES} values once YAML aliases are expanded (an alias bomb?)"]
         )
     _check_schema(document, where)
+    _check_guards(document, where)
     return document
+
+
+def _check_guards(document: dict[str, Any], where: str) -> None:
+    """The chart's template guards on values plan otherwise ignores (``helm template``
+    fails on them, so plan refuses them too, in the chart's words)."""
+    snapshot = document.get("snapshot")
+    tolerations = snapshot.get("tolerations") if isinstance(snapshot, dict) else None
+    for index, toleration in enumerate(tolerations if isinstance(tolerations, list) else []):
+        # C-13: a toleration aicr cannot express is refused, never rendered as another one.
+        if not isinstance(toleration, dict) or str(toleration.get("operator") or "Equal") != "Exists":
+            continue
+        value = toleration.get("value")
+        if value not in (None, ""):
+            raise ConfigError(
+                [
+                    f"{where}: snapshot.tolerations[{index}] has operator Exists and value {_go_quoted(value)}: "
+                    f"Exists matches any value of the taint {toleration.get('key') or ''}, so it takes none. "
+                    "Drop the value, or use operator Equal."
+                ]
+            )
+
+
+def _go_quoted(value: Any) -> str:
+    return json.dumps(_as_env(value), ensure_ascii=False)
 
 
 def _check_schema(document: dict[str, Any], where: str) -> None:

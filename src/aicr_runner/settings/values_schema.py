@@ -153,6 +153,28 @@ def _number(value: float) -> str:
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
 
 
+#: Values that carry a credential (or are where one gets pasted by mistake): their
+#: problems name the key and what is wrong, never the value, whatever its type.
+SECRET_POINTERS = (
+    "/dataPackAuth",
+    "/dataPackSecret",
+    "/job/extraEnv",
+    "/validate/publish/identityTokenSecret",
+    "/validate/publish/registrySecret",
+)
+#: What a problem says instead of a secret-bearing value.
+NOT_SHOWN = "(value not shown: a secret-bearing setting)"
+
+
+def _secret(where: str) -> bool:
+    return any(where == pointer or where.startswith(pointer + "/") for pointer in SECRET_POINTERS)
+
+
+def _shown(value: Any, where: str) -> str:
+    """``_value``, or ``NOT_SHOWN`` under a secret-bearing key."""
+    return NOT_SHOWN if _secret(where) else _value(value)
+
+
 def _value(value: Any) -> str:
     """A value from the user's file, for a message: cut, quoted, a URL's or
     reference's user and password masked (Helm quotes it whole; a plan's lines
@@ -220,7 +242,7 @@ def _check(schema: Mapping[str, Any], value: Any, where: str) -> list[Problem]: 
         wanted = [types] if isinstance(types, str) else list(types)
         if not any(_is_type(value, name) for name in wanted):
             want = " or ".join(sorted(wanted, key=_TYPE_ORDER.index))
-            return [Problem(where, f"got {_json_type(value)} {_value(value)}, want {want}")]
+            return [Problem(where, f"got {_json_type(value)} {_shown(value, where)}, want {want}")]
     found: list[Problem] = []
     if "const" in schema and value != schema["const"]:
         found.append(Problem(where, f"value must be {_literal(schema['const'])}"))
@@ -233,7 +255,7 @@ def _check(schema: Mapping[str, Any], value: Any, where: str) -> list[Problem]: 
         if "maxLength" in schema and length > schema["maxLength"]:
             found.append(Problem(where, f"maxLength: got {length}, want {schema['maxLength']}"))
         if "pattern" in schema and not _matches(schema["pattern"], value):
-            found.append(Problem(where, f"{_value(value)} does not match pattern {quote(schema['pattern'])}"))
+            found.append(Problem(where, f"{_shown(value, where)} does not match pattern {quote(schema['pattern'])}"))
     if _json_type(value) == "number":
         for keyword, refused in _BOUNDS:
             if keyword in schema and refused(value, schema[keyword]):
@@ -268,7 +290,7 @@ def _object(schema: Mapping[str, Any], value: Mapping[str, Any], where: str) -> 
         elif isinstance(extra, Mapping):
             found.extend(_one(extra, item, _pointer(where, key)))
     if refused:
-        names = ", ".join(_value(name) for name in refused[:20])
+        names = ", ".join(_shown(name, _pointer(where, name)) for name in refused[:20])
         more = f" (and {len(refused) - 20} more)" if len(refused) > 20 else ""
         found.append(Problem(where, f"additional properties {names}{more} not allowed"))
     return found

@@ -11,23 +11,28 @@ is never reported, and the install never waits for a validation.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 from aicr_runner import logs
 from aicr_runner.aicr import history, recipe
 from aicr_runner.aicr.classify import CtrfVerdict
-from aicr_runner.errors import ExitCode, RunnerError
+from aicr_runner.errors import ExitCode, RecipeFormatError, RunnerError
 from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.text import cut_bytes, one_line, printable
 
 __all__ = [
     "captured",
     "history_name",
+    "keep_unreadable",
     "no_install_running",
     "note_preemption",
     "preempted",
     "record_history",
     "recorded_recipe",
+    "unreadable_captured",
 ]
 
 
@@ -81,9 +86,16 @@ def recorded_recipe(ctx: RunContext) -> StepResult:
     if given is None:
         return StepResult.skipped("not a validation-only run")
     raw = recipe.read_recorded(given)
+    try:
+        summary = recipe.parse_recipe(raw.decode("utf-8"), where=f"--recipe {given}")
+    except (UnicodeDecodeError, RecursionError, RecipeFormatError) as exc:
+        why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else one_line(str(exc), 1000)
+        raise RunnerError(
+            f"--recipe {given}: the recorded recipe is not a recipe this runner reads: {why}",
+            exit_code=ExitCode.BAD_INPUT,
+        ) from None
     ctx.recipe_path.parent.mkdir(parents=True, exist_ok=True)
     ctx.recipe_path.write_bytes(raw)
-    summary = recipe.load_recipe(ctx.recipe_path)
     ctx.findings.recipe_summary = summary
     ctx.report.components = [c.as_row() for c in summary.components]
     digest = hashlib.sha256(raw).hexdigest()
@@ -98,30 +110,97 @@ def history_name(ctx: RunContext) -> str:
     return f"{ctx.settings.validate.result_configmap}-history"
 
 
+#: Keys of the history ConfigMap beside ``history.json``: a damaged history kept
+#: aside (then replaced), and the newest unreadable CTRF report (the verdict
+#: ConfigMap keeps the last good one, never overwritten by it).
+HISTORY_KEY, DAMAGED_KEY, UNREADABLE_KEY = "history.json", "history.damaged.json", "ctrf.unreadable.json"
+#: The bound of what is kept aside, each (the ConfigMap budget shared with the history).
+_ASIDE_BYTES = 300_000
+
+
 def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, str]:
     """This verdict appended to the history and compared with the previous one of the
     same recipe: the CTRF report with its baseline, and what changed ("" if nothing).
-    Advisory: a history that cannot be read or written is a warning, never a failed capture."""
+    Advisory: a history that cannot be read or written is a warning, never a failed
+    capture; a damaged one is kept aside and replaced."""
     digest = ctx.findings.recipe_digest or _digest_of(ctx)
     try:
         verdict = CtrfVerdict.parse(ctrf)
-        stored = ctx.sink.get(history_name(ctx), "history.json")
-        past = history.load(stored) if stored else []
-    except (RunnerError, ValueError) as exc:
-        ctx.report.warnings.append(f"verdict history not read, not compared: {exc}")
+    except ValueError as exc:  # the validate step read it first: only a report changed since
+        ctx.report.warnings.append(f"verdict history not compared: {exc}")
         return ctrf, ""
+    stored = _stored(ctx)
+    if stored is None:
+        return ctrf, ""
+    past, kept = _past(ctx, stored)
     version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.report.aicr_version
     by = f"{'install' if ctx.mode is Mode.RUN else 'revalidate'} {ctx.report.run_by}".strip()
     entry = history.entry_of(verdict, when=utcnow().isoformat(), run_by=by, aicr_version=version, recipe_digest=digest)
     change = history.change_since(history.previous_of(past, digest), entry)
-    try:
-        ctx.sink.put(
-            history_name(ctx),
-            data={"history.json": history.to_text(history.append(past, entry, ctx.settings.validate.history_limit))},
+    entries, dropped = history.within_bytes(history.append(past, entry, ctx.settings.validate.history_limit))
+    if dropped:
+        ctx.report.warnings.append(
+            f"verdict history: the {dropped} oldest entries dropped to stay within {history.HISTORY_BYTES} bytes"
         )
+    _write_history(ctx, {**kept, HISTORY_KEY: history.to_text(entries)})
+    return history.with_baseline(ctrf, change.previous), _announce(ctx, change)
+
+
+def keep_unreadable(ctx: RunContext, ctrf: bytes) -> str:
+    """An unreadable CTRF report kept in the history ConfigMap (bounded), the history
+    itself unchanged; where it is, or "" when it could not be kept."""
+    stored = _stored(ctx)
+    if stored is None:
+        return ""
+    text = cut_bytes(printable(ctrf.decode("utf-8", "replace")), _ASIDE_BYTES)
+    kept = {key: stored[key] for key in (HISTORY_KEY, DAMAGED_KEY) if key in stored}
+    if not _write_history(ctx, {**kept, UNREADABLE_KEY: text}):
+        return ""
+    return f"{ctx.sink.describe(history_name(ctx))} ({UNREADABLE_KEY})"
+
+
+def _stored(ctx: RunContext) -> Mapping[str, str] | None:
+    """The history ConfigMap's keys; None (and a warning) when it cannot be read."""
+    try:
+        return ctx.sink.get_data(history_name(ctx))
+    except RunnerError as exc:
+        ctx.report.warnings.append(f"verdict history not read, not compared: {exc.message}")
+        return None
+
+
+def _past(ctx: RunContext, stored: Mapping[str, str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The history's entries, and the keys to keep beside it: a damaged history is
+    kept aside (replacing the one kept before) and the history starts afresh."""
+    kept = {key: stored[key] for key in (DAMAGED_KEY, UNREADABLE_KEY) if key in stored}
+    text = stored.get(HISTORY_KEY)
+    if not text:
+        return [], kept
+    try:
+        return history.load(text), kept
+    except ValueError as exc:
+        where = f"{ctx.sink.describe(history_name(ctx))} ({DAMAGED_KEY})"
+        ctx.report.warnings.append(f"{exc}: kept aside in {where}; the history starts afresh with this verdict")
+        return [], {**kept, DAMAGED_KEY: cut_bytes(printable(text), _ASIDE_BYTES)}
+
+
+def _write_history(ctx: RunContext, data: dict[str, str]) -> bool:
+    try:
+        ctx.sink.put(history_name(ctx), data=data)
     except RunnerError as exc:
         logs.get_logger().warning("verdict history not written", reason=exc.message)
-    return history.with_baseline(ctrf, change.previous), _announce(ctx, change)
+        return False
+    return True
+
+
+def unreadable_captured(ctx: RunContext, name: str) -> StepResult:
+    """An unreadable CTRF report is no verdict: kept beside the history, never over the last good one."""
+    where = keep_unreadable(ctx, ctx.ctrf_path.read_bytes())
+    kept = f"kept in {where}" if where else "not kept (the history ConfigMap could not be written)"
+    return StepResult.warned(
+        f"the CTRF report is unreadable, no verdict: {kept}; the last good verdict in "
+        f"{ctx.sink.describe(name)} is not overwritten",
+        classification="verdict-unreadable",
+    )
 
 
 def captured(where: str, change: str) -> StepResult:

@@ -35,6 +35,7 @@ from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.run.machine import State, StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.text import cut_bytes, printable
 
 __all__ = ["AGENT_CONFIGMAP", "EVIDENCE_FILE", "into_evidence", "take", "validate_argv"]
 
@@ -43,6 +44,9 @@ AGENT_CONFIGMAP = commands.SNAPSHOT_AGENT_NAME
 #: The snapshot's name in the evidence directory.
 EVIDENCE_FILE = "snapshot.yaml"
 _TAIL_LINES = 60
+#: A damaged ``facts.json`` kept aside under this key (bounded), then replaced.
+DAMAGED_KEY = "facts.damaged.json"
+_ASIDE_BYTES = 100_000
 _ADVISORY = "advisory: the run goes on, validate takes its own snapshot"
 
 
@@ -127,27 +131,48 @@ def _compared(ctx: RunContext, text: str, found: dict[str, str], said: str) -> S
     if not name:
         return StepResult.ok(f"{said}; not kept, not compared (snapshot.configmap is empty)")
     try:
-        stored = ctx.sink.get(name, "facts.json")
+        stored = ctx.sink.get_data(name)
     except RunnerError as exc:
         return _kept(ctx, text, found, f"{said}; the previous snapshot was not read ({exc.message})")
-    if not stored:
-        return _kept(ctx, text, found, f"{said}; the first snapshot kept: nothing to compare")
-    previous = json.loads(stored) if stored.lstrip().startswith("{") else {}
-    since = str(previous.get("time", "")) if isinstance(previous, dict) else ""
-    changes = snapshot_diff.changes(snapshot_diff.facts_of(stored), found)
+    aside = {DAMAGED_KEY: stored[DAMAGED_KEY]} if DAMAGED_KEY in stored else {}
+    if not stored.get("facts.json"):
+        return _kept(ctx, text, found, f"{said}; the first snapshot kept: nothing to compare", aside)
+    previous = _previous(stored["facts.json"])
+    if previous is None:
+        where = f"{ctx.sink.describe(name)} ({DAMAGED_KEY})"
+        damaged = f"the previous snapshot's facts.json is damaged: kept aside in {where}"
+        ctx.report.warnings.append(f"{damaged} and replaced")
+        aside = {DAMAGED_KEY: cut_bytes(printable(stored["facts.json"]), _ASIDE_BYTES)}
+        return _kept(ctx, text, found, f"{said}; {damaged}, not compared", aside)
+    since, facts = previous
+    changes = snapshot_diff.changes(facts, found)
     if changes:
         ctx.report.cluster_changes = changes
         ctx.report.cluster_changed_since = since or "the previous snapshot"
         ctx.on_cluster_change(changes, ctx.report.cluster_changed_since)
-        return _kept(ctx, text, found, f"{said}; cluster changed since {since or 'the previous snapshot'}")
-    return _kept(ctx, text, found, f"{said}; unchanged since {since or 'the previous snapshot'}")
+        return _kept(ctx, text, found, f"{said}; cluster changed since {since or 'the previous snapshot'}", aside)
+    return _kept(ctx, text, found, f"{said}; unchanged since {since or 'the previous snapshot'}", aside)
 
 
-def _kept(ctx: RunContext, text: str, found: dict[str, str], said: str) -> StepResult:
-    """This snapshot in ``snapshot.configmap``: its facts always, the document when it fits."""
+def _previous(stored: str) -> tuple[str, dict[str, str]] | None:
+    """The stored facts' time and facts; None when ``facts.json`` is damaged."""
+    try:
+        previous = json.loads(stored)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(previous, dict) or not isinstance(previous.get("facts"), dict):
+        return None
+    return str(previous.get("time", "")), snapshot_diff.facts_of(stored)
+
+
+def _kept(
+    ctx: RunContext, text: str, found: dict[str, str], said: str, aside: dict[str, str] | None = None
+) -> StepResult:
+    """This snapshot in ``snapshot.configmap``: its facts always (and a damaged
+    ``facts.json`` kept aside), the document when it fits."""
     name = ctx.settings.snapshot.configmap
     record = {"time": utcnow().isoformat(), "source": ctx.findings.snapshot, "facts": found}
-    data = {"facts.json": json.dumps(record, indent=2, sort_keys=True)}
+    data = {**(aside or {}), "facts.json": json.dumps(record, indent=2, sort_keys=True)}
     fitted = sink.fit("snapshot.yaml", text.encode(), CONFIGMAP_BUDGET_BYTES - payload_size(data) - 1024)
     document, binary = fitted or ({}, {})
     try:

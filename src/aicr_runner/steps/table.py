@@ -32,7 +32,7 @@ from aicr_runner.kube import sink
 from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.mirror import rewrite as mirror_sources
 from aicr_runner.net import deadline
-from aicr_runner.run.machine import State, StepResult
+from aicr_runner.run.machine import UNREADABLE, State, StepResult
 from aicr_runner.run.report import StepStatus, utcnow
 from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
@@ -392,6 +392,8 @@ class Steps:
         name = self.s.validate.result_configmap
         if not name:
             return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
+        if self.ctx.report.step(State.VALIDATE.value).classification == UNREADABLE:
+            return revalidate.unreadable_captured(self.ctx, name)
         raw, change = revalidate.record_history(self.ctx, self.ctx.ctrf_path.read_bytes())
         fitted = sink.fit("ctrf.json", raw, CONFIGMAP_BUDGET_BYTES)
         if fitted is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aicr_runner import logs
+from aicr_runner.aicr.ctrf import CtrfVerdict
 from aicr_runner.kube import openreports, report_writer
 from aicr_runner.kube.openreports import Entry, RunFacts
 from aicr_runner.run.machine import StepResult
@@ -62,9 +63,11 @@ def _validation(ctx: RunContext, *, interrupted: bool) -> list[Entry]:
         why = "aicr validate wrote no CTRF report: no verdict"
     if not why:
         try:
-            return openreports.validation_entries(ctx.ctrf_path.read_bytes())
+            raw = ctx.ctrf_path.read_bytes()
+            CtrfVerdict.parse(raw)  # an unreadable report is one error result, never its tests
+            return openreports.validation_entries(raw)
         except (OSError, ValueError) as exc:
-            why = f"the CTRF report could not be read: {exc}"
+            why = f"the CTRF report is unreadable: {exc}"
     return [Entry("aicr-validate", "aicr-validate", "validate", "error", openreports.stable_message(why, "error"))]
 
 

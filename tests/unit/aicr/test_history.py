@@ -73,3 +73,53 @@ def test_the_ctrf_gets_the_previous_report_as_its_baseline() -> None:
     assert document["baseline"]["timestamp"] == "2026-12-05T10:00:00Z"
     assert document["baseline"]["extra"]["checks"] == {"passed": ["a"]}
     assert document["results"] == json.loads(raw)["results"]
+
+
+def rows(*tests: tuple[str, str]) -> bytes:
+    """A CTRF report whose tests may repeat a name."""
+    listed = [{"name": name, "status": status} for name, status in tests]
+    statuses = ("passed", "failed", "skipped", "pending", "other")
+    counts = {s: sum(1 for t in listed if t["status"] == s) for s in statuses}
+    return json.dumps(
+        {"reportFormat": "CTRF", "results": {"summary": {"tests": len(listed), **counts}, "tests": listed}}
+    ).encode()
+
+
+def test_a_duplicate_name_that_failed_once_is_failed_and_never_a_false_regression() -> None:
+    """Issue 35 finding 13: the same report twice is no regression."""
+    raw = rows(("operator-health", "passed"), ("operator-health", "failed"), ("b", "passed"))
+    before, after = entry(raw), entry(raw, when="t2")
+    assert before["checks"] == {"passed": ["b"], "failed": ["operator-health"]}
+    assert history.change_since(before, after) == history.Change((), (), before)
+    # An entry written before (the name under both) is read the same way.
+    old = {**before, "checks": {"passed": ["b", "operator-health"], "failed": ["operator-health"]}}
+    assert history.change_since(old, after).regressed == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[{"checks": ["operator-health"]}]',
+        '[{"checks": {"passed": "operator-health"}}]',
+        '[{"recipeDigest": 3}]',
+        "[" * 100_000,
+        "not json",
+    ],
+)
+def test_a_damaged_history_is_refused_naming_the_damage(text: str) -> None:
+    """Issue 35 finding 9: refused (the caller keeps it aside), never a crash later."""
+    with pytest.raises(ValueError, match="the verdict history"):
+        history.load(text)
+
+
+def test_the_history_is_bounded_in_bytes_oldest_first_and_names_per_entry() -> None:
+    """Issue 35 finding 8: 3,000 failed checks made a 660 KB history."""
+    many = rows(*[(f"check-{i:04d}-{'x' * 150}", "failed") for i in range(3000)])
+    one = entry(many)
+    assert len(one["checks"]["failed"]) == history.NAMES_KEPT
+    assert one["namesDropped"] == 3000 - history.NAMES_KEPT
+    entries = [dict(one, time=f"t{i}") for i in range(20)]
+    kept, dropped = history.within_bytes(entries)
+    assert len(history.to_text(kept).encode()) <= history.HISTORY_BYTES
+    assert dropped > 0
+    assert [e["time"] for e in kept] == [f"t{i}" for i in range(dropped, 20)], "the oldest dropped first"

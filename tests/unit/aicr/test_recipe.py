@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aicr_runner.aicr import recipe
 from aicr_runner.aicr.recipe import (
     Component,
     RecipeSummary,
@@ -23,7 +24,7 @@ from aicr_runner.aicr.recipe import (
     thin_resolution_warnings,
     unknown_value,
 )
-from aicr_runner.errors import RecipeFormatError
+from aicr_runner.errors import RecipeFormatError, RunnerError
 from aicr_runner.settings import config
 from aicr_runner.settings.config import Criteria, RecipeExpectations
 from tests.fake_aicr import install_fake_aicr
@@ -382,3 +383,48 @@ def test_last_error_keeps_every_code_and_reads_gos_default_log_line() -> None:
     assert last_error(FLAG_NOT_DEFINED) == "flag provided but not defined: -storage-class"
     assert parse_rejection(FLAG_NOT_DEFINED)[0] == "flag provided but not defined: -storage-class"
     assert last_error(["plain", "lines"]) == ""
+
+
+def _zeros_gz(path: Path, compressed_bytes: int) -> int:
+    """A gzip file of zeros about ``compressed_bytes`` long; returns its decompressed size."""
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk, written, size = b"\0" * (1 << 20), 0, 0
+    with path.open("wb") as handle:
+        while written < compressed_bytes:
+            out = packer.compress(chunk)
+            handle.write(out)
+            written += len(out)
+            size += len(chunk)
+        handle.write(packer.flush())
+    return size
+
+
+def test_a_compression_bomb_as_recorded_recipe_is_exit_2_and_its_memory_bounded(tmp_path: Path) -> None:
+    """Issue 35 finding 9: a 1 MiB .gz of zeros took 3.1 GB of RSS, then exit 70."""
+    import sys
+
+    bomb = tmp_path / "recipe.yaml.gz"
+    size = _zeros_gz(bomb, 1 << 20)
+    assert size > 900 * (1 << 20)
+    probe = (
+        "import resource, sys\nfrom pathlib import Path\nfrom aicr_runner.aicr.recipe import read_recorded\n"
+        "from aicr_runner.errors import RunnerError\n"
+        "try:\n    read_recorded(Path(sys.argv[1]))\nexcept RunnerError as exc:\n"
+        "    print(exc.exit_code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, exc.message)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "recipe.yaml")], capture_output=True, text=True, check=True
+    )
+    code, max_rss_kib, message = done.stdout.split(" ", 2)
+    assert int(code) == 2
+    assert f"--recipe {tmp_path / 'recipe.yaml'}: the recorded recipe is over" in message
+    assert int(max_rss_kib) < 200 * 1024, f"{int(max_rss_kib) // 1024} MiB"
+
+
+@pytest.mark.parametrize("given", ["/", ""])
+def test_a_recorded_recipe_path_without_a_name_is_exit_2(given: str) -> None:
+    with pytest.raises(RunnerError) as refused:
+        recipe.read_recorded(Path(given))
+    assert refused.value.exit_code == 2

@@ -9,7 +9,7 @@ import pytest
 
 from aicr_runner.aicr.verdict import validate_result
 from aicr_runner.errors import ExitCode
-from aicr_runner.run.machine import INCONCLUSIVE
+from aicr_runner.run.machine import INCONCLUSIVE, UNREADABLE
 from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import ValidateSettings, load
 
@@ -59,7 +59,7 @@ def test_zero_tests_is_inconclusive_exit_32_under_fail_on_error_else_a_warning(
         (0, ("passed", "other"), StepStatus.FAILED, 8, "validation-failed"),
         (8, ("passed", "failed"), StepStatus.FAILED, 8, "validation-failed"),
         (0, ("passed", "skipped"), StepStatus.SUCCEEDED, 0, "validation-passed"),
-        (8, ("passed",), StepStatus.WARNED, 0, "validation-passed"),
+        (8, ("passed",), StepStatus.FAILED, 8, "validation-failed"),
     ],
 )
 def test_the_report_decides(  # noqa: PLR0917 - one table row
@@ -92,10 +92,16 @@ def test_an_interrupted_validate_is_judged_by_its_exit_code_not_its_report(tmp_p
     assert "aborted" in result.reason
 
 
+@pytest.mark.parametrize("fail_on_error", [True, False])
 @pytest.mark.parametrize("text", ["{", '{"results": {"tests": []}}'])
-def test_a_report_that_is_not_ctrf_is_a_broken_contract(tmp_path: Path, text: str) -> None:
+def test_a_report_that_is_not_ctrf_is_unreadable_never_green(tmp_path: Path, text: str, fail_on_error: bool) -> None:
     ctrf = tmp_path / "ctrf.json"
     ctrf.write_text(text)
-    result = validate_result(0, ctrf, settings(fail_on_error=False))
-    assert (result.status, result.exit_code) == (StepStatus.FAILED, ExitCode.AICR_CONTRACT_BROKEN)
-    assert result.reason.startswith("aicr broke its contract: aicr validate (exit 0) wrote ctrf.json, but it is not")
+    result = validate_result(0, ctrf, settings(fail_on_error=fail_on_error))
+    assert result.classification == UNREADABLE
+    assert result.reason.startswith("validation unreadable: aicr validate (exit 0) wrote ctrf.json, but not a CTRF")
+    if fail_on_error:
+        assert (result.status, result.exit_code) == (StepStatus.FAILED, ExitCode.AICR_CONTRACT_BROKEN)
+    else:
+        assert (result.status, result.exit_code) == (StepStatus.WARNED, 0)
+        assert result.reason.endswith("validate.failOnError=true fails the run instead (exit 30)")

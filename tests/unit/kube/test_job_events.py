@@ -377,3 +377,17 @@ def test_a_changed_cluster_is_one_normal_cluster_changed_event_naming_each_chang
         "Job",
     )
     assert body["note"] == "since 2026-12-05T10:00:00Z: GPU driver: 560.35.03 -> 570.86.15; node count: 3 -> 4"
+
+
+def test_an_event_note_is_one_printable_bounded_line() -> None:
+    """Issue 35 finding 12: escape sequences and line breaks from check names never reach an Event."""
+    from aicr_runner.kube.events import NOTE_LIMIT, job_event_body
+
+    note = "check evil\x1b]0;pwned\x07\x1b[2J\r\nforged \udc80 line " + "x" * 5000
+    body = job_event_body(
+        namespace="ns", job="j", job_uid="u", pod="p", kind="Warning", reason="ValidateFailed", action="Validate",
+        note=note, now=datetime(2026, 12, 6, tzinfo=UTC),
+    )  # fmt: skip
+    assert len(body["note"]) <= NOTE_LIMIT
+    assert body["note"].startswith("check evil\ufffd]0;pwned\ufffd\ufffd[2J forged \ufffd line x")
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in body["note"])

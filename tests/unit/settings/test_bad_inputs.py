@@ -112,7 +112,7 @@ KINDS: dict[str, str] = {
     "NAMESPACE": "namespace",
     "WORK_DIR": "required_path",
     "LOG_FORMAT": "log_format",
-    "TERMINATION_MESSAGE_PATH": "required_path",
+    "TERMINATION_MESSAGE_PATH": "path",
     "SHUTDOWN_GRACE_SECONDS": "seconds_or_zero",
     "KUBE_WRITE_BUDGET_SECONDS": "seconds",
 }

@@ -116,3 +116,25 @@ def test_off_it_runs_nothing(tmp_path: Path) -> None:
 
 def snapshot_result(ctx: RunContext) -> StepResult:
     return Steps(ctx).functions()[State.SNAPSHOT]()
+
+
+def test_a_damaged_facts_json_is_kept_aside_replaced_and_said(tmp_path: Path) -> None:
+    """Issue 35 finding 9: a corrupt facts.json was never replaced (exit 70 every run)."""
+    api = FakeKubeApi()
+    damaged = '{"time": "t0", "facts": {"GPU count": '
+    api.objects[("runner-ns", "aicr-cluster-snapshot")] = {"data": {"facts.json": damaged}, "binaryData": {}}
+    told: list[list[str]] = []
+    ctx = cluster(tmp_path, api, snapshot(), told)
+    status, _, message = step(ctx, State.SNAPSHOT)
+    assert status is StepStatus.SUCCEEDED, message
+    assert "facts.json is damaged: kept aside in configmap runner-ns/aicr-cluster-snapshot (facts.damaged.json)" in (
+        message
+    )
+    kept = api.objects[("runner-ns", "aicr-cluster-snapshot")]["data"]
+    assert kept["facts.damaged.json"] == damaged  # type: ignore[index]
+    assert json.loads(kept["facts.json"])["facts"]["GPU count"] == "8"  # type: ignore[index]
+    assert any("facts.json is damaged" in warning for warning in ctx.report.warnings)
+    # The next run compares with the replaced facts and still keeps the damaged copy.
+    again = cluster(tmp_path, api, snapshot(), told)
+    assert "unchanged since" in step(again, State.SNAPSHOT)[2]
+    assert api.objects[("runner-ns", "aicr-cluster-snapshot")]["data"]["facts.damaged.json"] == damaged  # type: ignore[index]

@@ -145,7 +145,10 @@ def test_missing_ctrf_is_a_warning_naming_the_validate_exit(tmp_path: Path) -> N
 
 def test_the_step_reads_the_report_aicr_wrote_at_its_output(tmp_path: Path) -> None:
     def validate(argv: Sequence[str]) -> None:
-        report = {"results": {"summary": {"tests": 1, "skipped": 1}, "tests": [{"name": "a", "status": "skipped"}]}}
+        report = {
+            "reportFormat": "CTRF",
+            "results": {"summary": {"tests": 1, "skipped": 1}, "tests": [{"name": "a", "status": "skipped"}]},
+        }
         Path(argv[list(argv).index("--output") + 1]).write_text(json.dumps(report))
 
     ctx = context(
@@ -531,7 +534,7 @@ def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp
     def ctrf(status: str) -> str:
         tests = [{"name": "operator-health", "status": status}]
         summary = {"tests": 1, "passed": int(status == "passed"), "failed": int(status == "failed")}
-        return json.dumps({"results": {"summary": summary, "tests": tests}})
+        return json.dumps({"reportFormat": "CTRF", "results": {"summary": summary, "tests": tests}})
 
     api = FakeKubeApi()
     told: list[tuple[list[str], list[str]]] = []

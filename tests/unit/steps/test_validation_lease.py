@@ -19,7 +19,10 @@ from tests.support.fakes import FakeKubeApi
 from tests.unit.steps.test_steps import StubProcesses, context, resolved, step, validated
 
 LEASE = ("ns", "nvidia-aicr-install")
-CTRF = {"results": {"summary": {"tests": 1, "passed": 1}, "tests": [{"name": "operator-health", "status": "passed"}]}}
+CTRF = {
+    "reportFormat": "CTRF",
+    "results": {"summary": {"tests": 1, "passed": 1}, "tests": [{"name": "operator-health", "status": "passed"}]},
+}
 ON = {"AICR_RUNNER_VALIDATE__ENABLED": "true"}
 
 

@@ -1,0 +1,67 @@
+"""Issue 35 item 7: ``plan --values`` accepts and refuses exactly what the chart
+renders and refuses. One table, both on the same inputs: ``helm template`` (Helm 3
+and 4) and plan's reading of a values file (schema, the chart's guards on values
+plan otherwise ignores, then the runtime settings)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from aicr_runner.errors import ConfigError
+from aicr_runner.settings.config import load
+from aicr_runner.settings.values_file import env_from_values, load_values_file
+from tests.chart.helm import BASE, merge, render
+
+#: Values files as text (YAML as Helm reads it: ``1e1`` is a number), by what they hold.
+INPUTS: dict[str, str] = {
+    "the defaults": "",
+    "1e1 for an integer (Helm renders 10)": "aicrDownload:\n  attempts: 1e1\n",
+    "2.5 for an integer": "aicrDownload:\n  attempts: 2.5\n",
+    "0 below an integer's minimum": "aicrDownload:\n  attempts: 0\n",
+    "a string for a boolean": "validate:\n  enabled: 'yes'\n",
+    "Exists with a value (snapshot off)": (
+        "snapshot:\n  tolerations:\n  - {key: gpu, operator: Exists, value: x, effect: NoSchedule}\n"
+    ),
+    "Exists with a value (snapshot on)": (
+        "snapshot:\n  enabled: true\n  tolerations:\n  - {key: gpu, operator: Exists, value: x, effect: NoSchedule}\n"
+    ),
+    "Exists without a value": (
+        "snapshot:\n  enabled: true\n  tolerations:\n  - {key: gpu, operator: Exists, effect: NoSchedule}\n"
+    ),
+    "an empty snapshot namespace": "snapshot:\n  enabled: true\n  namespace: ''\n",
+    "a typo at the top": "accelerater: h100\n",
+}
+
+
+def plan_accepts(text: str) -> tuple[bool, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "values.yaml"
+        path.write_text(yaml.safe_dump(BASE) + text)
+        try:
+            load(env_from_values(load_values_file(path)))
+        except ConfigError as exc:
+            return False, "\n".join(exc.problems)
+    return True, ""
+
+
+def helm_values(text: str) -> dict[str, Any]:
+    from aicr_runner.settings.values_file import _helm_loader
+
+    document = yaml.load(text, Loader=_helm_loader()) or {}  # noqa: S506 - a SafeLoader subclass
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.mark.parametrize("name", list(INPUTS))
+def test_plan_accepts_and_refuses_what_the_chart_renders_and_refuses(name: str) -> None:
+    text = INPUTS[name]
+    helm = render(merge(BASE, helm_values(text)))
+    ours, why = plan_accepts(text)
+    assert ours is helm.ok, f"\nhelm ({'renders' if helm.ok else 'refuses'}):\n{helm.stderr}\nplan:\n{why}"
+    if not helm.ok and helm.error:
+        assert helm.error in why, "a template guard is refused in the chart's words"
