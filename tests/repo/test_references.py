@@ -32,6 +32,7 @@ PACKAGE = ROOT / "src" / "aicr_runner"
 SKIPPED_DIRS = {".venv", ".tools", ".git", "node_modules", "out"}
 
 DOTTED = re.compile(r"`{1,2}((?:aicr_runner\.)?[a-z_]+(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?:\(\))?`{1,2}")
+FILE_SUFFIXES = frozenset({"py", "md", "json", "yaml", "yml", "txt", "gz", "tgz", "sh", "toml", "tpl"})
 PY_PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.py)\b")
 
 
@@ -103,6 +104,8 @@ def dangling_code_references(prose: list[tuple[Path, str]]) -> list[str]:
     for path, text in prose:
         for match in DOTTED.finditer(text):
             parts = match.group(1).removeprefix("aicr_runner.").split(".")
+            if parts[-1] in FILE_SUFFIXES:
+                continue  # a file name (`text.py`), checked as a path
             explicit = match.group(1).startswith("aicr_runner.")
             if (explicit or _is_code_reference(parts, units)) and not _resolves(parts):
                 dangling.add(f"{path.relative_to(ROOT)}: {match.group(1)}")
@@ -152,6 +155,7 @@ HERE = PACKAGE / "settings" / "model.py"
         ("see ``aicr_runner.config_load``", True),
         ("through ``net.retry.BudgetedRetry``", False),
         ("through ``net.retry.BudgetedRetries``", True),
+        ("the helpers in `text.py`", False),  # a file name, not a symbol
     ],
 )
 def test_a_renamed_module_or_symbol_is_found(text: str, dangling: bool) -> None:
