@@ -26,6 +26,8 @@ from aicr_runner.settings.checks import (
     ProvenanceMode,
     PublishMode,
     ReportsApi,
+    UnknownPolicy,
+    _acknowledged_move,
     _arch,
     _argument,
     _boolean,
@@ -70,6 +72,7 @@ __all__ = [
     "Sha256Pins",
     "SnapshotSettings",
     "StepArgs",
+    "UpgradeCheckSettings",
     "ValidateSettings",
 ]
 
@@ -265,6 +268,20 @@ class SnapshotSettings(_Group):
         return self.image or f"ghcr.io/nvidia/aicr:v{aicr_version.removeprefix('v')}"
 
 
+class UpgradeCheckSettings(_Group):
+    """``aicr upgrade-check`` before the deploy of an install that crosses an aicr pin (``steps.upgrade``)."""
+
+    #: Manual moves the user has done by hand: ``<component>:<from>:<to>``, matched exactly.
+    acknowledge: Annotated[list[str], _v(_json_list(_acknowledged_move))] = Field(default_factory=list)
+    #: A component aicr cannot judge (unknown, unversioned): stop the install, or warn and go on.
+    on_unknown: Annotated[UnknownPolicy, _v(_choice(UnknownPolicy))] = UnknownPolicy.STOP
+    #: An aicr without ``upgrade-check`` (0.x): a crossing it cannot assess stops the install.
+    require_assessment: Annotated[bool, _v(_boolean)] = False
+
+    def acknowledged(self, component: str, source: str, target: str) -> bool:
+        return f"{component}:{source}:{target}" in self.acknowledge
+
+
 class LeaseSettings(_Group):
     """The install Lease: one installer at a time per chart release."""
 
@@ -348,6 +365,7 @@ with warnings.catch_warnings():
         validate: ValidateSettings = Field(default_factory=ValidateSettings)  # type: ignore[assignment]
         reports: ReportsSettings = Field(default_factory=ReportsSettings)
         snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings)
+        upgrade_check: UpgradeCheckSettings = Field(default_factory=UpgradeCheckSettings)
         status_configmap: Annotated[str, _v(_k8s_name())] = "aicr-run-status"
         #: Namespace of the result ConfigMaps; empty: the pod's.
         namespace: Annotated[str, _v(_k8s_name(63))] = ""
