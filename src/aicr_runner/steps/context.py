@@ -167,6 +167,11 @@ class RunContext:
         return self.work / "ctrf.json"
 
     @property
+    def upgrade_report_path(self) -> Path:
+        """The upgrade check's report (the evidence ConfigMap takes it from here)."""
+        return self.work / "upgrade-check.json"
+
+    @property
     def evidence_dir(self) -> Path:
         return self.work / "evidence"
 

@@ -27,7 +27,6 @@ from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = [
     "INSTALLED_KEY",
-    "REPORT_FILE",
     "check",
     "entries",
     "installed_data",
@@ -38,8 +37,6 @@ __all__ = [
 
 #: The recipe ConfigMap's key for the installed recipe while a newer one waits for its deploy.
 INSTALLED_KEY = "installed-recipe.yaml"
-#: The check's report: in the work directory, its ConfigMap and the evidence ConfigMap.
-REPORT_FILE = "upgrade-check.json"
 #: Warning Event reasons on the Job.
 STOPPED_REASON = "UpgradeStopped"
 NOT_ASSESSED_REASON = "UpgradeNotAssessed"
@@ -125,6 +122,7 @@ def _installed(ctx: RunContext) -> tuple[RecipeFacts | None, str]:
 
 
 def check(ctx: RunContext, aicr: Path) -> StepResult:
+    ctx.upgrade_report_path.unlink(missing_ok=True)
     skipped = _skip(ctx)
     if skipped is not None:
         return skipped
@@ -209,12 +207,15 @@ def _keep(ctx: RunContext, assessment: Assessment) -> None:
     body = assessment.to_dict()
     ctx.report.upgrade_check = body
     text = json.dumps(body, indent=2, ensure_ascii=False)
-    (ctx.work / REPORT_FILE).write_text(text, encoding="utf-8")
+    ctx.upgrade_report_path.write_text(text, encoding="utf-8")
     if not ctx.settings.recipe.configmap:
         return
     table = upgrade_check.table(assessment.judged)
     try:
-        ctx.sink.put(report_name(ctx), data={REPORT_FILE: text, "summary.txt": f"{body['crossing']}\n\n{table}\n"})
+        ctx.sink.put(
+            report_name(ctx),
+            data={ctx.upgrade_report_path.name: text, "summary.txt": f"{body['crossing']}\n\n{table}\n"},
+        )
     except RunnerError as exc:
         ctx.report.warnings.append(f"the upgrade check's report was not kept: {exc}")
     ctx.progress()
