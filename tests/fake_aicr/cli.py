@@ -45,6 +45,7 @@ COMMANDS:
    verify     Verify a bundle's checksums and trust level
    validate   Validate a cluster against a recipe
    evidence   Publish evidence bundles
+   upgrade-check  Check whether moving between two recipes is safe, per component
 
 GLOBAL OPTIONS:
    --debug       debug logging
@@ -110,6 +111,10 @@ def _command_flags(command: str) -> list[Flag]:
         from .snapshot import SNAPSHOT_FLAGS
 
         return SNAPSHOT_FLAGS
+    if command == "upgrade-check":
+        from .upgrade import UPGRADE_FLAGS
+
+        return UPGRADE_FLAGS
     return []
 
 
@@ -168,7 +173,7 @@ def main(argv: Sequence[str]) -> int:
         return done
     log = Logger(json_mode=json_mode, debug_mode=debug)
     if not args or (
-        args[0] in ("recipe", "bundle", "validate", "snapshot") and {"--help", "-h"} & {*args[1:2], *args[-1:]}
+        args[0] in ("recipe", "bundle", "validate", "snapshot", *(() if legacy() else ("upgrade-check",))) and {"--help", "-h"} & {*args[1:2], *args[-1:]}
     ):
         return _print_help(args[0]) if args else _print_usage()
     command, rest = args[0], args[1:]
@@ -179,9 +184,11 @@ def main(argv: Sequence[str]) -> int:
         "verify": _lazy("bundle", "cmd_verify"),
         "validate": _lazy("validate", "cmd_validate"),
         "evidence": _lazy("validate", "cmd_evidence"),
+        "upgrade-check": _lazy("upgrade", "cmd_upgrade_check"),
     }
     if legacy():
         del handlers["evidence"]  # 0.11.1: "No help topic for 'evidence'"
+        del handlers["upgrade-check"]  # 0.11.1 has no upgrade-check (present by v1.0.0)
     handler = handlers.get(command)
     if handler is None:
         return _unknown_command(command, rest)
@@ -211,9 +218,13 @@ def _print_usage() -> int:
 
 
 def _usage() -> str:
-    """The root help; a 0.x aicr has no ``evidence`` command to list."""
+    """The root help; a 0.x aicr has no ``evidence`` nor ``upgrade-check`` command to list."""
     if legacy():
-        return "".join(line for line in USAGE.splitlines(keepends=True) if not line.startswith("   evidence"))
+        return "".join(
+            line
+            for line in USAGE.splitlines(keepends=True)
+            if not line.startswith(("   evidence", "   upgrade-check"))
+        )
     return USAGE
 
 
