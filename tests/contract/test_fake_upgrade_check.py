@@ -140,7 +140,8 @@ def test_from_cluster_needs_to_and_deployer(fake: Path, recipes: tuple[Path, Pat
 def test_the_capability_is_read_from_the_version_or_the_help(fake: Path) -> None:
     one = AicrVersion.parse("aicr version v1.2.0")
     old = AicrVersion.parse("aicr version 0.11.1")
-    assert one is not None and old is not None
+    assert one is not None
+    assert old is not None
     assert (has_upgrade_check(one), has_upgrade_check(old)) == (True, False)
     dev = aicr(fake, "--help", FAKE_AICR_VERSION="dev").stdout
     legacy = aicr(fake, "--help", FAKE_AICR_VERSION="0.11.1").stdout

@@ -165,6 +165,10 @@ def _global_flags(args: list[str]) -> tuple[bool, bool, int | None]:
     return json_mode, debug, None
 
 
+#: The subcommands that answer ``--help`` with their flags (0.11 has no upgrade-check).
+_HELP_COMMANDS = ("recipe", "bundle", "validate", "snapshot")
+
+
 def main(argv: Sequence[str]) -> int:
     _record_environment(argv)
     args = list(argv)
@@ -173,7 +177,7 @@ def main(argv: Sequence[str]) -> int:
         return done
     log = Logger(json_mode=json_mode, debug_mode=debug)
     if not args or (
-        args[0] in ("recipe", "bundle", "validate", "snapshot", *(() if legacy() else ("upgrade-check",))) and {"--help", "-h"} & {*args[1:2], *args[-1:]}
+        args[0] in _HELP_COMMANDS + (() if legacy() else ("upgrade-check",)) and {"--help", "-h"} & {*args[1:2], *args[-1:]}
     ):
         return _print_help(args[0]) if args else _print_usage()
     command, rest = args[0], args[1:]

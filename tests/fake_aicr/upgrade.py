@@ -91,7 +91,8 @@ def _render(report: dict[str, Any], fmt: str) -> str:
     if fmt == "yaml":
         return yaml.safe_dump(report, sort_keys=False)
     lines = [f"{'COMPONENT':<28} {'FROM':<14} {'TO':<14} VERDICT"]
-    lines += [f"{c['name']:<28} {c['from'] or '-':<14} {c['to'] or '-':<14} {c['verdict']}" for c in report["components"]]
+    for c in report["components"]:
+        lines.append(f"{c['name']:<28} {c['from'] or '-':<14} {c['to'] or '-':<14} {c['verdict']}")
     return "\n".join(lines) + "\n"
 
 
