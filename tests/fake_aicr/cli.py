@@ -177,7 +177,8 @@ def main(argv: Sequence[str]) -> int:
         return done
     log = Logger(json_mode=json_mode, debug_mode=debug)
     if not args or (
-        args[0] in _HELP_COMMANDS + (() if legacy() else ("upgrade-check",)) and {"--help", "-h"} & {*args[1:2], *args[-1:]}
+        args[0] in (*_HELP_COMMANDS, *(() if legacy() else ("upgrade-check",)))
+        and {"--help", "-h"} & {*args[1:2], *args[-1:]}
     ):
         return _print_help(args[0]) if args else _print_usage()
     command, rest = args[0], args[1:]
@@ -225,9 +226,7 @@ def _usage() -> str:
     """The root help; a 0.x aicr has no ``evidence`` nor ``upgrade-check`` command to list."""
     if legacy():
         return "".join(
-            line
-            for line in USAGE.splitlines(keepends=True)
-            if not line.startswith(("   evidence", "   upgrade-check"))
+            line for line in USAGE.splitlines(keepends=True) if not line.startswith(("   evidence", "   upgrade-check"))
         )
     return USAGE
 
