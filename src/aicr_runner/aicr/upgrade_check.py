@@ -262,17 +262,15 @@ def judge(components: Sequence[ComponentVerdict], settings: UpgradeCheckSettings
 def headline(judged: Sequence[Judged]) -> str:
     """``upgrade blocked: gpu-operator v25.10.1 → v26.3.3; manual: nfd v0.17.3 → v0.18.2``
     (what stops the install, worst first); "" when nothing stops it."""
-    parts = []
-    for verdicts, label in (
-        ((Verdict.BLOCKED,), "upgrade blocked"),
-        ((Verdict.MANUAL,), "manual"),
-        ((Verdict.UNKNOWN, Verdict.UNVERSIONED, Verdict.NOT_ASSESSED), "unknown"),
+    parts: list[str] = []
+    for verdicts, first, later in (
+        ((Verdict.BLOCKED,), "upgrade blocked", "blocked"),
+        ((Verdict.MANUAL,), "upgrade needs manual steps", "manual"),
+        ((Verdict.UNKNOWN, Verdict.UNVERSIONED, Verdict.NOT_ASSESSED), "upgrade not judged", "not judged"),
     ):
         moves = [j.component.move for j in judged if j.action is Action.STOP and j.component.verdict in verdicts]
         if moves:
-            parts.append(f"{label if not parts else label.removeprefix('upgrade ')}: {', '.join(moves)}")
-    if parts and not parts[0].startswith("upgrade"):
-        parts[0] = f"upgrade {parts[0]}"
+            parts.append(f"{later if parts else first}: {', '.join(moves)}")
     return "; ".join(parts)
 
 
