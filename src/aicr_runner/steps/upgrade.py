@@ -27,6 +27,7 @@ from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = [
     "INSTALLED_KEY",
+    "blocked",
     "check",
     "entries",
     "installed_data",
@@ -219,6 +220,14 @@ def _keep(ctx: RunContext, assessment: Assessment) -> None:
     except RunnerError as exc:
         ctx.report.warnings.append(f"the upgrade check's report was not kept: {exc}")
     ctx.progress()
+
+
+def blocked(ctx: RunContext) -> tuple[str, ...]:
+    """The components the upgrade check found blocked (they stopped the install)."""
+    assessment = ctx.findings.upgrade
+    if assessment is None:
+        return ()
+    return tuple(j.component.name for j in assessment.stops if j.component.verdict is Verdict.BLOCKED)
 
 
 def entries(ctx: RunContext) -> list[Entry]:

@@ -90,6 +90,7 @@ def facts_of(ctx: RunContext, namespace: str, *, evidence_stored: bool) -> RunFa
         evidence_configmap=s.validate.evidence_configmap if evidence_stored else "",
         when=utcnow(),
         regressed=ctx.findings.regressed,
+        upgrade_blocked=upgrade.blocked(ctx),
     )
 
 

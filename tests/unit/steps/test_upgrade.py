@@ -175,6 +175,8 @@ def test_a_blocked_move_stops_before_deploy_and_the_report_is_kept_everywhere(re
         ("gpu-operator", "upgrade-check", "fail"),
         ("nfd", "upgrade-check", "warn"),
     ]
+    # the count the chart's AicrUpgradeBlocked alert reads (kube-state-metrics)
+    assert release.requests.objects[REPORT]["metadata"]["annotations"]["aicr.nvidia.com/upgrade-blocked"] == "1"
     # the fleet row, from the report and from the status ConfigMap
     [row] = rows_from_reports("prod", "Report", [release.requests.objects[REPORT]])
     assert row.detail == "upgrade blocked: gpu-operator v25.10.1 → v26.3.3"
