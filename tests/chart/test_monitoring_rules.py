@@ -133,7 +133,10 @@ def upgrade_case() -> dict[str, Any]:
     return {
         "interval": "1m",
         "input_series": [
-            {"series": f'aicr_report_upgrade_blocked_components{{{OURS}, aicr_version="v1.2.0"}}', "values": "_x9 2x20"},
+            {
+                "series": f'aicr_report_upgrade_blocked_components{{{OURS}, aicr_version="v1.2.0"}}',
+                "values": "_x9 2x20",
+            },
             {"series": f"aicr_report_last_run_timestamp_seconds{{{OTHER}}}", "values": "0+60x60"},
         ],
         "alert_rule_test": [
