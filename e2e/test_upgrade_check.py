@@ -217,9 +217,9 @@ def test_a_blocked_crossing_stops_before_deploy_and_an_acknowledged_manual_one_p
     for key in ((components, "acme-agent"), (components, "acme-config")):
         assert after_stop[key] == installed[key], key
     # The Event, the report in its ConfigMap and in the Report, the fleet row.
-    [(reason, note)] = [w for w in warnings_on(plane, namespace, blocked_job) if w[0].startswith("Upgrade")]
-    assert reason == "UpgradeStopped"
-    assert "acme-agent 1.0.0 → 2.0.0" in note
+    warned = dict(warnings_on(plane, namespace, blocked_job))
+    assert "acme-agent 1.0.0 → 2.0.0" in warned["UpgradeStopped"]
+    assert warned["UpgradeCheckFailed"] == check["message"], "and the step's own Event"
     kept = json.loads(results.data(CHECK_CONFIGMAP)["upgrade-check.json"])
     verdicts = {c["component"]: (c["from"], c["to"], c["verdict"]) for c in kept["components"]}
     assert verdicts == {"acme-agent": ("1.0.0", "2.0.0", "blocked"), "acme-config": ("0.3.1", "0.3.1", "safe")}

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from aicr_runner.settings.config import UnknownPolicy, load
+from aicr_runner.settings.config import UnknownPolicy, UpgradeCheckSettings, load
 from aicr_runner.settings.values_file import env_from_values
 from tests.chart.helm import rejects_by_schema, renders
 
 MOVE = {"component": "nfd", "from": "0.17.3", "to": "v0.18.2"}
 
 
-def runner_settings(env: dict[str, str]):  # type: ignore[no-untyped-def]
+def runner_settings(env: dict[str, str]) -> UpgradeCheckSettings:
     return load({k: v for k, v in env.items() if k.startswith("AICR_RUNNER_")}).upgrade_check
 
 

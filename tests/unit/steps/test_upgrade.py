@@ -101,7 +101,8 @@ class Release:
         upgrade.record_installed(ctx)
 
     def recipe_configmap(self) -> dict[str, str]:
-        return dict(self.api.objects[(NS, "aicr-recipe")]["data"])  # type: ignore[call-overload]
+        data: dict[str, str] = dict(self.api.objects[(NS, "aicr-recipe")]["data"])  # type: ignore[call-overload]
+        return data
 
     def check_configmap(self) -> dict[str, Any]:
         data = self.api.objects[(NS, "aicr-recipe-upgrade-check")]["data"]
