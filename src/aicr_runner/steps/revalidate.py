@@ -19,6 +19,7 @@ from aicr_runner.errors import ExitCode, RunnerError
 from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.upgrade import INSTALLED_KEY
 
 __all__ = [
     "captured",
@@ -80,6 +81,11 @@ def recorded_recipe(ctx: RunContext) -> StepResult:
     given = ctx.recipe_file
     if given is None:
         return StepResult.skipped("not a validation-only run")
+    # An upgrade the upgrade check stopped left the refused recipe as recipe.yaml and
+    # the installed one beside it: validate what is installed.
+    installed = given.with_name(INSTALLED_KEY)
+    if given.name == "recipe.yaml" and installed.is_file():
+        given = installed
     raw = recipe.read_recorded(given)
     ctx.recipe_path.parent.mkdir(parents=True, exist_ok=True)
     ctx.recipe_path.write_bytes(raw)

@@ -288,3 +288,19 @@ def test_the_event_is_a_warning_on_the_job() -> None:
     [(_, body)] = api.job_events
     assert (body["type"], body["reason"], body["note"]) == ("Warning", "UpgradeStopped", "upgrade blocked: a")
     assert body["action"] == "UpgradeCheck"
+
+
+def test_a_re_validation_validates_what_is_installed_not_the_refused_recipe(tmp_path: Path) -> None:
+    from aicr_runner.steps import revalidate
+
+    mounted = tmp_path / "recipe-configmap"
+    mounted.mkdir()
+    (mounted / "recipe.yaml").write_bytes(NEW)
+    ctx = replace(context(tmp_path / "work", StubProcesses()), recipe_file=mounted / "recipe.yaml")
+    assert revalidate.recorded_recipe(ctx).went_well
+    assert ctx.recipe_path.read_bytes() == NEW
+    (mounted / upgrade.INSTALLED_KEY).write_bytes(OLD)  # an upgrade the check stopped left both
+    result = revalidate.recorded_recipe(ctx)
+    assert result.went_well, result.reason
+    assert ctx.recipe_path.read_bytes() == OLD
+    assert str(mounted / upgrade.INSTALLED_KEY) in result.reason
