@@ -60,6 +60,28 @@ def test_plan_prints_each_components_verdict_and_what_to_do(
     assert {c["component"]: c["verdict"] for c in kept["components"]}["gpu-operator"] == "blocked"
 
 
+def test_a_configmap_is_handed_to_aicr_which_names_the_moves(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed = older(fake, tmp_path, capsys)
+    stored = tmp_path / "configmaps" / "aicr" / "aicr-recipe"
+    stored.mkdir(parents=True)
+    (stored / "recipe.yaml").write_bytes(installed.read_bytes())
+    env = clean_env(
+        tmp_path,
+        FAKE_AICR_UPGRADE_TRANSITIONS=json.dumps({"gpu-operator": {"verdict": "safe"}, "nfd": {"verdict": "safe"}}),
+        FAKE_AICR_CONFIGMAP_DIR=str(tmp_path / "configmaps"),
+    )
+    argv = ["plan", "--aicr-binary", str(fake), "--upgrade-from", "cm://aicr/aicr-recipe"]
+    code = main([*argv, "--output", str(tmp_path / "plan")], environ=env)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    moves = "nfd 0.16.0 → 0.17.3, gpu-operator v25.3.0 → v25.10.1"
+    assert f"upgrade: from cm://aicr/aicr-recipe to aicr v1.2.0; {moves}" in out
+    calls = [line for line in out.splitlines() if line.startswith("upgrade-check ")]
+    assert calls[0].split()[1] == "succeeded"
+
+
 def test_without_the_flag_plan_runs_no_check(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = clean_env(tmp_path, FAKE_AICR_UPGRADE_TRANSITIONS=json.dumps(TRANSITIONS))
     assert main(["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan")], environ=env) == 0

@@ -33,6 +33,8 @@ class RecipeFacts:
     aicr_version: str
     digest: str
     components: tuple[Pin, ...]
+    #: A recipe only aicr reads (``cm://ns/name``): its facts are unknown here.
+    unread: str = ""
 
     @classmethod
     def of(cls, raw: bytes, *, where: str = "recipe") -> RecipeFacts:
@@ -98,6 +100,8 @@ class Crossing:
             if self.installed.aicr_version != self.target.aicr_version
             else f"aicr {self.target.aicr_version or '?'} (unchanged)"
         )
+        if self.installed.unread:
+            aicr = f"from {self.installed.unread} to aicr {self.target.aicr_version or '?'}"
         moves = ", ".join(move.text() for move in self.moves) or "no component moves"
         return f"{aicr}; {moves}"
 

@@ -84,7 +84,7 @@ def recorded_recipe(ctx: RunContext) -> StepResult:
     # An upgrade the upgrade check stopped left the refused recipe as recipe.yaml and
     # the installed one beside it: validate what is installed.
     installed = given.with_name(INSTALLED_KEY)
-    if given.name == "recipe.yaml" and installed.is_file():
+    if given.name == "recipe.yaml" and installed.is_file() and installed.stat().st_size:
         given = installed
     raw = recipe.read_recorded(given)
     ctx.recipe_path.parent.mkdir(parents=True, exist_ok=True)

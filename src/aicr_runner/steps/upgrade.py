@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from aicr_runner.aicr import capabilities, upgrade_check
-from aicr_runner.aicr.crossing import Crossing, RecipeFacts, crossing_of
+from aicr_runner.aicr.crossing import Crossing, Move, MoveKind, RecipeFacts, crossing_of
 from aicr_runner.aicr.upgrade_check import Action, Assessment, Verdict
 from aicr_runner.errors import AicrContractError, ExitCode, RunnerError
 from aicr_runner.kube.openreports import Entry
@@ -36,7 +36,8 @@ __all__ = [
     "report_name",
 ]
 
-#: The recipe ConfigMap's key for the installed recipe while a newer one waits for its deploy.
+#: The recipe ConfigMap's key for the installed recipe while a newer one waits for its deploy
+#: (empty once deployed: recipe.yaml is the installed one).
 INSTALLED_KEY = "installed-recipe.yaml"
 #: Warning Event reasons on the Job.
 STOPPED_REASON = "UpgradeStopped"
@@ -90,9 +91,10 @@ def record_installed(ctx: RunContext) -> None:
     """Once deploy.sh has run, the captured recipe is the installed one: the kept
     installed recipe is dropped (advisory: a failure is a warning)."""
     captured = ctx.findings.recipe_capture
-    if captured is None or INSTALLED_KEY not in captured[0]:
+    if captured is None or not captured[0].get(INSTALLED_KEY):
         return
-    data = {k: v for k, v in captured[0].items() if k != INSTALLED_KEY}
+    # Empty, not dropped: a results directory keeps the keys a write leaves out.
+    data = {**captured[0], INSTALLED_KEY: ""}
     try:
         ctx.sink.put(ctx.settings.recipe.configmap, data=data, binary_data=captured[1] or None)
     except RunnerError as exc:
@@ -131,7 +133,7 @@ def check(ctx: RunContext, aicr: Path) -> StepResult:
     installed, source = _installed(ctx)
     if source.startswith("cm://"):
         # plan --upgrade-from cm://: aicr reads it; every component it reports is a move.
-        crossing = Crossing(RecipeFacts("", source, ()), target, ())
+        crossing = Crossing(RecipeFacts("", "", (), unread=source), target, ())
     else:
         found = crossing_of(installed, target)
         if found is None:
@@ -180,6 +182,10 @@ def _run(ctx: RunContext, aicr: Path, source: str) -> tuple[upgrade_check.Compon
 
 def _assess(ctx: RunContext, aicr: Path, crossing: Crossing, source: str) -> StepResult:
     components = _run(ctx, aicr, source)
+    if crossing.installed.unread:
+        # plan --upgrade-from cm://: aicr read what it crosses from; its report names the moves.
+        moves = tuple(Move(c.name, MoveKind.MOVED, c.source, c.target) for c in components if c.source != c.target)
+        crossing = Crossing(crossing.installed, crossing.target, moves)
     judged = tuple(upgrade_check.judge(components, ctx.settings.upgrade_check))
     assessment = Assessment(crossing, judged)
     _keep(ctx, assessment)

@@ -200,7 +200,7 @@ def test_a_stopped_upgrade_re_run_still_crosses_from_what_is_installed(release: 
     ok = release.install(NEW, SAFE)
     assert outcome(ok)[0] is StepStatus.SUCCEEDED
     release.deployed(ok)
-    assert upgrade.INSTALLED_KEY not in release.recipe_configmap()
+    assert release.recipe_configmap()[upgrade.INSTALLED_KEY] == ""
     assert outcome(release.install(NEW, BLOCKED))[0] is StepStatus.SKIPPED
 
 
@@ -299,8 +299,34 @@ def test_a_re_validation_validates_what_is_installed_not_the_refused_recipe(tmp_
     ctx = replace(context(tmp_path / "work", StubProcesses()), recipe_file=mounted / "recipe.yaml")
     assert revalidate.recorded_recipe(ctx).went_well
     assert ctx.recipe_path.read_bytes() == NEW
+    (mounted / upgrade.INSTALLED_KEY).write_bytes(b"")  # deployed: recipe.yaml is the installed one
+    assert revalidate.recorded_recipe(ctx).went_well
+    assert ctx.recipe_path.read_bytes() == NEW
     (mounted / upgrade.INSTALLED_KEY).write_bytes(OLD)  # an upgrade the check stopped left both
     result = revalidate.recorded_recipe(ctx)
     assert result.went_well, result.reason
     assert ctx.recipe_path.read_bytes() == OLD
     assert str(mounted / upgrade.INSTALLED_KEY) in result.reason
+
+
+def test_in_a_results_directory_the_installed_recipe_is_dropped_once_deployed(tmp_path: Path, launcher: Path) -> None:
+    """``run --results-dir``: the directory holds what a ConfigMap would, key for key."""
+    from aicr_runner.kube.sink import DirectorySink
+
+    sink = DirectorySink(tmp_path / "results")
+    sink.put("aicr-recipe", data={"recipe.yaml": OLD.decode(), "summary.txt": "x"})
+    processes = FakeAicr(launcher=launcher, transitions=SAFE)
+    ctx = context(tmp_path / "work", processes, sink=sink)
+    ctx.recipe_path.parent.mkdir(parents=True, exist_ok=True)
+    ctx.findings.aicr_version = AicrVersion.parse("aicr version 1.2.0")
+    ctx.recipe_path.write_bytes(NEW)
+    from aicr_runner.aicr.recipe import load_recipe
+
+    ctx.findings.recipe_summary = load_recipe(ctx.recipe_path)
+    functions = Steps(ctx).functions()
+    assert functions[State.CAPTURE_RECIPE]().went_well
+    assert (tmp_path / "results" / "aicr-recipe" / upgrade.INSTALLED_KEY).read_bytes() == OLD
+    assert functions[State.UPGRADE_CHECK]().status is StepStatus.SUCCEEDED
+    upgrade.record_installed(ctx)
+    assert (tmp_path / "results" / "aicr-recipe" / upgrade.INSTALLED_KEY).read_bytes() == b""
+    assert (tmp_path / "results" / "aicr-recipe" / "recipe.yaml").read_bytes() == NEW
