@@ -11,7 +11,7 @@ import yaml
 
 from aicr_runner.cli import main
 from tests.fake_aicr import install_fake_aicr
-from tests.integration.test_runs import clean_env
+from tests.integration.test_runs import clean_env, run
 
 TRANSITIONS = {
     "gpu-operator": {"verdict": "blocked", "earliestFrom": "v25.10.2", "reference": "UPGRADING.md"},
@@ -112,3 +112,28 @@ def test_a_bad_upgrade_from_is_refused_before_any_step(
     assert "--upgrade-from" in err
     assert problem in err
     assert not (tmp_path / "work").exists(), "refused before the run started"
+
+
+def test_whole_runs_into_one_results_directory_cross_from_what_the_last_one_installed(
+    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run --results-dir`` twice: the leaf criteria add three components to the
+    accelerator-only recipe; added components have no installed version (unversioned)."""
+    thin = {"AICR_RUNNER_CRITERIA__SERVICE": "", "AICR_RUNNER_CRITERIA__INTENT": "", "AICR_RUNNER_CRITERIA__OS": ""}
+    first = run(fake, tmp_path, capsys, **thin)
+    assert first.code == 0, first.output
+    assert first.step("upgrade-check")["status"] == "skipped"
+    stopped = run(fake, tmp_path, capsys)
+    assert stopped.code == 35, stopped.output
+    assert stopped.step("deploy")["status"] == "skipped"
+    check = stopped.report()["upgradeCheck"]
+    added = {m["component"] for m in check["moves"] if m["kind"] == "added"}
+    assert added == {"aws-ebs-csi-driver", "aws-efa", "kubeflow-trainer"}
+    assert {c["component"] for c in check["components"] if c["verdict"] == "unversioned"} == added
+    assert stopped.termination.startswith("Failed (exit 35): upgrade check: stopped before deploy: upgrade not judged:")
+    went = run(fake, tmp_path, capsys, AICR_RUNNER_UPGRADE_CHECK__ON_UNKNOWN="warn")
+    assert went.code == 0, went.output
+    assert went.step("upgrade-check")["status"] == "warned"
+    assert went.step("deploy")["status"] == "succeeded"
+    again = run(fake, tmp_path, capsys)
+    assert again.step("upgrade-check")["status"] == "skipped", "the leaf recipe is installed now"
