@@ -98,6 +98,7 @@ STEPS = {
     "check-recipe": "succeeded",
     "bundle": "succeeded",
     "verify": "succeeded",
+    "upgrade-check": "skipped",
     "lease": "succeeded",
     "snapshot": "skipped",
     "deploy": "succeeded",

@@ -91,6 +91,7 @@ SUCCEEDED_STEPS = {
     "check-recipe": "warned",
     "bundle": "succeeded",
     "verify": "succeeded",
+    "upgrade-check": "skipped",
     "lease": "succeeded",
     "snapshot": "skipped",
     "deploy": "succeeded",

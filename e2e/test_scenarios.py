@@ -199,6 +199,7 @@ def test_org_pack_install_deploys_the_packs_charts_for_real(
         "check-recipe": "succeeded",
         "bundle": "succeeded",
         "verify": "succeeded",
+        "upgrade-check": "skipped",
         "lease": "succeeded",
         "snapshot": "skipped",
         "deploy": "succeeded",

@@ -22,6 +22,8 @@ the medians (runner / shell):
   release archive and its checksums), where the row's note is the runner's own
   overhead (median minus median), and with the contract-faithful fake aicr from
   tests/fake_aicr (its own start-up is Python's, so both sides pay it);
+* what the upgrade check adds: whole ``plan --upgrade-from`` (a crossing whose
+  components are all safe) against the same ``plan`` without it, fake aicr;
 * pack pull, whole process, against the Go ``oras pull`` (a local
   ``docker-registry``);
 * release fetch (download, verify, extract), whole process, against
@@ -607,6 +609,46 @@ def _plan_row(
     return _paired(repeat, runner, shell, row)
 
 
+def bench_upgrade_check(repeat: int, tmp: Path) -> Row:
+    """What the upgrade check adds: whole ``plan --upgrade-from`` (a crossing, every
+    component safe) against the same ``plan`` without it, the fake aicr both sides."""
+    import yaml
+
+    from tests.fake_aicr import install_fake_aicr
+
+    fake = install_fake_aicr(tmp / "fake-bin-upgrade")
+    work = tmp / "upgrade"
+    out = work / "plan"
+    env = {**_base_env(), "AICR_RUNNER_AICR__PROVENANCE__MODE": "off"}
+    env["FAKE_AICR_UPGRADE_TRANSITIONS"] = json.dumps({"gpu-operator": {"verdict": "safe"}})
+    argv = [str(RUNNER), "plan", "--aicr-binary", str(fake), "--output", str(out)]
+    argv += [f"--{k}={v}" for k, v in CRITERIA.items()]
+    subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    doc = yaml.safe_load((out / "aicr-recipe" / "recipe.yaml").read_text())
+    for ref in doc["componentRefs"]:
+        if ref["name"] == "gpu-operator":
+            ref["version"] = "v25.3.0"
+    installed = work / "installed.yaml"
+    installed.write_text(yaml.safe_dump(doc))
+
+    def plan(extra: list[str]) -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        return _wall([*argv, *extra], env=env)
+
+    row = Row(
+        "whole `plan` with a crossing checked (fake aicr; `upgrade-check` one more aicr call), wall",
+        "the check adds ≤ 0.5 s",
+        "`plan --upgrade-from`",
+        "`plan`",
+        "s",
+    )
+    _paired(repeat, lambda: plan(["--upgrade-from", str(installed)]), lambda: plan([]), row)
+    added = statistics.median(row.runner) - statistics.median(row.shell)
+    least = min(row.runner) - min(row.shell)
+    row.note = f"the check adds {added:.3f} s (median minus median), {least:.3f} s (minimums)"
+    return row
+
+
 def _q(value: object) -> str:
     import shlex
 
@@ -1059,7 +1101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--relay-formats", default="console,json", help="log formats to relay in")
     parser.add_argument("--relay-repeat", type=int, help="pairs per relay size (default 2; quick 1)")
     parser.add_argument("--repeat", type=int, help="pairs for the other metrics (default 7; quick 2)")
-    parser.add_argument("--only", help="comma separated: relay,call,startup,plan,pack,release,image,mirror")
+    parser.add_argument("--only", help="comma separated: relay,call,startup,plan,upgrade,pack,release,image,mirror")
     parser.add_argument("--image", help="the image to measure (default: what scripts/build-image.sh builds)")
     args = parser.parse_args(args_list)
     quick = args.quick
@@ -1067,7 +1109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     relay_formats = args.relay_formats.split(",")
     relay_repeat = args.relay_repeat or (1 if quick else 2)
     repeat = args.repeat or (2 if quick else 7)
-    only = set((args.only or "relay,call,startup,plan,pack,release,image,mirror").split(","))
+    only = set((args.only or "relay,call,startup,plan,upgrade,pack,release,image,mirror").split(","))
     if quick:
         packs = [("small", 2, 20_000, False), ("files", 21, 2_000_000, False), ("dir", 20, 2_000_000, True)]
         release_bytes = 4 * MIB
@@ -1087,6 +1129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("call", lambda: rows.append(bench_call(10 if quick else 40, tmp))),
             ("startup", lambda: rows.extend(bench_startup(repeat if quick else 2 * repeat))),
             ("plan", lambda: rows.extend([bench_plan_real(repeat, tmp), bench_plan(repeat, tmp)])),
+            ("upgrade", lambda: rows.append(bench_upgrade_check(repeat, tmp))),
             ("pack", lambda: rows.extend(bench_pack(packs, repeat, tmp))),
             ("release", lambda: rows.append(bench_release(release_bytes, repeat, tmp))),
             ("image", lambda: rows.extend(bench_image(args.image, 1 if quick else 5, tmp))),

@@ -111,6 +111,15 @@ Kubernetes toleration object becomes key=value:Effect (Equal) or key:Effect (Exi
 {{- toJson $tolerations -}}
 {{- end -}}
 
+{{/* upgradeCheck.acknowledge as the runtime's list (JSON): component:from:to per move. */}}
+{{- define "nvidia-aicr.acknowledgedMoves" -}}
+{{- $moves := list -}}
+{{- range (default list .Values.upgradeCheck.acknowledge) -}}
+{{- $moves = append $moves (printf "%s:%s:%s" (toString .component) (toString .from) (toString .to)) -}}
+{{- end -}}
+{{- toJson $moves -}}
+{{- end -}}
+
 {{/* The runner image reference: by digest when image.digest is set. */}}
 {{- define "nvidia-aicr.image" -}}
 {{- $img := .Values.image -}}
@@ -203,6 +212,9 @@ AICR_RUNNER_VALIDATE__PUBLISH__INSECURE_TLS: {{ include "nvidia-aicr.bool" $publ
 AICR_RUNNER_VALIDATE__PUBLISH__PLAIN_HTTP: {{ include "nvidia-aicr.bool" $publish.plainHTTP | quote }}
 AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR: {{ ternary "/etc/aicr-runner/publish-auth" "" (eq $publishAuth "true") | quote }}
 AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE: {{ ternary "/etc/aicr-runner/identity-token/token" "" (eq $identityToken "true") | quote }}
+AICR_RUNNER_UPGRADE_CHECK__ACKNOWLEDGE: {{ include "nvidia-aicr.acknowledgedMoves" . | quote }}
+AICR_RUNNER_UPGRADE_CHECK__ON_UNKNOWN: {{ toString $v.upgradeCheck.onUnknown | quote }}
+AICR_RUNNER_UPGRADE_CHECK__REQUIRE_ASSESSMENT: {{ include "nvidia-aicr.bool" $v.upgradeCheck.requireAssessment | quote }}
 AICR_RUNNER_STATUS_CONFIGMAP: {{ toString $v.statusConfigMap | quote }}
 AICR_RUNNER_NAMESPACE: {{ .Release.Namespace | quote }}
 AICR_RUNNER_WORK_DIR: /work

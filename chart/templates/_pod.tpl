@@ -7,7 +7,7 @@ revision or the Job's own name.
 */}}
 {{- define "nvidia-aicr.immutableJobSpec" -}}
 {{- $v := .Values -}}
-# Re-running cannot fix bad input or a failed verification: fail the Job at
+# Re-running cannot fix bad input, a failed verification or a stopped upgrade: fail the Job at
 # once on those exit codes (aicr_runner.errors.DETERMINISTIC_EXIT_CODES), and
 # do not count pods evicted by disruptions (drain, preemption) as failures.
 podFailurePolicy:
@@ -16,7 +16,7 @@ podFailurePolicy:
       onExitCodes:
         containerName: aicr-runner
         operator: In
-        values: [2, 4, 21, 24, 25, 29]
+        values: [2, 4, 21, 24, 25, 29, 35]
     - action: Ignore
       onPodConditions:
         - type: DisruptionTarget

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -173,6 +174,12 @@ def _add_plan_inputs(plan: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a local data pack directory to try before pushing it (instead of a pack ref)",
     )
+    plan.add_argument(
+        "--upgrade-from",
+        metavar="RECIPE",
+        help="the recipe an upgrade starts from (a recipe file, or cm://NAMESPACE/NAME for aicr to read): "
+        "run aicr upgrade-check against it and print each component's verdict",
+    )
     for name in CRITERIA_FLAG_ORDER:
         plan.add_argument(
             f"--{name}", metavar="VALUE", help=f"criteria {name} (sets {ENV_PREFIX}CRITERIA__{name.upper()})"
@@ -321,6 +328,7 @@ def _invocation(args: argparse.Namespace) -> Invocation:
         pack_dir=_local_pack(args),
         aicr_binary=args.aicr_binary,
         recipe_file=Path(os.path.abspath(recipe)) if recipe is not None else None,
+        upgrade_from=_upgrade_from(args),
     )
 
 
@@ -417,6 +425,35 @@ def _criteria_refused_offline(settings: RunnerSettings, invocation: Invocation) 
     from aicr_runner.settings.criteria_catalog import refusal
 
     return refusal(settings.criteria.stated(), settings.aicr.version)
+
+
+_CM_URI = re.compile(r"cm://[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?/[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+
+
+def _upgrade_from(args: argparse.Namespace) -> str:
+    """``plan --upgrade-from``: ``cm://ns/name`` as given, or a readable recipe file
+    (absolute); ConfigError otherwise, before any step runs."""
+    given: str | None = getattr(args, "upgrade_from", None)
+    if not given:
+        return ""
+    from aicr_runner.errors import ConfigError
+    from aicr_runner.settings.config import Invalid, problem_line
+
+    if given.startswith("cm://"):
+        if _CM_URI.fullmatch(given):
+            return given
+        reason = Invalid("allowed: cm://NAMESPACE/NAME (a Kubernetes namespace and ConfigMap name)")
+        raise ConfigError([problem_line("--upgrade-from", given, reason)])
+    from aicr_runner.aicr.recipe import load_recipe
+    from aicr_runner.errors import RecipeFormatError
+
+    path = Path(given)
+    try:
+        load_recipe(path)
+    except RecipeFormatError as exc:
+        reason = Invalid(f"{exc.message}; give a recipe file (aicr recipe output, the recipe ConfigMap recipe.yaml)")
+        raise ConfigError([problem_line("--upgrade-from", given, reason)]) from None
+    return os.path.abspath(path)
 
 
 def _local_pack(args: argparse.Namespace) -> Path | None:

@@ -105,6 +105,12 @@ class ExitCode(IntEnum):
     #: ``aicr-runner fleet``: a row is not green (a failed, errored or inconclusive
     #: verdict, no verdict at all, or a cluster that is unreachable or forbidden).
     FLEET_NOT_GREEN = 34
+    #: An install would cross an aicr pin that ``aicr upgrade-check`` says must not be
+    #: crossed as it is: a blocked component, a manual one not acknowledged in
+    #: upgradeCheck.acknowledge, an unknown one under upgradeCheck.onUnknown=stop, or
+    #: (upgradeCheck.requireAssessment) an aicr that cannot assess it. Nothing was
+    #: deployed; retrying with the same inputs gives the same verdict.
+    UPGRADE_STOPPED = 35
     #: An unexpected internal error; the message says where to find details.
     INTERNAL = 70
     #: SIGTERM/SIGINT stopped the run; the step is recorded as interrupted.
@@ -121,6 +127,7 @@ DETERMINISTIC_EXIT_CODES: tuple[int, ...] = (
     ExitCode.PACK_VERIFICATION_FAILED,
     ExitCode.EXPECTATIONS_NOT_MET,
     ExitCode.PROVENANCE_FAILED,
+    ExitCode.UPGRADE_STOPPED,
 )
 
 

@@ -106,7 +106,7 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
             **_event_hooks(events, cluster),
             on_lease_lost=_stop_when_lease_lost(shutdown),
             report_target=_report_target(cluster),
-            recipe_file=invocation.recipe_file,
+            **_recipes_given(invocation),
         )
         on_change = publish_status if events is None else _with_step_events(publish_status, events)
         try:
@@ -130,8 +130,14 @@ def _event_hooks(events: JobEvents | None, cluster: Cluster | None) -> dict[str,
         "on_deploy_progress": events.deploy_progress,
         "on_verdict_change": events.verdict_changed,
         "on_cluster_change": events.cluster_changed,
+        "on_upgrade_check": events.upgrade_checked,
         **read,
     }
+
+
+def _recipes_given(invocation: Invocation) -> dict[str, Any]:
+    """The recipes the command line named: the recorded one to validate, the one to cross from."""
+    return {"recipe_file": invocation.recipe_file, "upgrade_from": invocation.upgrade_from}
 
 
 def _told_nothing_changed(regressed: Sequence[str], recovered: Sequence[str], since: str) -> None:
@@ -266,6 +272,7 @@ def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdo
     )
     # A run whose deploy failed never reached the captures: its components are still reported.
     verdict_report.write_after_failed_deploy(ctx)
+    verdict_report.write_after_stopped_upgrade(ctx)
     return code
 
 

@@ -739,6 +739,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
             "statusConfigMap": "s",
             "logFormat": "json",
             "reports": {"api": "wgpolicy"},
+            "upgradeCheck": {"onUnknown": "warn", "requireAssessment": True},
         },
         namespace="gpu-system",
     ).env
@@ -792,6 +793,9 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_VALIDATE__PUBLISH__PLAIN_HTTP": "false",
         "AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR": "",
         "AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE": "",
+        "AICR_RUNNER_UPGRADE_CHECK__ACKNOWLEDGE": "[]",
+        "AICR_RUNNER_UPGRADE_CHECK__ON_UNKNOWN": "warn",
+        "AICR_RUNNER_UPGRADE_CHECK__REQUIRE_ASSESSMENT": "true",
         "AICR_RUNNER_STATUS_CONFIGMAP": "s",
         "AICR_RUNNER_REPORTS__API": "wgpolicy",
         "AICR_RUNNER_REPORTS__NAME": f"aicr-{RELEASE}",

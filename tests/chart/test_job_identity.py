@@ -216,6 +216,13 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("aicr env via extraEnv", {"job": {"extraEnv": [{"name": "AICR_NCCL_FABRIC", "value": "roce"}]}}, True),
     ("pack Secret name", {"dataPack": PACK, "dataPackSecret": "pull-cred-v2"}, True),
     ("rerun token", {"rerun": "2026-12-03"}, True),
+    # Acknowledging a manual move re-runs the install that the upgrade check stopped.
+    (
+        "upgrade acknowledgement",
+        {"upgradeCheck": {"acknowledge": [{"component": "nfd", "from": "1", "to": "2"}]}},
+        True,
+    ),
+    ("upgrade policies", {"upgradeCheck": {"onUnknown": "warn", "requireAssessment": True}}, True),
     # The Job's pod: its template cannot change, so a change is a new Job (a re-run).
     ("resources", {"job": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}}, True),
     ("nodeSelector", {"job": {"nodeSelector": {"pool": "system"}}}, True),

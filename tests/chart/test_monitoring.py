@@ -61,6 +61,8 @@ def test_the_config_names_the_runners_own_label_and_annotation() -> None:
     assert resource["labelsFromPath"]["release"][-1] == openreports.RELEASE_LABEL
     last_run = next(m for m in resource["metrics"] if m["name"] == "last_run_timestamp_seconds")
     assert last_run["each"]["gauge"]["path"][-1] == openreports.LAST_RUN_ANNOTATION
+    blocked = next(m for m in resource["metrics"] if m["name"] == "upgrade_blocked_components")
+    assert blocked["each"]["gauge"]["path"][-1] == openreports.UPGRADE_BLOCKED_ANNOTATION
 
 
 def test_the_config_map_is_in_the_release_namespace_with_the_chart_labels() -> None:
@@ -79,7 +81,7 @@ def test_unknown_monitoring_keys_are_refused_by_the_schema() -> None:
 # -- monitoring.prometheusRule ---------------------------------------------------
 
 PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
-ALERTS = {"AicrChecksFailed", "AicrVerdictRegressed", "AicrInstallFailed", "AicrVerdictStale"}
+ALERTS = {"AicrChecksFailed", "AicrVerdictRegressed", "AicrInstallFailed", "AicrVerdictStale", "AicrUpgradeBlocked"}
 #: kube-state-metrics' own Job metrics the rules may read (its docs/metrics/workload/job-metrics.md, v2.20.0).
 KSM_STANDARD = {
     "kube_job_status_succeeded",
@@ -143,7 +145,7 @@ def test_the_prometheus_rule_is_off_by_default_and_without_its_api() -> None:
     assert renders({"monitoring": {"prometheusRule": {"enabled": True}}}).maybe("PrometheusRule") is None
 
 
-def test_the_prometheus_rule_has_the_four_alerts_and_the_additional_labels() -> None:
+def test_the_prometheus_rule_has_the_five_alerts_and_the_additional_labels() -> None:
     rule = prometheus_rule({"monitoring": {"prometheusRule": {"additionalLabels": {"release": "kps"}}}})
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert (rule["metadata"]["namespace"], rule["metadata"]["labels"]["release"]) == ("aicr", "kps")

@@ -57,7 +57,7 @@ def test_promtool_checks_the_rendered_rules(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups()}))
     proc = run_promtool(tmp_path, "check", "rules", "rules.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 4 rules found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 5 rules found" in proc.stdout + proc.stderr
 
 
 def verdict_case() -> dict[str, Any]:
@@ -126,12 +126,33 @@ def install_case() -> dict[str, Any]:
     }
 
 
+def upgrade_case() -> dict[str, Any]:
+    """An upgrade of this release stopped at minute 10 with 2 blocked components, next to
+    another release whose upgrade went on (no annotation, so no series); the next
+    install of ours crosses nothing (the annotation, and with it the series, gone)."""
+    return {
+        "interval": "1m",
+        "input_series": [
+            {
+                "series": f'aicr_report_upgrade_blocked_components{{{OURS}, aicr_version="v1.2.0"}}',
+                "values": "_x9 2x20",
+            },
+            {"series": f"aicr_report_last_run_timestamp_seconds{{{OTHER}}}", "values": "0+60x60"},
+        ],
+        "alert_rule_test": [
+            alerts("5m", "AicrUpgradeBlocked"),
+            alerts("15m", "AicrUpgradeBlocked", OURS_LABELS),
+            alerts("40m", "AicrUpgradeBlocked"),
+        ],
+    }
+
+
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups(annotations=False)}))
     tests = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
-        "tests": [verdict_case(), stale_case(), install_case()],
+        "tests": [verdict_case(), stale_case(), install_case(), upgrade_case()],
     }
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
     proc = run_promtool(tmp_path, "test", "rules", "tests.yaml")

@@ -305,8 +305,17 @@ def test_verify(fake: Path, real_aicr: RealAicr, bundles: Pair, tamper: str, cod
         (["validate", "--recipe", "r.yaml", "--emit-attestation", "ev", "--output", "c.json"], 1),
         (["evidence", "publish", "ev", "--push", "reg.example/acme/evidence", "--yes"], 1),
         (["evidence", "publish", "ev"], 3),
+        (["upgrade-check", "--from", "a.yaml", "--to", "b.yaml", "--deployer", "helm", "-t", "json"], 1),
+        (["upgrade-check"], 3),
     ],
-    ids=["bundle --storage-class", "validate --emit-attestation", "evidence publish --push", "evidence publish"],
+    ids=[
+        "bundle --storage-class",
+        "validate --emit-attestation",
+        "evidence publish --push",
+        "evidence publish",
+        "upgrade-check --from",
+        "upgrade-check",
+    ],
 )
 def test_what_0_11_lacks(fake: Path, real_aicr: RealAicr, tmp_path: Path, args: list[str], code: int) -> None:
     pair = both(fake, real_aicr, tmp_path, "--log-json", *args)

@@ -59,6 +59,11 @@ FAKE_AICR_SNAPSHOT_RESULT=...     ok | job-failed | unauthorized (exit 0 / 8 / 4
 FAKE_AICR_SNAPSHOT_FACTS=<json>   snapshot readings over the defaults, {"Type.subtype.key": value}
                                   (null: not read); snapshot.py
 FAKE_AICR_CONFIGMAP_DIR=<dir>     where `-o cm://ns/name` is written (<dir>/ns/name/snapshot.yaml)
+FAKE_AICR_UPGRADE_TRANSITIONS=<json> upgrade-check's transition records: {"<component>" or
+                                  "<component>:<from>:<to>": {"verdict": safe|manual|blocked|unknown|
+                                  unversioned, "steps": [...], "earliestFrom": "...", "reference": "..."}}
+                                  (upgrade.py; a moved component without one is unknown)
+FAKE_AICR_UPGRADE_CLUSTER=<file>  upgrade-check --from cluster: the recipe standing for what is installed
 FAKE_AICR_PUBLISH_FAIL=...        unauthorized | unavailable: simulated push failure
 FAKE_AICR_MIRROR_IMAGES=a,b       the images `mirror list` names (1.x only; its charts
                                   are the recipe's componentRefs)

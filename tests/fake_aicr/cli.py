@@ -46,6 +46,7 @@ COMMANDS:
    validate   Validate a cluster against a recipe
    evidence   Publish evidence bundles
    mirror     List the images and charts a recipe needs (mirror list)
+   upgrade-check  Check whether moving between two recipes is safe, per component
 
 GLOBAL OPTIONS:
    --debug       debug logging
@@ -111,6 +112,10 @@ def _command_flags(command: str) -> list[Flag]:
         from .snapshot import SNAPSHOT_FLAGS
 
         return SNAPSHOT_FLAGS
+    if command == "upgrade-check":
+        from .upgrade import UPGRADE_FLAGS
+
+        return UPGRADE_FLAGS
     return []
 
 
@@ -161,6 +166,10 @@ def _global_flags(args: list[str]) -> tuple[bool, bool, int | None]:
     return json_mode, debug, None
 
 
+#: The subcommands that answer ``--help`` with their flags (0.11 has no upgrade-check).
+_HELP_COMMANDS = ("recipe", "bundle", "validate", "snapshot")
+
+
 def main(argv: Sequence[str]) -> int:
     _record_environment(argv)
     args = list(argv)
@@ -169,7 +178,8 @@ def main(argv: Sequence[str]) -> int:
         return done
     log = Logger(json_mode=json_mode, debug_mode=debug)
     if not args or (
-        args[0] in ("recipe", "bundle", "validate", "snapshot") and {"--help", "-h"} & {*args[1:2], *args[-1:]}
+        args[0] in (*_HELP_COMMANDS, *(() if legacy() else ("upgrade-check",)))
+        and {"--help", "-h"} & {*args[1:2], *args[-1:]}
     ):
         return _print_help(args[0]) if args else _print_usage()
     command, rest = args[0], args[1:]
@@ -181,10 +191,12 @@ def main(argv: Sequence[str]) -> int:
         "validate": _lazy("validate", "cmd_validate"),
         "evidence": _lazy("validate", "cmd_evidence"),
         "mirror": _lazy("mirror", "cmd_mirror"),
+        "upgrade-check": _lazy("upgrade", "cmd_upgrade_check"),
     }
     if legacy():
         del handlers["evidence"]  # 0.11.1: "No help topic for 'evidence'"
         del handlers["mirror"]  # 0.11.1 has no mirror command
+        del handlers["upgrade-check"]  # 0.11.1 has no upgrade-check (present by v1.0.0)
     handler = handlers.get(command)
     if handler is None:
         return _unknown_command(command, rest)
@@ -214,10 +226,12 @@ def _print_usage() -> int:
 
 
 def _usage() -> str:
-    """The root help; a 0.x aicr has no ``evidence`` command to list."""
+    """The root help; a 0.x aicr has no ``evidence`` nor ``upgrade-check`` command to list."""
     if legacy():
         return "".join(
-            line for line in USAGE.splitlines(keepends=True) if not line.startswith(("   evidence", "   mirror"))
+            line
+            for line in USAGE.splitlines(keepends=True)
+            if not line.startswith(("   evidence", "   mirror", "   upgrade-check"))
         )
     return USAGE
 

@@ -25,6 +25,7 @@ EXPECTED_ROWS = [
     "`aicr-runner --help`, wall",
     "whole `plan` (4 aicr calls, real aicr v0.11.1), wall",
     "whole `plan` (",
+    "whole `plan` with a crossing checked (fake aicr;",
     "pack pull, 0.02 MB in 3 file layers (2 files), whole process",
     "pack pull, 2 MB in 22 file layers (21 files), whole process",
     "pack pull floor (stdlib-only HTTP, no checks: scripts/pack_floor.py), 2 MB in 22 file layers (21 files)",

@@ -105,6 +105,7 @@ def test_full_run_captures_everything_and_exits_zero(
     assert statuses.pop("pack") == "skipped", "no data pack was given"
     assert statuses.pop("lease") == "skipped", "a --results-dir run has no cluster and no install Lease"
     assert statuses.pop("snapshot") == "skipped", "snapshot.enabled is off by default"
+    assert statuses.pop("upgrade-check") == "skipped", "a first install crosses nothing"
     assert set(statuses.values()) == {"succeeded"}, statuses
     summary = r.result("aicr-recipe", "summary.txt").decode()
     assert "criteria: service=eks, accelerator=h100, os=ubuntu, intent=training" in summary

@@ -43,6 +43,7 @@ __all__ = [
     "HelpProbe",
     "behaviour_of",
     "criteria_refusals",
+    "has_upgrade_check",
     "unsupported",
 ]
 
@@ -208,6 +209,8 @@ class Behaviour:
     completion_message: str
     #: What a passing ``aicr verify`` established, for the verify step's reason.
     verify_checks: str
+    #: ``aicr upgrade-check`` exists (1.x documentation: present by v1.0.0; v0.11.1 has none).
+    upgrade_check: bool = False
 
 
 BEHAVIOURS: tuple[Behaviour, ...] = (
@@ -225,12 +228,21 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
         per_component_results=True,
         completion_message="recipe generation completed",
         verify_checks="bundle verified: every file listed and matching, and nothing unlisted (closed-world)",
+        upgrade_check=True,
     ),
 )
 
 
 def behaviour_of(version: Version) -> Behaviour:
     return [b for b in BEHAVIOURS if b.since <= version][-1]
+
+
+def has_upgrade_check(version: AicrVersion) -> bool:
+    """Whether ``version`` can assess a crossing: by its release number, or, for a
+    binary without one, by the commands its ``--help`` lists."""
+    if version.probe is not None:
+        return version.probe.has(("upgrade-check",))
+    return behaviour_of(version.numbers).upgrade_check
 
 
 def unsupported(settings: RunnerSettings, version: AicrVersion) -> list[str]:

@@ -90,6 +90,8 @@ class RecipeSummary:
     api_version: str = ""
     deployment_order: tuple[str, ...] = ()
     constraints: Mapping[str, str] = field(default_factory=dict)
+    #: The aicr that resolved it (``metadata.version``); "" when the recipe does not say.
+    aicr_version: str = ""
 
     @property
     def component_names(self) -> list[str]:
@@ -145,6 +147,7 @@ def parse_recipe(text: str, *, where: str = "recipe") -> RecipeSummary:
         constraints={
             _text(item.get("name")): _text(item.get("value")) for item in constraints if isinstance(item, dict)
         },
+        aicr_version=_text(metadata.get("version")) if isinstance(metadata, dict) else "",
     )
 
 

@@ -42,6 +42,8 @@ class Row:
     source: str = "-"
     #: Why the cluster could not be read (empty when it was).
     problem: str = ""
+    #: What else the row must say, e.g. ``upgrade blocked: gpu-operator v25.10.1 → v26.3.3``.
+    detail: str = ""
 
 
 def is_green(row: Row) -> bool:
@@ -69,6 +71,16 @@ def _regressions(annotations: Mapping[str, Any]) -> int:
     return len([name for name in str(annotations.get(REGRESSED_ANNOTATION) or "").split(",") if name.strip()])
 
 
+def _upgrade_detail(body: Mapping[str, Any]) -> str:
+    """The upgrade check's blocked components (the ``upgrade-check`` results that fail)."""
+    moves = []
+    for result in body.get("results") or ():
+        if result.get("category") == "upgrade-check" and result.get("result") == "fail":
+            properties = result.get("properties") or {}
+            moves.append(f"{result.get('policy')} {properties.get('from') or '-'} → {properties.get('to') or '-'}")
+    return f"upgrade blocked: {', '.join(moves)}" if moves else ""
+
+
 def rows_from_reports(context: str, kind: str, reports: Iterable[Mapping[str, Any]]) -> list[Row]:
     rows = []
     for body in reports:
@@ -89,6 +101,7 @@ def rows_from_reports(context: str, kind: str, reports: Iterable[Mapping[str, An
                 regressions=_regressions(metadata.get("annotations") or {}),
                 last_run=str((metadata.get("annotations") or {}).get(LAST_RUN_ANNOTATION) or "-"),
                 source=kind,
+                detail=_upgrade_detail(body),
             )
         )
     return rows
@@ -119,6 +132,7 @@ def rows_from_configmaps(context: str, configmaps: Iterable[Mapping[str, Any]], 
                 aicr_version=str(report.get("aicrVersion") or "-"),
                 last_run=str(report.get("endedAt") or report.get("startedAt") or "-"),
                 source=f"ConfigMap/{metadata.get('name') or '-'}",
+                detail=str((report.get("upgradeCheck") or {}).get("headline") or ""),
             )
         )
     return rows
@@ -153,7 +167,7 @@ def _cells(row: Row, now: datetime) -> list[str]:
         count(row.regressions),
         row.last_run,
         age(row.last_run, now),
-        row.problem.split(":", 1)[1].strip() if ":" in row.problem else "",
+        row.problem.split(":", 1)[1].strip() if ":" in row.problem else row.detail,
     ]
 
 

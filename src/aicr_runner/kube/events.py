@@ -217,6 +217,11 @@ class JobEvents:
                 "Warning", "ValidationRegressed", f"checks that passed on {since} now fail: {', '.join(regressed)}"
             )
 
+    def upgrade_checked(self, reason: str, note: str) -> None:
+        """Warning ``UpgradeStopped`` / ``UpgradeNotAssessed`` / ``UpgradeUnknownComponents``:
+        an upgrade check that stopped the install or could not judge all of it, naming the components."""
+        self._record("Warning", reason, "upgrade-check", note, cap_exempt=True)
+
     def cluster_changed(self, changes: Sequence[str], since: str) -> None:
         """Normal ``ClusterChanged``: what the snapshot found different from the previous one."""
         if changes:

@@ -42,6 +42,7 @@ __all__ = [
     "REGRESSED_ANNOTATION",
     "RELEASE_LABEL",
     "SOURCE",
+    "UPGRADE_BLOCKED_ANNOTATION",
     "WGPOLICY",
     "Entry",
     "ReportApi",
@@ -58,6 +59,9 @@ CUT_ANNOTATION = "aicr.nvidia.com/results-cut"
 #: The checks that passed in the previous verdict of the same recipe and fail now
 #: (comma-separated; absent when none did): what ``aicr-runner fleet`` counts.
 REGRESSED_ANNOTATION = "aicr.nvidia.com/regressed"
+#: How many components the upgrade check found blocked (absent when none): a number,
+#: so kube-state-metrics can read it as a gauge (the chart's AicrUpgradeBlocked alert).
+UPGRADE_BLOCKED_ANNOTATION = "aicr.nvidia.com/upgrade-blocked"
 #: An annotation is read by people and tables: the names, cut to a line.
 _MAX_REGRESSED_CHARS = 1024
 #: Not ``app.kubernetes.io/instance``: Argo CD tracks (and prunes) objects by that
@@ -118,6 +122,8 @@ class RunFacts:
     when: datetime
     #: The checks that regressed since the previous verdict of the same recipe.
     regressed: tuple[str, ...] = ()
+    #: The components an upgrade check found blocked (the install stopped before deploy).
+    upgrade_blocked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -245,6 +251,8 @@ def report_body(api: ReportApi, facts: RunFacts, entries: Sequence[Entry]) -> di
     annotations = {LAST_RUN_ANNOTATION: facts.when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if facts.regressed:
         annotations[REGRESSED_ANNOTATION] = cut(",".join(facts.regressed), _MAX_REGRESSED_CHARS)
+    if facts.upgrade_blocked:
+        annotations[UPGRADE_BLOCKED_ANNOTATION] = str(len(facts.upgrade_blocked))
     labels = {"app.kubernetes.io/name": "nvidia-aicr", "app.kubernetes.io/managed-by": "aicr-runner"}
     if facts.release:
         labels[RELEASE_LABEL] = facts.release

@@ -34,6 +34,8 @@ class Invocation:
     #: ``validate --recipe``, absolute: the recipe recorded at install (a file, or the
     #: recipe ConfigMap mounted into the pod).
     recipe_file: Path | None = None
+    #: ``plan --upgrade-from``: the recipe an upgrade crosses from (an absolute file path, or ``cm://ns/name``).
+    upgrade_from: str = ""
 
     @property
     def results_flag(self) -> str:

@@ -46,6 +46,7 @@ class State(StrEnum):
     CHECK_RECIPE = "check-recipe"
     BUNDLE = "bundle"
     VERIFY = "verify"
+    UPGRADE_CHECK = "upgrade-check"
     LEASE = "lease"
     RECORDED_RECIPE = "recorded-recipe"
     SNAPSHOT = "snapshot"
@@ -66,7 +67,8 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
     S.CAPTURE_RECIPE:   (S.CHECK_RECIPE,     S.CHECK_RECIPE),      # advisory: nothing deployed yet
     S.CHECK_RECIPE:     (S.BUNDLE,           S.DONE),              # expectations, before bundle
     S.BUNDLE:           (S.VERIFY,           S.DONE),
-    S.VERIFY:           (S.LEASE,            S.DONE),
+    S.VERIFY:           (S.UPGRADE_CHECK,    S.DONE),
+    S.UPGRADE_CHECK:    (S.LEASE,            S.DONE),              # a crossed aicr pin judged first
     S.LEASE:            (S.SNAPSHOT,         S.DONE),              # one installer at a time
     S.SNAPSHOT:         (S.DEPLOY,           S.DEPLOY),            # advisory: never blocks an install
     S.DEPLOY:           (S.VALIDATE,         S.DONE),
@@ -99,6 +101,9 @@ GATED_STATES = frozenset({S.CAPTURE_RECIPE, S.SNAPSHOT, S.VALIDATE, S.CAPTURE_VE
 FAILURE_HEADINGS = {
     "aicr-version-unsupported": "settings refused (the aicr that runs lacks what they need)",
     "criteria-refused": "criteria refused",
+    "upgrade-blocked": "upgrade check",
+    "upgrade-stopped": "upgrade check",
+    "upgrade-not-assessed": "upgrade check",
 }
 #: The validate step's classification when no check ran (zero tests, or only
 #: skipped/pending): failed under validate.failOnError, else warned, and then the

@@ -28,6 +28,8 @@ __all__ = [
     "run_message",
     "status_data",
     "step_message",
+    "upgrade_lines",
+    "upgrade_table",
     "utcnow",
     "warning_line",
 ]
@@ -134,6 +136,8 @@ class RunReport:
     #: What changed in the cluster since the previous snapshot (``fact: old -> new``), and since when.
     cluster_changes: list[str] = field(default_factory=list)
     cluster_changed_since: str = ""
+    #: The upgrade check of an install that crossed an aicr pin: the moves and each component's verdict.
+    upgrade_check: dict[str, Any] = field(default_factory=dict)
 
     def step(self, state: str) -> StepRecord:
         for record in self.steps:
@@ -162,6 +166,7 @@ class RunReport:
             "failedComponents": list(self.failed_components),
             "runBy": self.run_by,
             "clusterChanges": list(self.cluster_changes),
+            "upgradeCheck": dict(self.upgrade_check),
         }
 
     def to_json(self) -> str:
@@ -194,6 +199,8 @@ class RunReport:
         if self.cluster_changes:
             lines += ["", f"cluster changed since {self.cluster_changed_since or 'the previous snapshot'}:"]
             lines += [f"- {change}" for change in self.cluster_changes]
+        if self.upgrade_check:
+            lines += ["", *upgrade_lines(self.upgrade_check)]
         if self.failed_components:
             lines += ["", f"failed components: {', '.join(self.failed_components)}"]
         if self.provenance:
@@ -207,6 +214,24 @@ class RunReport:
         if self.supported_combinations:
             lines += ["", "supported combinations:", *(f"- {c}" for c in self.supported_combinations)]
         return printable("\n".join(lines) + "\n")
+
+
+def upgrade_lines(check: dict[str, Any]) -> list[str]:
+    """The summary's upgrade section: the crossing, then each component's verdict."""
+    lines = [f"upgrade: {check.get('crossing', '')}"]
+    if check.get("headline"):
+        lines.append(check["headline"])
+    if check.get("components"):
+        lines += ["", upgrade_table(check["components"])]
+    return lines
+
+
+def upgrade_table(components: list[dict[str, Any]]) -> str:
+    """The upgrade check per component: from, to, verdict, what to do."""
+    rows = [("COMPONENT", "FROM", "TO", "VERDICT", "WHAT TO DO")]
+    rows += [(c["component"], c["from"] or "-", c["to"] or "-", c["verdict"], c["todo"]) for c in components]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join([*(r[i].ljust(widths[i]) for i in range(4)), r[4]]).rstrip() for r in rows)
 
 
 def progress_table(state: str, progress: dict[str, Any]) -> list[str]:

@@ -41,6 +41,7 @@ __all__ = [
     "ProvenanceMode",
     "PublishMode",
     "ReportsApi",
+    "UnknownPolicy",
     "absolute_path",
     "escaped",
     "problem_line",
@@ -130,6 +131,13 @@ class ReportsApi(StrEnum):
     OPENREPORTS = "openreports"
     WGPOLICY = "wgpolicy"
     NONE = "none"
+
+
+class UnknownPolicy(StrEnum):
+    """What an upgrade does with a component ``aicr upgrade-check`` cannot judge (unknown, unversioned)."""
+
+    STOP = "stop"
+    WARN = "warn"
 
 
 class Invalid(ValueError):
@@ -232,6 +240,21 @@ def _k8s_subdomain(limit: int = 253) -> Callable[[object], str]:
         "characters)",
         limit=limit,
     )
+
+
+#: One acknowledged move: ``<component>:<from>:<to>`` (the chart joins upgradeCheck.acknowledge's fields).
+_MOVE = r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?:[A-Za-z0-9][A-Za-z0-9.+_-]{0,127}:[A-Za-z0-9][A-Za-z0-9.+_-]{0,127}"
+_MOVE_ALLOWED = (
+    "a move '<component>:<from version>:<to version>' (a component name, then two versions: letters, digits, "
+    "'.', '+', '_' and '-')"
+)
+
+
+def _acknowledged_move(value: object) -> str:
+    text = _text(value, limit=320)
+    if not re.fullmatch(_MOVE, text):
+        raise Invalid(f"must be {_MOVE_ALLOWED}")
+    return text
 
 
 def _criterion(value: object) -> str:

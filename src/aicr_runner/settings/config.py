@@ -46,6 +46,7 @@ from aicr_runner.settings.checks import (
     ProvenanceMode,
     PublishMode,
     ReportsApi,
+    UnknownPolicy,
     absolute_path,
     escaped,
     problem_line,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         Sha256Pins,
         SnapshotSettings,
         StepArgs,
+        UpgradeCheckSettings,
         ValidateSettings,
     )
 
@@ -112,6 +114,8 @@ __all__ = [
     "Sha256Pins",
     "SnapshotSettings",
     "StepArgs",
+    "UnknownPolicy",
+    "UpgradeCheckSettings",
     "ValidateSettings",
     "absolute_path",
     "env_var_names",
@@ -142,6 +146,7 @@ _MODEL_NAMES = frozenset(
         "Sha256Pins",
         "SnapshotSettings",
         "StepArgs",
+        "UpgradeCheckSettings",
         "ValidateSettings",
     }
 )

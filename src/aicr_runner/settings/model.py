@@ -26,6 +26,8 @@ from aicr_runner.settings.checks import (
     ProvenanceMode,
     PublishMode,
     ReportsApi,
+    UnknownPolicy,
+    _acknowledged_move,
     _arch,
     _argument,
     _boolean,
@@ -71,6 +73,7 @@ __all__ = [
     "Sha256Pins",
     "SnapshotSettings",
     "StepArgs",
+    "UpgradeCheckSettings",
     "ValidateSettings",
 ]
 
@@ -277,6 +280,20 @@ class MirrorSettings(_Group):
     chart_repository: Annotated[str, _v(mirror_chart_repository)] = ""
 
 
+class UpgradeCheckSettings(_Group):
+    """``aicr upgrade-check`` before the deploy of an install that crosses an aicr pin (``steps.upgrade``)."""
+
+    #: Manual moves the user has done by hand: ``<component>:<from>:<to>``, matched exactly.
+    acknowledge: Annotated[list[str], _v(_json_list(_acknowledged_move))] = Field(default_factory=list)
+    #: A component aicr cannot judge (unknown, unversioned): stop the install, or warn and go on.
+    on_unknown: Annotated[UnknownPolicy, _v(_choice(UnknownPolicy))] = UnknownPolicy.STOP
+    #: An aicr without ``upgrade-check`` (0.x): a crossing it cannot assess stops the install.
+    require_assessment: Annotated[bool, _v(_boolean)] = False
+
+    def acknowledged(self, component: str, source: str, target: str) -> bool:
+        return f"{component}:{source}:{target}" in self.acknowledge
+
+
 class LeaseSettings(_Group):
     """The install Lease: one installer at a time per chart release."""
 
@@ -361,6 +378,7 @@ with warnings.catch_warnings():
         reports: ReportsSettings = Field(default_factory=ReportsSettings)
         snapshot: SnapshotSettings = Field(default_factory=SnapshotSettings)
         mirror: MirrorSettings = Field(default_factory=MirrorSettings)
+        upgrade_check: UpgradeCheckSettings = Field(default_factory=UpgradeCheckSettings)
         status_configmap: Annotated[str, _v(_k8s_name())] = "aicr-run-status"
         #: Namespace of the result ConfigMaps; empty: the pod's.
         namespace: Annotated[str, _v(_k8s_name(63))] = ""

@@ -78,6 +78,9 @@ VALUE_TO_ENV: dict[str, str] = {
     "validate.publish.plainHTTP": "VALIDATE__PUBLISH__PLAIN_HTTP",
     "mirror.registry": "MIRROR__REGISTRY",
     "mirror.chartRepository": "MIRROR__CHART_REPOSITORY",
+    "upgradeCheck.acknowledge": "UPGRADE_CHECK__ACKNOWLEDGE",
+    "upgradeCheck.onUnknown": "UPGRADE_CHECK__ON_UNKNOWN",
+    "upgradeCheck.requireAssessment": "UPGRADE_CHECK__REQUIRE_ASSESSMENT",
     "statusConfigMap": "STATUS_CONFIGMAP",
     "logFormat": "LOG_FORMAT",
     "kubeWriteBudgetSeconds": "KUBE_WRITE_BUDGET_SECONDS",
@@ -118,6 +121,14 @@ def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
+def _move(item: Any) -> Any:
+    """An ``upgradeCheck.acknowledge`` entry as the runtime takes it: ``component:from:to``
+    (the chart's ``nvidia-aicr.acknowledgedMoves``); anything else as it is, for the check to refuse."""
+    if isinstance(item, Mapping) and set(item) == {"component", "from", "to"}:
+        return f"{item['component']}:{item['from']}:{item['to']}"
+    return item
+
+
 def _as_env(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -138,7 +149,7 @@ def env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
     for dotted, name in VALUE_TO_ENV.items():
         present, value = _lookup(values, dotted)
         if present:
-            env[ENV_PREFIX + name] = _as_env(value)
+            env[ENV_PREFIX + name] = _as_env([_move(v) for v in value] if name.endswith("ACKNOWLEDGE") else value)
     return env
 
 

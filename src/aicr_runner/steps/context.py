@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aicr_runner.aicr import capabilities, recipe
+from aicr_runner.aicr import capabilities, recipe, upgrade_check
 from aicr_runner.aicr.relays import aicr_relay
 from aicr_runner.children.process import ProcessResult, ProcessRunner, child_env
 from aicr_runner.errors import InterruptedRun
@@ -89,6 +89,13 @@ class RunFindings:
     regressed: tuple[str, ...] = ()
     #: A validation-only run whose install Lease an install took over while it validated.
     preempted: bool = False
+    #: The recipe the release installed last, read before the recipe capture replaced it
+    #: (None: nothing recorded, a first install); what the upgrade check crosses from.
+    installed_recipe: bytes | None = None
+    #: What the recipe capture wrote (data, binaryData): rewritten once the deploy ran.
+    recipe_capture: tuple[dict[str, str], dict[str, bytes]] | None = None
+    #: The upgrade check's outcome, once a crossing was detected.
+    upgrade: upgrade_check.Assessment | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,10 @@ class RunContext:
     read_configmap: Callable[[str, str], Mapping[str, str] | None] | None = None
     #: ``validate --recipe``: the recipe recorded at install (validation-only runs).
     recipe_file: Path | None = None
+    #: ``plan --upgrade-from``: the recipe to cross from (a file, or ``cm://ns/name`` for aicr to read).
+    upgrade_from: str = ""
+    #: Told an upgrade check that stops or cannot assess an install (reason, note): a Warning Event.
+    on_upgrade_check: Callable[[str, str], None] = lambda reason, note: None
     findings: RunFindings = field(default_factory=RunFindings)
 
     @property
@@ -154,6 +165,11 @@ class RunContext:
     @property
     def ctrf_path(self) -> Path:
         return self.work / "ctrf.json"
+
+    @property
+    def upgrade_report_path(self) -> Path:
+        """The upgrade check's report (the evidence ConfigMap takes it from here)."""
+        return self.work / "upgrade-check.json"
 
     @property
     def evidence_dir(self) -> Path:

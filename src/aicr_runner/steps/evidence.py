@@ -59,6 +59,9 @@ def capture(ctx: RunContext, *, validated: bool) -> StepResult:
     pointer = ctx.evidence_dir / "pointer.yaml"
     if pointer.is_file():
         data["pointer.yaml"] = pointer.read_text(errors="replace")
+    # The upgrade check's report beside aicr's bundle, never inside it (the bundle is aicr's, attested).
+    if ctx.upgrade_report_path.is_file():
+        data[ctx.upgrade_report_path.name] = ctx.upgrade_report_path.read_text(errors="replace")
     archive = sink.tar_gz(ctx.evidence_dir, CONFIGMAP_BUDGET_BYTES - payload_size(data))
     binary = {"evidence.tgz": archive} if archive is not None else {}
     if not data and not binary:

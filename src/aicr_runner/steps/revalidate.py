@@ -21,6 +21,7 @@ from aicr_runner.errors import ExitCode, RecipeFormatError, RunnerError
 from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.upgrade import INSTALLED_KEY
 from aicr_runner.text import cut_bytes, one_line, printable
 
 __all__ = [
@@ -85,6 +86,11 @@ def recorded_recipe(ctx: RunContext) -> StepResult:
     given = ctx.recipe_file
     if given is None:
         return StepResult.skipped("not a validation-only run")
+    # An upgrade the upgrade check stopped left the refused recipe as recipe.yaml and
+    # the installed one beside it: validate what is installed.
+    installed = given.with_name(INSTALLED_KEY)
+    if given.name == "recipe.yaml" and installed.is_file() and installed.stat().st_size:
+        given = installed
     raw = recipe.read_recorded(given)
     try:
         summary = recipe.parse_recipe(raw.decode("utf-8"), where=f"--recipe {given}")

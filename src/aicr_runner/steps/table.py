@@ -37,7 +37,7 @@ from aicr_runner.run.report import StepStatus, utcnow
 from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
 from aicr_runner.steps import deploy as deploy_run
-from aicr_runner.steps import evidence, revalidate, snapshot, verdict_report
+from aicr_runner.steps import evidence, revalidate, snapshot, upgrade, verdict_report
 from aicr_runner.steps import fetch as acquire
 from aicr_runner.steps.context import Mode, RunContext
 
@@ -222,12 +222,18 @@ class Steps:
         text = recipe.summary_text(
             self.s, pack=pack, completion_line=self.found.completion_line, summary=self.found.recipe_summary
         )
-        summary = {"summary.txt": text, **mirror_sources.recorded(self.ctx.recipe_path)}
         raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
+        upgrade.read_installed(self.ctx)
+        summary = {
+            "summary.txt": text,
+            **mirror_sources.recorded(self.ctx.recipe_path),
+            **upgrade.installed_data(self.ctx, raw),
+        }
         fitted = sink.fit("recipe.yaml", raw, CONFIGMAP_BUDGET_BYTES - payload_size(summary))
         data, binary = fitted or ({}, {})
         try:
             self.ctx.sink.put(name, data={**summary, **data}, binary_data=binary or None)
+            self.found.recipe_capture = ({**summary, **data}, binary)
         except CaptureError as exc:
             # Advisory, as in the bash chart: this runs before anything is deployed.
             return StepResult.warned(f"recipe capture failed: {exc}")
@@ -294,6 +300,9 @@ class Steps:
             )
         return StepResult.ok(verdict.reason, classification="verified")
 
+    def upgrade_check(self) -> StepResult:
+        return upgrade.check(self.ctx, self._binary)
+
     def lease(self) -> StepResult:
         if self.ctx.mode is Mode.VALIDATE:
             return revalidate.no_install_running(self.ctx)
@@ -343,6 +352,7 @@ class Steps:
             components=ComponentTable(total=deploy_run.bundled_components(self.ctx)),
         )
         exit_code = deploy_run.run_deploy_sh(self.ctx, markers)
+        upgrade.record_installed(self.ctx)
         verdict = classify.classify_deploy(
             exit_code,
             failure_report=markers.failure_report,

@@ -21,9 +21,17 @@ from aicr_runner.kube.openreports import Entry, RunFacts
 from aicr_runner.run.machine import StepResult
 from aicr_runner.run.report import StepRecord, StepStatus, utcnow
 from aicr_runner.settings.config import ReportsApi
+from aicr_runner.steps import upgrade
 from aicr_runner.steps.context import RunContext
 
-__all__ = ["after_capture", "entries_of", "facts_of", "write_after_failed_deploy", "write_verdict"]
+__all__ = [
+    "after_capture",
+    "entries_of",
+    "facts_of",
+    "write_after_failed_deploy",
+    "write_after_stopped_upgrade",
+    "write_verdict",
+]
 
 _NOT_STARTED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED)
 
@@ -46,9 +54,10 @@ def entries_of(ctx: RunContext) -> list[Entry] | None:
     validate = ctx.report.step("validate")
     # A validation-only run has no deploy step.
     deploy = next((r for r in ctx.report.steps if r.state == "deploy"), StepRecord("deploy"))
-    if validate.status in _NOT_STARTED and deploy.status in _NOT_STARTED:
+    crossed = upgrade.entries(ctx)
+    if validate.status in _NOT_STARTED and deploy.status in _NOT_STARTED and not crossed:
         return None
-    entries: list[Entry] = []
+    entries: list[Entry] = list(crossed)
     if validate.status not in _NOT_STARTED:
         entries += _validation(ctx, interrupted=validate.status is StepStatus.INTERRUPTED)
     if deploy.status not in _NOT_STARTED:
@@ -84,6 +93,7 @@ def facts_of(ctx: RunContext, namespace: str, *, evidence_stored: bool) -> RunFa
         evidence_configmap=s.validate.evidence_configmap if evidence_stored else "",
         when=utcnow(),
         regressed=ctx.findings.regressed,
+        upgrade_blocked=upgrade.blocked(ctx),
     )
 
 
@@ -112,4 +122,14 @@ def write_after_failed_deploy(ctx: RunContext) -> None:
     if deploy.status is not StepStatus.FAILED or ctx.report.step("capture-evidence").started_at is not None:
         return
     if openreports.deploy_entries(deploy.progress, ctx.report.failed_components):
+        write_verdict(ctx, evidence_stored=False)
+
+
+def write_after_stopped_upgrade(ctx: RunContext) -> None:
+    """A run the upgrade check stopped ends before the deploy and the captures: its
+    per-component verdicts still go out (a blocked upgrade is what a fleet must see)."""
+    record = next((r for r in ctx.report.steps if r.state == "upgrade-check"), None)
+    if ctx.report_target is None or record is None or record.status is not StepStatus.FAILED:
+        return
+    if ctx.findings.upgrade is not None:
         write_verdict(ctx, evidence_stored=False)

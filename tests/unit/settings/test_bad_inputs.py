@@ -105,6 +105,9 @@ KINDS: dict[str, str] = {
     "SNAPSHOT__CONFIGMAP": "name",
     "MIRROR__REGISTRY": "mirror_registry",
     "MIRROR__CHART_REPOSITORY": "optional_url",
+    "UPGRADE_CHECK__ACKNOWLEDGE": "moves",
+    "UPGRADE_CHECK__ON_UNKNOWN": "unknown_policy",
+    "UPGRADE_CHECK__REQUIRE_ASSESSMENT": "bool",
     "REPORTS__API": "reports_api",
     "REPORTS__NAME": "subdomain",
     "REPORTS__RELEASE": "job_name",
@@ -155,8 +158,10 @@ VALID: dict[str, str] = {
     "snapshot_timeout": "300",
     "mirror_registry": "mirror.example:5000/aicr",
     "optional_url": "https://charts.mirror.example/aicr",
+    "moves": '["gpu-operator:v25.10.1:v26.3.3", "nfd:0.17.3:v0.18.2"]',
+    "unknown_policy": "warn",
 }
-LIST_KINDS = {"args", "names", "phases", "node_selectors", "tolerations"}
+LIST_KINDS = {"args", "names", "phases", "node_selectors", "tolerations", "moves"}
 #: JSON lists and flags take whitespace (between items, between flags).
 WHITESPACE_KINDS = {*LIST_KINDS, "flags"}
 
@@ -271,6 +276,18 @@ SPECIFIC: dict[str, list[str]] = {
         '["a b:NoSchedule"]',
     ],
     "snapshot_timeout": [*_INT_BAD, "9", "3601", "-1"],
+    "moves": [
+        *_LIST_BAD,
+        '[""]',
+        '["nfd"]',
+        '["nfd:0.17.3"]',
+        '["nfd:0.17.3:v0.18.2:x"]',
+        '["NFD:0.17.3:v0.18.2"]',
+        '["nfd:0.17.3:v 0.18.2"]',
+        '["nfd::v0.18.2"]',
+        '["nfd:0.17.3:-v"]',
+    ],
+    "unknown_policy": ["", "STOP", "ignore", "warn "],
     "phases": [*_LIST_BAD, '["bogus"]', '["Deployment"]', '["deployment", "all"]', "deployment", '["deployment\\n"]'],
     "name": [*_NAME_BAD, "a.b", "x" * 254],
     "namespace": [*_NAME_BAD, "a.b", "x" * 64],

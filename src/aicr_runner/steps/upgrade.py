@@ -1,0 +1,254 @@
+"""The upgrade check: an install that crosses an aicr pin runs ``aicr upgrade-check``
+before the install Lease and the deploy, and stops before it breaks a converged cluster.
+
+What the release installed last is the recipe ConfigMap's ``recipe.yaml``, read by
+the recipe capture before it writes the new one. Until a deploy has run, the
+capture keeps the installed one beside it (``installed-recipe.yaml``): a stopped
+upgrade re-run with the same values still crosses from what is installed, never
+from the recipe it refused to install.
+
+The check's report is kept in ``<recipe ConfigMap>-upgrade-check``, in the run
+report (``upgradeCheck``, and the summary), in the verdict report (one result per
+component) and in the evidence ConfigMap of a run that went on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aicr_runner.aicr import capabilities, upgrade_check
+from aicr_runner.aicr.crossing import Crossing, Move, MoveKind, RecipeFacts, crossing_of
+from aicr_runner.aicr.upgrade_check import Action, Assessment, Verdict
+from aicr_runner.errors import AicrContractError, ExitCode, RunnerError
+from aicr_runner.kube.openreports import Entry
+from aicr_runner.run.machine import State, StepResult
+from aicr_runner.steps.context import Mode, RunContext
+
+__all__ = [
+    "INSTALLED_KEY",
+    "blocked",
+    "check",
+    "entries",
+    "installed_data",
+    "read_installed",
+    "record_installed",
+    "report_name",
+]
+
+#: The recipe ConfigMap's key for the installed recipe while a newer one waits for its deploy
+#: (empty once deployed: recipe.yaml is the installed one).
+INSTALLED_KEY = "installed-recipe.yaml"
+#: Warning Event reasons on the Job.
+STOPPED_REASON = "UpgradeStopped"
+NOT_ASSESSED_REASON = "UpgradeNotAssessed"
+UNKNOWN_WARNED_REASON = "UpgradeUnknownComponents"
+#: Report results by verdict (blocked fails; manual, unknown and not assessed warn).
+_RESULT = {
+    Verdict.SAFE: "pass",
+    Verdict.MANUAL: "warn",
+    Verdict.BLOCKED: "fail",
+    Verdict.UNKNOWN: "warn",
+    Verdict.UNVERSIONED: "warn",
+    Verdict.NOT_ASSESSED: "warn",
+}
+
+
+def report_name(ctx: RunContext) -> str:
+    """The check's ConfigMap, beside the recipe's."""
+    return f"{ctx.settings.recipe.configmap}-upgrade-check"
+
+
+def read_installed(ctx: RunContext) -> None:
+    """The recipe the release installed last, before the capture replaces it. A
+    ConfigMap that cannot be read is said (a warning): no crossing is detected then."""
+    name = ctx.settings.recipe.configmap
+    if not name or ctx.mode is not Mode.RUN:
+        return
+    try:
+        text = ctx.sink.get(name, INSTALLED_KEY) or ctx.sink.get(name, "recipe.yaml")
+        compressed = text is None and ctx.sink.get(name, "summary.txt") is not None
+    except RunnerError as exc:
+        ctx.report.warnings.append(f"the recorded recipe was not read, no crossing detected: {exc}")
+        return
+    if compressed:
+        ctx.report.warnings.append(
+            f"the recorded recipe in {ctx.sink.describe(name)} is stored compressed or not at all: "
+            "no crossing detected, no upgrade check"
+        )
+    ctx.findings.installed_recipe = text.encode() if text else None
+
+
+def installed_data(ctx: RunContext, raw: bytes) -> dict[str, str]:
+    """What the capture keeps beside the new recipe: the installed one, while it differs."""
+    installed = ctx.findings.installed_recipe
+    if installed is None or installed == raw:
+        return {}
+    return {INSTALLED_KEY: installed.decode("utf-8", errors="replace")}
+
+
+def record_installed(ctx: RunContext) -> None:
+    """Once deploy.sh has run, the captured recipe is the installed one: the kept
+    installed recipe is dropped (advisory: a failure is a warning)."""
+    captured = ctx.findings.recipe_capture
+    if captured is None or not captured[0].get(INSTALLED_KEY):
+        return
+    # Empty, not dropped: a results directory keeps the keys a write leaves out.
+    data = {**captured[0], INSTALLED_KEY: ""}
+    try:
+        ctx.sink.put(ctx.settings.recipe.configmap, data=data, binary_data=captured[1] or None)
+    except RunnerError as exc:
+        ctx.report.warnings.append(f"the recipe ConfigMap still names the previous recipe as installed: {exc}")
+
+
+def _skip(ctx: RunContext) -> StepResult | None:
+    if ctx.mode is Mode.PLAN and not ctx.upgrade_from:
+        return StepResult.skipped("plan: no --upgrade-from")
+    if ctx.mode is Mode.RUN and not ctx.settings.deploy.enabled:
+        return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
+    if ctx.findings.recipe_summary is None or not ctx.recipe_path.is_file():
+        return StepResult.skipped("no recipe")
+    return None
+
+
+def _installed(ctx: RunContext) -> tuple[RecipeFacts | None, str]:
+    """What the install crosses from, and what aicr is told (``--from``)."""
+    source = ctx.upgrade_from
+    if ctx.mode is Mode.PLAN and source.startswith("cm://"):
+        return None, source
+    raw = Path(source).read_bytes() if ctx.mode is Mode.PLAN else ctx.findings.installed_recipe
+    if raw is None:
+        return None, ""
+    path = ctx.work / "installed-recipe.yaml"
+    path.write_bytes(raw)
+    return RecipeFacts.of(raw, where=source or INSTALLED_KEY), str(path)
+
+
+def check(ctx: RunContext, aicr: Path) -> StepResult:
+    ctx.upgrade_report_path.unlink(missing_ok=True)
+    skipped = _skip(ctx)
+    if skipped is not None:
+        return skipped
+    target = RecipeFacts.of(ctx.recipe_path.read_bytes(), where=str(ctx.recipe_path))
+    installed, source = _installed(ctx)
+    if source.startswith("cm://"):
+        # plan --upgrade-from cm://: aicr reads it; every component it reports is a move.
+        crossing = Crossing(RecipeFacts("", "", (), unread=source), target, ())
+    else:
+        found = crossing_of(installed, target)
+        if found is None:
+            return StepResult.skipped(
+                "first install: no recorded recipe to cross from"
+                if installed is None
+                else f"recipe unchanged since the last install ({target.digest[:19]}): no crossing"
+            )
+        crossing = found
+    # The moves are in the summary whatever the check then says (or fails to say).
+    ctx.report.upgrade_check = {"crossing": crossing.text(), **crossing.to_dict()}
+    version = ctx.findings.aicr_version
+    if version is not None and not capabilities.has_upgrade_check(version):
+        return _not_assessed(ctx, crossing, f"aicr {version.text}")
+    return _assess(ctx, aicr, crossing, source)
+
+
+def _not_assessed(ctx: RunContext, crossing: Crossing, aicr: str) -> StepResult:
+    assessment = upgrade_check.not_assessed(crossing, ctx.settings.upgrade_check, aicr)
+    _keep(ctx, assessment)
+    message = f"{aicr} has no upgrade-check: this crossing was not assessed ({crossing.text()})"
+    ctx.on_upgrade_check(NOT_ASSESSED_REASON, message)
+    if ctx.settings.upgrade_check.require_assessment:
+        return StepResult.failed(
+            ExitCode.UPGRADE_STOPPED,
+            f"upgrade stopped before deploy: {message}; upgradeCheck.requireAssessment is set",
+            classification="upgrade-not-assessed",
+        )
+    return StepResult.warned(message, classification="upgrade-not-assessed")
+
+
+def _run(ctx: RunContext, aicr: Path, source: str) -> tuple[upgrade_check.ComponentVerdict, ...]:
+    output = ctx.work / "aicr-upgrade-check.json"
+    output.unlink(missing_ok=True)
+    argv = upgrade_check.argv(aicr, source, ctx.recipe_path, output)
+    result = ctx.run_child(State.UPGRADE_CHECK, argv)
+    if result.exit_code not in (0, upgrade_check.CONFLICT_EXIT):
+        raise RunnerError(f"aicr upgrade-check failed (exit {result.exit_code})", exit_code=result.exit_code)
+    if not output.is_file():
+        raise AicrContractError(
+            f"aicr broke its contract: aicr upgrade-check exited {result.exit_code} "
+            f"but wrote no report (--output {output})"
+        )
+    return upgrade_check.parse_report(output.read_text(encoding="utf-8", errors="replace"))
+
+
+def _assess(ctx: RunContext, aicr: Path, crossing: Crossing, source: str) -> StepResult:
+    components = _run(ctx, aicr, source)
+    if crossing.installed.unread:
+        # plan --upgrade-from cm://: aicr read what it crosses from; its report names the moves.
+        moves = tuple(Move(c.name, MoveKind.MOVED, c.source, c.target) for c in components if c.source != c.target)
+        crossing = Crossing(crossing.installed, crossing.target, moves)
+    judged = tuple(upgrade_check.judge(components, ctx.settings.upgrade_check))
+    assessment = Assessment(crossing, judged)
+    _keep(ctx, assessment)
+    stops = assessment.stops
+    if stops:
+        message = f"{assessment.headline} (" + "; ".join(f"{j.component.name}: {j.todo}" for j in stops) + ")"
+        ctx.on_upgrade_check(STOPPED_REASON, message)
+        worst = "upgrade-blocked" if any(j.component.verdict is Verdict.BLOCKED for j in stops) else "upgrade-stopped"
+        return StepResult.failed(ExitCode.UPGRADE_STOPPED, f"stopped before deploy: {message}", classification=worst)
+    warned = [j for j in judged if j.action is Action.WARN]
+    if warned:
+        message = "crossing not fully judged, going on (upgradeCheck.onUnknown=warn): " + ", ".join(
+            j.component.move for j in warned
+        )
+        ctx.on_upgrade_check(UNKNOWN_WARNED_REASON, message)
+        return StepResult.warned(message, classification="upgrade-unknown")
+    acknowledged = sum(1 for j in judged if j.component.verdict is Verdict.MANUAL)
+    note = f", {acknowledged} manual move(s) acknowledged" if acknowledged else ""
+    return StepResult.ok(f"crossing assessed ({crossing.text()}): {len(judged)} component(s) may go on{note}")
+
+
+def _keep(ctx: RunContext, assessment: Assessment) -> None:
+    """The report in the run report, the work directory (the evidence ConfigMap
+    takes it from there) and its own ConfigMap (advisory: a failed write is a warning)."""
+    ctx.findings.upgrade = assessment
+    body = assessment.to_dict()
+    ctx.report.upgrade_check = body
+    text = json.dumps(body, indent=2, ensure_ascii=False)
+    ctx.upgrade_report_path.write_text(text, encoding="utf-8")
+    if not ctx.settings.recipe.configmap:
+        return
+    table = upgrade_check.table(assessment.judged)
+    try:
+        ctx.sink.put(
+            report_name(ctx),
+            data={ctx.upgrade_report_path.name: text, "summary.txt": f"{body['crossing']}\n\n{table}\n"},
+        )
+    except RunnerError as exc:
+        ctx.report.warnings.append(f"the upgrade check's report was not kept: {exc}")
+    ctx.progress()
+
+
+def blocked(ctx: RunContext) -> tuple[str, ...]:
+    """The components the upgrade check found blocked (they stopped the install)."""
+    assessment = ctx.findings.upgrade
+    if assessment is None:
+        return ()
+    return tuple(j.component.name for j in assessment.stops if j.component.verdict is Verdict.BLOCKED)
+
+
+def entries(ctx: RunContext) -> list[Entry]:
+    """One verdict report result per component the check judged."""
+    assessment = ctx.findings.upgrade
+    if assessment is None:
+        return []
+    return [
+        Entry(
+            j.component.name,
+            "upgrade-check",
+            "upgrade-check",
+            _RESULT[j.component.verdict],
+            j.todo,
+            {"from": j.component.source, "to": j.component.target, "verdict": j.component.verdict.value},
+        )
+        for j in assessment.judged
+    ]
