@@ -125,3 +125,22 @@ def test_sigterm_ends_a_run_whose_api_request_hangs(fake: Path, tmp_path: Path, 
         run = ended(process, tmp_path)
     assert run.code == 143, run.termination
     assert run.termination.startswith("Interrupted") or "(exit 143)" in run.termination, run.termination
+
+
+def test_a_run_whose_final_status_is_not_written_does_not_claim_success(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Finding 3: every write of the status ConfigMap fails (the rest land): the run
+    did its work, but its product, the final status, is missing; exit 26, and its
+    last line says the status was not written instead of naming it."""
+    from tests.integration.test_failure_event_run import run_in_job
+    from tests.support.fakes import FakeKubeApi
+
+    api = FakeKubeApi(fail_names={"aicr-run-status"})
+    code, termination = run_in_job(fake, tmp_path, monkeypatch, api)
+    assert code == 26, termination
+    assert termination.startswith("Failed (exit 26): AICR Job complete; but the run report"), termination
+    assert "configmap aicr/aicr-run-status) was not written" in termination
+    last = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert (last["exit_code"], last["status"]) == (26, "not written")
+    assert ("aicr", "aicr-recipe") in api.objects, "the other results were written"
