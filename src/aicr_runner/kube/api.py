@@ -37,7 +37,15 @@ from typing import Any, NamedTuple, Protocol
 from aicr_runner import logs
 from aicr_runner.errors import ApiConflictError, CaptureError, InterruptedRun, LeaseError, RunnerError
 from aicr_runner.net.deadline import bounded
-from aicr_runner.net.retry import RETRYABLE_STATUS, BudgetedRetry, OutOfBudget, Transient, WaitPolicy, parse_retry_after
+from aicr_runner.net.retry import (
+    RETRYABLE_STATUS,
+    BudgetedRetry,
+    OutOfBudget,
+    RetryNote,
+    Transient,
+    WaitPolicy,
+    parse_retry_after,
+)
 
 __all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "LeaseRecord", "configmap_body", "lease_body"]
 
@@ -322,6 +330,7 @@ class ClientKubeApi:
         error: type[RunnerError] = CaptureError,
         missing_ok: bool = False,
         budget_seconds: float | None = None,
+        budget_words: str = "",
     ) -> Any:
         """One API call, retried within ``write_budget_seconds``; every call goes through here.
 
@@ -331,6 +340,7 @@ class ClientKubeApi:
         ``missing_ok``: a 404 returns None (a read of something that may not exist).
         ``budget_seconds`` shortens ``write_budget_seconds`` for this call (an
         advisory call's own short budget); nothing waits longer than the operator's budget.
+        ``budget_words`` names the budget in the final error (default: "<n>s API write budget").
         """
         budget, abort = self._budget(what, budget_seconds, error)
         deadline = self._clock() + budget
@@ -342,13 +352,7 @@ class ClientKubeApi:
             deadline=deadline,
             clock=self._clock,
             sleep=lambda seconds: self._pause(seconds, abort, what),
-            on_retry=lambda note: logs.get_logger().warning(
-                f"Kubernetes API {kind} retry",
-                what=what,
-                attempt=note.attempt,
-                reason=note.reason,
-                wait=round(note.wait, 3),
-            ),
+            on_retry=functools.partial(_warn_retry, f"Kubernetes API {kind} retry", what),
         )
         try:
             return retry.call(lambda: self._attempt(call, deadline, failed, abort, what))
@@ -357,7 +361,7 @@ class ClientKubeApi:
                 self._silent_after_shutdown = exc.last.reason
             raise error(
                 f"{what} failed: gave up after {exc.attempts} attempt(s) within the "
-                f"{budget:g}s API {kind} budget; last error: {exc.last.reason}"
+                f"{budget_words or f'{budget:g}s API {kind} budget'}; last error: {exc.last.reason}"
             ) from exc.last
 
     def _budget(
@@ -546,6 +550,10 @@ class ClientKubeApi:
             body={"metadata": {"annotations": dict(annotations)}},
             budget_seconds=_JOB_EVENT_BUDGET_SECONDS,
         )
+
+
+def _warn_retry(event: str, what: str, note: RetryNote) -> None:
+    logs.get_logger().warning(event, what=what, attempt=note.attempt, reason=note.reason, wait=round(note.wait, 3))
 
 
 def _never() -> bool:
