@@ -20,6 +20,7 @@ from aicr_runner.errors import RunnerError
 from aicr_runner.kube.api import ClientKubeApi
 from aicr_runner.kube.exec_plugin import ExecPluginError, credential_user
 from aicr_runner.kube.kubeconfig import Kubeconfig
+from aicr_runner.masking import has_userinfo, mask_userinfo
 
 __all__ = ["ClusterReadError", "client_for_context", "list_objects"]
 
@@ -56,6 +57,14 @@ def _entries(config: Kubeconfig, context: str, deadline: float) -> dict[str, Any
     if cluster_name not in config.clusters:
         raise ClusterReadError(f"kubeconfig context names cluster {cluster_name!r}, which is not defined", kind="error")
     cluster = config.clusters[cluster_name]
+    server = str(cluster.get("server") or "")
+    if has_userinfo(server):
+        # A password may hold any character (``/``, ``#``): no URL parser can be
+        # trusted with it, and every error it raises would quote a piece.
+        raise ClusterReadError(
+            f"the server URL {mask_userinfo(server)} holds a user or password; give it in the kubeconfig's user entry",
+            kind="error",
+        )
     user = dict(config.users.get(user_name) or {})
     plugin = user.pop("exec", None)
     if isinstance(plugin, Mapping):
