@@ -12,8 +12,9 @@ users and contexts lists of named mappings; base64 where the format says
 base64). Anything else is a ``ConfigError`` of one line naming the file and
 what is wrong, never its contents. Relative file paths are made absolute
 against the file that names them, as kubectl does. The userinfo of a server
-URL (``https://user:password@host``) is registered with the redacting log
-before anything can print it.
+URL (``https://user:password@host``) and every user's token, password, key
+and auth-provider tokens are registered with the redacting log before
+anything can print them.
 """
 
 from __future__ import annotations
@@ -200,6 +201,8 @@ def _check_body(path: Path, where: str, body_key: str, body: Mapping[str, Any]) 
     server = body.get("server")
     if isinstance(server, str):
         _register_userinfo(server)
+    if body_key == "user":
+        _register_credentials(body)
     if "exec" in body and not isinstance(body["exec"], Mapping):
         raise _problem(path, f"{_shown(where)}.exec is not a mapping")
 
@@ -224,6 +227,23 @@ def _register_userinfo(server: str) -> None:
     logs.register_secret(userinfo)
     if ":" in userinfo:
         logs.register_secret(userinfo.split(":", 1)[1])
+
+
+#: A user entry's credentials, and an auth provider's (oidc, azure, gcp): never printed.
+_USER_SECRETS = ("token", "password", "client-key-data")
+_PROVIDER_SECRETS = ("id-token", "refresh-token", "client-secret", "access-token")
+
+
+def _register_credentials(user: Mapping[str, Any]) -> None:
+    """Whatever a library logs about this user (the client, urllib3, an auth
+    provider's refresh) goes through the redacting log without these."""
+    provider = user.get("auth-provider")
+    config = provider.get("config") if isinstance(provider, Mapping) else None
+    values = [user.get(key) for key in _USER_SECRETS]
+    values += [config.get(key) for key in _PROVIDER_SECRETS] if isinstance(config, Mapping) else []
+    for value in values:
+        if isinstance(value, str) and value:
+            logs.register_secret(value)
 
 
 def _absolute(body: dict[str, Any], body_key: str, folder: Path) -> dict[str, Any]:

@@ -317,3 +317,34 @@ def test_a_retried_read_says_read(tmp_path: Path) -> None:
     _, _, err = fleet_process("--kubeconfig", str(config), "--timeout", "2")
     assert "Kubernetes API read retry" in err
     assert "write retry" not in err
+
+
+def test_library_log_records_during_fleet_go_through_the_redacting_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The client and urllib3 log through the standard library's root logger
+    (the client's kubeconfig loader logs a failed auth refresh with what it
+    failed on); under ``fleet`` every such record is rendered by the redacting
+    log, which knows the kubeconfig's credentials."""
+    import logging
+
+    config = tmp_path / "kubeconfig"
+    provider = {"name": "oidc", "config": {"refresh-token": "rt-fleet-0123456789", "idp-issuer-url": "https://x"}}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": refused_address()}}],
+                "users": [{"name": "u", "user": {"auth-provider": provider}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    cli.main(["fleet", "--kubeconfig", str(config), "--timeout", "1"])
+    capsys.readouterr()
+    logging.getLogger("kubernetes.config.kube_config").error("refresh failed: refresh_token=%s", "rt-fleet-0123456789")
+    logging.getLogger("urllib3.connectionpool").warning("retrying with token rt-fleet-0123456789")
+    err = capsys.readouterr().err
+    assert "refresh failed: refresh_token=***" in err
+    assert "retrying with token ***" in err
+    assert "rt-fleet-0123456789" not in err
