@@ -15,7 +15,7 @@ from aicr_runner.errors import ConfigError, ExitCode
 from aicr_runner.fleet.read import read_context, read_fleet
 from aicr_runner.fleet.rows import Row, is_green, render_json, render_table
 from aicr_runner.kube.clusters import client_for_context, list_objects
-from aicr_runner.kube.kubeconfig import Kubeconfig
+from aicr_runner.kube.kubeconfig import Kubeconfig, register_credentials
 
 __all__ = ["MAX_TIMEOUT_SECONDS", "chosen_contexts", "run_fleet"]
 
@@ -50,6 +50,7 @@ def run_fleet(config: Kubeconfig, contexts: Sequence[str], timeout: float, outpu
             lambda what, path, selector: list_objects(api, what, path, selector, deadline=deadline, timeout=timeout),
         )
 
+    register_credentials(config, contexts)
     rows = read_fleet(contexts, read_one, timeout)
     now = datetime.now(UTC)
     print(render_json(rows, now) if output == "json" else render_table(rows, now), file=sys.stdout)

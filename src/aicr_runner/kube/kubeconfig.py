@@ -12,9 +12,10 @@ users and contexts lists of named mappings; base64 where the format says
 base64). Anything else is a ``ConfigError`` of one line naming the file and
 what is wrong, never its contents. Relative file paths are made absolute
 against the file that names them, as kubectl does. The userinfo of a server
-URL (``https://user:password@host``) and every user's token, password, key
-and auth-provider tokens are registered with the redacting log before
-anything can print them.
+URL (``https://user:password@host``) is registered with the redacting log
+before anything can print it, and so are the token, password, key and
+auth-provider tokens of the users of the contexts to read
+(``register_credentials``, once they are chosen).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import base64
 import binascii
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from aicr_runner import logs
 from aicr_runner.errors import ConfigError
 from aicr_runner.masking import userinfo_span
 
-__all__ = ["MAX_BYTES", "MAX_NODES", "Kubeconfig", "kubeconfig_paths", "read_kubeconfig"]
+__all__ = ["MAX_BYTES", "MAX_NODES", "Kubeconfig", "kubeconfig_paths", "read_kubeconfig", "register_credentials"]
 
 #: Far above any real kubeconfig (200 contexts with CA data are about 1 MB); a
 #: bigger file is refused before it is parsed.
@@ -201,8 +202,6 @@ def _check_body(path: Path, where: str, body_key: str, body: Mapping[str, Any]) 
     server = body.get("server")
     if isinstance(server, str):
         _register_userinfo(server)
-    if body_key == "user":
-        _register_credentials(body)
     if "exec" in body and not isinstance(body["exec"], Mapping):
         raise _problem(path, f"{_shown(where)}.exec is not a mapping")
 
@@ -234,16 +233,19 @@ _USER_SECRETS = ("token", "password", "client-key-data")
 _PROVIDER_SECRETS = ("id-token", "refresh-token", "client-secret", "access-token")
 
 
-def _register_credentials(user: Mapping[str, Any]) -> None:
-    """Whatever a library logs about this user (the client, urllib3, an auth
-    provider's refresh) goes through the redacting log without these."""
-    provider = user.get("auth-provider")
-    config = provider.get("config") if isinstance(provider, Mapping) else None
-    values = [user.get(key) for key in _USER_SECRETS]
-    values += [config.get(key) for key in _PROVIDER_SECRETS] if isinstance(config, Mapping) else []
-    for value in values:
-        if isinstance(value, str) and value:
-            logs.register_secret(value)
+def register_credentials(config: Kubeconfig, contexts: Iterable[str]) -> None:
+    """The credentials of the users of ``contexts`` registered with the redacting
+    log at once: whatever a library logs about them (the client, urllib3, an
+    auth provider's refresh) is printed without them."""
+    values: list[str] = []
+    for context in contexts:
+        user = config.users.get(str(config.contexts.get(context, {}).get("user") or "")) or {}
+        provider = user.get("auth-provider")
+        provider_config = provider.get("config") if isinstance(provider, Mapping) else None
+        found = [user.get(key) for key in _USER_SECRETS]
+        found += [provider_config.get(key) for key in _PROVIDER_SECRETS] if isinstance(provider_config, Mapping) else []
+        values += [value for value in found if isinstance(value, str) and value]
+    logs.SECRETS.register_many(values)
 
 
 def _absolute(body: dict[str, Any], body_key: str, folder: Path) -> dict[str, Any]:
