@@ -89,10 +89,18 @@ def test_sigterm_ends_a_run_whose_api_server_is_silent_within_the_grace_period(
         process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         try:
-            process.communicate(timeout=NEVER_SECONDS)
+            _, err = process.communicate(timeout=NEVER_SECONDS)
         except subprocess.TimeoutExpired:
             process.kill()
             pytest.fail("SIGTERM did not end a run waiting on a silent API server")
         took = time.monotonic() - signalled
+    events = "\n".join(f"{e['timestamp'][11:23]} {e['event'][:150]}" for e in _events(err) if "source" not in e)
     assert process.returncode == 143, (tmp_path / "termination-log").read_text()
-    assert took < AFTER_CHILDREN_SECONDS, f"{took:.1f}s after SIGTERM: past what the pod's grace period leaves"
+    assert took < AFTER_CHILDREN_SECONDS, (
+        f"{took:.1f}s after SIGTERM: past what the pod's grace period leaves\n{events}"
+    )
+    print(f"\nthe run ended {took:.1f}s after SIGTERM, its API server silent")
+
+
+def _events(err: bytes) -> list[dict[str, str]]:
+    return [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
