@@ -375,7 +375,7 @@ class ClientKubeApi:
             return budget, self._interrupted
         if self._silent_after_shutdown:
             raise error(
-                f"{what} failed: not tried, the API did not answer after the shutdown was requested "
+                f"{what} failed: not tried, an API call already ran out of time after the shutdown was requested "
                 f"({self._silent_after_shutdown})"
             )
         return min(budget, AFTER_SHUTDOWN_SECONDS), _never
