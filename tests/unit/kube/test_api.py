@@ -267,7 +267,12 @@ def test_sigterm_stops_a_request_in_flight_and_later_calls_get_a_short_budget_th
         configuration.host = server.url
         configuration.retries = False
         api = ClientKubeApi(client.ApiClient(configuration), write_budget_seconds=3600, interrupted=signalled.is_set)
-        threading.Thread(target=lambda: server.requested.wait(60) and signalled.set(), daemon=True).start()
+
+        def signal_once_requested() -> None:
+            if server.requested.wait(60):
+                signalled.set()
+
+        threading.Thread(target=signal_once_requested, daemon=True).start()
         with pytest.raises(InterruptedRun, match="a shutdown was requested during writing ConfigMap ns/cm"):
             api.apply_configmap("ns", "cm", data={"a": "b"})
         # After SIGTERM: one call gets AFTER_SHUTDOWN_SECONDS, not the hour; then none is tried.
