@@ -199,7 +199,11 @@ def _fleet(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         for problem in exc.problems:
             print(f"aicr-runner fleet: {problem}", file=sys.stderr)
         return 2
-    return run_fleet(config, contexts, args.timeout, args.output)
+    try:
+        return run_fleet(config, contexts, args.timeout, args.output)
+    except KeyboardInterrupt:  # Ctrl-C while the clusters are read: one line, no traceback
+        print("aicr-runner fleet: interrupted", file=sys.stderr)
+        return 130
 
 
 def _check_timeout(timeout: float, maximum: float) -> None:

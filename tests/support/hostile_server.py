@@ -169,6 +169,7 @@ class StalledListener:
         self.port = self._sock.getsockname()[1]
         self._held: list[socket.socket] = []
         self._stop = threading.Event()
+        self._connected = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
     def _accept(self) -> None:
@@ -177,6 +178,11 @@ class StalledListener:
             with contextlib.suppress(OSError):
                 conn, _ = self._sock.accept()
                 self._held.append(conn)
+                self._connected.set()
+
+    def wait_for_connection(self, timeout: float) -> bool:
+        """True once a client has connected."""
+        return self._connected.wait(timeout)
 
     def __enter__(self) -> StalledListener:
         self._thread.start()

@@ -12,6 +12,7 @@ import contextlib
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -348,3 +349,16 @@ def test_library_log_records_during_fleet_go_through_the_redacting_log(
     assert "refresh failed: refresh_token=***" in err
     assert "retrying with token ***" in err
     assert "rt-fleet-0123456789" not in err
+
+
+def test_ctrl_c_while_clusters_are_read_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    with StalledListener() as hung:
+        config = kubeconfig(tmp_path, {"hung": f"http://127.0.0.1:{hung.port}"})
+        command = [sys.executable, "-m", "aicr_runner", "fleet", "--kubeconfig", str(config), "--timeout", "300"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert hung.wait_for_connection(_NEVER), "fleet never connected"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=_NEVER)
+    assert process.returncode == 130
+    assert err.decode().strip().splitlines()[-1] == "aicr-runner fleet: interrupted"
+    assert b"Traceback" not in err
