@@ -441,12 +441,14 @@ class HostileKubeApi:
     ``hang``: each request is read and never answered (the connection held open);
     ``drip``: a 200 status and headers at once, then the JSON body one byte every
     ``DRIP_INTERVAL`` (every socket read succeeds, the body never ends);
-    ``500``: every request answered ``500 Internal Server Error`` at once.
+    ``500``: every request answered ``500 Internal Server Error`` at once;
+    ``hang-once``: the first request hangs, every later one is answered 200 ``{}``
+    (an API server that was stuck and came back).
     ``requested`` is set at the first request; ``requests`` counts them.
     """
 
     def __init__(self, mode: str) -> None:
-        if mode not in ("hang", "drip", "500"):
+        if mode not in ("hang", "drip", "500", "hang-once"):
             raise ValueError(mode)
         self.mode = mode
         self.requested = threading.Event()
@@ -461,9 +463,10 @@ class HostileKubeApi:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 api.requests += 1
                 api.requested.set()
-                if api.mode == "500":
-                    body = b'{"kind":"Status","code":500,"message":"internal error"}'
-                    self.send_response(500)
+                if api.mode == "500" or (api.mode == "hang-once" and api.requests > 1):
+                    status = 500 if api.mode == "500" else 200
+                    body = b'{"kind":"Status","code":500,"message":"internal error"}' if status == 500 else b"{}"
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()

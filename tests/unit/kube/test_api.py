@@ -282,3 +282,25 @@ def test_sigterm_stops_a_request_in_flight_and_later_calls_get_a_short_budget_th
         with pytest.raises(CaptureError, match="not tried, an API call already ran out of time"):
             api.apply_configmap("ns", "later", data={"a": "b"})
         assert server.requests == requests
+
+
+def test_after_sigterm_stops_a_hung_request_the_final_status_is_written_if_the_api_answers() -> None:
+    from aicr_runner.errors import InterruptedRun
+    from tests.support.hostile_server import HostileKubeApi
+
+    signalled = threading.Event()
+    with HostileKubeApi("hang-once") as server:
+        configuration = client.Configuration()
+        configuration.host = server.url
+        configuration.retries = False
+        api = ClientKubeApi(client.ApiClient(configuration), write_budget_seconds=3600, interrupted=signalled.is_set)
+
+        def signal_once_requested() -> None:
+            if server.requested.wait(60):
+                signalled.set()
+
+        threading.Thread(target=signal_once_requested, daemon=True).start()
+        with pytest.raises(InterruptedRun):
+            api.apply_configmap("ns", "aicr-run-status", data={"phase": "Running"})
+        api.apply_configmap("ns", "aicr-run-status", data={"phase": "Interrupted"})
+        assert server.requests == 2
