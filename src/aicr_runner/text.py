@@ -26,22 +26,19 @@ def cut(text: str, limit: int) -> str:
 
 #: What an unprintable character becomes.
 REPLACEMENT = "\ufffd"
-#: Control (C0, DEL, C1), format (bidi overrides, zero-width), surrogate (invalid
-#: Unicode), private-use and unassigned characters, and the line and paragraph
-#: separators: none of them may reach a terminal or a one-line output.
-_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def printable(text: str) -> str:
-    """``text`` with every character that could move the cursor, end a line,
-    start an escape sequence (ESC, CSI, OSC) or is not valid Unicode replaced by
-    ``REPLACEMENT``: a newline or an ANSI sequence from a cluster cannot forge a
-    table line, clear the screen or retitle the terminal."""
-    import unicodedata
-
-    if text.isascii() and text.isprintable():
+    """``text`` with every character that is not printable replaced by
+    ``REPLACEMENT``: control characters (C0, DEL, C1: a newline, a carriage
+    return, the ESC that starts an ANSI or OSC sequence), format characters (bidi
+    overrides, zero-width), surrogates (invalid Unicode), private-use and
+    unassigned characters, and separators other than the space (Python's
+    ``str.isprintable``). A newline or an escape sequence from a cluster cannot
+    forge a table line, clear the screen or retitle the terminal."""
+    if text.isprintable():
         return text
-    return "".join(REPLACEMENT if unicodedata.category(c) in _UNPRINTABLE_CATEGORIES else c for c in text)
+    return "".join(c if c.isprintable() else REPLACEMENT for c in text)
 
 
 def one_line(text: str, limit: int) -> str:
