@@ -295,6 +295,8 @@ class ClientKubeApi:
         self._interrupted = interrupted
         #: Set when a request after SIGTERM found the API silent: the rest fail at once.
         self._silent_after_shutdown = ""
+        #: Set when a call ran out of its budget; cleared when one gets through.
+        self._exhausted = False
 
     def apply_configmap(
         self,
@@ -355,22 +357,30 @@ class ClientKubeApi:
             on_retry=functools.partial(_warn_retry, f"Kubernetes API {kind} retry", what),
         )
         try:
-            return retry.call(lambda: self._attempt(call, deadline, failed, abort, what))
+            answer = retry.call(lambda: self._attempt(call, deadline, failed, abort, what))
         except OutOfBudget as exc:
+            self._exhausted = True
             if abort is _never:  # after SIGTERM: the API did not answer in time; do not wait on it again
                 self._silent_after_shutdown = exc.last.reason
             raise error(
                 f"{what} failed: gave up after {exc.attempts} attempt(s) within the "
                 f"{budget_words or f'{budget:g}s API {kind} budget'}; last error: {exc.last.reason}"
             ) from exc.last
+        self._exhausted = False
+        return answer
 
     def _budget(
         self, what: str, budget_seconds: float | None, error: type[RunnerError]
     ) -> tuple[float, Callable[[], bool]]:
         """The call's budget and what stops it early: SIGTERM, unless it had
         already arrived (then the budget is short, and nothing if the API was
-        found silent since)."""
+        found silent since). After a call ran out of its budget, until a call
+        gets through, each call gets at most one request's time."""
         budget = min(self.write_budget_seconds, budget_seconds or self.write_budget_seconds)
+        if self._exhausted:
+            # The API is down: each call waiting out its whole budget would make a run
+            # take that budget once per call (tens of minutes by default).
+            budget = min(budget, _REQUEST_TIMEOUT_SECONDS)
         if not self._interrupted():
             return budget, self._interrupted
         if self._silent_after_shutdown:

@@ -304,3 +304,23 @@ def test_after_sigterm_stops_a_hung_request_the_final_status_is_written_if_the_a
             api.apply_configmap("ns", "aicr-run-status", data={"phase": "Running"})
         api.apply_configmap("ns", "aicr-run-status", data={"phase": "Interrupted"})
         assert server.requests == 2
+
+
+def test_after_a_call_ran_out_of_its_budget_calls_get_one_requests_time_until_one_gets_through(
+    server: tuple[str, Script], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 3: against an API that fails every call, each call waiting out its
+    whole budget made a run take the budget once per call."""
+    url, script = server
+    monkeypatch.setattr(kube, "_REQUEST_TIMEOUT_SECONDS", 0.5)
+    script.answers[:] = [(500, {})]
+    api = api_for(url, budget=2.0)
+    with pytest.raises(CaptureError, match="within the 2s API write budget"):
+        api.apply_configmap("ns", "a", data={})
+    with pytest.raises(CaptureError, match=r"within the 0\.5s API write budget"):
+        api.apply_configmap("ns", "b", data={})
+    script.answers[:] = [(200, {})]
+    api.apply_configmap("ns", "c", data={})
+    script.answers[:] = [(500, {})]
+    with pytest.raises(CaptureError, match="within the 2s API write budget"):
+        api.apply_configmap("ns", "d", data={})
