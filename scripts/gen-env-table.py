@@ -97,7 +97,7 @@ DESCRIPTIONS = {
         "where the one-line outcome (printable, at most 4096 bytes) is written for the pod status; the chart sets "
         "`/dev/termination-log`; empty: not written (a local run writes only under its work and results directories)"
     ),
-    "KUBE_WRITE_BUDGET_SECONDS": "how long one Kubernetes API write (a result ConfigMap) keeps retrying 429, 5xx and connection errors, honouring Retry-After",
+    "KUBE_WRITE_BUDGET_SECONDS": "how long one Kubernetes API call (a result ConfigMap write, a read) may take, retries of 429, 5xx, connection errors and unanswered requests included, honouring Retry-After; each request is also bounded on its own (15 s); once a call ran out of this budget, later calls get 15 s until one gets through; after SIGTERM every call gets at most 5 s",
     "SHUTDOWN_GRACE_SECONDS": "after SIGTERM, how long a running child (helm in deploy.sh) may finish before it is stopped; "
     "deploy.sh is stopped earlier, as soon as no helm operation is in flight",
     "LEASE__NAME": "the install Lease (`coordination.k8s.io/v1`) taken before deploy; empty runs without one (local runs)",

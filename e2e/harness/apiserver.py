@@ -9,8 +9,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import secrets
+import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from ipaddress import ip_network
@@ -234,6 +237,18 @@ class ControlPlane:
         """Stop kube-apiserver only (etcd and the controller manager keep running),
         as an outage or an API server upgrade does."""
         self._apiserver().stop()
+
+    @contextlib.contextmanager
+    def apiserver_silent(self) -> Iterator[None]:
+        """kube-apiserver SIGSTOPped for the block: its sockets stay open and its
+        port keeps accepting connections (the kernel completes the handshake),
+        but nothing answers, as a hung or overloaded API server. SIGCONT after."""
+        pid = self._apiserver().pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     def start_apiserver(self, timeout: float = 60.0) -> None:
         """Start kube-apiserver again on the same port with the same flags and

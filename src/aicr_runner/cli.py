@@ -204,11 +204,11 @@ def _add_fleet_options(fleet: argparse.ArgumentParser) -> None:
     fleet.add_argument("-o", "--output", choices=("table", "json"), default="table", help="table (default) or json")
 
 
-def _without_settings(args: argparse.Namespace) -> int:
+def _without_settings(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """``version``, ``fleet``, and ``mirror --from-archive`` (the inside of the gap: no plan, only the archive)."""
     if args.command == "mirror":
         return _mirror_from_archive(args)
-    return _fleet(args) if args.command == "fleet" else _version()
+    return _fleet(args, env) if args.command == "fleet" else _version()
 
 
 def _version() -> int:
@@ -216,20 +216,30 @@ def _version() -> int:
     return 0
 
 
-def _fleet(args: argparse.Namespace) -> int:
-    """``fleet``: flags checked, the contexts read; bad input is one line and exit 2."""
+def _fleet(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """``fleet``: flags checked, the kubeconfig read once, the contexts read; bad
+    input is one line and exit 2. Every log line (the client's and urllib3's
+    included) goes through the redacting log."""
+    from aicr_runner import logs
     from aicr_runner.errors import ConfigError
     from aicr_runner.fleet.command import MAX_TIMEOUT_SECONDS, chosen_contexts, run_fleet
+    from aicr_runner.kube.kubeconfig import read_kubeconfig
 
     _never_fail_on_encoding()
+    logs.configure()
     try:
         _check_timeout(args.timeout, MAX_TIMEOUT_SECONDS)
-        contexts = chosen_contexts(args.kubeconfig, args.context, args.all_contexts)
+        config = read_kubeconfig(args.kubeconfig, env)
+        contexts = chosen_contexts(config, args.context, args.all_contexts)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"aicr-runner fleet: {problem}", file=sys.stderr)
         return 2
-    return run_fleet(args.kubeconfig, contexts, args.timeout, args.output)
+    try:
+        return run_fleet(config, contexts, args.timeout, args.output)
+    except KeyboardInterrupt:  # Ctrl-C while the clusters are read: one line, no traceback
+        print("aicr-runner fleet: interrupted", file=sys.stderr)
+        return 130
 
 
 def _check_timeout(timeout: float, maximum: float) -> None:
@@ -247,7 +257,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return _arguments_refused(exc, argv)
     env = dict(os.environ if environ is None else environ)
     if args.command in ("version", "fleet") or (args.command == "mirror" and args.from_archive is not None):
-        return _without_settings(args)
+        return _without_settings(args, env)
     _never_fail_on_encoding()
     from aicr_runner.errors import ConfigError, ExitCode
     from aicr_runner.settings.config import load

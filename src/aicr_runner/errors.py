@@ -77,7 +77,8 @@ class ExitCode(IntEnum):
     PACK_VERIFICATION_FAILED = 24
     #: The resolved recipe is thinner than the stated expectations.
     EXPECTATIONS_NOT_MET = 25
-    #: A result ConfigMap (verdict, evidence, status) could not be written.
+    #: A result ConfigMap (verdict, evidence, status) could not be written; also a
+    #: run whose final status could not be written (it never claims it was).
     CAPTURE_FAILED = 26
     #: A required program (aicr, bash, deploy.sh) is missing or not executable.
     TOOL_MISSING = 27

@@ -85,8 +85,15 @@ class SecretRegistry:
         Output is redacted line by line, so each line of a multi-line value is
         registered too: a value cut by a line break still leaves no piece behind.
         """
-        value = value.strip()
-        candidates = [value, *(line.strip() for line in value.splitlines())] if "\n" in value else [value]
+        self.register_many([value])
+
+    def register_many(self, values: Iterable[str]) -> None:
+        """``register`` each of ``values``, with one rebuild of the lookup (a
+        kubeconfig of a thousand users registers a thousand tokens at once)."""
+        candidates: list[str] = []
+        for raw in values:
+            value = raw.strip()
+            candidates += [value, *(line.strip() for line in value.splitlines())] if "\n" in value else [value]
         with self._lock:
             self._secrets.update(c for c in candidates if len(c) >= _MIN_SECRET_LENGTH)
             self._rebuild()

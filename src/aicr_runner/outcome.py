@@ -39,12 +39,15 @@ def conclude(
     *,
     cluster: tuple[KubeApi, str] | None,
     events: JobEvents | None = None,
+    status_written: bool = True,
 ) -> None:
     """The outcome announced and recorded on the Job; a failed Job run (or one
     with failed components, or whose validation ran no check) also reported on
-    its HelmRelease. ``cluster`` is the API and the run's namespace in a Job run."""
+    its HelmRelease. ``cluster`` is the API and the run's namespace in a Job run;
+    ``status_written`` false: the final status was not written, and the log line says so."""
     termination = termination_line(report)
-    _announce(settings, invocation, report, sink, line=termination)
+    status = sink.describe(settings.status_configmap or "-") if status_written else "not written"
+    _announce(settings, invocation, report, status=status, line=termination)
     if events is not None:
         events.run_ended(report, termination)
     if report.phase in _WARNED and cluster is not None and settings.lease.job_name:
@@ -93,14 +96,14 @@ def _write_termination(path: str, line: str) -> None:
         logs.get_logger().warning("termination message not written", path=path, reason=str(exc))
 
 
-def _announce(settings: RunnerSettings, invocation: Invocation, report: RunReport, sink: Sink, *, line: str) -> None:
+def _announce(settings: RunnerSettings, invocation: Invocation, report: RunReport, *, status: str, line: str) -> None:
     """Log the outcome, write the termination message ``line`` (redacted, bounded)
     and, outside a Job, print the summary."""
     log = logs.get_logger()
     if report.exit_code == 0:
-        log.info(report.message, exit_code=0, status=sink.describe(settings.status_configmap or "-"))
+        log.info(report.message, exit_code=0, status=status)
     else:
-        log.error(report.message, exit_code=report.exit_code, status=sink.describe(settings.status_configmap or "-"))
+        log.error(report.message, exit_code=report.exit_code, status=status)
     # A Job runs `run` or `validate` (the re-validation CronJob): both end with the
     # pod's termination message, which `kubectl get pods` and alerts read.
     if invocation.mode is not Mode.PLAN:

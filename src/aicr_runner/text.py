@@ -1,5 +1,5 @@
 """Cutting text to a bound and making it printable: Event fields, error wording,
-problem lines, step and check messages, the termination message.
+problem lines, step and check messages, the termination message, table cells.
 
 Standard library only and imports nothing of the package, so every layer can
 use it. Each function does one thing; callers pick the bound of their output.
@@ -13,14 +13,12 @@ __all__ = ["ELLIPSIS", "REPLACEMENT", "cut", "cut_bytes", "one_line", "printable
 
 #: What marks a cut; it counts towards the limit.
 ELLIPSIS = "..."
-#: What stands for a control character or a lone surrogate (text that was not UTF-8).
+#: What an unprintable character becomes.
 REPLACEMENT = "\ufffd"
 
-#: C0 and C1 controls and DEL (ESC starts terminal escape sequences: clear screen,
-#: retitle, forged lines), and lone surrogates (Python keeps bytes that were not
-#: UTF-8 as them; writing them as UTF-8 raises).
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-_LINE_BREAKS = re.compile("[\t\n\r\x0b\x0c\x85\u2028\u2029]+")
+#: What a multi-line output keeps of what ``str.isprintable`` refuses.
+_KEPT = frozenset("\n\t")
+_LINE_BREAKS = re.compile("[\t\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]+")
 
 
 def cut(text: str, limit: int) -> str:
@@ -35,16 +33,22 @@ def cut(text: str, limit: int) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character except newline and tab, and every lone
-    surrogate, replaced by ``REPLACEMENT``: safe to print on a terminal and to
-    encode as UTF-8."""
-    return _UNPRINTABLE.sub(REPLACEMENT, text)
+    """``text`` with every character that is not printable, except newline and tab,
+    replaced by ``REPLACEMENT``: control characters (C0, DEL, C1: a carriage
+    return, the ESC that starts an ANSI or OSC sequence), format characters (bidi
+    overrides, zero-width), surrogates (bytes that were not UTF-8; writing them as
+    UTF-8 raises), private-use and unassigned characters, and separators other
+    than the space (Python's ``str.isprintable``). An escape sequence from a
+    cluster or a check cannot clear the screen or retitle the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in _KEPT else REPLACEMENT for c in text)
 
 
 def one_line(text: str, limit: int) -> str:
-    """``text`` printable on one line (line breaks and tabs become one space) and
-    cut to ``limit`` characters."""
-    return cut(printable(_LINE_BREAKS.sub(" ", text)), limit)
+    """``text`` printable on one line (line breaks and tabs become one space, so
+    nothing can forge another line) and cut to ``limit`` characters."""
+    return cut(printable(_LINE_BREAKS.sub(" ", text[: limit + 1])), limit)
 
 
 def cut_bytes(text: str, limit: int) -> str:

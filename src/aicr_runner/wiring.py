@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,14 +81,14 @@ def _internal_error(exc: Exception, settings: RunnerSettings) -> int:
 
 def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str]) -> int:
     _prepare_work(settings)
-    cluster = _connect(settings, invocation)
-    sink = _make_sink(invocation, cluster)
     shutdown = ShutdownController()
+    cluster = _connect(settings, invocation, shutdown)
+    sink = _make_sink(invocation, cluster)
     lease = _make_lease(settings, cluster, shutdown)
     with shutdown.installed():
         report, version_output = _start(settings, invocation, env)
         events = _make_events(settings, cluster)
-        publish_status, status_warned = _status_publisher(settings, sink, live=invocation.mode is not Mode.PLAN)
+        publish_status, status = _status_publisher(settings, sink, live=invocation.mode is not Mode.PLAN)
         ctx = RunContext(
             settings=settings,
             mode=invocation.mode,
@@ -114,9 +115,9 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
         finally:
             if lease is not None:
                 lease.release()
-    if status_warned and cluster is None and code == 0:
-        code = _report_not_written(report, status_warned[0])
-    conclude(settings, invocation, report, sink, cluster=cluster, events=events)
+    if status.last and code == 0:
+        code = _report_not_written(report, sink.describe(settings.status_configmap), status.last)
+    conclude(settings, invocation, report, sink, cluster=cluster, events=events, status_written=not status.last)
     return code
 
 
@@ -148,18 +149,19 @@ def _told_nothing(snapshot: dict[str, Any]) -> None:
     """The deploy step's progress where no Event records it (outside a Job)."""
 
 
-def _make_api(settings: RunnerSettings, invocation: Invocation) -> KubeApi | None:
-    """The cluster's API for a Job run; None for plan and ``run --results-dir``."""
+def _make_api(settings: RunnerSettings, invocation: Invocation, shutdown: ShutdownController) -> KubeApi | None:
+    """The cluster's API for a Job run; None for plan and ``run --results-dir``.
+    A call in flight when SIGTERM arrives stops (``ClientKubeApi``)."""
     if not invocation.in_cluster:
         return None
     from aicr_runner.kube.api import ClientKubeApi
 
-    return ClientKubeApi(write_budget_seconds=settings.kube_write_budget_seconds)
+    return ClientKubeApi(write_budget_seconds=settings.kube_write_budget_seconds, interrupted=shutdown.requested)
 
 
-def _connect(settings: RunnerSettings, invocation: Invocation) -> Cluster | None:
+def _connect(settings: RunnerSettings, invocation: Invocation, shutdown: ShutdownController) -> Cluster | None:
     """The API and the run's namespace (the setting, or the pod's own) in a Job run."""
-    api = _make_api(settings, invocation)
+    api = _make_api(settings, invocation, shutdown)
     return None if api is None else (api, settings.namespace or _pod_namespace())
 
 
@@ -290,19 +292,34 @@ def _with_step_events(publish_status: Callable[[RunReport], None], events: JobEv
     return on_change
 
 
-def _report_not_written(report: RunReport, reason: str) -> int:
-    """Outside a cluster the results directory is the product: a run whose
-    report did not land there did not succeed."""
+def _report_not_written(report: RunReport, where: str, reason: str) -> int:
+    """The run's final report is its product (the results directory outside a
+    cluster, the status ConfigMap that fleet, alerts and the next run read in
+    one): a run whose final report did not land did not succeed, and its last
+    line does not say it did. Exit 26, which the Job retries (docs: exit codes)."""
     code = report.exit_code = int(ExitCode.CAPTURE_FAILED)
-    report.message = f"the run report was not written: {reason}"
+    report.message = f"{report.message}; but the run report ({where}) was not written: {reason}"
     report.phase = RunPhase.FAILED
     return code
 
 
+@dataclass
+class _StatusWrites:
+    """How the run report's writes went: the first failure (warned once) and the
+    last write's failure (empty once a write landed)."""
+
+    first: str = ""
+    last: str = ""
+
+
 def _status_publisher(
     settings: RunnerSettings, sink: Sink, *, live: bool
-) -> tuple[Callable[[RunReport], None], list[str]]:
-    """The run report's writer, and the first write failure it saw (warned once).
+) -> tuple[Callable[[RunReport], None], _StatusWrites]:
+    """The run report's writer, and how its writes went.
+
+    After a failed write, the progress writes are skipped until the final report:
+    against an API that fails every write, each write would wait out its whole
+    budget (a 5 s budget made a short run 100 s; the default 120 s, 40 minutes).
 
     A ConfigMap shows a Job's progress live (kubectl get cm), and so does the
     results directory of a local ``run`` (its deploy takes minutes: summary.txt
@@ -311,7 +328,7 @@ def _status_publisher(
     lands there (each write is two atomic file replacements: most of a quick
     plan's own time went to writes nobody read).
     """
-    status_warned: list[str] = []
+    status = _StatusWrites()
     # The deploy step's progress is written from a thread of its own: one write at a time.
     one_at_a_time = threading.Lock()
 
@@ -319,7 +336,7 @@ def _status_publisher(
         if not settings.status_configmap:
             return
         if current.phase is RunPhase.RUNNING and (
-            not live or not any(r.status is StepStatus.RUNNING for r in current.steps)
+            status.last or not live or not any(r.status is StepStatus.RUNNING for r in current.steps)
         ):
             # A step just ended: the next step's start (or the final report) is
             # written next anyway and shows it, so this write would be overwritten
@@ -329,11 +346,14 @@ def _status_publisher(
             with one_at_a_time:
                 sink.put(settings.status_configmap, data=status_data(current))
         except RunnerError as exc:
-            if not status_warned:  # say it once, not at every step
-                status_warned.append(exc.message)
+            status.last = exc.message
+            if not status.first:  # say it once, not at every step
+                status.first = exc.message
                 logs.get_logger().warning("run status not written", reason=exc.message)
+        else:
+            status.last = ""
 
-    return publish_status, status_warned
+    return publish_status, status
 
 
 def _stop_when_lease_lost(shutdown: ShutdownController) -> Callable[[str], None]:

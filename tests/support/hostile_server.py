@@ -33,6 +33,8 @@ from pathlib import Path
 
 __all__ = [
     "DRIP_INTERVAL",
+    "BlackHole",
+    "HostileKubeApi",
     "HostileRegistry",
     "ReleaseServer",
     "StalledListener",
@@ -167,6 +169,7 @@ class StalledListener:
         self.port = self._sock.getsockname()[1]
         self._held: list[socket.socket] = []
         self._stop = threading.Event()
+        self._connected = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
     def _accept(self) -> None:
@@ -175,6 +178,11 @@ class StalledListener:
             with contextlib.suppress(OSError):
                 conn, _ = self._sock.accept()
                 self._held.append(conn)
+                self._connected.set()
+
+    def wait_for_connection(self, timeout: float) -> bool:
+        """True once a client has connected."""
+        return self._connected.wait(timeout)
 
     def __enter__(self) -> StalledListener:
         self._thread.start()
@@ -422,3 +430,115 @@ class HostileRegistry:
         self._stop.set()
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+# --- a Kubernetes API server that misbehaves on every request ----------------------------------
+
+
+class HostileKubeApi:
+    """A loopback stand-in for a Kubernetes API server that never gives a usable answer.
+
+    ``hang``: each request is read and never answered (the connection held open);
+    ``drip``: a 200 status and headers at once, then the JSON body one byte every
+    ``DRIP_INTERVAL`` (every socket read succeeds, the body never ends);
+    ``500``: every request answered ``500 Internal Server Error`` at once;
+    ``hang-once``: the first request hangs, every later one is answered 200 ``{}``
+    (an API server that was stuck and came back).
+    ``requested`` is set at the first request; ``requests`` counts them.
+    """
+
+    def __init__(self, mode: str) -> None:
+        if mode not in ("hang", "drip", "500", "hang-once"):
+            raise ValueError(mode)
+        self.mode = mode
+        self.requested = threading.Event()
+        self.requests = 0
+        self._stop = threading.Event()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                api.requests += 1
+                api.requested.set()
+                if api.mode == "500" or (api.mode == "hang-once" and api.requests > 1):
+                    status = 500 if api.mode == "500" else 200
+                    body = b'{"kind":"Status","code":500,"message":"internal error"}' if status == 500 else b"{}"
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.close_connection = True
+                if api.mode == "drip":
+                    self._drip()
+                else:
+                    self._silent()
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
+
+            def _drip(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(10**9))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(b'{"kind": "List", "items": [')
+                    while not api._stop.wait(DRIP_INTERVAL):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+
+            def _silent(self) -> None:
+                while not api._stop.is_set():
+                    readable, _, _ = select.select([self.connection], [], [], 0.05)
+                    with contextlib.suppress(OSError):
+                        if readable and not self.connection.recv(4096):
+                            return
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> HostileKubeApi:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class BlackHole:
+    """A loopback port whose listen backlog is full and never drained: a new
+    connection's handshake never completes (as a firewall that drops packets)."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(0)
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._fillers: list[socket.socket] = []
+
+    def __enter__(self) -> BlackHole:
+        # Fill the backlog with connections nobody accepts; later SYNs are dropped.
+        for _ in range(8):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError, OSError):
+                filler.connect(("127.0.0.1", self.port))
+            self._fillers.append(filler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for filler in self._fillers:
+            filler.close()
+        self._sock.close()

@@ -68,3 +68,28 @@ def test_cut_bytes_never_exceeds_its_byte_limit_and_keeps_the_start(text: str, l
         assert result == text
     else:
         assert text.startswith(result.removesuffix(ELLIPSIS))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain ascii", "plain ascii"),
+        ("a\nb\rc", "a\nb\ufffdc"),
+        ("\x1b[2J\x1b]0;title\x07", "\ufffd[2J\ufffd]0;title\ufffd"),
+        ("r\u202eevil", "r\ufffdevil"),
+        ("lone \ud800 surrogate", "lone \ufffd surrogate"),
+        ("line\u2028sep", "line\ufffdsep"),
+        ("no\xa0break", "no\ufffdbreak"),
+        ("ünïcödé ✓", "ünïcödé ✓"),
+    ],
+)
+def test_printable_replaces_what_could_move_the_cursor_or_is_not_unicode(text: str, expected: str) -> None:
+    assert printable(text) == expected
+
+
+@given(text=st.text(alphabet=st.characters(), max_size=80), limit=st.integers(min_value=0, max_value=60))
+def test_one_line_is_printable_and_bounded_whatever_the_characters(text: str, limit: int) -> None:
+    result = one_line(text, limit)
+    assert len(result) <= limit
+    assert result.isprintable()
+    result.encode("utf-8")  # valid Unicode: a lone surrogate would raise here

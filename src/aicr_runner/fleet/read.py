@@ -1,22 +1,30 @@
-"""Every context read in parallel, each within its timeout; a failure is a row.
+"""Every context read at once, each by its own deadline; a failure is a row.
 
 Per context: the verdict reports (OpenReports ``Report``, else wgpolicyk8s
 ``PolicyReport``) of every namespace, then the status ConfigMaps of the
 namespaces that have no report. A context that cannot be reached, whose
-credentials may not list these objects, or that does not answer within the
-timeout is one row naming the reason; ``fleet`` never stops on one cluster.
+credentials may not list these objects, that does not answer by its deadline,
+or that answers with objects that make no sense is one row naming the reason;
+``fleet`` never stops on one cluster.
+
+Each context is read in a daemon thread of its own, started at once, so every
+context gets the whole ``--timeout`` (a cluster that hangs does not take time
+from the others) and the table is printed about one timeout after the start
+whatever hangs: a thread still waiting then is left behind, and being a daemon
+it never holds up the exit.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aicr_runner.fleet.rows import Row, rows_from_configmaps, rows_from_reports
 from aicr_runner.kube.clusters import ClusterReadError
 
-__all__ = ["MANAGED_SELECTOR", "read_context", "read_fleet"]
+__all__ = ["MANAGED_SELECTOR", "Lister", "read_context", "read_fleet"]
 
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=aicr-runner"
 _REPORT_LISTS = (
@@ -24,9 +32,12 @@ _REPORT_LISTS = (
     ("PolicyReport", "/apis/wgpolicyk8s.io/v1alpha2/policyreports"),
 )
 _CONFIGMAPS = "/api/v1/configmaps"
+#: Past its deadline, how long a context's thread may take to say why it gave up
+#: (a request stopped at the deadline needs about a second to report it).
+_MARGIN_SECONDS = 2.0
 
 #: ``list_objects(what, path, selector)`` of one context's client.
-Lister = Callable[[str, str, str], "list[dict[str, Any]] | None"]
+Lister = Callable[[str, str, str], "list[Any] | None"]
 
 
 def read_context(context: str, lister: Lister) -> list[Row]:
@@ -46,25 +57,37 @@ def read_context(context: str, lister: Lister) -> list[Row]:
     return sorted(rows, key=lambda row: (row.namespace, row.release))
 
 
-def read_fleet(contexts: Sequence[str], lister_for: Callable[[str], Lister], timeout: float) -> list[Row]:
-    """Rows of every context, in the order given; a context still unanswered
-    after ``timeout`` (plus a margin for the connection) is a timeout row."""
+def read_fleet(contexts: Sequence[str], read_one: Callable[[str, float], list[Row]], timeout: float) -> list[Row]:
+    """Rows of every context, in the order given. ``read_one(context, deadline)``
+    reads one context by ``deadline`` (``time.monotonic``); a context still
+    unanswered a moment after it is a row saying so."""
+    deadline = time.monotonic() + timeout
+    outcomes: list[list[Row] | None] = [None] * len(contexts)
+    finished = [threading.Event() for _ in contexts]
 
-    def one(context: str) -> list[Row]:
+    def one(index: int) -> None:
         try:
-            return read_context(context, lister_for(context))
-        except ClusterReadError as exc:
-            return [Row(context=context, problem=f"{exc.kind}: {exc.message}")]
+            outcomes[index] = _read_one_safely(contexts[index], read_one, deadline)
+        finally:
+            finished[index].set()
 
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(16, max(1, len(contexts))))
-    futures = [pool.submit(one, context) for context in contexts]
-    # Each list call is bounded by ``timeout``; three of them per context, plus a margin.
-    done, _ = concurrent.futures.wait(futures, timeout=3 * timeout + 5)
-    pool.shutdown(wait=False, cancel_futures=True)
+    for index, context in enumerate(contexts):
+        threading.Thread(target=one, args=(index,), name=f"fleet {context[:40]}", daemon=True).start()
     rows: list[Row] = []
-    for context, future in zip(contexts, futures, strict=True):
-        if future in done:
-            rows += future.result()
-        else:
-            rows.append(Row(context=context, problem=f"unreachable: no answer within {3 * timeout + 5:g}s"))
+    for index, context in enumerate(contexts):
+        finished[index].wait(max(0.0, deadline + _MARGIN_SECONDS - time.monotonic()))
+        outcome = outcomes[index]
+        rows += (
+            outcome if outcome is not None else [Row(context, problem=f"unreachable: no answer within {timeout:g}s")]
+        )
     return rows
+
+
+def _read_one_safely(context: str, read_one: Callable[[str, float], list[Row]], deadline: float) -> list[Row]:
+    """One context's rows; whatever it raises is its row, never the table's end."""
+    try:
+        return read_one(context, deadline)
+    except ClusterReadError as exc:
+        return [Row(context=context, problem=f"{exc.kind}: {exc.message}")]
+    except Exception as exc:  # noqa: BLE001 - one cluster's surprise is one row, never a traceback
+        return [Row(context=context, problem=f"error: reading this context failed ({type(exc).__name__})")]

@@ -5,7 +5,10 @@ wgpolicyk8s ``PolicyReport``: counts, aicr version, recipe, last run) or, where
 a namespace has none, from its status ConfigMap (``report.json``: phase, aicr
 version, end time; no counts). A row is green only when the verdict passed:
 phase Succeeded, no failed check, no errored check. A cluster that could not be
-read is one row saying why (unreachable, forbidden, error), never green.
+read, or an object that makes no sense, is one row saying why (unreachable,
+forbidden, error), never green. Every cell is bounded, printable (no control
+character, escape sequence or invalid Unicode from a cluster reaches the
+terminal) and redacted.
 """
 
 from __future__ import annotations
@@ -16,11 +19,17 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from aicr_runner import logs
 from aicr_runner.kube.openreports import LAST_RUN_ANNOTATION, REGRESSED_ANNOTATION, RELEASE_LABEL
+from aicr_runner.text import one_line
 
 __all__ = ["Row", "is_green", "render_json", "render_table", "rows_from_configmaps", "rows_from_reports"]
 
 _GREEN_PHASES = frozenset({"Succeeded"})
+#: A table cell's bound (a context or namespace name fits); the detail's; a JSON field's.
+CELL_LIMIT = 100
+DETAIL_LIMIT = 300
+JSON_LIMIT = 1000
 
 
 @dataclass(frozen=True)
@@ -50,17 +59,36 @@ def is_green(row: Row) -> bool:
     return not row.problem and row.phase in _GREEN_PHASES and not row.failed and not row.other
 
 
-def _phase(summary: Mapping[str, Any]) -> str:
+class _Unreadable(Exception):
+    """An object whose fields make no sense; the message says which field."""
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _count(summary: Mapping[str, Any], key: str) -> int:
+    """A summary count: absent is 0; anything but a non-negative integer makes the report unreadable."""
+    value = summary.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Unreadable(f"summary.{key} is not a count")
+    return value
+
+
+def _phase(passed: int, failed: int, errored: int) -> str:
     """A report holds counts, not a phase: failed or errored checks are Failed,
     no passed check at all is Inconclusive (a green run means checks ran)."""
-    if int(summary.get("fail") or 0) or int(summary.get("error") or 0):
+    if failed or errored:
         return "Failed"
-    return "Succeeded" if int(summary.get("pass") or 0) else "Inconclusive"
+    return "Succeeded" if passed else "Inconclusive"
 
 
 def _first_property(body: Mapping[str, Any], key: str) -> str:
-    for result in body.get("results") or ():
-        value = (result.get("properties") or {}).get(key)
+    results = body.get("results")
+    for result in results if isinstance(results, list) else ():
+        value = _mapping(_mapping(result).get("properties")).get(key)
         if value:
             return str(value)
     return "-"
@@ -74,53 +102,73 @@ def _regressions(annotations: Mapping[str, Any]) -> int:
 def _upgrade_detail(body: Mapping[str, Any]) -> str:
     """The upgrade check's blocked components (the ``upgrade-check`` results that fail)."""
     moves = []
-    for result in body.get("results") or ():
+    results = body.get("results")
+    for item in results if isinstance(results, list) else ():
+        result = _mapping(item)
         if result.get("category") == "upgrade-check" and result.get("result") == "fail":
-            properties = result.get("properties") or {}
+            properties = _mapping(result.get("properties"))
             moves.append(f"{result.get('policy')} {properties.get('from') or '-'} → {properties.get('to') or '-'}")
     return f"upgrade blocked: {', '.join(moves)}" if moves else ""
 
 
-def rows_from_reports(context: str, kind: str, reports: Iterable[Mapping[str, Any]]) -> list[Row]:
+def _where(body: Any) -> tuple[str, str]:
+    """The namespace and name of an object, as far as it says."""
+    metadata = _mapping(_mapping(body).get("metadata"))
+    return str(metadata.get("namespace") or "-"), str(metadata.get("name") or "-")
+
+
+def rows_from_reports(context: str, kind: str, reports: Iterable[Any]) -> list[Row]:
+    """A row per report; a report that makes no sense is a row saying so."""
     rows = []
     for body in reports:
-        metadata = body.get("metadata") or {}
-        summary = body.get("summary") or {}
-        rows.append(
-            Row(
-                context=context,
-                namespace=str(metadata.get("namespace") or "-"),
-                release=str((metadata.get("labels") or {}).get(RELEASE_LABEL) or metadata.get("name") or "-"),
-                phase=_phase(summary),
-                aicr_version=_first_property(body, "aicrVersion"),
-                recipe=_first_property(body, "recipe"),
-                passed=int(summary.get("pass") or 0),
-                failed=int(summary.get("fail") or 0),
-                skipped=int(summary.get("skip") or 0),
-                other=int(summary.get("error") or 0) + int(summary.get("warn") or 0),
-                regressions=_regressions(metadata.get("annotations") or {}),
-                last_run=str((metadata.get("annotations") or {}).get(LAST_RUN_ANNOTATION) or "-"),
-                source=kind,
-                detail=_upgrade_detail(body),
-            )
-        )
+        try:
+            rows.append(_report_row(context, kind, body))
+        except _Unreadable as exc:
+            namespace, name = _where(body)
+            rows.append(Row(context, namespace=namespace, source=kind, problem=f"error: {kind} {name}: {exc}"))
     return rows
 
 
-def rows_from_configmaps(context: str, configmaps: Iterable[Mapping[str, Any]], skip: set[str]) -> list[Row]:
+def _report_row(context: str, kind: str, body: Any) -> Row:
+    if not isinstance(body, Mapping):
+        raise _Unreadable("not an object")
+    metadata = _mapping(body.get("metadata"))
+    annotations = _mapping(metadata.get("annotations"))
+    summary = body.get("summary")
+    if summary is not None and not isinstance(summary, Mapping):
+        raise _Unreadable("summary is not an object")
+    passed, failed, skipped, errored, warned = (
+        _count(summary or {}, k) for k in ("pass", "fail", "skip", "error", "warn")
+    )
+    return Row(
+        context=context,
+        namespace=str(metadata.get("namespace") or "-"),
+        release=str(_mapping(metadata.get("labels")).get(RELEASE_LABEL) or metadata.get("name") or "-"),
+        phase=_phase(passed, failed, errored),
+        aicr_version=_first_property(body, "aicrVersion"),
+        recipe=_first_property(body, "recipe"),
+        passed=passed,
+        failed=failed,
+        skipped=skipped,
+        other=errored + warned,
+        regressions=_regressions(annotations),
+        last_run=str(annotations.get(LAST_RUN_ANNOTATION) or "-"),
+        source=kind,
+        detail=_upgrade_detail(body),
+    )
+
+
+def rows_from_configmaps(context: str, configmaps: Iterable[Any], skip: set[str]) -> list[Row]:
     """Status ConfigMaps (those holding ``report.json``) of namespaces not in ``skip``."""
     rows = []
     for body in configmaps:
-        metadata = body.get("metadata") or {}
+        metadata = _mapping(_mapping(body).get("metadata"))
         namespace = str(metadata.get("namespace") or "-")
-        text = (body.get("data") or {}).get("report.json")
+        text = _mapping(_mapping(body).get("data")).get("report.json")
         if namespace in skip or not isinstance(text, str):
             continue
-        try:
-            report = json.loads(text)
-        except ValueError:
-            report = {}
-        labels = metadata.get("labels") or {}
+        report = _status_report(text)
+        labels = _mapping(metadata.get("labels"))
         # The status ConfigMap names no release (one per namespace): "-" unless a label says it.
         release = labels.get(RELEASE_LABEL) or labels.get("app.kubernetes.io/instance")
         rows.append(
@@ -132,18 +180,27 @@ def rows_from_configmaps(context: str, configmaps: Iterable[Mapping[str, Any]], 
                 aicr_version=str(report.get("aicrVersion") or "-"),
                 last_run=str(report.get("endedAt") or report.get("startedAt") or "-"),
                 source=f"ConfigMap/{metadata.get('name') or '-'}",
-                detail=str((report.get("upgradeCheck") or {}).get("headline") or ""),
+                detail=str(_mapping(report.get("upgradeCheck")).get("headline") or ""),
             )
         )
     return rows
 
 
+def _status_report(text: str) -> Mapping[str, Any]:
+    """The run report a status ConfigMap holds; empty (phase "unreadable") when it is not one."""
+    try:
+        report = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return _mapping(report)
+
+
 def age(last_run: str, now: datetime) -> str:
     try:
         then = datetime.fromisoformat(last_run.replace("Z", "+00:00"))
-    except ValueError:
+        seconds = int((now - then.astimezone(UTC)).total_seconds())
+    except (ValueError, OverflowError):
         return "-"
-    seconds = int((now - then.astimezone(UTC)).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
@@ -156,7 +213,7 @@ def _cells(row: Row, now: datetime) -> list[str]:
 
     phase = row.problem.split(":", 1)[0] if row.problem else row.phase
     checks = "/".join(count(v) for v in (row.passed, row.failed, row.skipped, row.other))
-    return [
+    cells = [
         row.context,
         row.namespace,
         row.release,
@@ -167,8 +224,14 @@ def _cells(row: Row, now: datetime) -> list[str]:
         count(row.regressions),
         row.last_run,
         age(row.last_run, now),
-        row.problem.split(":", 1)[1].strip() if ":" in row.problem else row.detail,
     ]
+    detail = row.problem.split(":", 1)[1].strip() if ":" in row.problem else row.detail
+    return [_cell(cell, CELL_LIMIT) for cell in cells] + [_cell(detail, DETAIL_LIMIT)]
+
+
+def _cell(text: str, limit: int) -> str:
+    """What a cluster wrote, as one bounded, printable cell with no credential."""
+    return one_line(logs.redact(text), limit)
 
 
 _HEADER = ["CONTEXT", "NAMESPACE", "RELEASE", "PHASE", "AICR", "RECIPE", "PASS/FAIL/SKIP/OTHER"]
@@ -182,5 +245,9 @@ def render_table(rows: Sequence[Row], now: datetime) -> str:
 
 
 def render_json(rows: Sequence[Row], now: datetime) -> str:
-    items = [{**asdict(row), "age": age(row.last_run, now), "green": is_green(row)} for row in rows]
+    items = [
+        {**{k: _cell(v, JSON_LIMIT) if isinstance(v, str) else v for k, v in asdict(row).items()}}
+        | {"age": age(row.last_run, now), "green": is_green(row)}
+        for row in rows
+    ]
     return json.dumps({"rows": items, "green": all(is_green(r) for r in rows) and bool(rows)}, indent=2)

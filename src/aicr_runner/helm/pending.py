@@ -177,13 +177,36 @@ class PendingReleases:
         failed or printed something else. The output lines come back for messages."""
         lines: list[str] = []
         result = self._processes.run(
-            argv, env=child_env(self._environ), cwd=self._work, log_path=log_path, on_line=lines.append
+            argv,
+            env=child_env(self._environ),
+            cwd=self._work,
+            log_path=log_path,
+            on_line=lines.append,
+            safe_stop=_READ_ONLY,
         )
         try:
             parsed = json.loads("".join(lines)) if result.exit_code == 0 else None
         except ValueError:
             parsed = None
         return result, parsed if isinstance(parsed, list) else None, lines
+
+
+class _ReadOnly:
+    """A helm query (list, history) changes nothing, so stopping it on SIGTERM is
+    always safe: it is stopped at once, not after the grace period a helm
+    operation gets (against a silent API server it would hold the pod's exit)."""
+
+    def try_hold(self) -> bool:
+        return True
+
+    def request_stop(self) -> None:
+        """Nothing to tell: the query is stopped as it is."""
+
+    def release(self) -> None:
+        """Nothing was held."""
+
+
+_READ_ONLY = _ReadOnly()
 
 
 def _pending(releases: list[Any]) -> list[PendingRelease]:

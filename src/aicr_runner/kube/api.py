@@ -35,8 +35,17 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 from aicr_runner import logs
-from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
-from aicr_runner.net.retry import RETRYABLE_STATUS, BudgetedRetry, OutOfBudget, Transient, WaitPolicy, parse_retry_after
+from aicr_runner.errors import ApiConflictError, CaptureError, InterruptedRun, LeaseError, RunnerError
+from aicr_runner.net.deadline import bounded
+from aicr_runner.net.retry import (
+    RETRYABLE_STATUS,
+    BudgetedRetry,
+    OutOfBudget,
+    RetryNote,
+    Transient,
+    WaitPolicy,
+    parse_retry_after,
+)
 
 __all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "LeaseRecord", "configmap_body", "lease_body"]
 
@@ -68,9 +77,15 @@ _EVENT_BUDGET_SECONDS = 15.0
 #: advisory, and the run (or the pod on its way out) must not wait on them.
 _JOB_EVENT_BUDGET_SECONDS = 5.0
 _JOB = "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
-#: One request may take at most this long (connect + read); a hung API server
-#: must not hold a write past its budget.
+#: One request may take at most this long, wall-clock (within what is left of its
+#: budget): a hung or dripping API server must not hold a call past its budget.
 _REQUEST_TIMEOUT_SECONDS = 15.0
+#: The connect part of it: a black-holed address fails fast enough to retry.
+_CONNECT_TIMEOUT_SECONDS = 5.0
+#: After SIGTERM a call may take at most this long (the final status, the Lease
+#: handed back, the Events): the pod's grace period leaves the runner 15 s once
+#: its children are done. Once one such call found the API silent, the rest fail at once.
+AFTER_SHUTDOWN_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -250,8 +265,19 @@ def _failure(exc: Any, *, what: str, method: str, path: str, error: type[RunnerE
     raise error(f"{what} failed: HTTP {status} {exc.reason}" + (f" ({hint})" if hint else "")) from exc
 
 
+class _NoAnswer(RunnerError):
+    """One request got no complete answer within its wall-clock bound."""
+
+
 class ClientKubeApi:
-    """The official client. In a pod it uses the ServiceAccount; elsewhere kubeconfig."""
+    """The official client. In a pod it uses the ServiceAccount; elsewhere kubeconfig.
+
+    Every request is bounded three ways: the client's socket timeouts (connect,
+    read), a wall-clock bound on the whole request (a server that drips one byte
+    at a time satisfies every read timeout), and ``interrupted``: a request (or a
+    retry's wait) that began before SIGTERM stops when it arrives. A request that
+    begins after SIGTERM gets at most ``AFTER_SHUTDOWN_SECONDS``.
+    """
 
     def __init__(
         self,
@@ -260,29 +286,17 @@ class ClientKubeApi:
         write_budget_seconds: float = 120.0,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        interrupted: Callable[[], bool] = lambda: False,
     ) -> None:
-        from kubernetes import client, config  # imported lazily: plan never needs it
-
-        if api_client is None:
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                try:
-                    config.load_kube_config()
-                except (config.ConfigException, OSError) as exc:
-                    raise CaptureError(
-                        "no Kubernetes credentials: not running in a pod and no usable kubeconfig "
-                        f"({exc}); use 'aicr-runner plan' for a local dry run"
-                    ) from exc
-            configuration = client.Configuration.get_default_copy()
-            # One try per runner attempt: urllib3's own retries (3 by default) would
-            # log three lines per failed attempt and spend the write budget unseen.
-            configuration.retries = False
-            api_client = client.ApiClient(configuration)
-        self._api_client = api_client
+        self._api_client = _default_client() if api_client is None else api_client
         self.write_budget_seconds = write_budget_seconds
         self._sleep = sleep
         self._clock = clock
+        self._interrupted = interrupted
+        #: Set when a request after SIGTERM found the API silent: the rest fail at once.
+        self._silent_after_shutdown = ""
+        #: Set when a call ran out of its budget; cleared when one gets through.
+        self._exhausted = False
 
     def apply_configmap(
         self,
@@ -318,65 +332,113 @@ class ClientKubeApi:
         error: type[RunnerError] = CaptureError,
         missing_ok: bool = False,
         budget_seconds: float | None = None,
+        budget_words: str = "",
     ) -> Any:
-        """One API call, retried within ``write_budget_seconds``; every write goes through here.
+        """One API call, retried within ``write_budget_seconds``; every call goes through here.
 
         ``what`` starts every error message ("writing ConfigMap ns/name");
         ``error`` is the exception raised when it finally fails (its exit code
         is the run's). ``response_type="object"`` returns the decoded body.
         ``missing_ok``: a 404 returns None (a read of something that may not exist).
-        ``budget_seconds`` overrides ``write_budget_seconds`` for this call.
+        ``budget_seconds`` shortens ``write_budget_seconds`` for this call (an
+        advisory call's own short budget); nothing waits longer than the operator's budget.
+        ``budget_words`` names the budget in the final error (default: "<n>s API write budget").
         """
-        budget = self.write_budget_seconds if budget_seconds is None else budget_seconds
+        budget, abort = self._budget(what, budget_seconds, error)
         deadline = self._clock() + budget
         call = _Call(path, method, path_params, query_params, content_type, body, response_type)
         failed = functools.partial(_failure, what=what, method=method, path=path, error=error, missing_ok=missing_ok)
+        kind = "read" if method == "GET" else "write"
         retry = BudgetedRetry(
             _WAIT_POLICY,
             deadline=deadline,
             clock=self._clock,
-            sleep=self._sleep,
-            on_retry=lambda note: logs.get_logger().warning(
-                "Kubernetes API write retry",
-                what=what,
-                attempt=note.attempt,
-                reason=note.reason,
-                wait=round(note.wait, 3),
-            ),
+            sleep=lambda seconds: self._pause(seconds, abort, what),
+            on_retry=functools.partial(_warn_retry, f"Kubernetes API {kind} retry", what),
         )
         try:
-            return retry.call(lambda: self._attempt(call, deadline, failed))
+            answer = retry.call(lambda: self._attempt(call, deadline, failed, abort, what))
         except OutOfBudget as exc:
+            self._exhausted = True
+            if abort is _never:  # after SIGTERM: the API did not answer in time; do not wait on it again
+                self._silent_after_shutdown = exc.last.reason
             raise error(
                 f"{what} failed: gave up after {exc.attempts} attempt(s) within the "
-                f"{budget:g}s API write budget; last error: {exc.last.reason}"
+                f"{budget_words or f'{budget:g}s API {kind} budget'}; last error: {exc.last.reason}"
             ) from exc.last
+        self._exhausted = False
+        return answer
 
-    def _attempt(self, call: _Call, deadline: float, failed: Callable[[Any], Any]) -> Any:
-        """One try, bounded by what is left of the budget: a connection error is
-        retryable; an API error is ``failed``'s to sort out."""
+    def _budget(
+        self, what: str, budget_seconds: float | None, error: type[RunnerError]
+    ) -> tuple[float, Callable[[], bool]]:
+        """The call's budget and what stops it early: SIGTERM, unless it had
+        already arrived (then the budget is short, and nothing if the API was
+        found silent since). After a call ran out of its budget, until a call
+        gets through, each call gets at most one request's time."""
+        budget = min(self.write_budget_seconds, budget_seconds or self.write_budget_seconds)
+        if self._exhausted:
+            # The API is down: each call waiting out its whole budget would make a run
+            # take that budget once per call (tens of minutes by default).
+            budget = min(budget, _REQUEST_TIMEOUT_SECONDS)
+        if not self._interrupted():
+            return budget, self._interrupted
+        if self._silent_after_shutdown:
+            raise error(
+                f"{what} failed: not tried, an API call already ran out of time after the shutdown was requested "
+                f"({self._silent_after_shutdown})"
+            )
+        return min(budget, AFTER_SHUTDOWN_SECONDS), _never
+
+    def _pause(self, seconds: float, abort: Callable[[], bool], what: str) -> None:
+        """A retry's wait, cut short by SIGTERM."""
+        end = self._clock() + seconds
+        while (left := end - self._clock()) > 0:
+            if abort():
+                raise InterruptedRun(f"interrupted: a shutdown was requested during {what}; it was stopped")
+            self._sleep(min(left, 0.1))
+
+    def _attempt(
+        self, call: _Call, deadline: float, failed: Callable[[Any], Any], abort: Callable[[], bool], what: str
+    ) -> Any:
+        """One try, bounded by what is left of the budget (socket timeouts and the
+        wall clock): no answer or a connection error is retryable; an API error is
+        ``failed``'s to sort out."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        timeout = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
+        limit = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
+        # The tuple form: kubernetes' rest.py ignores a float timeout.
+        timeout = (min(_CONNECT_TIMEOUT_SECONDS, limit), limit)
         try:
-            return self._api_client.call_api(
-                call.path,
-                call.method,
-                path_params=dict(call.path_params),
-                query_params=list(call.query_params),
-                header_params={"Content-Type": call.content_type, "Accept": "application/json"},
-                body=call.body,
-                auth_settings=["BearerToken"],
-                # None: read (keeps the pooled connection usable), no model decode.
-                response_type=call.response_type,
-                _return_http_data_only=True,
-                _request_timeout=timeout,
+            return bounded(
+                lambda _cancellation: self._call_api(call, timeout),
+                budget_seconds=limit,
+                interrupted=abort,
+                over_budget=lambda: _NoAnswer(f"no complete answer within {limit:.3g}s"),
+                what=what,
             )
+        except _NoAnswer as exc:
+            raise Transient(exc.message) from exc
         except ApiException as exc:
             return failed(exc)
         except (HTTPError, OSError) as exc:
             raise Transient(f"{type(exc).__name__}: {exc}") from exc
+
+    def _call_api(self, call: _Call, timeout: tuple[float, float]) -> Any:
+        return self._api_client.call_api(
+            call.path,
+            call.method,
+            path_params=dict(call.path_params),
+            query_params=list(call.query_params),
+            header_params={"Content-Type": call.content_type, "Accept": "application/json"},
+            body=call.body,
+            auth_settings=["BearerToken"],
+            # None: read (keeps the pooled connection usable), no model decode.
+            response_type=call.response_type,
+            _return_http_data_only=True,
+            _request_timeout=timeout,
+        )
 
     # -- the install Lease -------------------------------------------------------------
 
@@ -498,6 +560,35 @@ class ClientKubeApi:
             body={"metadata": {"annotations": dict(annotations)}},
             budget_seconds=_JOB_EVENT_BUDGET_SECONDS,
         )
+
+
+def _warn_retry(event: str, what: str, note: RetryNote) -> None:
+    logs.get_logger().warning(event, what=what, attempt=note.attempt, reason=note.reason, wait=round(note.wait, 3))
+
+
+def _never() -> bool:
+    return False
+
+
+def _default_client() -> Any:
+    """The in-cluster client (the ServiceAccount), else the kubeconfig's."""
+    from kubernetes import client, config  # imported lazily: plan never needs it
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise CaptureError(
+                "no Kubernetes credentials: not running in a pod and no usable kubeconfig "
+                f"({exc}); use 'aicr-runner plan' for a local dry run"
+            ) from exc
+    configuration = client.Configuration.get_default_copy()
+    # One try per runner attempt: urllib3's own retries (3 by default) would
+    # log three lines per failed attempt and spend the write budget unseen.
+    configuration.retries = False
+    return client.ApiClient(configuration)
 
 
 def _forbidden_hint(method: str, path: str) -> str:

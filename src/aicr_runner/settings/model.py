@@ -389,7 +389,8 @@ with warnings.catch_warnings():
         termination_message_path: Annotated[str, _v(absolute_path())] = ""
         #: How long a running child (helm inside deploy.sh) may finish after SIGTERM.
         shutdown_grace_seconds: Annotated[float, _v(_seconds(3600, zero=True))] = 60.0
-        #: How long one Kubernetes API write may keep retrying (429, 5xx, connection errors).
+        #: How long one Kubernetes API call may take, retries included (429, 5xx, connection
+        #: errors, no answer); no call waits longer, whatever its own budget.
         kube_write_budget_seconds: Annotated[float, _v(_seconds(3600))] = 120.0
 
         @property

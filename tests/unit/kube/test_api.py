@@ -240,3 +240,87 @@ def test_a_refused_write_logs_the_runner_retries_only(
     with pytest.raises(CaptureError, match=r"gave up after \d+ attempt"):
         api.apply_configmap("ns", "x", data={"k": "v"})
     assert not [r.getMessage() for r in caplog.records if r.name.startswith("urllib3") and "Retrying" in r.getMessage()]
+
+
+# -- every request bounded; SIGTERM stops a request in flight -----------------------------------
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("hang", "Read timed out"), ("drip", "no complete answer within")])
+def test_a_request_to_a_server_that_never_completes_an_answer_ends_within_its_budget(mode: str, reason: str) -> None:
+    from tests.support.hostile_server import HostileKubeApi
+
+    with HostileKubeApi(mode) as server:
+        api = api_for(server.url, budget=1.0)
+        with pytest.raises(CaptureError) as failure:
+            api.get_configmap_data("ns", "cm")
+    assert "within the 1s API read budget" in failure.value.message
+    assert reason in failure.value.message
+
+
+def test_sigterm_stops_a_request_in_flight_and_later_calls_get_a_short_budget_then_none() -> None:
+    from aicr_runner.errors import InterruptedRun
+    from tests.support.hostile_server import HostileKubeApi
+
+    signalled = threading.Event()
+    with HostileKubeApi("hang") as server:
+        configuration = client.Configuration()
+        configuration.host = server.url
+        configuration.retries = False
+        api = ClientKubeApi(client.ApiClient(configuration), write_budget_seconds=3600, interrupted=signalled.is_set)
+
+        def signal_once_requested() -> None:
+            if server.requested.wait(60):
+                signalled.set()
+
+        threading.Thread(target=signal_once_requested, daemon=True).start()
+        with pytest.raises(InterruptedRun, match="a shutdown was requested during writing ConfigMap ns/cm"):
+            api.apply_configmap("ns", "cm", data={"a": "b"})
+        # After SIGTERM: one call gets AFTER_SHUTDOWN_SECONDS, not the hour; then none is tried.
+        with pytest.raises(CaptureError, match=f"within the {kube.AFTER_SHUTDOWN_SECONDS:g}s API write budget"):
+            api.apply_configmap("ns", "final", data={"a": "b"})
+        requests = server.requests
+        with pytest.raises(CaptureError, match="not tried, an API call already ran out of time"):
+            api.apply_configmap("ns", "later", data={"a": "b"})
+        assert server.requests == requests
+
+
+def test_after_sigterm_stops_a_hung_request_the_final_status_is_written_if_the_api_answers() -> None:
+    from aicr_runner.errors import InterruptedRun
+    from tests.support.hostile_server import HostileKubeApi
+
+    signalled = threading.Event()
+    with HostileKubeApi("hang-once") as server:
+        configuration = client.Configuration()
+        configuration.host = server.url
+        configuration.retries = False
+        api = ClientKubeApi(client.ApiClient(configuration), write_budget_seconds=3600, interrupted=signalled.is_set)
+
+        def signal_once_requested() -> None:
+            if server.requested.wait(60):
+                signalled.set()
+
+        threading.Thread(target=signal_once_requested, daemon=True).start()
+        with pytest.raises(InterruptedRun):
+            api.apply_configmap("ns", "aicr-run-status", data={"phase": "Running"})
+        api.apply_configmap("ns", "aicr-run-status", data={"phase": "Interrupted"})
+        assert server.requests == 2
+
+
+def test_after_a_call_ran_out_of_its_budget_calls_get_one_requests_time_until_one_gets_through(
+    server: tuple[str, Script], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 3: against an API that fails every call, each call waiting out its
+    whole budget made a run take the budget once per call."""
+    url, script = server
+    monkeypatch.setattr(kube, "_REQUEST_TIMEOUT_SECONDS", 0.5)
+    script.answers[:] = [(500, {})]
+    api = api_for(url, budget=2.0)
+    with pytest.raises(CaptureError, match="within the 2s API write budget"):
+        api.apply_configmap("ns", "a", data={})
+    with pytest.raises(CaptureError, match=r"within the 0\.5s API write budget"):
+        api.apply_configmap("ns", "b", data={})
+    script.answers[:] = [(200, {})]
+    api.apply_configmap("ns", "c", data={})
+    script.answers[:] = [(500, {})]
+    with pytest.raises(CaptureError, match="within the 2s API write budget"):
+        api.apply_configmap("ns", "d", data={})
