@@ -544,8 +544,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "provenance-fail-closed-not-in-pod-failure-policy",
         "templates/_pod.tpl",
+        "values: [2, 4, 21, 24, 25, 29, 35]",
+        "values: [2, 4, 21, 24, 25, 35]",
+        "test_job.py::test_pod_failure_policy_fails_fast_on_the_runtimes_deterministic_codes",
+    ),
+    m(
+        "upgrade-stop-not-in-pod-failure-policy",
+        "templates/_pod.tpl",
+        "values: [2, 4, 21, 24, 25, 29, 35]",
         "values: [2, 4, 21, 24, 25, 29]",
-        "values: [2, 4, 21, 24, 25]",
         "test_job.py::test_pod_failure_policy_fails_fast_on_the_runtimes_deterministic_codes",
     ),
     m(

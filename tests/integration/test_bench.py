@@ -38,6 +38,8 @@ EXPECTED_ROWS = [
     "image size, uncompressed (on disk after a pull)",
     "image size, compressed (gzip layers a registry serves)",
     "pull from a loopback registry into an empty store + start, wall",
+    "mirror copy, 4 images of 1 MiB, empty target",
+    "mirror copy, 4 images of 1 MiB, again (all there)",
 ]
 
 

@@ -88,9 +88,10 @@ def recorded_recipe(ctx: RunContext) -> StepResult:
         return StepResult.skipped("not a validation-only run")
     # An upgrade the upgrade check stopped left the refused recipe as recipe.yaml and
     # the installed one beside it: validate what is installed.
-    installed = given.with_name(INSTALLED_KEY)
-    if given.name == "recipe.yaml" and installed.is_file() and installed.stat().st_size:
-        given = installed
+    if given.name == "recipe.yaml":
+        installed = given.with_name(INSTALLED_KEY)
+        if installed.is_file() and installed.stat().st_size:
+            given = installed
     raw = recipe.read_recorded(given)
     try:
         summary = recipe.parse_recipe(raw.decode("utf-8"), where=f"--recipe {given}")
