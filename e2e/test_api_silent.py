@@ -38,7 +38,9 @@ def start_run(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> su
         KUBECONFIG=str(control_plane.kubeconfig),
         AICR_RUNNER_NAMESPACE=namespace,
         AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS=f"{BUDGET_SECONDS:g}",
-        FAKE_AICR_DEPLOY_SLEEP="3",
+        # Long enough that the test sees the deploy step running whatever the load:
+        # the wait below is for that event, not for a guessed time.
+        FAKE_AICR_DEPLOY_SLEEP="30",
     )
     env.pop("KUBERNETES_SERVICE_HOST", None)
     argv = [sys.executable, "-m", "aicr_runner", "run", "--aicr-binary", str(fake)]

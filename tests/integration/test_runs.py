@@ -479,7 +479,7 @@ def test_a_relative_aicr_binary_still_runs_from_the_work_dir(
 def test_sigterm_mid_deploy_stops_deploy_sh_at_the_next_safe_point_and_is_never_green(
     fake: Path, tmp_path: Path
 ) -> None:
-    env = clean_env(tmp_path, **VALIDATE, FAKE_AICR_DEPLOY_SLEEP="2", AICR_RUNNER_SHUTDOWN_GRACE_SECONDS="30")
+    env = clean_env(tmp_path, **VALIDATE, FAKE_AICR_DEPLOY_SLEEP="60", AICR_RUNNER_SHUTDOWN_GRACE_SECONDS="30")
     results = tmp_path / "results"
     runner = Path(sys.executable).parent / "aicr-runner"
     pod_log = tmp_path / "pod.log"
