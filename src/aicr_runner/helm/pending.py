@@ -176,6 +176,11 @@ class PendingReleases:
         """Run a helm query whose output is a JSON list; the list is None when helm
         failed or printed something else. The output lines come back for messages."""
         lines: list[str] = []
+        timeout = shutil.which("timeout", path=self._environ.get("PATH"))
+        if timeout is not None:
+            # helm has no request timeout: against an API server that accepts and never
+            # answers, a query would wait for ever. coreutils' timeout ends it (124).
+            argv = [timeout, "--kill-after=5", str(HELM_QUERY_SECONDS), *argv]
         result = self._processes.run(
             argv,
             env=child_env(self._environ),
@@ -207,6 +212,9 @@ class _ReadOnly:
 
 
 _READ_ONLY = _ReadOnly()
+#: How long a helm query (list, history) may take: it reads a few objects, so a
+#: reachable API answers in seconds; past this the check is advisory and deploy.sh runs.
+HELM_QUERY_SECONDS = 30
 
 
 def _pending(releases: list[Any]) -> list[PendingRelease]:

@@ -408,7 +408,7 @@ class ClientKubeApi:
         from urllib3.exceptions import HTTPError
 
         limit = max(0.1, min(_REQUEST_TIMEOUT_SECONDS, deadline - self._clock()))
-        # The tuple form: kubernetes' rest.py ignores a float timeout.
+        # The tuple form: the client's REST layer (kubernetes.client.rest) ignores a float timeout.
         timeout = (min(_CONNECT_TIMEOUT_SECONDS, limit), limit)
         try:
             return bounded(

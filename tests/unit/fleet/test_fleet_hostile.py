@@ -359,10 +359,22 @@ def test_ctrl_c_while_clusters_are_read_is_one_line_and_exit_130(tmp_path: Path)
     with StalledListener() as hung:
         config = kubeconfig(tmp_path, {"hung": f"http://127.0.0.1:{hung.port}"})
         command = [sys.executable, "-m", "aicr_runner", "fleet", "--kubeconfig", str(config), "--timeout", "300"]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert hung.wait_for_connection(_NEVER), "fleet never connected"
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=_NEVER)
+        # A shell's background job inherits SIGINT ignored, and Python then keeps it
+        # ignored: the child starts with the default, as a terminal's fleet does.
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - no threads forked
+        )
+        try:
+            assert hung.wait_for_connection(_NEVER), "fleet never connected"
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=_NEVER)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
     assert process.returncode == 130
     assert err.decode().strip().splitlines()[-1] == "aicr-runner fleet: interrupted"
     assert b"Traceback" not in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -261,3 +262,21 @@ def test_settle_with_nothing_pending_recovers_nothing(tmp_path: Path) -> None:
     world.helm.answer("list", [])
     assert world.releases.settle(SUMMARY, None) == []
     assert world.progress == []
+
+
+def test_a_helm_query_against_an_api_that_never_answers_ends_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """helm has no request timeout: a `helm list` against an API server that accepts
+    and never answers waits for ever. The query gets HELM_QUERY_SECONDS, then the
+    check is skipped (advisory) and deploy.sh runs."""
+    from aicr_runner.helm import pending as pending_module
+
+    monkeypatch.setattr(pending_module, "HELM_QUERY_SECONDS", 1)
+    world = World(tmp_path)
+    hung = world.helm.dir / "helm"
+    hung.write_text(f'#!/bin/sh\necho "$*" >> "{world.helm.dir}/calls"\nexec sleep 600\n')
+    started = time.monotonic()
+    assert world.releases.find(SUMMARY) == []
+    assert time.monotonic() - started < 60, "the query was not ended at its deadline"
+    assert world.helm.calls == ["list --all-namespaces --pending --output json"]
