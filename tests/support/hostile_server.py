@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Self
 
 __all__ = [
     "DRIP_INTERVAL",
@@ -59,7 +60,32 @@ def release_archive(binary: bytes) -> bytes:
     return buffer.getvalue()
 
 
-class ReleaseServer:
+class _LoopbackHttp:
+    """A ThreadingHTTPServer on 127.0.0.1, served from a daemon thread inside ``with``;
+    ``_stop`` tells handlers that hold a connection to let go on the way out."""
+
+    _stop: threading.Event
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def _port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class ReleaseServer(_LoopbackHttp):
     """``/drip/...`` drips, ``/stall/...`` sends one byte and falls silent,
     ``/redirect/<n>/...`` redirects slowly, anything else is a file."""
 
@@ -133,19 +159,8 @@ class ReleaseServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> ReleaseServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._serve(Handler)
+        self.url = f"http://127.0.0.1:{self._port}"
 
     def publish(self, tag: str, archives: dict[str, bytes]) -> dict[str, str]:
         """Write archives and their checksums file under ``/<tag>/``; return name -> sha256."""
@@ -275,7 +290,7 @@ def _pack_layers() -> list[tuple[str, str, bytes, dict[str, str]]]:
     ]
 
 
-class HostileRegistry:
+class HostileRegistry(_LoopbackHttp):
     """An OCI registry on loopback whose blobs ``drip``, ``stall`` or ``hang``.
 
     ``drip``: the right headers, then one byte every ``DRIP_INTERVAL``;
@@ -394,13 +409,11 @@ class HostileRegistry:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._serve(Handler)
         if tls is not None:  # https: the handshake runs as each connection is accepted
             self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
-        self.host = f"127.0.0.1:{self._httpd.server_address[1]}"
+        self.host = f"127.0.0.1:{self._port}"
         self.ref = f"{self.host}/{self.REPOSITORY}:{self.TAG}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
     def layer_count(self) -> int:
@@ -422,20 +435,11 @@ class HostileRegistry:
         with self._changed:
             return self._changed.wait_for(lambda: self._open == 0, timeout)
 
-    def __enter__(self) -> HostileRegistry:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
 
 # --- a Kubernetes API server that misbehaves on every request ----------------------------------
 
 
-class HostileKubeApi:
+class HostileKubeApi(_LoopbackHttp):
     """A loopback stand-in for a Kubernetes API server that never gives a usable answer.
 
     ``hang``: each request is read and never answered (the connection held open);
@@ -501,19 +505,8 @@ class HostileKubeApi:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> HostileKubeApi:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._serve(Handler)
+        self.url = f"http://127.0.0.1:{self._port}"
 
 
 class BlackHole:
