@@ -242,13 +242,28 @@ class ControlPlane:
     def apiserver_silent(self) -> Iterator[None]:
         """kube-apiserver SIGSTOPped for the block: its sockets stay open and its
         port keeps accepting connections (the kernel completes the handshake),
-        but nothing answers, as a hung or overloaded API server. SIGCONT after."""
+        but nothing answers, as a hung or overloaded API server. SIGCONT after,
+        then wait until it answers and its controllers act again, so the next
+        test meets a working control plane."""
         pid = self._apiserver().pid
         os.kill(pid, signal.SIGSTOP)
         try:
             yield
         finally:
             os.kill(pid, signal.SIGCONT)
+            self._recover_after_silence()
+
+    def _recover_after_silence(self) -> None:
+        self.admin.drop_connections()
+
+        def ready() -> bool | None:
+            status, _ = self.admin.raw_get("/readyz")
+            return True if status == 200 else None
+
+        wait_for(ready, timeout=60.0, what="kube-apiserver /readyz after SIGCONT")
+        # As after a restart (start_apiserver): kube-controller-manager's watches may
+        # have broken while the API server was stopped.
+        self.ensure_namespace(f"after-silence-{secrets.token_hex(4)}", timeout=120.0)
 
     def start_apiserver(self, timeout: float = 60.0) -> None:
         """Start kube-apiserver again on the same port with the same flags and
@@ -258,6 +273,7 @@ class ControlPlane:
             raise RuntimeError("kube-apiserver is running; stop it first")
         new = ManagedProcess(old.name, old.argv, old.log_path)
         self.processes[self.processes.index(old)] = new
+        self.admin.drop_connections()
 
         def ready() -> bool | None:
             status, _ = self.admin.raw_get("/readyz")  # refused while it starts: wait_for retries

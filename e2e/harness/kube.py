@@ -119,6 +119,12 @@ class Kube:
         finally:
             resp.release_conn()
 
+    def drop_connections(self) -> None:
+        """Close every pooled connection: after the API server was stopped, its
+        idle-connection timers fire as it resumes and close the kept-alive ones,
+        which the next request would otherwise reuse (``RemoteDisconnected``)."""
+        self._http.clear()
+
     def raw_get(self, path: str) -> tuple[int, str]:
         """Status and body of a GET, without raising (health endpoints)."""
         resp = self._http.request("GET", self.server + path, headers=self._headers)
