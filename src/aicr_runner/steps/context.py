@@ -96,6 +96,8 @@ class RunFindings:
     recipe_capture: tuple[dict[str, str], dict[str, bytes]] | None = None
     #: The upgrade check's outcome, once a crossing was detected.
     upgrade: upgrade_check.Assessment | None = None
+    #: The evidence capture wrote the evidence ConfigMap (the verdict report points to it).
+    evidence_stored: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aicr_runner import logs
@@ -25,6 +26,7 @@ from aicr_runner.steps.upgrade import INSTALLED_KEY
 from aicr_runner.text import cut_bytes, one_line, printable
 
 __all__ = [
+    "VerdictChange",
     "captured",
     "history_name",
     "keep_unreadable",
@@ -125,9 +127,17 @@ HISTORY_KEY, DAMAGED_KEY, UNREADABLE_KEY = "history.json", "history.damaged.json
 _ASIDE_BYTES = 300_000
 
 
-def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, str]:
+@dataclass(frozen=True)
+class VerdictChange:
+    """What changed since the previous verdict of the same recipe: said, and whether checks regressed."""
+
+    said: str = ""
+    regressed: bool = False
+
+
+def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, VerdictChange]:
     """This verdict appended to the history and compared with the previous one of the
-    same recipe: the CTRF report with its baseline, and what changed ("" if nothing).
+    same recipe: the CTRF report with its baseline, and what changed (nothing said if nothing).
     Advisory: a history that cannot be read or written is a warning, never a failed
     capture; a damaged one is kept aside and replaced."""
     digest = ctx.findings.recipe_digest or _digest_of(ctx)
@@ -135,10 +145,10 @@ def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, str]:
         verdict = CtrfVerdict.parse(ctrf)
     except ValueError as exc:  # the validate step read it first: only a report changed since
         ctx.report.warnings.append(f"verdict history not compared: {exc}")
-        return ctrf, ""
+        return ctrf, VerdictChange()
     stored = _stored(ctx)
     if stored is None:
-        return ctrf, ""
+        return ctrf, VerdictChange()
     past, kept = _past(ctx, stored)
     version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.report.aicr_version
     by = f"{'install' if ctx.mode is Mode.RUN else 'revalidate'} {ctx.report.run_by}".strip()
@@ -210,17 +220,17 @@ def unreadable_captured(ctx: RunContext, name: str) -> StepResult:
     )
 
 
-def captured(where: str, change: str) -> StepResult:
+def captured(where: str, change: VerdictChange) -> StepResult:
     """The verdict capture's result: a regression is a warning (the run is never plain green)."""
-    if "REGRESSED" in change:
-        return StepResult.warned(f"{where}; {change}", classification="validation-regressed")
-    return StepResult.ok(f"{where}; {change}" if change else where)
+    if change.regressed:
+        return StepResult.warned(f"{where}; {change.said}", classification="validation-regressed")
+    return StepResult.ok(f"{where}; {change.said}" if change.said else where)
 
 
-def _announce(ctx: RunContext, change: history.Change) -> str:
+def _announce(ctx: RunContext, change: history.Change) -> VerdictChange:
     """What changed: on the report (summary.txt lists its warnings) and as Events."""
     if change.previous is None or not (change.regressed or change.recovered):
-        return ""
+        return VerdictChange()
     since = str(change.previous.get("time", "the previous run"))
     ctx.findings.regressed = tuple(change.regressed)
     ctx.on_verdict_change(change.regressed, change.recovered, since)
@@ -230,7 +240,7 @@ def _announce(ctx: RunContext, change: history.Change) -> str:
         ctx.report.warnings.append(f"validation regressed since {since}: {', '.join(change.regressed)}")
     if change.recovered:
         said.append(f"recovered since {since}: {', '.join(change.recovered)}")
-    return "; ".join(said)
+    return VerdictChange("; ".join(said), regressed=bool(change.regressed))
 
 
 def _digest_of(ctx: RunContext) -> str:

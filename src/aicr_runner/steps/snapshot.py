@@ -30,8 +30,6 @@ from pathlib import Path
 from aicr_runner.aicr import argv as commands
 from aicr_runner.aicr import recipe, snapshot_diff
 from aicr_runner.errors import RunnerError
-from aicr_runner.kube import sink
-from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.run.machine import State, StepResult
 from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
@@ -173,13 +171,12 @@ def _kept(
     name = ctx.settings.snapshot.configmap
     record = {"time": utcnow().isoformat(), "source": ctx.findings.snapshot, "facts": found}
     data = {**(aside or {}), "facts.json": json.dumps(record, indent=2, sort_keys=True)}
-    fitted = sink.fit("snapshot.yaml", text.encode(), CONFIGMAP_BUDGET_BYTES - payload_size(data) - 1024)
-    document, binary = fitted or ({}, {})
+    fitted = ctx.sink.fit(data, large={"snapshot.yaml": text.encode()})
     try:
-        ctx.sink.put(name, data={**data, **document}, binary_data=binary or None)
+        ctx.sink.put(name, data=fitted.data, binary_data=fitted.binary_data or None)
     except RunnerError as exc:
         return _advisory(f"{said}; not kept: {exc.message}", "snapshot-not-kept")
     where = ctx.sink.describe(name)
-    if fitted is None:
+    if fitted.dropped:
         return StepResult.warned(f"{said}; kept in {where}: facts only (the document is over budget even compressed)")
     return StepResult.ok(f"{said}; kept in {where}")

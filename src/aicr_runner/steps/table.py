@@ -28,8 +28,6 @@ from aicr_runner.errors import (
     PackError,
     RunnerError,
 )
-from aicr_runner.kube import sink
-from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.mirror import rewrite as mirror_sources
 from aicr_runner.net import deadline
 from aicr_runner.run.machine import UNREADABLE, State, StepResult
@@ -229,22 +227,21 @@ class Steps:
             **mirror_sources.recorded(self.ctx.recipe_path),
             **upgrade.installed_data(self.ctx, raw),
         }
-        fitted = sink.fit("recipe.yaml", raw, CONFIGMAP_BUDGET_BYTES - payload_size(summary))
-        data, binary = fitted or ({}, {})
+        fitted = self.ctx.sink.fit(summary, large={"recipe.yaml": raw})
         try:
-            self.ctx.sink.put(name, data={**summary, **data}, binary_data=binary or None)
-            self.found.recipe_capture = ({**summary, **data}, binary)
+            self.ctx.sink.put(name, data=fitted.data, binary_data=fitted.binary_data or None)
+            self.found.recipe_capture = (fitted.data, fitted.binary_data)
         except CaptureError as exc:
             # Advisory, as in the bash chart: this runs before anything is deployed.
             return StepResult.warned(f"recipe capture failed: {exc}")
         where = self.ctx.sink.describe(name)
-        if fitted is None:
+        if fitted.dropped:
             return StepResult.warned(
                 f"recipe written to {where} (recipe.yaml is {len(raw)} bytes, over budget even compressed: "
                 "summary only)"
             )
-        note = f" (recipe.yaml is {len(raw)} bytes: stored gzip-compressed as recipe.yaml.gz)" if binary else ""
-        return StepResult.ok(f"recipe written to {where}{note}")
+        compressed = f" (recipe.yaml is {len(raw)} bytes: stored gzip-compressed as recipe.yaml.gz)"
+        return StepResult.ok(f"recipe written to {where}{compressed if fitted.compressed else ''}")
 
     def check_recipe(self) -> StepResult:
         summary = self.found.recipe_summary
@@ -405,11 +402,10 @@ class Steps:
         if self.ctx.report.step(State.VALIDATE.value).classification == UNREADABLE:
             return revalidate.unreadable_captured(self.ctx, name)
         raw, change = revalidate.record_history(self.ctx, self.ctx.ctrf_path.read_bytes())
-        fitted = sink.fit("ctrf.json", raw, CONFIGMAP_BUDGET_BYTES)
-        if fitted is None:
+        fitted = self.ctx.sink.fit({}, large={"ctrf.json": raw})
+        if fitted.dropped:
             raise CaptureError(f"ctrf.json is {len(raw)} bytes, over the ConfigMap budget even compressed")
-        data, binary = fitted
-        self.ctx.sink.put(name, data=data, binary_data=binary or None)
+        self.ctx.sink.put(name, data=fitted.data, binary_data=fitted.binary_data or None)
         return revalidate.captured(f"CTRF verdict written to {self.ctx.sink.describe(name)}", change)
 
     def publish(self) -> StepResult:

@@ -41,8 +41,7 @@ def after_capture(ctx: RunContext, capture_evidence: Callable[[], StepResult]) -
 
     def step() -> StepResult:
         result = capture_evidence()
-        where = ctx.sink.describe(ctx.settings.validate.evidence_configmap)
-        write_verdict(ctx, evidence_stored=result.went_well and where in result.reason)
+        write_verdict(ctx, evidence_stored=ctx.findings.evidence_stored)
         return result
 
     return step
