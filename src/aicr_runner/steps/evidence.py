@@ -39,7 +39,7 @@ def publish(ctx: RunContext, aicr: Path, *, validated: bool) -> StepResult:
                 ExitCode.BAD_INPUT, f"identity token file {pub.identity_token_file}: {exc.strerror or exc}"
             )
         logs.register_secret(token)
-    env = child_env(ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
+    env = child_env(ctx.config.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
     result = ctx.run_child(State.PUBLISH, commands.publish_argv(ctx.settings, aicr, ctx.evidence_dir), env=env)
     logs.get_logger().info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
     if result.exit_code != 0:

@@ -44,7 +44,7 @@ __all__ = [
 def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
     """The aicr binary, how the step names it, and whether it was preinstalled."""
     aicr = ctx.settings.aicr
-    override = ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
+    override = ctx.config.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
     if override is not None:
         from aicr_runner.aicr.binary import use_preinstalled
 
@@ -66,9 +66,9 @@ def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
 def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
     aicr = ctx.settings.aicr
     return deadline.bounded(
-        lambda cancelled: ctx.fetch(aicr, dest, cancelled=cancelled),
+        lambda cancelled: ctx.externals.fetch(aicr, dest, cancelled=cancelled),
         budget_seconds=budget,
-        interrupted=ctx.interrupted,
+        interrupted=ctx.externals.interrupted,
         what="the aicr download",
         over_budget=lambda: DownloadError(
             f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
@@ -82,7 +82,7 @@ def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
 def verify_provenance(ctx: RunContext, binary: AicrBinary) -> ProvenanceCheck:
     """aicr's Sigstore provenance, recorded in the run report whatever the outcome."""
     aicr = ctx.settings.aicr
-    verifier = ctx.verifier or CosignVerifier(ctx.processes, ctx.environ)
+    verifier = ctx.externals.verifier or CosignVerifier(ctx.externals.processes, ctx.config.environ)
     try:
         provenance = check_provenance(binary.path, binary.attestation_path, aicr, verifier, ctx.work)
     except RunnerError as exc:
@@ -133,8 +133,12 @@ def help_text(ctx: RunContext, argv: list[str]) -> str:
     """What a ``--help`` call printed (stdout and stderr)."""
     lines: list[str] = []
     name = "-".join(["help", *argv[1:-1]])
-    ctx.processes.run(
-        argv, env=child_env(ctx.environ), cwd=ctx.work, log_path=ctx.work / "logs" / f"{name}.log", on_line=lines.append
+    ctx.externals.processes.run(
+        argv,
+        env=child_env(ctx.config.environ),
+        cwd=ctx.work,
+        log_path=ctx.work / "logs" / f"{name}.log",
+        on_line=lines.append,
     )
     return "\n".join(lines)
 
@@ -149,8 +153,8 @@ def known_values(ctx: RunContext, binary: Path) -> Mapping[str, tuple[str, ...]]
 
 def _version_lines(ctx: RunContext, binary: Path, *, preinstalled: bool) -> list[str]:
     """What ``aicr --version`` prints; a preinstalled binary was asked for the start line already."""
-    if preinstalled and ctx.version_output is not None:
-        return list(ctx.version_output)
+    if preinstalled and ctx.config.version_output is not None:
+        return list(ctx.config.version_output)
     printed: list[str] = []
     result = ctx.run_child(State.FETCH, [str(binary), "--version"], on_line=printed.append)
     if result.exit_code != 0:

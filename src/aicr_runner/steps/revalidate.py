@@ -42,7 +42,7 @@ __all__ = [
 def no_install_running(ctx: RunContext) -> StepResult:
     """The install Lease taken for this validation, never waited on: held by a live
     install (or another validation), the run ends (exit 33)."""
-    lease = ctx.lease
+    lease = ctx.externals.lease
     if lease is None:
         return StepResult.skipped("no install Lease to take (outside a cluster, or lease.name is empty)")
     holder = lease.take_for_validation()
@@ -64,7 +64,7 @@ def no_install_running(ctx: RunContext) -> StepResult:
 def note_preemption(ctx: RunContext) -> None:
     """Once ``aicr validate`` has ended: whether an install took the Lease over while
     it ran (one read; the steps after it ask ``preempted``)."""
-    lease = ctx.lease
+    lease = ctx.externals.lease
     if ctx.mode is Mode.VALIDATE and lease is not None and not lease.still_held():
         ctx.findings.preempted = True
 
@@ -72,11 +72,12 @@ def note_preemption(ctx: RunContext) -> None:
 def preempted(ctx: RunContext) -> StepResult | None:
     """A validation whose install Lease an install took over: its verdict may be of a
     half-installed cluster, so it is neither captured nor compared (exit 33)."""
-    if not ctx.findings.preempted or ctx.lease is None:
+    lease = ctx.externals.lease
+    if not ctx.findings.preempted or lease is None:
         return None
     return StepResult.failed(
         ExitCode.INSTALL_IN_PROGRESS,
-        f"an install took the install Lease {ctx.lease.where} over during the validation: its verdict may be of a "
+        f"an install took the install Lease {lease.where} over during the validation: its verdict may be of a "
         "half-installed cluster, so it is not captured, compared or kept in history; the install validates itself",
         classification="install-in-progress",
     )
@@ -85,7 +86,7 @@ def preempted(ctx: RunContext) -> StepResult | None:
 def recorded_recipe(ctx: RunContext) -> StepResult:
     """The recipe recorded at install: ``--recipe``, a file or the recipe ConfigMap
     mounted in the pod (``recipe.yaml``, or ``recipe.yaml.gz`` when stored compressed)."""
-    given = ctx.recipe_file
+    given = ctx.config.recipe_file
     if given is None:
         return StepResult.skipped("not a validation-only run")
     # An upgrade the upgrade check stopped left the refused recipe as recipe.yaml and
@@ -233,7 +234,7 @@ def _announce(ctx: RunContext, change: history.Change) -> VerdictChange:
         return VerdictChange()
     since = str(change.previous.get("time", "the previous run"))
     ctx.findings.regressed = tuple(change.regressed)
-    ctx.on_verdict_change(change.regressed, change.recovered, since)
+    ctx.handlers.on_verdict_change(change.regressed, change.recovered, since)
     said = []
     if change.regressed:
         said.append(f"REGRESSED since {since}: {', '.join(change.regressed)}")

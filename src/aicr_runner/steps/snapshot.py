@@ -104,7 +104,7 @@ def _advisory(reason: str, classification: str) -> StepResult:
 
 
 def _output(ctx: RunContext) -> str:
-    if ctx.read_configmap is not None:
+    if ctx.externals.read_configmap is not None:
         return f"cm://{ctx.settings.snapshot.namespace}/{AGENT_CONFIGMAP}"
     # aicr picks a reader by the extension: a snapshot file is always *.yaml.
     path = ctx.work / "snapshot.yaml"
@@ -118,8 +118,8 @@ def _read(ctx: RunContext, output: str) -> str:
         path = Path(output)
         return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     namespace, _, name = output.removeprefix("cm://").partition("/")
-    assert ctx.read_configmap is not None  # noqa: S101 - a cm:// output is chosen only with a reader
-    data = ctx.read_configmap(namespace, name) or {}
+    assert ctx.externals.read_configmap is not None  # noqa: S101 - a cm:// output is chosen only with a reader
+    data = ctx.externals.read_configmap(namespace, name) or {}
     return data.get(f"snapshot.{data.get('format', 'yaml')}") or data.get("snapshot.yaml", "")
 
 
@@ -147,7 +147,7 @@ def _compared(ctx: RunContext, text: str, found: dict[str, str], said: str) -> S
     if changes:
         ctx.report.cluster_changes = changes
         ctx.report.cluster_changed_since = since or "the previous snapshot"
-        ctx.on_cluster_change(changes, ctx.report.cluster_changed_since)
+        ctx.handlers.on_cluster_change(changes, ctx.report.cluster_changed_since)
         return _kept(ctx, text, found, f"{said}; cluster changed since {since or 'the previous snapshot'}", aside)
     return _kept(ctx, text, found, f"{said}; unchanged since {since or 'the previous snapshot'}", aside)
 

@@ -134,23 +134,23 @@ class Steps:
         return StepResult.ok(f"aicr {version.text} from {how}; {provenance.verified.summary()}")
 
     def pack(self) -> StepResult:
-        if self.ctx.pack_dir is not None:
-            if not (self.ctx.pack_dir / "registry.yaml").is_file():
+        if self.ctx.config.pack_dir is not None:
+            if not (self.ctx.config.pack_dir / "registry.yaml").is_file():
                 return StepResult.failed(
                     ExitCode.PACK_VERIFICATION_FAILED,
-                    f"pack directory {self.ctx.pack_dir} has no registry.yaml; aicr requires it even as a stub",
+                    f"pack directory {self.ctx.config.pack_dir} has no registry.yaml; aicr requires it even as a stub",
                 )
-            self.found.pack = self.ctx.pack_dir
-            return StepResult.ok(f"local pack {self.ctx.pack_dir}")
+            self.found.pack = self.ctx.config.pack_dir
+            return StepResult.ok(f"local pack {self.ctx.config.pack_dir}")
         if not self.s.pack.ref:
             return StepResult.skipped("no data pack")
         target = self.ctx.work / "pack"
         shutil.rmtree(target, ignore_errors=True)
         budget = self.s.pack.pull_budget_seconds
         pulled = deadline.bounded(
-            lambda cancelled: self.ctx.pull(self.s.pack, target, cancelled=cancelled),
+            lambda cancelled: self.ctx.externals.pull(self.s.pack, target, cancelled=cancelled),
             budget_seconds=budget,
-            interrupted=self.ctx.interrupted,
+            interrupted=self.ctx.externals.interrupted,
             what="the data pack pull",
             over_budget=lambda: PackError(
                 f"the data pack pull of {self.s.pack.ref} did not finish within the {budget:g}s pull budget "
@@ -216,7 +216,7 @@ class Steps:
             return StepResult.skipped("recipe capture is off (the recipe ConfigMap name is empty)")
         if self.found.recipe_summary is None:
             return StepResult.skipped("no recipe was resolved")
-        pack = self.s.pack.ref or self.ctx.pack_dir
+        pack = self.s.pack.ref or self.ctx.config.pack_dir
         text = recipe.summary_text(
             self.s, pack=pack, completion_line=self.found.completion_line, summary=self.found.recipe_summary
         )
@@ -307,7 +307,7 @@ class Steps:
             return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
             return StepResult.skipped("assert-only run: nothing is deployed, no install Lease needed")
-        lease = self.ctx.lease
+        lease = self.ctx.externals.lease
         if lease is None:
             return StepResult.skipped(
                 "no install Lease (AICR_RUNNER_LEASE__NAME is empty): runs of this release are not serialised"
@@ -319,10 +319,10 @@ class Steps:
                 f"waiting for the install Lease {lease.where}, held by {holder} "
                 f"(waited {waited:.0f}s; gives up after {self.s.lease.wait_seconds:g}s)"
             )
-            self.ctx.progress()
+            self.ctx.handlers.progress()
 
         waited = lease.acquire(on_wait)
-        lease.start_renewing(self.ctx.on_lease_lost)
+        lease.start_renewing(self.ctx.handlers.on_lease_lost)
         after = f" after waiting {waited:.0f}s" if waited >= 1 else ""
         return StepResult.ok(f"install Lease {lease.where} held by {lease.holder}{after}")
 
@@ -338,11 +338,12 @@ class Steps:
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
         try:
-            recovered = deploy_run.pending_releases(self.ctx).settle(self.found.recipe_summary, self.ctx.lease)
+            pending = deploy_run.pending_releases(self.ctx)
+            recovered = pending.settle(self.found.recipe_summary, self.ctx.externals.lease)
         except HelmReleasePendingError as exc:
             return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
-        if self.ctx.lease is not None and self.found.recipe_summary is not None:
-            self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.found.recipe_summary.components)
+        if self.ctx.externals.lease is not None and self.found.recipe_summary is not None:
+            self.ctx.externals.lease.announce(f"{c.namespace}/{c.name}" for c in self.found.recipe_summary.components)
         # An aicr known to print no per-component results is said to, whatever it printed.
         markers = classify.DeployMarkers(
             results_reported=self.ctx.behaviour.per_component_results,

@@ -102,7 +102,7 @@ def record_installed(ctx: RunContext) -> None:
 
 
 def _skip(ctx: RunContext) -> StepResult | None:
-    if ctx.mode is Mode.PLAN and not ctx.upgrade_from:
+    if ctx.mode is Mode.PLAN and not ctx.config.upgrade_from:
         return StepResult.skipped("plan: no --upgrade-from")
     if ctx.mode is Mode.RUN and not ctx.settings.deploy.enabled:
         return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
@@ -113,7 +113,7 @@ def _skip(ctx: RunContext) -> StepResult | None:
 
 def _installed(ctx: RunContext) -> tuple[RecipeFacts | None, str]:
     """What the install crosses from, and what aicr is told (``--from``)."""
-    source = ctx.upgrade_from
+    source = ctx.config.upgrade_from
     if ctx.mode is Mode.PLAN and source.startswith("cm://"):
         return None, source
     raw = Path(source).read_bytes() if ctx.mode is Mode.PLAN else ctx.findings.installed_recipe
@@ -155,7 +155,7 @@ def _not_assessed(ctx: RunContext, crossing: Crossing, aicr: str) -> StepResult:
     assessment = upgrade_check.not_assessed(crossing, ctx.settings.upgrade_check, aicr)
     _keep(ctx, assessment)
     message = f"{aicr} has no upgrade-check: this crossing was not assessed ({crossing.text()})"
-    ctx.on_upgrade_check(NOT_ASSESSED_REASON, message)
+    ctx.handlers.on_upgrade_check(NOT_ASSESSED_REASON, message)
     if ctx.settings.upgrade_check.require_assessment:
         return StepResult.failed(
             ExitCode.UPGRADE_STOPPED,
@@ -192,7 +192,7 @@ def _assess(ctx: RunContext, aicr: Path, crossing: Crossing, source: str) -> Ste
     stops = assessment.stops
     if stops:
         message = f"{assessment.headline} (" + "; ".join(f"{j.component.name}: {j.todo}" for j in stops) + ")"
-        ctx.on_upgrade_check(STOPPED_REASON, message)
+        ctx.handlers.on_upgrade_check(STOPPED_REASON, message)
         worst = "upgrade-blocked" if any(j.component.verdict is Verdict.BLOCKED for j in stops) else "upgrade-stopped"
         return StepResult.failed(ExitCode.UPGRADE_STOPPED, f"stopped before deploy: {message}", classification=worst)
     warned = [j for j in judged if j.action is Action.WARN]
@@ -200,7 +200,7 @@ def _assess(ctx: RunContext, aicr: Path, crossing: Crossing, source: str) -> Ste
         message = "crossing not fully judged, going on (upgradeCheck.onUnknown=warn): " + ", ".join(
             j.component.move for j in warned
         )
-        ctx.on_upgrade_check(UNKNOWN_WARNED_REASON, message)
+        ctx.handlers.on_upgrade_check(UNKNOWN_WARNED_REASON, message)
         return StepResult.warned(message, classification="upgrade-unknown")
     acknowledged = sum(1 for j in judged if j.component.verdict is Verdict.MANUAL)
     note = f", {acknowledged} manual move(s) acknowledged" if acknowledged else ""
@@ -225,7 +225,7 @@ def _keep(ctx: RunContext, assessment: Assessment) -> None:
         )
     except RunnerError as exc:
         ctx.report.warnings.append(f"the upgrade check's report was not kept: {exc}")
-    ctx.progress()
+    ctx.handlers.progress()
 
 
 def blocked(ctx: RunContext) -> tuple[str, ...]:

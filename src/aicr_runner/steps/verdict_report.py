@@ -99,7 +99,7 @@ def facts_of(ctx: RunContext, namespace: str, *, evidence_stored: bool) -> RunFa
 def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
     """Write the run's report, if there is an API to write to and something to
     report. Never raises: a failure is one warning line."""
-    target, setting = ctx.report_target, ctx.settings.reports.api
+    target, setting = ctx.externals.report_target, ctx.settings.reports.api
     if target is None or setting is ReportsApi.NONE:
         return
     try:
@@ -114,7 +114,7 @@ def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
 def write_after_failed_deploy(ctx: RunContext) -> None:
     """A run whose deploy step failed ends before the captures: the components
     deploy.sh reported still go out. Not after an interruption: the pod is on its way out."""
-    if ctx.report_target is None or all(r.state != "deploy" for r in ctx.report.steps):
+    if ctx.externals.report_target is None or all(r.state != "deploy" for r in ctx.report.steps):
         return
     deploy = ctx.report.step("deploy")
     # The machine marks the steps it never reached skipped ("not reached"): never started.
@@ -128,7 +128,7 @@ def write_after_stopped_upgrade(ctx: RunContext) -> None:
     """A run the upgrade check stopped ends before the deploy and the captures: its
     per-component verdicts still go out (a blocked upgrade is what a fleet must see)."""
     record = next((r for r in ctx.report.steps if r.state == "upgrade-check"), None)
-    if ctx.report_target is None or record is None or record.status is not StepStatus.FAILED:
+    if ctx.externals.report_target is None or record is None or record.status is not StepStatus.FAILED:
         return
     if ctx.findings.upgrade is not None:
         write_verdict(ctx, evidence_stored=False)

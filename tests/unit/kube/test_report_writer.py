@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from aicr_runner.run.machine import State
 from aicr_runner.run.report import StepStatus
 from aicr_runner.steps.verdict_report import write_after_failed_deploy
 from tests.support.fakes import FakeKubeApi
-from tests.unit.steps.test_steps import StubProcesses, context, step, validated
+from tests.unit.steps.test_steps import StubProcesses, context, rewired, step, validated
 
 NS = "aicr-system"
 REPORT = f"/apis/openreports.io/v1alpha1/namespaces/{NS}/reports/aicr-gpu"
@@ -102,7 +102,7 @@ def run_ctx(tmp_path: Path, api: FakeRequests, *, ctrf: bool = True, evidence: b
         **env,
     }
     ctx = context(tmp_path, StubProcesses(), sink=ConfigMapSink(OrderedConfigMaps(api.log), NS), **settings_env)
-    ctx = replace(ctx, report_target=ReportTarget(api, NS))
+    ctx = rewired(ctx, report_target=ReportTarget(api, NS))
     validated(ctx, 8)
     if ctrf:
         ctx.ctrf_path.write_text(json.dumps(CTRF))
@@ -209,7 +209,7 @@ def test_a_validation_without_a_ctrf_report_is_one_error_result(tmp_path: Path) 
 
 def test_a_run_where_neither_validate_nor_deploy_ran_asks_nothing(tmp_path: Path) -> None:
     api = FakeRequests(BOTH)
-    ctx = replace(context(tmp_path, StubProcesses(), AICR_RUNNER_NAMESPACE=NS), report_target=ReportTarget(api, NS))
+    ctx = rewired(context(tmp_path, StubProcesses(), AICR_RUNNER_NAMESPACE=NS), report_target=ReportTarget(api, NS))
     step(ctx, State.CAPTURE_EVIDENCE)
     assert api.log == []
 
@@ -217,13 +217,13 @@ def test_a_run_where_neither_validate_nor_deploy_ran_asks_nothing(tmp_path: Path
 def test_without_a_target_plan_and_a_results_directory_write_no_report(tmp_path: Path) -> None:
     ctx = context(tmp_path, StubProcesses())
     validated(ctx, 0)
-    assert ctx.report_target is None
+    assert ctx.externals.report_target is None
     assert step(ctx, State.CAPTURE_EVIDENCE)[0] is StepStatus.SKIPPED
 
 
 def failed_deploy_ctx(tmp_path: Path, api: FakeRequests, rows: list[dict[str, Any]], status: StepStatus) -> Any:
     ctx = context(tmp_path, StubProcesses(), AICR_RUNNER_NAMESPACE=NS, AICR_RUNNER_REPORTS__NAME="aicr-gpu")
-    ctx = replace(ctx, report_target=ReportTarget(api, NS))
+    ctx = rewired(ctx, report_target=ReportTarget(api, NS))
     deploy = ctx.report.step(State.DEPLOY.value)
     deploy.status, deploy.progress = status, {"components": rows}
     for later in (State.VALIDATE, State.CAPTURE_VERDICT, State.PUBLISH, State.CAPTURE_EVIDENCE):
