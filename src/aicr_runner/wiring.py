@@ -23,10 +23,9 @@ from aicr_runner.errors import ConfigError, ExitCode, RunnerError
 from aicr_runner.kube.sink import ConfigMapSink, DirectorySink, Sink
 from aicr_runner.outcome import conclude
 from aicr_runner.run.invocation import Invocation, Mode
-from aicr_runner.run.machine import TRANSITIONS, VALIDATE_TRANSITIONS, Machine, State
+from aicr_runner.run.machine import ROUTES, Machine
 from aicr_runner.run.report import RunPhase, RunReport, StepStatus, status_data
 from aicr_runner.settings.names import ENV_PREFIX
-from aicr_runner.steps import verdict_report
 from aicr_runner.steps.context import RunConfig, RunContext, RunExternals, RunHandlers
 from aicr_runner.steps.fetch import version_before_fetch
 from aicr_runner.steps.table import Steps
@@ -44,11 +43,6 @@ __all__ = ["run"]
 _PLAN_COMPLETE = "AICR plan complete: recipe resolved, bundle rendered and verified; nothing was deployed"
 
 _SUCCESS = {Mode.PLAN: _PLAN_COMPLETE, Mode.VALIDATE: "AICR validation complete (validation only: nothing deployed)"}
-
-
-def _transitions(mode: Mode) -> dict[State, tuple[State, State]]:
-    """The run's steps: validation only for ``validate``, the whole run otherwise."""
-    return VALIDATE_TRANSITIONS if mode is Mode.VALIDATE else TRANSITIONS
 
 
 #: The cluster of a Job run: its API and the run's namespace (resolved once).
@@ -236,7 +230,7 @@ def _start(
     aicr printed for ``--version`` (the fetch step does not ask again)."""
     aicr_version, version_output = version_before_fetch(settings, env)
     report = Machine.new_report(
-        _transitions(invocation.mode),
+        ROUTES[invocation.mode],
         runner_version=__version__,
         aicr_version=aicr_version,
         criteria=settings.criteria.stated(),
@@ -262,7 +256,7 @@ def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdo
         ctx.report,
         on_change=on_change,
         interrupted=shutdown.requested,
-        transitions=_transitions(ctx.mode),
+        transitions=ROUTES[ctx.mode],
     )
     machine.run()
     code = machine.finish(
@@ -271,9 +265,6 @@ def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdo
         success=_SUCCESS.get(ctx.mode, "AICR Job complete"),
         component_gate=settings.deploy.fail_on_component_failure,
     )
-    # A run whose deploy failed never reached the captures: its components are still reported.
-    verdict_report.write_after_failed_deploy(ctx)
-    verdict_report.write_after_stopped_upgrade(ctx)
     return code
 
 

@@ -12,7 +12,7 @@ provenance is not checked for its version (``version_before_fetch``).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,9 +22,9 @@ from aicr_runner.aicr.provenance import CosignVerifier, ProvenanceCheck, check_p
 from aicr_runner.children.process import child_env
 from aicr_runner.errors import DownloadError, RunnerError, ToolError
 from aicr_runner.net import deadline
-from aicr_runner.run.machine import State
+from aicr_runner.run.machine import State, StepResult
 from aicr_runner.settings.config import ENV_PREFIX
-from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.context import RunContext
 
 if TYPE_CHECKING:
     from aicr_runner.aicr.binary import AicrBinary
@@ -35,6 +35,7 @@ __all__ = [
     "help_text",
     "known_values",
     "obtain",
+    "offering_local",
     "probe_help",
     "verify_provenance",
     "version_before_fetch",
@@ -51,15 +52,7 @@ def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
         # Children run in the work directory: a relative path would point elsewhere there.
         binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
         return binary, f"preinstalled {binary.path}", True
-    try:
-        binary = _download(ctx, ctx.work / "aicr-release", aicr.download_budget_seconds)
-    except DownloadError as exc:
-        if ctx.mode is Mode.PLAN and "--aicr-binary" not in exc.message:
-            exc.message += (
-                f"; to plan without downloading, give a local aicr (--aicr-binary PATH) or a "
-                f"mirror of the releases ({ENV_PREFIX}AICR__RELEASE_BASE_URL)"
-            )
-        raise
+    binary = _download(ctx, ctx.work / "aicr-release", aicr.download_budget_seconds)
     return binary, f"{binary.source_url} (sha256 {binary.tarball_sha256})", False
 
 
@@ -74,9 +67,24 @@ def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
             f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
             f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
             f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
-            "(--aicr-binary / aicrBinary.path)"
+            "(--aicr-binary / aicrBinary.path)",
+            offers_local=True,
         ),
     )
+
+
+def offering_local(fetch: Callable[[], StepResult]) -> StepResult:
+    """A plan's fetch step: a failed download also says how to plan without one."""
+    try:
+        return fetch()
+    except DownloadError as exc:
+        if exc.offers_local:
+            raise
+        raise DownloadError(
+            f"{exc.message}; to plan without downloading, give a local aicr (--aicr-binary PATH) or a "
+            f"mirror of the releases ({ENV_PREFIX}AICR__RELEASE_BASE_URL)",
+            offers_local=True,
+        ) from exc
 
 
 def verify_provenance(ctx: RunContext, binary: AicrBinary) -> ProvenanceCheck:

@@ -65,7 +65,7 @@ def note_preemption(ctx: RunContext) -> None:
     """Once ``aicr validate`` has ended: whether an install took the Lease over while
     it ran (one read; the steps after it ask ``preempted``)."""
     lease = ctx.externals.lease
-    if ctx.mode is Mode.VALIDATE and lease is not None and not lease.still_held():
+    if lease is not None and not lease.still_held():
         ctx.findings.preempted = True
 
 

@@ -32,10 +32,10 @@ from aicr_runner.aicr import recipe, snapshot_diff
 from aicr_runner.errors import RunnerError
 from aicr_runner.run.machine import State, StepResult
 from aicr_runner.run.report import utcnow
-from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.context import RunContext
 from aicr_runner.text import cut_bytes, printable
 
-__all__ = ["AGENT_CONFIGMAP", "EVIDENCE_FILE", "into_evidence", "take", "validate_argv"]
+__all__ = ["AGENT_CONFIGMAP", "EVIDENCE_FILE", "into_evidence", "planned", "take", "validate_argv"]
 
 #: The ConfigMap the agent writes in ``snapshot.namespace`` (replaced each run).
 AGENT_CONFIGMAP = commands.SNAPSHOT_AGENT_NAME
@@ -59,12 +59,10 @@ def validate_argv(ctx: RunContext, aicr: Path) -> list[str]:
 def take(ctx: RunContext, aicr: Path) -> StepResult:
     """Take the snapshot, keep it, compare it with the previous one."""
     snap = ctx.settings.snapshot
-    version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.settings.aicr.version
-    if ctx.mode is Mode.PLAN:
-        return _planned(ctx, version)
     if not snap.enabled:
         return StepResult.skipped("snapshot.enabled=false")
     output = _output(ctx)
+    version = _version(ctx)
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     result = ctx.run_child(State.SNAPSHOT, commands.snapshot_argv(ctx.settings, aicr, output, version), tail=tail)
     if result.exit_code != 0:
@@ -90,13 +88,18 @@ def into_evidence(ctx: RunContext) -> None:
         (ctx.evidence_dir / EVIDENCE_FILE).write_text(text, encoding="utf-8")
 
 
-def _planned(ctx: RunContext, aicr_version: str) -> StepResult:
-    """A dry run takes no snapshot; it shows the agent's image, mode and placement a Job would use."""
+def planned(ctx: RunContext) -> StepResult:
+    """A plan's snapshot step: no snapshot; what a Job would start (the agent's image, mode and placement)."""
     snap = ctx.settings.snapshot
     if not snap.enabled:
         return StepResult.skipped("plan: no snapshot")
-    planned = commands.snapshot_argv(ctx.settings, "aicr", f"cm://{snap.namespace}/{AGENT_CONFIGMAP}", aicr_version)
-    return StepResult.skipped(f"plan: no snapshot; in a Job the run would start: {shlex.join(planned)}")
+    argv = commands.snapshot_argv(ctx.settings, "aicr", f"cm://{snap.namespace}/{AGENT_CONFIGMAP}", _version(ctx))
+    return StepResult.skipped(f"plan: no snapshot; in a Job the run would start: {shlex.join(argv)}")
+
+
+def _version(ctx: RunContext) -> str:
+    """The running aicr's version (the pin until the fetch step told)."""
+    return ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.settings.aicr.version
 
 
 def _advisory(reason: str, classification: str) -> StepResult:

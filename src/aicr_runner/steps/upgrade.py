@@ -15,6 +15,7 @@ component) and in the evidence ConfigMap of a run that went on.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from aicr_runner.aicr import capabilities, upgrade_check
@@ -31,6 +32,7 @@ __all__ = [
     "check",
     "entries",
     "installed_data",
+    "planned",
     "read_installed",
     "record_installed",
     "report_name",
@@ -101,36 +103,40 @@ def record_installed(ctx: RunContext) -> None:
         ctx.report.warnings.append(f"the recipe ConfigMap still names the previous recipe as installed: {exc}")
 
 
-def _skip(ctx: RunContext) -> StepResult | None:
-    if ctx.mode is Mode.PLAN and not ctx.config.upgrade_from:
-        return StepResult.skipped("plan: no --upgrade-from")
-    if ctx.mode is Mode.RUN and not ctx.settings.deploy.enabled:
-        return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
-    if ctx.findings.recipe_summary is None or not ctx.recipe_path.is_file():
-        return StepResult.skipped("no recipe")
-    return None
-
-
-def _installed(ctx: RunContext) -> tuple[RecipeFacts | None, str]:
-    """What the install crosses from, and what aicr is told (``--from``)."""
-    source = ctx.config.upgrade_from
-    if ctx.mode is Mode.PLAN and source.startswith("cm://"):
-        return None, source
-    raw = Path(source).read_bytes() if ctx.mode is Mode.PLAN else ctx.findings.installed_recipe
+def _installed(ctx: RunContext, raw: bytes | None, source: str) -> tuple[RecipeFacts | None, str]:
+    """What the install crosses from (``raw``, read from ``source``), and what aicr is told (``--from``)."""
     if raw is None:
         return None, ""
     path = ctx.work / "installed-recipe.yaml"
     path.write_bytes(raw)
-    return RecipeFacts.of(raw, where=source or INSTALLED_KEY), str(path)
+    return RecipeFacts.of(raw, where=source), str(path)
 
 
 def check(ctx: RunContext, aicr: Path) -> StepResult:
+    """An install's upgrade check: from the recipe the release installed last."""
     ctx.upgrade_report_path.unlink(missing_ok=True)
-    skipped = _skip(ctx)
-    if skipped is not None:
-        return skipped
+    if not ctx.settings.deploy.enabled:
+        return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
+    return _checked(ctx, aicr, lambda: _installed(ctx, ctx.findings.installed_recipe, INSTALLED_KEY))
+
+
+def planned(ctx: RunContext, aicr: Path) -> StepResult:
+    """``plan --upgrade-from``: from the recipe it names (a file; ``cm://ns/name`` aicr reads itself)."""
+    ctx.upgrade_report_path.unlink(missing_ok=True)
+    source = ctx.config.upgrade_from
+    if not source:
+        return StepResult.skipped("plan: no --upgrade-from")
+    if source.startswith("cm://"):
+        return _checked(ctx, aicr, lambda: (None, source))
+    return _checked(ctx, aicr, lambda: _installed(ctx, Path(source).read_bytes(), source))
+
+
+def _checked(ctx: RunContext, aicr: Path, installed_by: Callable[[], tuple[RecipeFacts | None, str]]) -> StepResult:
+    """The crossing from what ``installed_by`` reads (and what aicr is told) to the resolved recipe, judged."""
+    if ctx.findings.recipe_summary is None or not ctx.recipe_path.is_file():
+        return StepResult.skipped("no recipe")
     target = RecipeFacts.of(ctx.recipe_path.read_bytes(), where=str(ctx.recipe_path))
-    installed, source = _installed(ctx)
+    installed, source = installed_by()
     if source.startswith("cm://"):
         # plan --upgrade-from cm://: aicr reads it; every component it reports is a move.
         crossing = Crossing(RecipeFacts("", "", (), unread=source), target, ())

@@ -15,7 +15,7 @@ import pytest
 from aicr_runner.children.process import ProcessResult
 from aicr_runner.errors import ExitCode
 from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, ConfigMapSink, DirectorySink
-from aicr_runner.run.machine import Machine, State
+from aicr_runner.run.machine import Machine, State, StepResult
 from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import load
 from aicr_runner.steps import verdict_report
@@ -569,3 +569,67 @@ def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp
     assert entries[0]["recipeDigest"].startswith("sha256:")
     captured = json.loads(api.objects[("ns", "aicr-validate-result")]["data"]["ctrf.json"])  # type: ignore[index]
     assert captured["baseline"]["extra"]["checks"] == {"passed": ["operator-health"]}
+
+
+# -- the steps each mode runs: registered by state, a mode's own variant first ----------
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_every_state_of_a_modes_table_has_its_step(tmp_path: Path, mode: Mode) -> None:
+    from aicr_runner.run.machine import ROUTES
+
+    functions = Steps(rewired(context(tmp_path, StubProcesses()), mode=mode)).functions()
+    assert set(ROUTES[mode]) <= set(functions)
+    assert State.DONE not in functions
+
+
+def test_a_state_has_one_step_per_mode() -> None:
+    from aicr_runner.steps.table import step as register
+
+    with pytest.raises(ValueError, match="two steps for lease"):
+        register(State.LEASE, Mode.PLAN)(lambda steps: StepResult.ok())
+
+
+def test_a_plan_skips_what_a_job_would_go_on_to_and_renders_the_bundle_even_assert_only(tmp_path: Path) -> None:
+    processes = StubProcesses(effect=lambda argv: (tmp_path / "bundle").mkdir(exist_ok=True))
+    assert_only = {"AICR_RUNNER_DEPLOY__ENABLED": "false", "AICR_RUNNER_VALIDATE__ENABLED": "true"}
+    ctx = rewired(context(tmp_path, processes, **assert_only), mode=Mode.PLAN)
+    assert step(ctx, State.LEASE) == (StepStatus.SKIPPED, 0, "plan: nothing is deployed")
+    assert step(ctx, State.DEPLOY) == (StepStatus.SKIPPED, 0, "plan: nothing is deployed")
+    assert step(ctx, State.VALIDATE) == (StepStatus.SKIPPED, 0, "plan: no validation")
+    assert step(ctx, State.SNAPSHOT) == (StepStatus.SKIPPED, 0, "plan: no snapshot")  # snapshot.enabled=false
+    assert processes.calls == []
+    # deploy.enabled=false is an assert-only Job; a plan still shows the bundle it would render.
+    step(ctx, State.BUNDLE)
+    assert [argv[1:3] for argv in processes.calls] == [["--log-json", "bundle"]]
+    run = rewired(ctx, mode=Mode.RUN)
+    assert step(run, State.BUNDLE)[:1] == (StepStatus.SKIPPED,)
+
+
+def test_a_plan_that_cannot_download_aicr_says_once_how_to_plan_without_it(tmp_path: Path) -> None:
+    from aicr_runner.errors import DownloadError
+
+    def failing(settings: object, dest: Path, *, cancelled: object = None) -> Any:
+        raise DownloadError(given.pop(0))
+
+    given: list[str] = []
+    for mode, said in (
+        (Mode.PLAN, "; to plan without downloading, give a local aicr (--aicr-binary PATH)"),
+        (Mode.RUN, ""),
+    ):
+        given.append("download of aicr failed: HTTP 404")
+        ctx = rewired(context(tmp_path, StubProcesses()), mode=mode, fetch=failing)
+        status, code, reason = step(ctx, State.FETCH)
+        assert (status, code) == (StepStatus.FAILED, ExitCode.DOWNLOAD_FAILED)
+        assert reason.startswith(f"download of aicr failed: HTTP 404{said}")
+        assert reason.count("--aicr-binary") == (1 if said else 0)
+
+
+def test_a_download_over_its_budget_already_names_the_local_aicr_and_is_not_told_twice(tmp_path: Path) -> None:
+    from aicr_runner.errors import DownloadError
+
+    def failing(settings: object, dest: Path, *, cancelled: object = None) -> Any:
+        raise DownloadError("the aicr download ... (--aicr-binary / aicrBinary.path)", offers_local=True)
+
+    ctx = rewired(context(tmp_path, StubProcesses()), mode=Mode.PLAN, fetch=failing)
+    assert step(ctx, State.FETCH)[2] == "the aicr download ... (--aicr-binary / aicrBinary.path)"

@@ -259,7 +259,7 @@ def test_an_aicr_that_fails_or_writes_no_report_is_not_a_pass(release: Release, 
 
 def test_the_step_sits_between_verify_and_the_lease_and_a_stop_ends_the_run_with_exit_35() -> None:
     assert TRANSITIONS[State.VERIFY] == (State.UPGRADE_CHECK, State.DONE)
-    assert TRANSITIONS[State.UPGRADE_CHECK] == (State.LEASE, State.DONE)
+    assert TRANSITIONS[State.UPGRADE_CHECK] == (State.LEASE, State.VERDICT_REPORT)
     ran: list[State] = []
 
     def stub(state: State) -> Any:
@@ -274,7 +274,7 @@ def test_the_step_sits_between_verify_and_the_lease_and_a_stop_ends_the_run_with
     report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={})
     machine = Machine({s: stub(s) for s in TRANSITIONS}, report, on_change=lambda r: None, interrupted=lambda: False)
     machine.run()
-    assert ran[-1] is State.UPGRADE_CHECK
+    assert ran[-2:] == [State.UPGRADE_CHECK, State.VERDICT_REPORT], "a stopped upgrade is still reported"
     assert State.LEASE not in ran
     assert State.DEPLOY not in ran
     code, message = final_exit(report, validate_gate=False, publish_gate=False)
