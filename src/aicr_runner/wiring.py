@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,11 +130,12 @@ def _handlers(events: JobEvents | None, *, progress: Callable[[], None], shutdow
     """Whom the steps tell: the status writer, the run's stop when the Lease is lost,
     and in a Job the Job's Events (the deploy's progress, a verdict's or the cluster's
     change, a stopped upgrade); outside a Job those go unheard (the report says them)."""
-    heard = RunHandlers(progress=progress, on_lease_lost=_stop_when_lease_lost(shutdown))
+    lease_lost = _stop_when_lease_lost(shutdown)
     if events is None:
-        return heard
-    return replace(
-        heard,
+        return RunHandlers(progress=progress, on_lease_lost=lease_lost)
+    return RunHandlers(
+        progress=progress,
+        on_lease_lost=lease_lost,
         on_deploy_progress=events.deploy_progress,
         on_verdict_change=events.verdict_changed,
         on_cluster_change=events.cluster_changed,

@@ -316,7 +316,8 @@ class Machine:
         #: After a shutdown request: the states that have not run yet.
         not_run: list[State] | None = None
         while state is not State.DONE:
-            if self._interrupted():
+            # The verdict report only writes what the steps found: not a step a shutdown stops before.
+            if state not in UNRECORDED and self._interrupted():
                 self.interrupted_before = state
                 not_run = order[order.index(state) :]
                 break

@@ -260,6 +260,14 @@ def test_interruption_stops_work_but_still_captures() -> None:
     assert machine.report.message.startswith("interrupted before capture-verdict")
 
 
+def test_a_shutdown_after_the_last_capture_still_writes_the_verdict_report_and_ends_as_it_would() -> None:
+    machine, calls = build({}, interrupt_after=State.CAPTURE_EVIDENCE)
+    machine.run()
+    assert calls[-2:] == ["capture-evidence", "verdict-report"]
+    assert machine.finish(validate_gate=True, publish_gate=True) == 0
+    assert machine.report.phase is RunPhase.SUCCEEDED, "every step of the run finished"
+
+
 def test_an_interrupted_step_gives_143_and_phase_interrupted() -> None:
     result = StepResult(StepStatus.INTERRUPTED, 143, "SIGTERM during deploy.sh")
     machine, calls = build({State.DEPLOY: result})
