@@ -248,7 +248,7 @@ def _run_context(env: dict[str, str], work: Path) -> Any:
     from aicr_runner.run.machine import Machine
     from aicr_runner.run.report import StepStatus
     from aicr_runner.settings.config import load
-    from aicr_runner.steps.context import Mode, RunContext
+    from aicr_runner.steps.context import Mode, RunConfig, RunContext, RunExternals, RunHandlers
     from aicr_runner.wiring import _status_publisher
 
     settings = load(env)
@@ -259,13 +259,10 @@ def _run_context(env: dict[str, str], work: Path) -> Any:
     # publisher): the deploy step's progress writes are part of what the relay costs.
     publish_status, _ = _status_publisher(settings, sink, live=True)
     ctx = RunContext(
-        settings=settings,
-        mode=Mode.RUN,
-        sink=sink,
-        processes=SubprocessRunner(redact=logs.redact),
-        environ={"PATH": os.environ["PATH"]},
+        config=RunConfig(settings=settings, mode=Mode.RUN, environ={"PATH": os.environ["PATH"]}),
+        externals=RunExternals(sink=sink, processes=SubprocessRunner(redact=logs.redact)),
         report=report,
-        progress=lambda: publish_status(report),
+        handlers=RunHandlers(progress=lambda: publish_status(report)),
     )
     report.step("deploy").status = StepStatus.RUNNING
     return ctx

@@ -133,15 +133,21 @@ DETERMINISTIC_EXIT_CODES: tuple[int, ...] = (
 
 
 class RunnerError(Exception):
-    """Base of every error the runner reports. Carries its exit code."""
+    """Base of every error the runner reports. Carries its exit code, and the facts
+    a caller branches on as fields (never parsed from the message): the HTTP status
+    a server answered with (0: none), whether the call ran out of its time budget."""
 
     exit_code: int = ExitCode.INTERNAL
 
-    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, exit_code: int | None = None, http_status: int = 0, out_of_budget: bool = False
+    ) -> None:
         super().__init__(message)
         self.message = message
         if exit_code is not None:
             self.exit_code = exit_code
+        self.http_status = http_status
+        self.out_of_budget = out_of_budget
 
     def __str__(self) -> str:
         return self.message
@@ -163,6 +169,11 @@ class ConfigError(RunnerError):
 
 class DownloadError(RunnerError):
     exit_code = ExitCode.DOWNLOAD_FAILED
+
+    def __init__(self, message: str, *, offers_local: bool = False) -> None:
+        super().__init__(message)
+        #: The message already says how to run without the download (a preinstalled aicr).
+        self.offers_local = offers_local
 
 
 class ChecksumError(RunnerError):

@@ -12,10 +12,10 @@ Lease, the Events) is imported only in a Job run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aicr_runner import __version__, logs
 from aicr_runner.children.process import ShutdownController, SubprocessRunner
@@ -23,11 +23,10 @@ from aicr_runner.errors import ConfigError, ExitCode, RunnerError
 from aicr_runner.kube.sink import ConfigMapSink, DirectorySink, Sink
 from aicr_runner.outcome import conclude
 from aicr_runner.run.invocation import Invocation, Mode
-from aicr_runner.run.machine import TRANSITIONS, VALIDATE_TRANSITIONS, Machine, State
+from aicr_runner.run.machine import ROUTES, Machine
 from aicr_runner.run.report import RunPhase, RunReport, StepStatus, status_data
 from aicr_runner.settings.names import ENV_PREFIX
-from aicr_runner.steps import verdict_report
-from aicr_runner.steps.context import RunContext
+from aicr_runner.steps.context import RunConfig, RunContext, RunExternals, RunHandlers
 from aicr_runner.steps.fetch import version_before_fetch
 from aicr_runner.steps.table import Steps
 
@@ -44,11 +43,6 @@ __all__ = ["run"]
 _PLAN_COMPLETE = "AICR plan complete: recipe resolved, bundle rendered and verified; nothing was deployed"
 
 _SUCCESS = {Mode.PLAN: _PLAN_COMPLETE, Mode.VALIDATE: "AICR validation complete (validation only: nothing deployed)"}
-
-
-def _transitions(mode: Mode) -> dict[State, tuple[State, State]]:
-    """The run's steps: validation only for ``validate``, the whole run otherwise."""
-    return VALIDATE_TRANSITIONS if mode is Mode.VALIDATE else TRANSITIONS
 
 
 #: The cluster of a Job run: its API and the run's namespace (resolved once).
@@ -90,24 +84,19 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
         events = _make_events(settings, cluster)
         publish_status, status = _status_publisher(settings, sink, live=invocation.mode is not Mode.PLAN)
         ctx = RunContext(
-            settings=settings,
-            mode=invocation.mode,
-            sink=sink,
-            processes=SubprocessRunner(
-                grace_seconds=settings.shutdown_grace_seconds, shutdown=shutdown, redact=logs.redact
+            config=_config(settings, invocation, env, version_output),
+            externals=RunExternals(
+                sink=sink,
+                processes=SubprocessRunner(
+                    grace_seconds=settings.shutdown_grace_seconds, shutdown=shutdown, redact=logs.redact
+                ),
+                interrupted=shutdown.requested,
+                lease=lease,
+                report_target=_report_target(cluster),
+                read_configmap=None if cluster is None else cluster[0].get_configmap_data,
             ),
-            environ=env,
             report=report,
-            aicr_binary=invocation.aicr_binary,
-            pack_dir=invocation.pack_dir,
-            interrupted=shutdown.requested,
-            version_output=version_output,
-            lease=lease,
-            progress=lambda: publish_status(report),
-            **_event_hooks(events, cluster),
-            on_lease_lost=_stop_when_lease_lost(shutdown),
-            report_target=_report_target(cluster),
-            **_recipes_given(invocation),
+            handlers=_handlers(events, progress=lambda: publish_status(report), shutdown=shutdown),
         )
         on_change = publish_status if events is None else _with_step_events(publish_status, events)
         try:
@@ -121,32 +110,37 @@ def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str,
     return code
 
 
-def _event_hooks(events: JobEvents | None, cluster: Cluster | None) -> dict[str, Any]:
-    """What the steps tell the Job's Events (the deploy's progress, a verdict's or the
-    cluster's change) and read from the cluster (the snapshot agent's ConfigMap)."""
-    read = {"read_configmap": None if cluster is None else cluster[0].get_configmap_data}
+def _config(
+    settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], version_output: tuple[str, ...] | None
+) -> RunConfig:
+    """What the run was asked: the settings, the mode and what the command line named."""
+    return RunConfig(
+        settings=settings,
+        mode=invocation.mode,
+        environ=env,
+        aicr_binary=invocation.aicr_binary,
+        pack_dir=invocation.pack_dir,
+        recipe_file=invocation.recipe_file,
+        upgrade_from=invocation.upgrade_from,
+        version_output=version_output,
+    )
+
+
+def _handlers(events: JobEvents | None, *, progress: Callable[[], None], shutdown: ShutdownController) -> RunHandlers:
+    """Whom the steps tell: the status writer, the run's stop when the Lease is lost,
+    and in a Job the Job's Events (the deploy's progress, a verdict's or the cluster's
+    change, a stopped upgrade); outside a Job those go unheard (the report says them)."""
+    lease_lost = _stop_when_lease_lost(shutdown)
     if events is None:
-        return {"on_deploy_progress": _told_nothing, "on_verdict_change": _told_nothing_changed, **read}
-    return {
-        "on_deploy_progress": events.deploy_progress,
-        "on_verdict_change": events.verdict_changed,
-        "on_cluster_change": events.cluster_changed,
-        "on_upgrade_check": events.upgrade_checked,
-        **read,
-    }
-
-
-def _recipes_given(invocation: Invocation) -> dict[str, Any]:
-    """The recipes the command line named: the recorded one to validate, the one to cross from."""
-    return {"recipe_file": invocation.recipe_file, "upgrade_from": invocation.upgrade_from}
-
-
-def _told_nothing_changed(regressed: Sequence[str], recovered: Sequence[str], since: str) -> None:
-    """A verdict change where no Event records it: the report's warnings say it."""
-
-
-def _told_nothing(snapshot: dict[str, Any]) -> None:
-    """The deploy step's progress where no Event records it (outside a Job)."""
+        return RunHandlers(progress=progress, on_lease_lost=lease_lost)
+    return RunHandlers(
+        progress=progress,
+        on_lease_lost=lease_lost,
+        on_deploy_progress=events.deploy_progress,
+        on_verdict_change=events.verdict_changed,
+        on_cluster_change=events.cluster_changed,
+        on_upgrade_check=events.upgrade_checked,
+    )
 
 
 def _make_api(settings: RunnerSettings, invocation: Invocation, shutdown: ShutdownController) -> KubeApi | None:
@@ -237,7 +231,7 @@ def _start(
     aicr printed for ``--version`` (the fetch step does not ask again)."""
     aicr_version, version_output = version_before_fetch(settings, env)
     report = Machine.new_report(
-        _transitions(invocation.mode),
+        ROUTES[invocation.mode],
         runner_version=__version__,
         aicr_version=aicr_version,
         criteria=settings.criteria.stated(),
@@ -263,7 +257,7 @@ def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdo
         ctx.report,
         on_change=on_change,
         interrupted=shutdown.requested,
-        transitions=_transitions(ctx.mode),
+        transitions=ROUTES[ctx.mode],
     )
     machine.run()
     code = machine.finish(
@@ -272,9 +266,6 @@ def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdo
         success=_SUCCESS.get(ctx.mode, "AICR Job complete"),
         component_gate=settings.deploy.fail_on_component_failure,
     )
-    # A run whose deploy failed never reached the captures: its components are still reported.
-    verdict_report.write_after_failed_deploy(ctx)
-    verdict_report.write_after_stopped_upgrade(ctx)
     return code
 
 

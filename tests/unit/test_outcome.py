@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from aicr_runner.kube.sink import Fitted
 from aicr_runner.outcome import conclude
 from aicr_runner.run.invocation import Invocation, Mode
 from aicr_runner.run.report import RunPhase, RunReport
@@ -13,6 +14,9 @@ from aicr_runner.settings.config import RunnerSettings
 
 
 class NoSink:
+    def fit(self, data: object, *, large: object = None, archives: object = None) -> Fitted:
+        raise AssertionError("nothing is captured here")
+
     def put(self, name: str, *, data: object, binary_data: object = None) -> None:
         raise AssertionError("nothing is captured here")
 

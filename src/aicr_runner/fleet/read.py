@@ -50,10 +50,16 @@ def read_context(context: str, lister: Lister) -> list[Row]:
                 break
         configmaps = lister("ConfigMaps", _CONFIGMAPS, MANAGED_SELECTOR) or []
     except ClusterReadError as exc:
-        return [Row(context=context, problem=f"{exc.kind}: {exc.message}")]
+        return [Row(context=context, problem_kind=exc.kind, problem_detail=exc.message)]
     rows += rows_from_configmaps(context, configmaps, skip={row.namespace for row in rows})
     if not rows:
-        return [Row(context=context, problem="none: no aicr-runner report or status ConfigMap in any namespace")]
+        return [
+            Row(
+                context=context,
+                problem_kind="none",
+                problem_detail="no aicr-runner report or status ConfigMap in any namespace",
+            )
+        ]
     return sorted(rows, key=lambda row: (row.namespace, row.release))
 
 
@@ -78,7 +84,9 @@ def read_fleet(contexts: Sequence[str], read_one: Callable[[str, float], list[Ro
         finished[index].wait(max(0.0, deadline + _MARGIN_SECONDS - time.monotonic()))
         outcome = outcomes[index]
         rows += (
-            outcome if outcome is not None else [Row(context, problem=f"unreachable: no answer within {timeout:g}s")]
+            outcome
+            if outcome is not None
+            else [Row(context, problem_kind="unreachable", problem_detail=f"no answer within {timeout:g}s")]
         )
     return rows
 
@@ -88,6 +96,12 @@ def _read_one_safely(context: str, read_one: Callable[[str, float], list[Row]], 
     try:
         return read_one(context, deadline)
     except ClusterReadError as exc:
-        return [Row(context=context, problem=f"{exc.kind}: {exc.message}")]
+        return [Row(context=context, problem_kind=exc.kind, problem_detail=exc.message)]
     except Exception as exc:  # noqa: BLE001 - one cluster's surprise is one row, never a traceback
-        return [Row(context=context, problem=f"error: reading this context failed ({type(exc).__name__})")]
+        return [
+            Row(
+                context=context,
+                problem_kind="error",
+                problem_detail=f"reading this context failed ({type(exc).__name__})",
+            )
+        ]

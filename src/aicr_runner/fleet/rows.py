@@ -49,14 +49,21 @@ class Row:
     regressions: int | None = None
     last_run: str = "-"
     source: str = "-"
-    #: Why the cluster could not be read (empty when it was).
-    problem: str = ""
+    #: Why the row could not be read (empty when it was): unreachable, forbidden, error, none.
+    problem_kind: str = ""
+    #: What the failed read said (with ``problem_kind``).
+    problem_detail: str = ""
     #: What else the row must say, e.g. ``upgrade blocked: gpu-operator v25.10.1 → v26.3.3``.
     detail: str = ""
 
+    @property
+    def problem(self) -> str:
+        """The problem in one line (``forbidden: ...``), as the JSON output shows it."""
+        return f"{self.problem_kind}: {self.problem_detail}" if self.problem_kind else ""
+
 
 def is_green(row: Row) -> bool:
-    return not row.problem and row.phase in _GREEN_PHASES and not row.failed and not row.other
+    return not row.problem_kind and row.phase in _GREEN_PHASES and not row.failed and not row.other
 
 
 class _Unreadable(Exception):
@@ -125,7 +132,15 @@ def rows_from_reports(context: str, kind: str, reports: Iterable[Any]) -> list[R
             rows.append(_report_row(context, kind, body))
         except _Unreadable as exc:
             namespace, name = _where(body)
-            rows.append(Row(context, namespace=namespace, source=kind, problem=f"error: {kind} {name}: {exc}"))
+            rows.append(
+                Row(
+                    context,
+                    namespace=namespace,
+                    source=kind,
+                    problem_kind="error",
+                    problem_detail=f"{kind} {name}: {exc}",
+                )
+            )
     return rows
 
 
@@ -211,7 +226,7 @@ def _cells(row: Row, now: datetime) -> list[str]:
     def count(value: int | None) -> str:
         return "-" if value is None else str(value)
 
-    phase = row.problem.split(":", 1)[0] if row.problem else row.phase
+    phase = row.problem_kind or row.phase
     checks = "/".join(count(v) for v in (row.passed, row.failed, row.skipped, row.other))
     cells = [
         row.context,
@@ -225,7 +240,7 @@ def _cells(row: Row, now: datetime) -> list[str]:
         row.last_run,
         age(row.last_run, now),
     ]
-    detail = row.problem.split(":", 1)[1].strip() if ":" in row.problem else row.detail
+    detail = row.problem_detail if row.problem_kind else row.detail
     return [_cell(cell, CELL_LIMIT) for cell in cells] + [_cell(detail, DETAIL_LIMIT)]
 
 
@@ -244,9 +259,17 @@ def render_table(rows: Sequence[Row], now: datetime) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table)
 
 
+def _fields(row: Row) -> dict[str, Any]:
+    """A row's fields as the JSON output names them: the problem in one line."""
+    fields = asdict(row)
+    del fields["problem_kind"], fields["problem_detail"]
+    detail = fields.pop("detail")
+    return {**fields, "problem": row.problem, "detail": detail}
+
+
 def render_json(rows: Sequence[Row], now: datetime) -> str:
     items = [
-        {**{k: _cell(v, JSON_LIMIT) if isinstance(v, str) else v for k, v in asdict(row).items()}}
+        {k: _cell(v, JSON_LIMIT) if isinstance(v, str) else v for k, v in _fields(row).items()}
         | {"age": age(row.last_run, now), "green": is_green(row)}
         for row in rows
     ]

@@ -262,7 +262,8 @@ def _failure(exc: Any, *, what: str, method: str, path: str, error: type[RunnerE
     if status == 409:
         raise ApiConflictError(f"{what} failed: HTTP 409 Conflict ({exc.body or exc.reason})") from exc
     hint = _forbidden_hint(method, path) if status == 403 else _STATUS_HINTS.get(status, "")
-    raise error(f"{what} failed: HTTP {status} {exc.reason}" + (f" ({hint})" if hint else "")) from exc
+    said = f"{what} failed: HTTP {status} {exc.reason}" + (f" ({hint})" if hint else "")
+    raise error(said, http_status=status) from exc
 
 
 class _NoAnswer(RunnerError):
@@ -362,10 +363,9 @@ class ClientKubeApi:
             self._exhausted = True
             if abort is _never:  # after SIGTERM: the API did not answer in time; do not wait on it again
                 self._silent_after_shutdown = exc.last.reason
-            raise error(
-                f"{what} failed: gave up after {exc.attempts} attempt(s) within the "
-                f"{budget_words or f'{budget:g}s API {kind} budget'}; last error: {exc.last.reason}"
-            ) from exc.last
+            words = budget_words or f"{budget:g}s API {kind} budget"
+            said = f"{what} failed: gave up after {exc.attempts} attempt(s) within the {words}"
+            raise error(f"{said}; last error: {exc.last.reason}", out_of_budget=True) from exc.last
         self._exhausted = False
         return answer
 

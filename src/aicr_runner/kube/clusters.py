@@ -101,7 +101,7 @@ def list_objects(
             budget_words=f"{timeout:g}s --timeout",
         )
     except RunnerError as exc:
-        raise ClusterReadError(exc.message, kind=_kind(exc.message)) from exc
+        raise ClusterReadError(exc.message, kind=_kind(exc)) from exc
     if body is None:
         return None
     items = body.get("items") if isinstance(body, Mapping) else None
@@ -110,10 +110,10 @@ def list_objects(
     return items
 
 
-def _kind(message: str) -> str:
-    if "HTTP 403" in message or "HTTP 401" in message:
+def _kind(exc: RunnerError) -> str:
+    if exc.http_status in (401, 403):
         return "forbidden"
-    if "gave up after" in message:
+    if exc.out_of_budget:
         return "unreachable"
     return "error"
 

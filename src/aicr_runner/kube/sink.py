@@ -6,6 +6,7 @@ import io
 import os
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -19,9 +20,11 @@ __all__ = [
     "RESULT_LABELS",
     "ConfigMapSink",
     "DirectorySink",
+    "Fitted",
     "Sink",
     "encoded",
     "fit",
+    "fit_payload",
     "payload_size",
     "tar_gz",
 ]
@@ -47,7 +50,30 @@ def payload_size(data: Mapping[str, str], binary_data: Mapping[str, bytes] | Non
     return sum(len(encoded(v)) for v in data.values()) + sum(len(v) for v in (binary_data or {}).values())
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """A payload fitted into a sink's budget: what to write, and what was cut to fit."""
+
+    data: dict[str, str]
+    binary_data: dict[str, bytes] = field(default_factory=dict)
+    #: Keys stored gzip-compressed (as ``<key>.gz`` in binaryData) to fit.
+    compressed: tuple[str, ...] = ()
+    #: Keys left out: over the budget even compressed.
+    dropped: tuple[str, ...] = ()
+
+
 class Sink(Protocol):
+    def fit(
+        self,
+        data: Mapping[str, str],
+        *,
+        large: Mapping[str, bytes] | None = None,
+        archives: Mapping[str, Path] | None = None,
+    ) -> Fitted:
+        """``data`` kept whole, then each of ``large`` and ``archives`` fitted into
+        what the budget leaves (``fit_payload``): the one place a payload meets the budget."""
+        ...
+
     def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None: ...
 
     def describe(self, name: str) -> str:
@@ -64,10 +90,22 @@ class Sink(Protocol):
 
 
 class ConfigMapSink:
+    #: What one ConfigMap holds (``put`` refuses more).
+    budget = CONFIGMAP_BUDGET_BYTES
+
     def __init__(self, api: KubeApi, namespace: str, labels: Mapping[str, str] | None = None) -> None:
         self._api = api
         self.namespace = namespace
         self._labels = {**RESULT_LABELS, **(labels or {})}
+
+    def fit(
+        self,
+        data: Mapping[str, str],
+        *,
+        large: Mapping[str, bytes] | None = None,
+        archives: Mapping[str, Path] | None = None,
+    ) -> Fitted:
+        return fit_payload(data, large=large, archives=archives, budget=self.budget)
 
     def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
         size = payload_size(data, binary_data)
@@ -91,8 +129,20 @@ class ConfigMapSink:
 class DirectorySink:
     """Writes ``<root>/<name>/<key>``; each file is replaced atomically."""
 
+    #: A results directory holds what the ConfigMap of a Job run would (a plan shows what a Job stores).
+    budget = CONFIGMAP_BUDGET_BYTES
+
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    def fit(
+        self,
+        data: Mapping[str, str],
+        *,
+        large: Mapping[str, bytes] | None = None,
+        archives: Mapping[str, Path] | None = None,
+    ) -> Fitted:
+        return fit_payload(data, large=large, archives=archives, budget=self.budget)
 
     def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
         target = self.root / name
@@ -153,6 +203,36 @@ def fit(key: str, raw: bytes, budget: int) -> tuple[dict[str, str], dict[str, by
     if len(packed) <= budget:
         return {}, {f"{key}.gz": packed}
     return None
+
+
+def fit_payload(
+    data: Mapping[str, str],
+    *,
+    large: Mapping[str, bytes] | None = None,
+    archives: Mapping[str, Path] | None = None,
+    budget: int = CONFIGMAP_BUDGET_BYTES,
+) -> Fitted:
+    """``data`` whole; each of ``large`` (as text, else gzip-compressed) and each
+    directory of ``archives`` (as tar+gzip under its key) in what is left, in order;
+    what does not fit is dropped, and said."""
+    text, binary = dict(data), dict[str, bytes]()
+    compressed: list[str] = []
+    dropped: list[str] = []
+    for key, raw in (large or {}).items():
+        fitted = fit(key, raw, budget - payload_size(text, binary))
+        if fitted is None:
+            dropped.append(key)
+            continue
+        text.update(fitted[0])
+        binary.update(fitted[1])
+        compressed += [key] if fitted[1] else []
+    for key, directory in (archives or {}).items():
+        archive = tar_gz(directory, budget - payload_size(text, binary))
+        if archive is None:
+            dropped.append(key)
+        else:
+            binary[key] = archive
+    return Fitted(text, binary, tuple(compressed), tuple(dropped))
 
 
 def tar_gz(directory: Path, budget: int) -> bytes | None:

@@ -1,8 +1,9 @@
-"""The run as a state machine: a plain enum, a transition table, and a driver.
+"""The run as a state machine: a plain enum, one transition table per mode, and a driver.
 
-Each state's code is ``steps.Steps.<state name>``. A step returns a ``StepResult``;
-the table says where the run goes next when the step went well (succeeded,
-skipped, warned) and when it failed. Validation and publish failures do not stop
+Each state's code is the step registered for it in ``steps.table`` (``@step(State.X)``;
+a mode's own variant with ``@step(State.X, Mode.PLAN)``). A step returns a ``StepResult``;
+the mode's table (``ROUTES``) says where the run goes next when the step went well
+(succeeded, skipped, warned) and when it failed. Validation and publish failures do not stop
 the run: their gates apply last, after the verdict and the evidence are captured
 (in the bash chart's order, docs/migration.md), so nothing is lost.
 """
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from aicr_runner.run.invocation import Mode
 from aicr_runner.run.report import (
     RunPhase,
     RunReport,
@@ -26,8 +28,11 @@ from aicr_runner.run.report import (
 
 __all__ = [
     "INCONCLUSIVE",
+    "PLAN_TRANSITIONS",
+    "ROUTES",
     "TRANSITIONS",
     "UNREADABLE",
+    "UNRECORDED",
     "VALIDATE_TRANSITIONS",
     "Machine",
     "State",
@@ -55,6 +60,7 @@ class State(StrEnum):
     CAPTURE_VERDICT = "capture-verdict"
     PUBLISH = "publish"
     CAPTURE_EVIDENCE = "capture-evidence"
+    VERDICT_REPORT = "verdict-report"
     DONE = "done"
 
 
@@ -68,13 +74,35 @@ TRANSITIONS: dict[State, tuple[State, State]] = {
     S.CHECK_RECIPE:     (S.BUNDLE,           S.DONE),              # expectations, before bundle
     S.BUNDLE:           (S.VERIFY,           S.DONE),
     S.VERIFY:           (S.UPGRADE_CHECK,    S.DONE),
-    S.UPGRADE_CHECK:    (S.LEASE,            S.DONE),              # a crossed aicr pin judged first
+    S.UPGRADE_CHECK:    (S.LEASE,            S.VERDICT_REPORT),    # a crossed aicr pin judged first
     S.LEASE:            (S.SNAPSHOT,         S.DONE),              # one installer at a time
     S.SNAPSHOT:         (S.DEPLOY,           S.DEPLOY),            # advisory: never blocks an install
-    S.DEPLOY:           (S.VALIDATE,         S.DONE),
+    S.DEPLOY:           (S.VALIDATE,         S.VERDICT_REPORT),    # a failed install is reported
     S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
     S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),           # evidence still captured
     S.PUBLISH:          (S.CAPTURE_EVIDENCE, S.CAPTURE_EVIDENCE),  # gated last
+    S.CAPTURE_EVIDENCE: (S.VERDICT_REPORT,   S.VERDICT_REPORT),
+    S.VERDICT_REPORT:   (S.DONE,             S.DONE),              # advisory: after the captures
+}  # fmt: skip
+
+#: ``aicr-runner plan``: the main job, locally, up to a verified bundle; the states a
+#: Job would go on to show what it would do (their plan steps skip), and no verdict
+#: report (no cluster to write it to).
+PLAN_TRANSITIONS: dict[State, tuple[State, State]] = {
+    S.FETCH:            (S.PACK,             S.DONE),
+    S.PACK:             (S.RECIPE,           S.DONE),
+    S.RECIPE:           (S.CAPTURE_RECIPE,   S.DONE),
+    S.CAPTURE_RECIPE:   (S.CHECK_RECIPE,     S.CHECK_RECIPE),
+    S.CHECK_RECIPE:     (S.BUNDLE,           S.DONE),
+    S.BUNDLE:           (S.VERIFY,           S.DONE),
+    S.VERIFY:           (S.UPGRADE_CHECK,    S.DONE),
+    S.UPGRADE_CHECK:    (S.LEASE,            S.DONE),              # --upgrade-from: judged offline
+    S.LEASE:            (S.SNAPSHOT,         S.DONE),              # skipped: nothing is deployed
+    S.SNAPSHOT:         (S.DEPLOY,           S.DEPLOY),            # skipped: what a Job would start
+    S.DEPLOY:           (S.VALIDATE,         S.DONE),              # skipped: nothing is deployed
+    S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # skipped: no validation
+    S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),
+    S.PUBLISH:          (S.CAPTURE_EVIDENCE, S.CAPTURE_EVIDENCE),
     S.CAPTURE_EVIDENCE: (S.DONE,             S.DONE),
 }  # fmt: skip
 
@@ -91,8 +119,16 @@ VALIDATE_TRANSITIONS: dict[State, tuple[State, State]] = {
     S.VALIDATE:         (S.CAPTURE_VERDICT,  S.CAPTURE_VERDICT),   # gated last
     S.CAPTURE_VERDICT:  (S.PUBLISH,          S.PUBLISH),
     S.PUBLISH:          (S.CAPTURE_EVIDENCE, S.CAPTURE_EVIDENCE),
-    S.CAPTURE_EVIDENCE: (S.DONE,             S.DONE),
+    S.CAPTURE_EVIDENCE: (S.VERDICT_REPORT,   S.VERDICT_REPORT),
+    S.VERDICT_REPORT:   (S.DONE,             S.DONE),
 }  # fmt: skip
+
+#: Each mode's table.
+ROUTES: dict[Mode, dict[State, tuple[State, State]]] = {
+    Mode.RUN: TRANSITIONS,
+    Mode.PLAN: PLAN_TRANSITIONS,
+    Mode.VALIDATE: VALIDATE_TRANSITIONS,
+}
 
 #: Failures in these states do not end the run; ``final_exit`` weighs them last.
 GATED_STATES = frozenset({S.CAPTURE_RECIPE, S.SNAPSHOT, S.VALIDATE, S.CAPTURE_VERDICT, S.PUBLISH, S.CAPTURE_EVIDENCE})
@@ -115,7 +151,10 @@ INCONCLUSIVE = "validation-inconclusive"
 UNREADABLE = "validation-unreadable"
 _HEADINGS = {INCONCLUSIVE: "INCONCLUSIVE", UNREADABLE: "UNREADABLE"}
 #: Run even after an interruption: they only store results that already exist.
-CAPTURE_STATES = (S.CAPTURE_RECIPE, S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE)
+CAPTURE_STATES = (S.CAPTURE_RECIPE, S.CAPTURE_VERDICT, S.CAPTURE_EVIDENCE, S.VERDICT_REPORT)
+#: Not a step of the run report: the verdict report is advisory (a failure is one
+#: warning line, the outcome unchanged) and writes what the recorded steps found.
+UNRECORDED = frozenset({S.VERDICT_REPORT})
 
 
 @dataclass(frozen=True)
@@ -239,7 +278,7 @@ def inconclusive(report: RunReport) -> bool:
 
 
 class Machine:
-    """Drives the steps through ``TRANSITIONS``, recording each in the report.
+    """Drives the steps through a mode's table (``TRANSITIONS`` by default), recording each in the report.
 
     ``on_change`` is called when a step starts and when it ends (the status
     ConfigMap is written there). ``interrupted`` is polled between steps.
@@ -267,7 +306,8 @@ class Machine:
 
     @staticmethod
     def new_report(transitions: dict[State, tuple[State, State]] = TRANSITIONS, **kwargs: object) -> RunReport:
-        return RunReport(steps=[StepRecord(state.value) for state in transitions], **kwargs)  # type: ignore[arg-type]
+        steps = [StepRecord(state.value) for state in transitions if state not in UNRECORDED]
+        return RunReport(steps=steps, **kwargs)  # type: ignore[arg-type]
 
     def run(self, start: State = State.FETCH) -> RunReport:
         order = list(self._transitions)
@@ -276,7 +316,8 @@ class Machine:
         #: After a shutdown request: the states that have not run yet.
         not_run: list[State] | None = None
         while state is not State.DONE:
-            if self._interrupted():
+            # The verdict report only writes what the steps found: not a step a shutdown stops before.
+            if state not in UNRECORDED and self._interrupted():
                 self.interrupted_before = state
                 not_run = order[order.index(state) :]
                 break
@@ -298,6 +339,8 @@ class Machine:
         return self.report
 
     def _run_step(self, state: State) -> StepResult:
+        if state in UNRECORDED:
+            return self._steps[state]()
         record = self.report.step(state.value)
         record.status = StepStatus.RUNNING
         record.started_at = utcnow()

@@ -1,8 +1,11 @@
 """What the steps of one run share: its dependencies, frozen, and what each step found.
 
-``RunContext`` is built once, by ``wiring``, with everything the steps depend
-on (the settings, the externals, the seams to fetch aicr and pull a pack, the
-callbacks that publish progress); none of it changes during the run. What the
+``RunContext`` is built once, by ``wiring``, from three frozen, typed parts: what
+was asked (``RunConfig``: the settings and the command line), what the steps call
+(``RunExternals``: the sink, the child runner, the seams to fetch aicr and pull a
+pack, the Lease, the cluster's reader and report target) and whom they tell
+(``RunHandlers``: the status writer, the Job's Events, the run's stop; each a no-op
+until wired, its default written here once). None of it changes during the run. What the
 steps find as the run goes (the aicr binary, the pack, the resolved recipe, the
 detected aicr version) is ``ctx.findings``, the run's one mutable record besides
 its report. ``run_child`` runs each step's children: output to the state's log
@@ -15,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aicr_runner.aicr import capabilities, recipe, upgrade_check
 from aicr_runner.aicr.relays import aicr_relay
@@ -37,7 +40,18 @@ if TYPE_CHECKING:
     from aicr_runner.pack.pull import PulledPack
     from aicr_runner.settings.config import AicrSettings, PackSettings
 
-__all__ = ["AicrFetcher", "Mode", "PackPuller", "RunContext", "RunFindings", "fetch_aicr", "pull_pack"]
+__all__ = [
+    "AicrFetcher",
+    "Mode",
+    "PackPuller",
+    "RunConfig",
+    "RunContext",
+    "RunExternals",
+    "RunFindings",
+    "RunHandlers",
+    "fetch_aicr",
+    "pull_pack",
+]
 
 
 class PackPuller(Protocol):
@@ -96,50 +110,115 @@ class RunFindings:
     recipe_capture: tuple[dict[str, str], dict[str, bytes]] | None = None
     #: The upgrade check's outcome, once a crossing was detected.
     upgrade: upgrade_check.Assessment | None = None
+    #: The evidence capture wrote the evidence ConfigMap (the verdict report points to it).
+    evidence_stored: bool = False
+
+
+#: Told the deploy step's progress (``ComponentTable.snapshot``: JSON values) after each write.
+DeployProgress = Callable[[Mapping[str, object]], None]
+#: Told a regression or recovery against the previous verdict (regressed, recovered, since).
+VerdictChanged = Callable[[Sequence[str], Sequence[str], str], None]
+#: Told what changed in the cluster since the previous snapshot (changes, since).
+ClusterChanged = Callable[[Sequence[str], str], None]
+#: Told an upgrade check that stops or cannot assess an install (Event reason, note).
+UpgradeChecked = Callable[[str, str], None]
+#: Reads a ConfigMap's data in any namespace (namespace, name); None when there is none.
+ConfigMapReader = Callable[[str, str], Mapping[str, str] | None]
+
+
+def _never() -> bool:
+    return False
+
+
+def _nothing() -> None:
+    """A handler no one listens to: outside a Job nothing records what it is told."""
+
+
+def _told_nothing(*_told: object) -> None:
+    """A handler no one listens to: outside a Job nothing records what it is told."""
 
 
 @dataclass(frozen=True)
-class RunContext:
+class RunConfig:
+    """What the run was asked to do: the settings and the command line, resolved."""
+
     settings: RunnerSettings
     mode: Mode
-    sink: Sink
-    processes: ProcessRunner
+    #: The runner's environment (children get a curated copy).
     environ: Mapping[str, str]
-    #: The run report (the machine and the steps write into it).
-    report: RunReport
+    #: ``--aicr-binary``: a local aicr instead of the download.
     aicr_binary: Path | None = None
+    #: ``--pack-dir``: a local data pack instead of the pull.
     pack_dir: Path | None = None
-    pull: PackPuller = pull_pack
-    fetch: AicrFetcher = fetch_aicr
-    #: What a preinstalled aicr printed for --version before the start line (not asked twice).
-    version_output: tuple[str, ...] | None = None
-    #: True once SIGTERM/SIGINT arrived: network steps stop at once.
-    interrupted: Callable[[], bool] = lambda: False
-    #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
-    verifier: SignatureVerifier | None = None
-    #: The install Lease (None: runs are not serialised, e.g. outside a cluster).
-    lease: InstallLease | None = None
-    #: Writes the run report now (the status ConfigMap), e.g. while waiting.
-    progress: Callable[[], None] = lambda: None
-    #: Told the deploy step's progress (``ComponentTable.snapshot``) after each write (Events on the Job).
-    on_deploy_progress: Callable[[dict[str, Any]], None] = lambda snapshot: None
-    #: Called by the renewal thread when the Lease is lost (the run must stop).
-    on_lease_lost: Callable[[str], None] = lambda reason: None
-    #: Where the verdict report goes (``steps.verdict_report``); None: no report (plan, a results directory).
-    report_target: ReportTarget | None = None
-    #: Told a regression or recovery against the previous verdict (regressed, recovered, since): Events.
-    on_verdict_change: Callable[[Sequence[str], Sequence[str], str], None] = lambda regressed, recovered, since: None
-    #: Told what changed in the cluster since the previous snapshot (changes, since): an Event.
-    on_cluster_change: Callable[[Sequence[str], str], None] = lambda changes, since: None
-    #: Reads a ConfigMap's data in any namespace (the snapshot agent's); None outside a cluster.
-    read_configmap: Callable[[str, str], Mapping[str, str] | None] | None = None
     #: ``validate --recipe``: the recipe recorded at install (validation-only runs).
     recipe_file: Path | None = None
     #: ``plan --upgrade-from``: the recipe to cross from (a file, or ``cm://ns/name`` for aicr to read).
     upgrade_from: str = ""
-    #: Told an upgrade check that stops or cannot assess an install (reason, note): a Warning Event.
-    on_upgrade_check: Callable[[str, str], None] = lambda reason, note: None
+    #: What a preinstalled aicr printed for --version before the start line (not asked twice).
+    version_output: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RunExternals:
+    """What the steps call outside the runner: each behind a small interface with a fake."""
+
+    #: Where results land (ConfigMaps, or a results directory).
+    sink: Sink
+    #: Runs children (aicr, deploy.sh, cosign).
+    processes: ProcessRunner
+    #: True once SIGTERM/SIGINT arrived: network steps stop at once.
+    interrupted: Callable[[], bool] = _never
+    pull: PackPuller = pull_pack
+    fetch: AicrFetcher = fetch_aicr
+    #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
+    verifier: SignatureVerifier | None = None
+    #: The install Lease (None: runs are not serialised, e.g. outside a cluster).
+    lease: InstallLease | None = None
+    #: Where the verdict report goes (``steps.verdict_report``); None: no report (plan, a results directory).
+    report_target: ReportTarget | None = None
+    #: The snapshot agent's ConfigMap reader; None outside a cluster.
+    read_configmap: ConfigMapReader | None = None
+
+
+@dataclass(frozen=True)
+class RunHandlers:
+    """What the steps tell as the run goes (the status ConfigMap, the Job's Events,
+    the run's stop); each does nothing unless the run is wired to listen."""
+
+    #: Writes the run report now (the status ConfigMap), e.g. while waiting.
+    progress: Callable[[], None] = _nothing
+    on_deploy_progress: DeployProgress = _told_nothing
+    #: Called by the renewal thread when the Lease is lost (the run must stop).
+    on_lease_lost: Callable[[str], None] = _told_nothing
+    on_verdict_change: VerdictChanged = _told_nothing
+    on_cluster_change: ClusterChanged = _told_nothing
+    on_upgrade_check: UpgradeChecked = _told_nothing
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run: what was asked (``config``), what it calls (``externals``), whom it
+    tells (``handlers``), its report and what its steps found. ``settings``, ``mode``
+    and ``sink`` are shortcuts: nearly every step reads them."""
+
+    config: RunConfig
+    externals: RunExternals
+    #: The run report (the machine and the steps write into it).
+    report: RunReport
+    handlers: RunHandlers = field(default_factory=RunHandlers)
     findings: RunFindings = field(default_factory=RunFindings)
+
+    @property
+    def settings(self) -> RunnerSettings:
+        return self.config.settings
+
+    @property
+    def mode(self) -> Mode:
+        return self.config.mode
+
+    @property
+    def sink(self) -> Sink:
+        return self.externals.sink
 
     @property
     def behaviour(self) -> capabilities.Behaviour:
@@ -195,9 +274,9 @@ class RunContext:
         """Run a step's child: its output in the state's log file and relayed to the
         pod log; a child the shutdown stopped raises ``InterruptedRun``."""
         relay = on_block or aicr_relay(state.value, tail, on_line)
-        child = env if env is not None else child_env(self.environ)
+        child = env if env is not None else child_env(self.config.environ)
         log_path = self.log_path(state)
-        run = self.processes.run
+        run = self.externals.processes.run
         result = (
             run(argv, env=child, cwd=cwd or self.work, log_path=log_path, on_block=relay, safe_stop=safe_stop)
             if safe_stop is not None

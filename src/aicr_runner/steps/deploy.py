@@ -32,12 +32,12 @@ def bundled_components(ctx: RunContext) -> int:
 def pending_releases(ctx: RunContext) -> PendingReleases:
     """The run's view of the Helm releases an interrupted helm left pending."""
     return PendingReleases(
-        ctx.processes,
-        ctx.environ,
+        ctx.externals.processes,
+        ctx.config.environ,
         ctx.work,
         relay=aicr_relay(State.DEPLOY.value),
         recoveries=ctx.report.recoveries,
-        progress=ctx.progress,
+        progress=ctx.handlers.progress,
         step=State.DEPLOY.value,
     )
 
@@ -45,8 +45,8 @@ def pending_releases(ctx: RunContext) -> PendingReleases:
 def run_deploy_sh(ctx: RunContext, markers: classify.DeployMarkers) -> int:
     """deploy.sh's exit code; its helm behind the guard (when there is a helm),
     its output relayed and read by ``markers``, its progress published as it goes."""
-    guard = install_guard(ctx.environ.get("PATH"), ctx.work / "helm-guard")
-    env = child_env(ctx.environ)
+    guard = install_guard(ctx.config.environ.get("PATH"), ctx.work / "helm-guard")
+    env = child_env(ctx.config.environ)
     if guard is not None:
         env["PATH"] = os.pathsep.join([str(guard.bin_dir), env.get("PATH", "")])
     record = ctx.report.step(State.DEPLOY.value)
@@ -54,8 +54,8 @@ def run_deploy_sh(ctx: RunContext, markers: classify.DeployMarkers) -> int:
 
     def publish() -> None:
         record.progress = table.snapshot()
-        ctx.progress()
-        ctx.on_deploy_progress(record.progress)
+        ctx.handlers.progress()
+        ctx.handlers.on_deploy_progress(record.progress)
 
     try:
         with ProgressPublisher(publish) as publisher:

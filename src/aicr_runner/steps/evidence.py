@@ -13,8 +13,6 @@ from aicr_runner import logs
 from aicr_runner.aicr import argv as commands
 from aicr_runner.children.process import child_env
 from aicr_runner.errors import ExitCode
-from aicr_runner.kube import sink
-from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.run.machine import State, StepResult
 from aicr_runner.steps.context import RunContext
 
@@ -41,7 +39,7 @@ def publish(ctx: RunContext, aicr: Path, *, validated: bool) -> StepResult:
                 ExitCode.BAD_INPUT, f"identity token file {pub.identity_token_file}: {exc.strerror or exc}"
             )
         logs.register_secret(token)
-    env = child_env(ctx.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
+    env = child_env(ctx.config.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
     result = ctx.run_child(State.PUBLISH, commands.publish_argv(ctx.settings, aicr, ctx.evidence_dir), env=env)
     logs.get_logger().info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
     if result.exit_code != 0:
@@ -62,13 +60,13 @@ def capture(ctx: RunContext, *, validated: bool) -> StepResult:
     # The upgrade check's report beside aicr's bundle, never inside it (the bundle is aicr's, attested).
     if ctx.upgrade_report_path.is_file():
         data[ctx.upgrade_report_path.name] = ctx.upgrade_report_path.read_text(errors="replace")
-    archive = sink.tar_gz(ctx.evidence_dir, CONFIGMAP_BUDGET_BYTES - payload_size(data))
-    binary = {"evidence.tgz": archive} if archive is not None else {}
-    if not data and not binary:
+    fitted = ctx.sink.fit(data, archives={"evidence.tgz": ctx.evidence_dir})
+    if not fitted.data and not fitted.binary_data:
         return StepResult.warned("evidence bundle over budget and no pointer.yaml: not stored")
-    ctx.sink.put(name, data=data, binary_data=binary or None)
+    ctx.sink.put(name, data=fitted.data, binary_data=fitted.binary_data or None)
+    ctx.findings.evidence_stored = True
     where = ctx.sink.describe(name)
-    if archive is None:
+    if fitted.dropped:
         return StepResult.warned(f"evidence bundle over the ConfigMap budget: pointer only, in {where}")
     return StepResult.ok(f"Evidence artifacts written to {where}")
 

@@ -12,7 +12,7 @@ provenance is not checked for its version (``version_before_fetch``).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,9 +22,9 @@ from aicr_runner.aicr.provenance import CosignVerifier, ProvenanceCheck, check_p
 from aicr_runner.children.process import child_env
 from aicr_runner.errors import DownloadError, RunnerError, ToolError
 from aicr_runner.net import deadline
-from aicr_runner.run.machine import State
+from aicr_runner.run.machine import State, StepResult
 from aicr_runner.settings.config import ENV_PREFIX
-from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.context import RunContext
 
 if TYPE_CHECKING:
     from aicr_runner.aicr.binary import AicrBinary
@@ -35,6 +35,7 @@ __all__ = [
     "help_text",
     "known_values",
     "obtain",
+    "offering_local",
     "probe_help",
     "verify_provenance",
     "version_before_fetch",
@@ -44,45 +45,52 @@ __all__ = [
 def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
     """The aicr binary, how the step names it, and whether it was preinstalled."""
     aicr = ctx.settings.aicr
-    override = ctx.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
+    override = ctx.config.aicr_binary or (Path(aicr.binary) if aicr.binary else None)
     if override is not None:
         from aicr_runner.aicr.binary import use_preinstalled
 
         # Children run in the work directory: a relative path would point elsewhere there.
         binary = use_preinstalled(override.absolute(), aicr.binary_sha256)
         return binary, f"preinstalled {binary.path}", True
-    try:
-        binary = _download(ctx, ctx.work / "aicr-release", aicr.download_budget_seconds)
-    except DownloadError as exc:
-        if ctx.mode is Mode.PLAN and "--aicr-binary" not in exc.message:
-            exc.message += (
-                f"; to plan without downloading, give a local aicr (--aicr-binary PATH) or a "
-                f"mirror of the releases ({ENV_PREFIX}AICR__RELEASE_BASE_URL)"
-            )
-        raise
+    binary = _download(ctx, ctx.work / "aicr-release", aicr.download_budget_seconds)
     return binary, f"{binary.source_url} (sha256 {binary.tarball_sha256})", False
 
 
 def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
     aicr = ctx.settings.aicr
     return deadline.bounded(
-        lambda cancelled: ctx.fetch(aicr, dest, cancelled=cancelled),
+        lambda cancelled: ctx.externals.fetch(aicr, dest, cancelled=cancelled),
         budget_seconds=budget,
-        interrupted=ctx.interrupted,
+        interrupted=ctx.externals.interrupted,
         what="the aicr download",
         over_budget=lambda: DownloadError(
             f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
             f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
             f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
-            "(--aicr-binary / aicrBinary.path)"
+            "(--aicr-binary / aicrBinary.path)",
+            offers_local=True,
         ),
     )
+
+
+def offering_local(fetch: Callable[[], StepResult]) -> StepResult:
+    """A plan's fetch step: a failed download also says how to plan without one."""
+    try:
+        return fetch()
+    except DownloadError as exc:
+        if exc.offers_local:
+            raise
+        raise DownloadError(
+            f"{exc.message}; to plan without downloading, give a local aicr (--aicr-binary PATH) or a "
+            f"mirror of the releases ({ENV_PREFIX}AICR__RELEASE_BASE_URL)",
+            offers_local=True,
+        ) from exc
 
 
 def verify_provenance(ctx: RunContext, binary: AicrBinary) -> ProvenanceCheck:
     """aicr's Sigstore provenance, recorded in the run report whatever the outcome."""
     aicr = ctx.settings.aicr
-    verifier = ctx.verifier or CosignVerifier(ctx.processes, ctx.environ)
+    verifier = ctx.externals.verifier or CosignVerifier(ctx.externals.processes, ctx.config.environ)
     try:
         provenance = check_provenance(binary.path, binary.attestation_path, aicr, verifier, ctx.work)
     except RunnerError as exc:
@@ -133,8 +141,12 @@ def help_text(ctx: RunContext, argv: list[str]) -> str:
     """What a ``--help`` call printed (stdout and stderr)."""
     lines: list[str] = []
     name = "-".join(["help", *argv[1:-1]])
-    ctx.processes.run(
-        argv, env=child_env(ctx.environ), cwd=ctx.work, log_path=ctx.work / "logs" / f"{name}.log", on_line=lines.append
+    ctx.externals.processes.run(
+        argv,
+        env=child_env(ctx.config.environ),
+        cwd=ctx.work,
+        log_path=ctx.work / "logs" / f"{name}.log",
+        on_line=lines.append,
     )
     return "\n".join(lines)
 
@@ -149,8 +161,8 @@ def known_values(ctx: RunContext, binary: Path) -> Mapping[str, tuple[str, ...]]
 
 def _version_lines(ctx: RunContext, binary: Path, *, preinstalled: bool) -> list[str]:
     """What ``aicr --version`` prints; a preinstalled binary was asked for the start line already."""
-    if preinstalled and ctx.version_output is not None:
-        return list(ctx.version_output)
+    if preinstalled and ctx.config.version_output is not None:
+        return list(ctx.config.version_output)
     printed: list[str] = []
     result = ctx.run_child(State.FETCH, [str(binary), "--version"], on_line=printed.append)
     if result.exit_code != 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aicr_runner import logs
@@ -25,6 +26,7 @@ from aicr_runner.steps.upgrade import INSTALLED_KEY
 from aicr_runner.text import cut_bytes, one_line, printable
 
 __all__ = [
+    "VerdictChange",
     "captured",
     "history_name",
     "keep_unreadable",
@@ -40,7 +42,7 @@ __all__ = [
 def no_install_running(ctx: RunContext) -> StepResult:
     """The install Lease taken for this validation, never waited on: held by a live
     install (or another validation), the run ends (exit 33)."""
-    lease = ctx.lease
+    lease = ctx.externals.lease
     if lease is None:
         return StepResult.skipped("no install Lease to take (outside a cluster, or lease.name is empty)")
     holder = lease.take_for_validation()
@@ -62,19 +64,20 @@ def no_install_running(ctx: RunContext) -> StepResult:
 def note_preemption(ctx: RunContext) -> None:
     """Once ``aicr validate`` has ended: whether an install took the Lease over while
     it ran (one read; the steps after it ask ``preempted``)."""
-    lease = ctx.lease
-    if ctx.mode is Mode.VALIDATE and lease is not None and not lease.still_held():
+    lease = ctx.externals.lease
+    if lease is not None and not lease.still_held():
         ctx.findings.preempted = True
 
 
 def preempted(ctx: RunContext) -> StepResult | None:
     """A validation whose install Lease an install took over: its verdict may be of a
     half-installed cluster, so it is neither captured nor compared (exit 33)."""
-    if not ctx.findings.preempted or ctx.lease is None:
+    lease = ctx.externals.lease
+    if not ctx.findings.preempted or lease is None:
         return None
     return StepResult.failed(
         ExitCode.INSTALL_IN_PROGRESS,
-        f"an install took the install Lease {ctx.lease.where} over during the validation: its verdict may be of a "
+        f"an install took the install Lease {lease.where} over during the validation: its verdict may be of a "
         "half-installed cluster, so it is not captured, compared or kept in history; the install validates itself",
         classification="install-in-progress",
     )
@@ -83,7 +86,7 @@ def preempted(ctx: RunContext) -> StepResult | None:
 def recorded_recipe(ctx: RunContext) -> StepResult:
     """The recipe recorded at install: ``--recipe``, a file or the recipe ConfigMap
     mounted in the pod (``recipe.yaml``, or ``recipe.yaml.gz`` when stored compressed)."""
-    given = ctx.recipe_file
+    given = ctx.config.recipe_file
     if given is None:
         return StepResult.skipped("not a validation-only run")
     # An upgrade the upgrade check stopped left the refused recipe as recipe.yaml and
@@ -125,9 +128,17 @@ HISTORY_KEY, DAMAGED_KEY, UNREADABLE_KEY = "history.json", "history.damaged.json
 _ASIDE_BYTES = 300_000
 
 
-def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, str]:
+@dataclass(frozen=True)
+class VerdictChange:
+    """What changed since the previous verdict of the same recipe: said, and whether checks regressed."""
+
+    said: str = ""
+    regressed: bool = False
+
+
+def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, VerdictChange]:
     """This verdict appended to the history and compared with the previous one of the
-    same recipe: the CTRF report with its baseline, and what changed ("" if nothing).
+    same recipe: the CTRF report with its baseline, and what changed (nothing said if nothing).
     Advisory: a history that cannot be read or written is a warning, never a failed
     capture; a damaged one is kept aside and replaced."""
     digest = ctx.findings.recipe_digest or _digest_of(ctx)
@@ -135,10 +146,10 @@ def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, str]:
         verdict = CtrfVerdict.parse(ctrf)
     except ValueError as exc:  # the validate step read it first: only a report changed since
         ctx.report.warnings.append(f"verdict history not compared: {exc}")
-        return ctrf, ""
+        return ctrf, VerdictChange()
     stored = _stored(ctx)
     if stored is None:
-        return ctrf, ""
+        return ctrf, VerdictChange()
     past, kept = _past(ctx, stored)
     version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.report.aicr_version
     by = f"{'install' if ctx.mode is Mode.RUN else 'revalidate'} {ctx.report.run_by}".strip()
@@ -210,27 +221,27 @@ def unreadable_captured(ctx: RunContext, name: str) -> StepResult:
     )
 
 
-def captured(where: str, change: str) -> StepResult:
+def captured(where: str, change: VerdictChange) -> StepResult:
     """The verdict capture's result: a regression is a warning (the run is never plain green)."""
-    if "REGRESSED" in change:
-        return StepResult.warned(f"{where}; {change}", classification="validation-regressed")
-    return StepResult.ok(f"{where}; {change}" if change else where)
+    if change.regressed:
+        return StepResult.warned(f"{where}; {change.said}", classification="validation-regressed")
+    return StepResult.ok(f"{where}; {change.said}" if change.said else where)
 
 
-def _announce(ctx: RunContext, change: history.Change) -> str:
+def _announce(ctx: RunContext, change: history.Change) -> VerdictChange:
     """What changed: on the report (summary.txt lists its warnings) and as Events."""
     if change.previous is None or not (change.regressed or change.recovered):
-        return ""
+        return VerdictChange()
     since = str(change.previous.get("time", "the previous run"))
     ctx.findings.regressed = tuple(change.regressed)
-    ctx.on_verdict_change(change.regressed, change.recovered, since)
+    ctx.handlers.on_verdict_change(change.regressed, change.recovered, since)
     said = []
     if change.regressed:
         said.append(f"REGRESSED since {since}: {', '.join(change.regressed)}")
         ctx.report.warnings.append(f"validation regressed since {since}: {', '.join(change.regressed)}")
     if change.recovered:
         said.append(f"recovered since {since}: {', '.join(change.recovered)}")
-    return "; ".join(said)
+    return VerdictChange("; ".join(said), regressed=bool(change.regressed))
 
 
 def _digest_of(ctx: RunContext) -> str:

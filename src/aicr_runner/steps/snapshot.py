@@ -30,14 +30,12 @@ from pathlib import Path
 from aicr_runner.aicr import argv as commands
 from aicr_runner.aicr import recipe, snapshot_diff
 from aicr_runner.errors import RunnerError
-from aicr_runner.kube import sink
-from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.run.machine import State, StepResult
 from aicr_runner.run.report import utcnow
-from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.context import RunContext
 from aicr_runner.text import cut_bytes, printable
 
-__all__ = ["AGENT_CONFIGMAP", "EVIDENCE_FILE", "into_evidence", "take", "validate_argv"]
+__all__ = ["AGENT_CONFIGMAP", "EVIDENCE_FILE", "into_evidence", "planned", "take", "validate_argv"]
 
 #: The ConfigMap the agent writes in ``snapshot.namespace`` (replaced each run).
 AGENT_CONFIGMAP = commands.SNAPSHOT_AGENT_NAME
@@ -61,12 +59,10 @@ def validate_argv(ctx: RunContext, aicr: Path) -> list[str]:
 def take(ctx: RunContext, aicr: Path) -> StepResult:
     """Take the snapshot, keep it, compare it with the previous one."""
     snap = ctx.settings.snapshot
-    version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.settings.aicr.version
-    if ctx.mode is Mode.PLAN:
-        return _planned(ctx, version)
     if not snap.enabled:
         return StepResult.skipped("snapshot.enabled=false")
     output = _output(ctx)
+    version = _version(ctx)
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     result = ctx.run_child(State.SNAPSHOT, commands.snapshot_argv(ctx.settings, aicr, output, version), tail=tail)
     if result.exit_code != 0:
@@ -92,13 +88,18 @@ def into_evidence(ctx: RunContext) -> None:
         (ctx.evidence_dir / EVIDENCE_FILE).write_text(text, encoding="utf-8")
 
 
-def _planned(ctx: RunContext, aicr_version: str) -> StepResult:
-    """A dry run takes no snapshot; it shows the agent's image, mode and placement a Job would use."""
+def planned(ctx: RunContext) -> StepResult:
+    """A plan's snapshot step: no snapshot; what a Job would start (the agent's image, mode and placement)."""
     snap = ctx.settings.snapshot
     if not snap.enabled:
         return StepResult.skipped("plan: no snapshot")
-    planned = commands.snapshot_argv(ctx.settings, "aicr", f"cm://{snap.namespace}/{AGENT_CONFIGMAP}", aicr_version)
-    return StepResult.skipped(f"plan: no snapshot; in a Job the run would start: {shlex.join(planned)}")
+    argv = commands.snapshot_argv(ctx.settings, "aicr", f"cm://{snap.namespace}/{AGENT_CONFIGMAP}", _version(ctx))
+    return StepResult.skipped(f"plan: no snapshot; in a Job the run would start: {shlex.join(argv)}")
+
+
+def _version(ctx: RunContext) -> str:
+    """The running aicr's version (the pin until the fetch step told)."""
+    return ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.settings.aicr.version
 
 
 def _advisory(reason: str, classification: str) -> StepResult:
@@ -106,7 +107,7 @@ def _advisory(reason: str, classification: str) -> StepResult:
 
 
 def _output(ctx: RunContext) -> str:
-    if ctx.read_configmap is not None:
+    if ctx.externals.read_configmap is not None:
         return f"cm://{ctx.settings.snapshot.namespace}/{AGENT_CONFIGMAP}"
     # aicr picks a reader by the extension: a snapshot file is always *.yaml.
     path = ctx.work / "snapshot.yaml"
@@ -120,8 +121,8 @@ def _read(ctx: RunContext, output: str) -> str:
         path = Path(output)
         return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     namespace, _, name = output.removeprefix("cm://").partition("/")
-    assert ctx.read_configmap is not None  # noqa: S101 - a cm:// output is chosen only with a reader
-    data = ctx.read_configmap(namespace, name) or {}
+    assert ctx.externals.read_configmap is not None  # noqa: S101 - a cm:// output is chosen only with a reader
+    data = ctx.externals.read_configmap(namespace, name) or {}
     return data.get(f"snapshot.{data.get('format', 'yaml')}") or data.get("snapshot.yaml", "")
 
 
@@ -149,7 +150,7 @@ def _compared(ctx: RunContext, text: str, found: dict[str, str], said: str) -> S
     if changes:
         ctx.report.cluster_changes = changes
         ctx.report.cluster_changed_since = since or "the previous snapshot"
-        ctx.on_cluster_change(changes, ctx.report.cluster_changed_since)
+        ctx.handlers.on_cluster_change(changes, ctx.report.cluster_changed_since)
         return _kept(ctx, text, found, f"{said}; cluster changed since {since or 'the previous snapshot'}", aside)
     return _kept(ctx, text, found, f"{said}; unchanged since {since or 'the previous snapshot'}", aside)
 
@@ -173,13 +174,12 @@ def _kept(
     name = ctx.settings.snapshot.configmap
     record = {"time": utcnow().isoformat(), "source": ctx.findings.snapshot, "facts": found}
     data = {**(aside or {}), "facts.json": json.dumps(record, indent=2, sort_keys=True)}
-    fitted = sink.fit("snapshot.yaml", text.encode(), CONFIGMAP_BUDGET_BYTES - payload_size(data) - 1024)
-    document, binary = fitted or ({}, {})
+    fitted = ctx.sink.fit(data, large={"snapshot.yaml": text.encode()})
     try:
-        ctx.sink.put(name, data={**data, **document}, binary_data=binary or None)
+        ctx.sink.put(name, data=fitted.data, binary_data=fitted.binary_data or None)
     except RunnerError as exc:
         return _advisory(f"{said}; not kept: {exc.message}", "snapshot-not-kept")
     where = ctx.sink.describe(name)
-    if fitted is None:
+    if fitted.dropped:
         return StepResult.warned(f"{said}; kept in {where}: facts only (the document is over budget even compressed)")
     return StepResult.ok(f"{said}; kept in {where}")

@@ -1,4 +1,9 @@
-"""One method per state of the run; ``Steps.<state name>`` is that state's code.
+"""One method per state of the run, registered for its state: ``@step(State.X)``.
+
+A mode that does a state its own way registers its variant for that state and
+mode (``@step(State.LEASE, Mode.PLAN)``); the run finds each state's step by its
+state, its mode's variant first. What the modes' runs go through is the machine's
+(``run.machine.ROUTES``).
 
 Each step returns a ``StepResult`` and never raises: a ``RunnerError`` becomes a
 failed result with its exit code, anything else an internal error whose traceback
@@ -7,6 +12,7 @@ goes to the work directory (never to the pod log as a wall of text).
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections import deque
 from collections.abc import Callable
@@ -21,30 +27,43 @@ from aicr_runner.aicr.progress import ComponentTable
 from aicr_runner.aicr.verdict import validate_result
 from aicr_runner.errors import (
     AicrContractError,
-    CaptureError,
     ExitCode,
     HelmReleasePendingError,
     InterruptedRun,
     PackError,
     RunnerError,
 )
-from aicr_runner.kube import sink
-from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, payload_size
 from aicr_runner.mirror import rewrite as mirror_sources
 from aicr_runner.net import deadline
-from aicr_runner.run.machine import UNREADABLE, State, StepResult
+from aicr_runner.run.machine import UNRECORDED, State, StepResult
 from aicr_runner.run.report import StepStatus, utcnow
 from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
+from aicr_runner.steps import captures, evidence, revalidate, snapshot, upgrade, verdict_report
 from aicr_runner.steps import deploy as deploy_run
-from aicr_runner.steps import evidence, revalidate, snapshot, upgrade, verdict_report
 from aicr_runner.steps import fetch as acquire
 from aicr_runner.steps.context import Mode, RunContext
 
-__all__ = ["Steps"]
+__all__ = ["Steps", "step"]
 
 #: Lines of a failing command kept to explain the failure (never the whole output).
 _TAIL_LINES = 60
+
+StepCode = Callable[["Steps"], StepResult]
+#: Each state's step, and a mode's own variant of it: (state, mode or None) -> its code.
+_REGISTERED: dict[tuple[State, Mode | None], StepCode] = {}
+
+
+def step(state: State, mode: Mode | None = None) -> Callable[[StepCode], StepCode]:
+    """Registers a ``Steps`` method as ``state``'s step (in ``mode`` only, when given)."""
+
+    def register(code: StepCode) -> StepCode:
+        if (state, mode) in _REGISTERED:
+            raise ValueError(f"two steps for {state} ({mode or 'every mode'})")
+        _REGISTERED[(state, mode)] = code
+        return code
+
+    return register
 
 
 class Steps:
@@ -56,14 +75,14 @@ class Steps:
         self.log = logs.get_logger()
 
     def functions(self) -> dict[State, Callable[[], StepResult]]:
-        """Every state's step, found by the state's name."""
-        table: dict[State, Callable[[], StepResult]] = {}
+        """Each state's step, found by its state: the run's mode's variant first. The
+        recorded steps run guarded (logged, an error turned into a failed result)."""
+        mode, table = self.ctx.mode, dict[State, Callable[[], StepResult]]()
         for state in State:
-            if state is not State.DONE:
-                method = getattr(self, state.name.lower())
-                table[state] = self._guarded(state, method)
-        # The last capture: then the verdict report, best effort.
-        table[State.CAPTURE_EVIDENCE] = verdict_report.after_capture(self.ctx, table[State.CAPTURE_EVIDENCE])
+            code = _REGISTERED.get((state, mode)) or _REGISTERED.get((state, None))
+            if code is not None:
+                bound = functools.partial(code, self)
+                table[state] = bound if state in UNRECORDED else self._guarded(state, bound)
         return table
 
     def _guarded(self, state: State, method: Callable[[], StepResult]) -> Callable[[], StepResult]:
@@ -97,9 +116,6 @@ class Steps:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _deploying(self) -> bool:
-        return self.ctx.mode is Mode.PLAN or self.s.deploy.enabled
-
     def _validate_exit(self) -> int | None:
         """validate's exit code once it ran (or was stopped); None when it did not run."""
         record = self.ctx.report.step(State.VALIDATE.value)
@@ -115,6 +131,11 @@ class Steps:
 
     # -- steps -------------------------------------------------------------------
 
+    @step(State.FETCH, Mode.PLAN)
+    def plan_fetch(self) -> StepResult:
+        return acquire.offering_local(self.fetch)
+
+    @step(State.FETCH)
     def fetch(self) -> StepResult:
         binary, how, preinstalled = acquire.obtain(self.ctx)
         # Provenance is verified before aicr runs at all, --version included.
@@ -135,24 +156,25 @@ class Steps:
             return StepResult.ok(f"aicr {version.text} from {how}; provenance not checked (mode off)")
         return StepResult.ok(f"aicr {version.text} from {how}; {provenance.verified.summary()}")
 
+    @step(State.PACK)
     def pack(self) -> StepResult:
-        if self.ctx.pack_dir is not None:
-            if not (self.ctx.pack_dir / "registry.yaml").is_file():
+        if self.ctx.config.pack_dir is not None:
+            if not (self.ctx.config.pack_dir / "registry.yaml").is_file():
                 return StepResult.failed(
                     ExitCode.PACK_VERIFICATION_FAILED,
-                    f"pack directory {self.ctx.pack_dir} has no registry.yaml; aicr requires it even as a stub",
+                    f"pack directory {self.ctx.config.pack_dir} has no registry.yaml; aicr requires it even as a stub",
                 )
-            self.found.pack = self.ctx.pack_dir
-            return StepResult.ok(f"local pack {self.ctx.pack_dir}")
+            self.found.pack = self.ctx.config.pack_dir
+            return StepResult.ok(f"local pack {self.ctx.config.pack_dir}")
         if not self.s.pack.ref:
             return StepResult.skipped("no data pack")
         target = self.ctx.work / "pack"
         shutil.rmtree(target, ignore_errors=True)
         budget = self.s.pack.pull_budget_seconds
         pulled = deadline.bounded(
-            lambda cancelled: self.ctx.pull(self.s.pack, target, cancelled=cancelled),
+            lambda cancelled: self.ctx.externals.pull(self.s.pack, target, cancelled=cancelled),
             budget_seconds=budget,
-            interrupted=self.ctx.interrupted,
+            interrupted=self.ctx.externals.interrupted,
             what="the data pack pull",
             over_budget=lambda: PackError(
                 f"the data pack pull of {self.s.pack.ref} did not finish within the {budget:g}s pull budget "
@@ -162,6 +184,7 @@ class Steps:
         self.found.pack = pulled.path
         return StepResult.ok(f"pulled {pulled.ref} ({pulled.manifest_digest}, {len(pulled.layers)} layers)")
 
+    @step(State.RECIPE)
     def recipe(self) -> StepResult:
         self.ctx.recipe_path.unlink(missing_ok=True)
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
@@ -212,40 +235,11 @@ class Steps:
         self.log.error(f"CRITERIA REJECTED: {text}", step=State.RECIPE.value)
         return StepResult.failed(ExitCode.BAD_INPUT, text, classification="criteria-rejected")
 
+    @step(State.CAPTURE_RECIPE)
     def capture_recipe(self) -> StepResult:
-        name = self.s.recipe.configmap
-        if not name:
-            return StepResult.skipped("recipe capture is off (the recipe ConfigMap name is empty)")
-        if self.found.recipe_summary is None:
-            return StepResult.skipped("no recipe was resolved")
-        pack = self.s.pack.ref or self.ctx.pack_dir
-        text = recipe.summary_text(
-            self.s, pack=pack, completion_line=self.found.completion_line, summary=self.found.recipe_summary
-        )
-        raw = self.ctx.recipe_path.read_bytes() if self.ctx.recipe_path.is_file() else b""
-        upgrade.read_installed(self.ctx)
-        summary = {
-            "summary.txt": text,
-            **mirror_sources.recorded(self.ctx.recipe_path),
-            **upgrade.installed_data(self.ctx, raw),
-        }
-        fitted = sink.fit("recipe.yaml", raw, CONFIGMAP_BUDGET_BYTES - payload_size(summary))
-        data, binary = fitted or ({}, {})
-        try:
-            self.ctx.sink.put(name, data={**summary, **data}, binary_data=binary or None)
-            self.found.recipe_capture = ({**summary, **data}, binary)
-        except CaptureError as exc:
-            # Advisory, as in the bash chart: this runs before anything is deployed.
-            return StepResult.warned(f"recipe capture failed: {exc}")
-        where = self.ctx.sink.describe(name)
-        if fitted is None:
-            return StepResult.warned(
-                f"recipe written to {where} (recipe.yaml is {len(raw)} bytes, over budget even compressed: "
-                "summary only)"
-            )
-        note = f" (recipe.yaml is {len(raw)} bytes: stored gzip-compressed as recipe.yaml.gz)" if binary else ""
-        return StepResult.ok(f"recipe written to {where}{note}")
+        return captures.recipe(self.ctx)
 
+    @step(State.CHECK_RECIPE)
     def check_recipe(self) -> StepResult:
         summary = self.found.recipe_summary
         if summary is None:
@@ -268,9 +262,15 @@ class Steps:
             return StepResult.warned("; ".join(warnings), classification="thin-resolution")
         return StepResult.ok("no expectations set; resolution is a full leaf")
 
+    @step(State.BUNDLE)
     def bundle(self) -> StepResult:
-        if not self._deploying():
+        if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
+        return self.rendered_bundle()
+
+    @step(State.BUNDLE, Mode.PLAN)
+    def rendered_bundle(self) -> StepResult:
+        """The bundle rendered (a plan renders it whatever deploy.enabled says: it is what a plan shows)."""
         # aicr 1.x verify is closed-world: always bundle into a fresh, empty directory.
         shutil.rmtree(self.ctx.bundle_dir, ignore_errors=True)
         argv = commands.bundle_argv(self.s, self._binary, self.ctx.recipe_path, self.ctx.bundle_dir, self.found.pack)
@@ -287,9 +287,14 @@ class Steps:
         files = sum(1 for p in self.ctx.bundle_dir.rglob("*") if p.is_file())
         return StepResult.ok(f"bundle rendered: {files} files in {self.ctx.bundle_dir}")
 
+    @step(State.VERIFY)
     def verify(self) -> StepResult:
-        if not self._deploying():
+        if not self.s.deploy.enabled:
             return StepResult.skipped("assert-only run: no bundle")
+        return self.verified_bundle()
+
+    @step(State.VERIFY, Mode.PLAN)
+    def verified_bundle(self) -> StepResult:
         result = self.ctx.run_child(State.VERIFY, commands.verify_argv(self.s, self._binary, self.ctx.bundle_dir))
         verdict = classify.classify_verify(result.exit_code, passed=self.ctx.behaviour.verify_checks)
         if verdict.outcome is Outcome.FAILED:
@@ -300,17 +305,28 @@ class Steps:
             )
         return StepResult.ok(verdict.reason, classification="verified")
 
+    @step(State.UPGRADE_CHECK)
     def upgrade_check(self) -> StepResult:
         return upgrade.check(self.ctx, self._binary)
 
+    @step(State.UPGRADE_CHECK, Mode.PLAN)
+    def planned_upgrade_check(self) -> StepResult:
+        return upgrade.planned(self.ctx, self._binary)
+
+    @step(State.LEASE, Mode.VALIDATE)
+    def validation_lease(self) -> StepResult:
+        return revalidate.no_install_running(self.ctx)
+
+    @step(State.LEASE, Mode.PLAN)
+    @step(State.DEPLOY, Mode.PLAN)
+    def nothing_deployed(self) -> StepResult:
+        return StepResult.skipped("plan: nothing is deployed")
+
+    @step(State.LEASE)
     def lease(self) -> StepResult:
-        if self.ctx.mode is Mode.VALIDATE:
-            return revalidate.no_install_running(self.ctx)
-        if self.ctx.mode is Mode.PLAN:
-            return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
             return StepResult.skipped("assert-only run: nothing is deployed, no install Lease needed")
-        lease = self.ctx.lease
+        lease = self.ctx.externals.lease
         if lease is None:
             return StepResult.skipped(
                 "no install Lease (AICR_RUNNER_LEASE__NAME is empty): runs of this release are not serialised"
@@ -322,30 +338,36 @@ class Steps:
                 f"waiting for the install Lease {lease.where}, held by {holder} "
                 f"(waited {waited:.0f}s; gives up after {self.s.lease.wait_seconds:g}s)"
             )
-            self.ctx.progress()
+            self.ctx.handlers.progress()
 
         waited = lease.acquire(on_wait)
-        lease.start_renewing(self.ctx.on_lease_lost)
+        lease.start_renewing(self.ctx.handlers.on_lease_lost)
         after = f" after waiting {waited:.0f}s" if waited >= 1 else ""
         return StepResult.ok(f"install Lease {lease.where} held by {lease.holder}{after}")
 
+    @step(State.RECORDED_RECIPE)
     def recorded_recipe(self) -> StepResult:
         return revalidate.recorded_recipe(self.ctx)
 
+    @step(State.SNAPSHOT)
     def snapshot(self) -> StepResult:
         return snapshot.take(self.ctx, self._binary)
 
+    @step(State.SNAPSHOT, Mode.PLAN)
+    def planned_snapshot(self) -> StepResult:
+        return snapshot.planned(self.ctx)
+
+    @step(State.DEPLOY)
     def deploy(self) -> StepResult:
-        if self.ctx.mode is Mode.PLAN:
-            return StepResult.skipped("plan: nothing is deployed")
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
         try:
-            recovered = deploy_run.pending_releases(self.ctx).settle(self.found.recipe_summary, self.ctx.lease)
+            pending = deploy_run.pending_releases(self.ctx)
+            recovered = pending.settle(self.found.recipe_summary, self.ctx.externals.lease)
         except HelmReleasePendingError as exc:
             return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
-        if self.ctx.lease is not None and self.found.recipe_summary is not None:
-            self.ctx.lease.announce(f"{c.namespace}/{c.name}" for c in self.found.recipe_summary.components)
+        if self.ctx.externals.lease is not None and self.found.recipe_summary is not None:
+            self.ctx.externals.lease.announce(f"{c.namespace}/{c.name}" for c in self.found.recipe_summary.components)
         # An aicr known to print no per-component results is said to, whatever it printed.
         markers = classify.DeployMarkers(
             results_reported=self.ctx.behaviour.per_component_results,
@@ -374,9 +396,20 @@ class Steps:
             return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
         return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
 
+    @step(State.VALIDATE, Mode.PLAN)
+    def no_validation(self) -> StepResult:
+        return StepResult.skipped("plan: no validation")
+
+    @step(State.VALIDATE, Mode.VALIDATE)
+    def validation_only(self) -> StepResult:
+        """A validation-only run's validate, then whether an install took its Lease over meanwhile."""
+        result = self.validate()
+        if self.s.validate.enabled:
+            revalidate.note_preemption(self.ctx)
+        return result
+
+    @step(State.VALIDATE)
     def validate(self) -> StepResult:
-        if self.ctx.mode is Mode.PLAN:
-            return StepResult.skipped("plan: no validation")
         if not self.s.validate.enabled:
             return StepResult.skipped("validate.enabled=false")
         self.ctx.ctrf_path.unlink(missing_ok=True)
@@ -386,37 +419,24 @@ class Steps:
         result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
         self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
         snapshot.into_evidence(self.ctx)
-        revalidate.note_preemption(self.ctx)
         error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""
         return validate_result(result.exit_code, self.ctx.ctrf_path, self.s.validate, error=error)
 
+    @step(State.CAPTURE_VERDICT)
     def capture_verdict(self) -> StepResult:
-        validate_exit = self._validate_exit()
-        if validate_exit is None:
-            return StepResult.skipped("validation did not run")
-        if not self.ctx.ctrf_path.is_file():
-            return StepResult.warned(f"no ctrf.json (exit={validate_exit})")
-        lost = revalidate.preempted(self.ctx)
-        if lost is not None:
-            return lost
-        name = self.s.validate.result_configmap
-        if not name:
-            return StepResult.skipped("verdict capture is off (the result ConfigMap name is empty)")
-        if self.ctx.report.step(State.VALIDATE.value).classification == UNREADABLE:
-            return revalidate.unreadable_captured(self.ctx, name)
-        raw, change = revalidate.record_history(self.ctx, self.ctx.ctrf_path.read_bytes())
-        fitted = sink.fit("ctrf.json", raw, CONFIGMAP_BUDGET_BYTES)
-        if fitted is None:
-            raise CaptureError(f"ctrf.json is {len(raw)} bytes, over the ConfigMap budget even compressed")
-        data, binary = fitted
-        self.ctx.sink.put(name, data=data, binary_data=binary or None)
-        return revalidate.captured(f"CTRF verdict written to {self.ctx.sink.describe(name)}", change)
+        return captures.verdict(self.ctx, self._validate_exit())
 
+    @step(State.PUBLISH)
     def publish(self) -> StepResult:
         return evidence.publish(self.ctx, self._binary, validated=self._validate_exit() is not None)
 
+    @step(State.CAPTURE_EVIDENCE)
     def capture_evidence(self) -> StepResult:
         return evidence.capture(self.ctx, validated=self._validate_exit() is not None)
+
+    @step(State.VERDICT_REPORT)
+    def report_verdict(self) -> StepResult:
+        return verdict_report.written(self.ctx)
 
 
 def _elapsed(started: datetime) -> float:

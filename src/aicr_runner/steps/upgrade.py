@@ -15,6 +15,7 @@ component) and in the evidence ConfigMap of a run that went on.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from aicr_runner.aicr import capabilities, upgrade_check
@@ -31,6 +32,7 @@ __all__ = [
     "check",
     "entries",
     "installed_data",
+    "planned",
     "read_installed",
     "record_installed",
     "report_name",
@@ -101,36 +103,40 @@ def record_installed(ctx: RunContext) -> None:
         ctx.report.warnings.append(f"the recipe ConfigMap still names the previous recipe as installed: {exc}")
 
 
-def _skip(ctx: RunContext) -> StepResult | None:
-    if ctx.mode is Mode.PLAN and not ctx.upgrade_from:
-        return StepResult.skipped("plan: no --upgrade-from")
-    if ctx.mode is Mode.RUN and not ctx.settings.deploy.enabled:
-        return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
-    if ctx.findings.recipe_summary is None or not ctx.recipe_path.is_file():
-        return StepResult.skipped("no recipe")
-    return None
-
-
-def _installed(ctx: RunContext) -> tuple[RecipeFacts | None, str]:
-    """What the install crosses from, and what aicr is told (``--from``)."""
-    source = ctx.upgrade_from
-    if ctx.mode is Mode.PLAN and source.startswith("cm://"):
-        return None, source
-    raw = Path(source).read_bytes() if ctx.mode is Mode.PLAN else ctx.findings.installed_recipe
+def _installed(ctx: RunContext, raw: bytes | None, source: str) -> tuple[RecipeFacts | None, str]:
+    """What the install crosses from (``raw``, read from ``source``), and what aicr is told (``--from``)."""
     if raw is None:
         return None, ""
     path = ctx.work / "installed-recipe.yaml"
     path.write_bytes(raw)
-    return RecipeFacts.of(raw, where=source or INSTALLED_KEY), str(path)
+    return RecipeFacts.of(raw, where=source), str(path)
 
 
 def check(ctx: RunContext, aicr: Path) -> StepResult:
+    """An install's upgrade check: from the recipe the release installed last."""
     ctx.upgrade_report_path.unlink(missing_ok=True)
-    skipped = _skip(ctx)
-    if skipped is not None:
-        return skipped
+    if not ctx.settings.deploy.enabled:
+        return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
+    return _checked(ctx, aicr, lambda: _installed(ctx, ctx.findings.installed_recipe, INSTALLED_KEY))
+
+
+def planned(ctx: RunContext, aicr: Path) -> StepResult:
+    """``plan --upgrade-from``: from the recipe it names (a file; ``cm://ns/name`` aicr reads itself)."""
+    ctx.upgrade_report_path.unlink(missing_ok=True)
+    source = ctx.config.upgrade_from
+    if not source:
+        return StepResult.skipped("plan: no --upgrade-from")
+    if source.startswith("cm://"):
+        return _checked(ctx, aicr, lambda: (None, source))
+    return _checked(ctx, aicr, lambda: _installed(ctx, Path(source).read_bytes(), source))
+
+
+def _checked(ctx: RunContext, aicr: Path, installed_by: Callable[[], tuple[RecipeFacts | None, str]]) -> StepResult:
+    """The crossing from what ``installed_by`` reads (and what aicr is told) to the resolved recipe, judged."""
+    if ctx.findings.recipe_summary is None or not ctx.recipe_path.is_file():
+        return StepResult.skipped("no recipe")
     target = RecipeFacts.of(ctx.recipe_path.read_bytes(), where=str(ctx.recipe_path))
-    installed, source = _installed(ctx)
+    installed, source = installed_by()
     if source.startswith("cm://"):
         # plan --upgrade-from cm://: aicr reads it; every component it reports is a move.
         crossing = Crossing(RecipeFacts("", "", (), unread=source), target, ())
@@ -155,7 +161,7 @@ def _not_assessed(ctx: RunContext, crossing: Crossing, aicr: str) -> StepResult:
     assessment = upgrade_check.not_assessed(crossing, ctx.settings.upgrade_check, aicr)
     _keep(ctx, assessment)
     message = f"{aicr} has no upgrade-check: this crossing was not assessed ({crossing.text()})"
-    ctx.on_upgrade_check(NOT_ASSESSED_REASON, message)
+    ctx.handlers.on_upgrade_check(NOT_ASSESSED_REASON, message)
     if ctx.settings.upgrade_check.require_assessment:
         return StepResult.failed(
             ExitCode.UPGRADE_STOPPED,
@@ -192,7 +198,7 @@ def _assess(ctx: RunContext, aicr: Path, crossing: Crossing, source: str) -> Ste
     stops = assessment.stops
     if stops:
         message = f"{assessment.headline} (" + "; ".join(f"{j.component.name}: {j.todo}" for j in stops) + ")"
-        ctx.on_upgrade_check(STOPPED_REASON, message)
+        ctx.handlers.on_upgrade_check(STOPPED_REASON, message)
         worst = "upgrade-blocked" if any(j.component.verdict is Verdict.BLOCKED for j in stops) else "upgrade-stopped"
         return StepResult.failed(ExitCode.UPGRADE_STOPPED, f"stopped before deploy: {message}", classification=worst)
     warned = [j for j in judged if j.action is Action.WARN]
@@ -200,7 +206,7 @@ def _assess(ctx: RunContext, aicr: Path, crossing: Crossing, source: str) -> Ste
         message = "crossing not fully judged, going on (upgradeCheck.onUnknown=warn): " + ", ".join(
             j.component.move for j in warned
         )
-        ctx.on_upgrade_check(UNKNOWN_WARNED_REASON, message)
+        ctx.handlers.on_upgrade_check(UNKNOWN_WARNED_REASON, message)
         return StepResult.warned(message, classification="upgrade-unknown")
     acknowledged = sum(1 for j in judged if j.component.verdict is Verdict.MANUAL)
     note = f", {acknowledged} manual move(s) acknowledged" if acknowledged else ""
@@ -225,7 +231,7 @@ def _keep(ctx: RunContext, assessment: Assessment) -> None:
         )
     except RunnerError as exc:
         ctx.report.warnings.append(f"the upgrade check's report was not kept: {exc}")
-    ctx.progress()
+    ctx.handlers.progress()
 
 
 def blocked(ctx: RunContext) -> tuple[str, ...]:

@@ -1,10 +1,11 @@
 """What a run reports as its verdict report object, and when (``kube.report_writer`` writes it).
 
-After the last capture (the verdict and the evidence stored), each run that
-validated or deployed writes one result per CTRF test and one per component
-deploy.sh reported. A run whose deploy failed ends before the captures: its
-components are written at the run's end (a failed install is what a fleet most
-needs to see).
+The machine's ``verdict-report`` state, after the last capture (the verdict and
+the evidence stored): each run that validated or deployed writes one result per
+CTRF test and one per component deploy.sh reported. A run whose deploy failed, or
+whose upgrade check stopped it, goes there from that step, before the captures:
+its components (or its crossing) are written then (a failed install is what a
+fleet most needs to see). Not a step of the run report.
 
 Advisory: every failure is one warning line and never changes the run's outcome
 or exit code.
@@ -12,48 +13,53 @@ or exit code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aicr_runner import logs
 from aicr_runner.aicr.ctrf import CtrfVerdict
 from aicr_runner.kube import openreports, report_writer
 from aicr_runner.kube.openreports import Entry, RunFacts
-from aicr_runner.run.machine import StepResult
+from aicr_runner.run.machine import State, StepResult
 from aicr_runner.run.report import StepRecord, StepStatus, utcnow
 from aicr_runner.settings.config import ReportsApi
 from aicr_runner.steps import upgrade
 from aicr_runner.steps.context import RunContext
 
 __all__ = [
-    "after_capture",
     "entries_of",
     "facts_of",
     "write_after_failed_deploy",
     "write_after_stopped_upgrade",
     "write_verdict",
+    "written",
 ]
 
 _NOT_STARTED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED)
 
 
-def after_capture(ctx: RunContext, capture_evidence: Callable[[], StepResult]) -> Callable[[], StepResult]:
-    """The evidence capture step, then the report (best effort, whatever the step's outcome)."""
+def written(ctx: RunContext) -> StepResult:
+    """The ``verdict-report`` state: a run that failed its deploy or whose upgrade
+    check stopped it (both end before the captures) its components or its crossing;
+    any other the run's verdict, after the evidence capture (whatever its outcome).
+    Best effort, never a failure."""
+    if _failed(ctx, State.DEPLOY):
+        write_after_failed_deploy(ctx)
+    elif _failed(ctx, State.UPGRADE_CHECK):
+        write_after_stopped_upgrade(ctx)
+    else:
+        write_verdict(ctx, evidence_stored=ctx.findings.evidence_stored)
+    return StepResult.ok()
 
-    def step() -> StepResult:
-        result = capture_evidence()
-        where = ctx.sink.describe(ctx.settings.validate.evidence_configmap)
-        write_verdict(ctx, evidence_stored=result.went_well and where in result.reason)
-        return result
 
-    return step
+def _failed(ctx: RunContext, state: State) -> bool:
+    """``state`` is a step of this run's report, and failed."""
+    return any(r.state == state and r.status is StepStatus.FAILED for r in ctx.report.steps)
 
 
 def entries_of(ctx: RunContext) -> list[Entry] | None:
     """The run's results: each CTRF test and each component deploy.sh reported;
     None when neither validate nor deploy ran (nothing to report)."""
-    validate = ctx.report.step("validate")
+    validate = ctx.report.step(State.VALIDATE.value)
     # A validation-only run has no deploy step.
-    deploy = next((r for r in ctx.report.steps if r.state == "deploy"), StepRecord("deploy"))
+    deploy = next((r for r in ctx.report.steps if r.state == State.DEPLOY), StepRecord(State.DEPLOY.value))
     crossed = upgrade.entries(ctx)
     if validate.status in _NOT_STARTED and deploy.status in _NOT_STARTED and not crossed:
         return None
@@ -100,7 +106,7 @@ def facts_of(ctx: RunContext, namespace: str, *, evidence_stored: bool) -> RunFa
 def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
     """Write the run's report, if there is an API to write to and something to
     report. Never raises: a failure is one warning line."""
-    target, setting = ctx.report_target, ctx.settings.reports.api
+    target, setting = ctx.externals.report_target, ctx.settings.reports.api
     if target is None or setting is ReportsApi.NONE:
         return
     try:
@@ -115,11 +121,11 @@ def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
 def write_after_failed_deploy(ctx: RunContext) -> None:
     """A run whose deploy step failed ends before the captures: the components
     deploy.sh reported still go out. Not after an interruption: the pod is on its way out."""
-    if ctx.report_target is None or all(r.state != "deploy" for r in ctx.report.steps):
+    if ctx.externals.report_target is None or all(r.state != State.DEPLOY for r in ctx.report.steps):
         return
-    deploy = ctx.report.step("deploy")
+    deploy = ctx.report.step(State.DEPLOY.value)
     # The machine marks the steps it never reached skipped ("not reached"): never started.
-    if deploy.status is not StepStatus.FAILED or ctx.report.step("capture-evidence").started_at is not None:
+    if deploy.status is not StepStatus.FAILED or ctx.report.step(State.CAPTURE_EVIDENCE.value).started_at is not None:
         return
     if openreports.deploy_entries(deploy.progress, ctx.report.failed_components):
         write_verdict(ctx, evidence_stored=False)
@@ -128,8 +134,8 @@ def write_after_failed_deploy(ctx: RunContext) -> None:
 def write_after_stopped_upgrade(ctx: RunContext) -> None:
     """A run the upgrade check stopped ends before the deploy and the captures: its
     per-component verdicts still go out (a blocked upgrade is what a fleet must see)."""
-    record = next((r for r in ctx.report.steps if r.state == "upgrade-check"), None)
-    if ctx.report_target is None or record is None or record.status is not StepStatus.FAILED:
+    record = next((r for r in ctx.report.steps if r.state == State.UPGRADE_CHECK), None)
+    if ctx.externals.report_target is None or record is None or record.status is not StepStatus.FAILED:
         return
     if ctx.findings.upgrade is not None:
         write_verdict(ctx, evidence_stored=False)

@@ -35,7 +35,7 @@ from aicr_runner.children.process import SubprocessRunner, _Delivery
 from aicr_runner.kube.sink import DirectorySink
 from aicr_runner.run.machine import Machine, State
 from aicr_runner.settings.config import LogFormat, load
-from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.context import Mode, RunConfig, RunContext, RunExternals
 
 #: No "*": the mask must not be able to form a secret; no whitespace: secrets are stripped.
 SECRET_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_:=+/.é─✓"
@@ -67,11 +67,11 @@ def _restore_logging() -> Iterator[None]:
 def _context(work: Path, limit: int, one_pass_bytes: int = 64 * 1024) -> RunContext:
     settings = load({"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100", "AICR_RUNNER_WORK_DIR": str(work)})
     return RunContext(
-        settings=settings,
-        mode=Mode.RUN,
-        sink=DirectorySink(work / "results"),
-        processes=SubprocessRunner(max_line_bytes=limit, one_pass_bytes=one_pass_bytes),
-        environ={"PATH": "/usr/bin:/bin"},
+        config=RunConfig(settings=settings, mode=Mode.RUN, environ={"PATH": "/usr/bin:/bin"}),
+        externals=RunExternals(
+            sink=DirectorySink(work / "results"),
+            processes=SubprocessRunner(max_line_bytes=limit, one_pass_bytes=one_pass_bytes),
+        ),
         report=Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={}),
     )
 

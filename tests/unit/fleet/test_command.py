@@ -249,7 +249,7 @@ def test_age_and_table() -> None:
         "30s",
         "-",
     ]
-    table = render_table([Row(context="c", problem="forbidden: HTTP 403")], now)
+    table = render_table([Row(context="c", problem_kind="forbidden", problem_detail="HTTP 403")], now)
     assert table.splitlines()[1].split() == [
         "c",
         "-",
@@ -279,5 +279,5 @@ def test_a_context_still_unanswered_after_its_bound_is_an_unreachable_row() -> N
         rows = read_fleet(["stuck"], lambda context, _deadline: read_context(context, hangs), timeout=0.01)
     finally:
         release.set()
-    assert [(r.context, r.problem.split(":")[0]) for r in rows] == [("stuck", "unreachable")]
+    assert [(r.context, r.problem_kind) for r in rows] == [("stuck", "unreachable")]
     assert "no answer within 0.01s" in rows[0].problem

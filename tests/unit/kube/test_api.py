@@ -191,6 +191,8 @@ def test_a_forbidden_request_names_the_rights_it_lacks(
         call(api_for(url))
     assert hint in caught.value.message
     assert "ConfigMaps" not in caught.value.message
+    # The fact a caller branches on (the fleet's "forbidden") is a field, not the message's words.
+    assert (caught.value.http_status, caught.value.out_of_budget) == (403, False)
 
 
 def test_the_failure_event_calls_keep_their_own_short_budget(
@@ -202,8 +204,9 @@ def test_the_failure_event_calls_keep_their_own_short_budget(
     script.answers[:] = [(503, {})]
     monkeypatch.setattr(kube, "_EVENT_BUDGET_SECONDS", 1.0)
     started = time.monotonic()
-    with pytest.raises(CaptureError, match=r"within the 1s API write budget"):
+    with pytest.raises(CaptureError, match=r"within the 1s API write budget") as caught:
         api_for(url, budget=30.0).create_event("ns", {"kind": "Event"})
+    assert (caught.value.out_of_budget, caught.value.http_status) == (True, 0)
     assert time.monotonic() - started < 3.0
     assert script.seen[0][1].startswith("/api/v1/namespaces/ns/events")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,11 @@ from aicr_runner.kube.report_writer import ReportTarget
 from aicr_runner.kube.sink import ConfigMapSink
 from aicr_runner.run.machine import State
 from aicr_runner.run.report import StepStatus
+from aicr_runner.steps.context import RunContext
+from aicr_runner.steps.table import Steps
 from aicr_runner.steps.verdict_report import write_after_failed_deploy
 from tests.support.fakes import FakeKubeApi
-from tests.unit.steps.test_steps import StubProcesses, context, step, validated
+from tests.unit.steps.test_steps import StubProcesses, context, rewired, step, validated
 
 NS = "aicr-system"
 REPORT = f"/apis/openreports.io/v1alpha1/namespaces/{NS}/reports/aicr-gpu"
@@ -102,7 +104,7 @@ def run_ctx(tmp_path: Path, api: FakeRequests, *, ctrf: bool = True, evidence: b
         **env,
     }
     ctx = context(tmp_path, StubProcesses(), sink=ConfigMapSink(OrderedConfigMaps(api.log), NS), **settings_env)
-    ctx = replace(ctx, report_target=ReportTarget(api, NS))
+    ctx = rewired(ctx, report_target=ReportTarget(api, NS))
     validated(ctx, 8)
     if ctrf:
         ctx.ctrf_path.write_text(json.dumps(CTRF))
@@ -120,10 +122,17 @@ def run_ctx(tmp_path: Path, api: FakeRequests, *, ctrf: bool = True, evidence: b
     return ctx
 
 
+def evidence_then_report(ctx: RunContext) -> tuple[StepStatus, int, str]:
+    """The evidence capture step, then the machine's next state: the verdict report."""
+    captured = step(ctx, State.CAPTURE_EVIDENCE)
+    assert Steps(ctx).functions()[State.VERDICT_REPORT]().went_well
+    return captured
+
+
 def test_the_report_is_written_after_the_evidence_with_every_check_and_component(tmp_path: Path) -> None:
     api = FakeRequests(BOTH)
     ctx = run_ctx(tmp_path, api)
-    assert step(ctx, State.CAPTURE_EVIDENCE)[0] is StepStatus.SUCCEEDED
+    assert evidence_then_report(ctx)[0] is StepStatus.SUCCEEDED
     assert api.log == [
         "configmap aicr-evidence-bundle",
         "GET /apis/openreports.io/v1alpha1",
@@ -145,7 +154,7 @@ def test_the_report_is_written_after_the_evidence_with_every_check_and_component
 def test_where_only_wgpolicy_is_served_a_policyreport_is_written(tmp_path: Path) -> None:
     api = FakeRequests({"wgpolicyk8s.io/v1alpha2": ["policyreports", "clusterpolicyreports"]})
     ctx = run_ctx(tmp_path, api, evidence=False)
-    step(ctx, State.CAPTURE_EVIDENCE)
+    evidence_then_report(ctx)
     assert api.log == [
         "GET /apis/openreports.io/v1alpha1",
         "GET /apis/wgpolicyk8s.io/v1alpha2",
@@ -158,7 +167,7 @@ def test_where_only_wgpolicy_is_served_a_policyreport_is_written(tmp_path: Path)
 
 def test_a_group_version_without_the_report_resource_is_not_served(tmp_path: Path) -> None:
     api = FakeRequests({"openreports.io/v1alpha1": ["clusterreports"], "wgpolicyk8s.io/v1alpha2": ["policyreports"]})
-    step(run_ctx(tmp_path, api), State.CAPTURE_EVIDENCE)
+    evidence_then_report(run_ctx(tmp_path, api))
     assert list(api.objects) == [POLICY_REPORT]
 
 
@@ -166,7 +175,7 @@ def test_where_neither_is_served_nothing_is_written_and_one_line_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api = FakeRequests({})
-    assert step(run_ctx(tmp_path, api), State.CAPTURE_EVIDENCE)[0] is StepStatus.SUCCEEDED
+    assert evidence_then_report(run_ctx(tmp_path, api))[0] is StepStatus.SUCCEEDED
     assert api.objects == {}
     out = capsys.readouterr()
     lines = [line for line in (out.out + out.err).splitlines() if "report" in line]
@@ -180,7 +189,7 @@ def test_where_neither_is_served_nothing_is_written_and_one_line_says_so(
 @pytest.mark.parametrize(("setting", "calls"), [("none", []), ("openreports", ["GET /apis/openreports.io/v1alpha1"])])
 def test_the_setting_narrows_what_is_asked_for(tmp_path: Path, setting: str, calls: list[str]) -> None:
     api = FakeRequests({"wgpolicyk8s.io/v1alpha2": ["policyreports"]})
-    step(run_ctx(tmp_path, api, evidence=False, AICR_RUNNER_REPORTS__API=setting), State.CAPTURE_EVIDENCE)
+    evidence_then_report(run_ctx(tmp_path, api, evidence=False, AICR_RUNNER_REPORTS__API=setting))
     assert api.log == calls
     assert api.objects == {}
 
@@ -189,7 +198,7 @@ def test_a_refused_write_is_one_warning_and_the_step_keeps_its_outcome(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api = FakeRequests(BOTH, refuse_writes="HTTP 403 Forbidden")
-    status, exit_code, reason = step(run_ctx(tmp_path, api), State.CAPTURE_EVIDENCE)
+    status, exit_code, reason = evidence_then_report(run_ctx(tmp_path, api))
     assert (status, exit_code) == (StepStatus.SUCCEEDED, 0)
     assert "Evidence artifacts written" in reason
     out = capsys.readouterr()
@@ -200,7 +209,7 @@ def test_a_refused_write_is_one_warning_and_the_step_keeps_its_outcome(
 
 def test_a_validation_without_a_ctrf_report_is_one_error_result(tmp_path: Path) -> None:
     api = FakeRequests(BOTH)
-    step(run_ctx(tmp_path, api, ctrf=False), State.CAPTURE_EVIDENCE)
+    evidence_then_report(run_ctx(tmp_path, api, ctrf=False))
     results = api.objects[REPORT]["results"]
     assert [(r["policy"], r["result"], r["message"]) for r in results[:1]] == [
         ("aicr-validate", "error", "aicr validate wrote no CTRF report: no verdict")
@@ -209,21 +218,21 @@ def test_a_validation_without_a_ctrf_report_is_one_error_result(tmp_path: Path) 
 
 def test_a_run_where_neither_validate_nor_deploy_ran_asks_nothing(tmp_path: Path) -> None:
     api = FakeRequests(BOTH)
-    ctx = replace(context(tmp_path, StubProcesses(), AICR_RUNNER_NAMESPACE=NS), report_target=ReportTarget(api, NS))
-    step(ctx, State.CAPTURE_EVIDENCE)
+    ctx = rewired(context(tmp_path, StubProcesses(), AICR_RUNNER_NAMESPACE=NS), report_target=ReportTarget(api, NS))
+    evidence_then_report(ctx)
     assert api.log == []
 
 
 def test_without_a_target_plan_and_a_results_directory_write_no_report(tmp_path: Path) -> None:
     ctx = context(tmp_path, StubProcesses())
     validated(ctx, 0)
-    assert ctx.report_target is None
-    assert step(ctx, State.CAPTURE_EVIDENCE)[0] is StepStatus.SKIPPED
+    assert ctx.externals.report_target is None
+    assert evidence_then_report(ctx)[0] is StepStatus.SKIPPED
 
 
 def failed_deploy_ctx(tmp_path: Path, api: FakeRequests, rows: list[dict[str, Any]], status: StepStatus) -> Any:
     ctx = context(tmp_path, StubProcesses(), AICR_RUNNER_NAMESPACE=NS, AICR_RUNNER_REPORTS__NAME="aicr-gpu")
-    ctx = replace(ctx, report_target=ReportTarget(api, NS))
+    ctx = rewired(ctx, report_target=ReportTarget(api, NS))
     deploy = ctx.report.step(State.DEPLOY.value)
     deploy.status, deploy.progress = status, {"components": rows}
     for later in (State.VALIDATE, State.CAPTURE_VERDICT, State.PUBLISH, State.CAPTURE_EVIDENCE):
@@ -278,7 +287,7 @@ def test_a_credential_the_run_registered_never_reaches_the_report(tmp_path: Path
     leaky = json.loads(json.dumps(CTRF))
     leaky["results"]["tests"][1]["message"] = "pull with hunter2-report-token refused"
     ctx.ctrf_path.write_text(json.dumps(leaky))
-    step(ctx, State.CAPTURE_EVIDENCE)
+    evidence_then_report(ctx)
     text = json.dumps(api.objects[REPORT])
     assert "hunter2-report-token" not in text
     assert "pull with " in text

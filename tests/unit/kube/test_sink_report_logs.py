@@ -12,7 +12,7 @@ import pytest
 from aicr_runner import logs
 from aicr_runner.errors import CaptureError
 from aicr_runner.kube.api import configmap_body
-from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, RESULT_LABELS, ConfigMapSink, DirectorySink
+from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, RESULT_LABELS, ConfigMapSink, DirectorySink, payload_size
 from aicr_runner.run.machine import Machine
 from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import LogFormat
@@ -31,6 +31,45 @@ def test_configmap_sink_applies_with_result_labels_only() -> None:
 def test_configmap_sink_refuses_over_budget_payloads() -> None:
     with pytest.raises(CaptureError, match="over the 921600-byte budget"):
         ConfigMapSink(FakeKubeApi(), "ns").put("big", data={"a": "x" * (CONFIGMAP_BUDGET_BYTES + 1)})
+
+
+@pytest.mark.parametrize("sink", [ConfigMapSink(FakeKubeApi(), "ns"), DirectorySink(Path("unused"))])
+def test_the_sink_fits_a_payload_into_its_budget_and_says_what_it_cut(sink: ConfigMapSink | DirectorySink) -> None:
+    import os
+
+    summary = {"summary.txt": "s" * 1000}
+    small = sink.fit(summary, large={"recipe.yaml": b"kind: RecipeResult\n"})
+    assert (small.data, small.binary_data) == ({**summary, "recipe.yaml": "kind: RecipeResult\n"}, {})
+    assert (small.compressed, small.dropped) == ((), ())
+    # Over what the summary leaves, compressible: gzip-compressed, said.
+    squeezed = sink.fit(summary, large={"recipe.yaml": b"x" * CONFIGMAP_BUDGET_BYTES})
+    assert set(squeezed.data) == {"summary.txt"}
+    assert set(squeezed.binary_data) == {"recipe.yaml.gz"}
+    assert (squeezed.compressed, squeezed.dropped) == (("recipe.yaml",), ())
+    # Incompressible and over the budget: dropped, said; what is kept whole stays.
+    noise = os.urandom(CONFIGMAP_BUDGET_BYTES)
+    cut = sink.fit(summary, large={"recipe.yaml": noise})
+    assert (cut.data, cut.binary_data, cut.dropped) == (summary, {}, ("recipe.yaml",))
+    # The budget is the whole payload's: what fits beside the summary, exactly, is kept.
+    edge = sink.fit(summary, large={"doc": b"d" * (CONFIGMAP_BUDGET_BYTES - 1000)})
+    assert edge.dropped == ()
+    assert edge.compressed == ()
+    assert payload_size(edge.data, edge.binary_data) == CONFIGMAP_BUDGET_BYTES
+
+
+def test_the_sink_fits_a_directory_as_an_archive_or_says_it_did_not(tmp_path: Path) -> None:
+    import os
+
+    bundle = tmp_path / "evidence"
+    bundle.mkdir()
+    (bundle / "summary.yaml").write_text("passed: 1\n")
+    sink = DirectorySink(tmp_path / "results")
+    fitted = sink.fit({"pointer.yaml": "p"}, archives={"evidence.tgz": bundle})
+    assert set(fitted.binary_data) == {"evidence.tgz"}
+    assert fitted.dropped == ()
+    (bundle / "noise.bin").write_bytes(os.urandom(CONFIGMAP_BUDGET_BYTES))
+    fitted = sink.fit({"pointer.yaml": "p"}, archives={"evidence.tgz": bundle})
+    assert (fitted.data, fitted.binary_data, fitted.dropped) == ({"pointer.yaml": "p"}, {}, ("evidence.tgz",))
 
 
 def test_configmap_body_is_a_full_object_for_server_side_apply() -> None:

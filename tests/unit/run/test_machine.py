@@ -6,8 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
+from aicr_runner.run.invocation import Mode
 from aicr_runner.run.machine import (
     INCONCLUSIVE,
+    PLAN_TRANSITIONS,
+    ROUTES,
     TRANSITIONS,
     VALIDATE_TRANSITIONS,
     Machine,
@@ -18,7 +21,9 @@ from aicr_runner.run.machine import (
 from aicr_runner.run.report import RunPhase, RunReport, StepStatus
 
 #: A whole run's steps (the recorded recipe is read only by a validation-only run).
-ALL: list[State] = [s for s in State if s not in (State.DONE, State.RECORDED_RECIPE)]
+ALL: list[State] = [s for s in State if s not in (State.DONE, State.RECORDED_RECIPE, State.VERDICT_REPORT)]
+#: The states a whole run goes through: its steps, then the verdict report (not a step of the report).
+ROUTE: list[State] = [*ALL, State.VERDICT_REPORT]
 
 
 def build(results: dict[State, StepResult], *, interrupt_after: State | None = None) -> tuple[Machine, list[str]]:
@@ -35,17 +40,30 @@ def build(results: dict[State, StepResult], *, interrupt_after: State | None = N
         return step
 
     report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={"accelerator": "h100"})
-    machine = Machine({s: make(s) for s in ALL}, report, on_change=lambda r: None, interrupted=lambda: flag["stop"])
+    machine = Machine({s: make(s) for s in ROUTE}, report, on_change=lambda r: None, interrupted=lambda: flag["stop"])
     return machine, calls
 
 
 def test_table_covers_every_state_and_reaches_done() -> None:
-    assert set(TRANSITIONS) == set(ALL)
+    assert set(TRANSITIONS) == set(ROUTE)
     state, seen = State.FETCH, []
     while state is not State.DONE:
         seen.append(state)
         state = TRANSITIONS[state][0]
-    assert seen == ALL, "the happy path visits every step once, in the documented order"
+    assert seen == ROUTE, "the happy path visits every step once, in the documented order"
+
+
+def test_a_plan_shows_the_steps_of_a_run_in_its_order_and_writes_no_verdict_report() -> None:
+    assert ROUTES == {Mode.RUN: TRANSITIONS, Mode.PLAN: PLAN_TRANSITIONS, Mode.VALIDATE: VALIDATE_TRANSITIONS}
+    state, seen = State.FETCH, []
+    while state is not State.DONE:
+        seen.append(state)
+        state = PLAN_TRANSITIONS[state][0]
+    assert seen == ALL == list(PLAN_TRANSITIONS)
+    plan = Machine.new_report(PLAN_TRANSITIONS, runner_version="t", aicr_version="v", criteria={})
+    run = Machine.new_report(TRANSITIONS, runner_version="t", aicr_version="v", criteria={})
+    assert [r.state for r in plan.steps] == [r.state for r in run.steps] == [s.value for s in ALL]
+    assert State.VERDICT_REPORT.value not in [r.state for r in run.steps], "not a step of the run report"
 
 
 def test_validation_only_never_reaches_recipe_bundle_verify_or_deploy() -> None:
@@ -79,7 +97,7 @@ def test_validation_only_never_reaches_recipe_bundle_verify_or_deploy() -> None:
 def test_happy_path_runs_every_step_and_exits_zero() -> None:
     machine, calls = build({})
     machine.run()
-    assert calls == [s.value for s in ALL]
+    assert calls == [s.value for s in ROUTE]
     assert machine.finish(validate_gate=True, publish_gate=True) == 0
     assert machine.report.phase is RunPhase.SUCCEEDED
     assert machine.report.message == "AICR Job complete"
@@ -92,7 +110,9 @@ def test_happy_path_runs_every_step_and_exits_zero() -> None:
 def test_a_failure_before_validation_ends_the_run_with_its_code(failing: State) -> None:
     machine, calls = build({failing: StepResult.failed(42, "boom")})
     machine.run()
-    assert calls[-1] == failing.value
+    # A failed install is still reported (the verdict report's state); nothing else after it.
+    ended = [failing.value, "verdict-report"] if failing is State.DEPLOY else [failing.value]
+    assert calls[-len(ended) :] == ended
     code = machine.finish(validate_gate=False, publish_gate=False)
     assert code == 42
     assert machine.report.message == f"{failing.value} failed: boom"
@@ -103,7 +123,7 @@ def test_a_failure_before_validation_ends_the_run_with_its_code(failing: State) 
 def test_recipe_capture_failure_is_advisory() -> None:
     machine, calls = build({State.CAPTURE_RECIPE: StepResult.warned("403")})
     machine.run()
-    assert calls == [s.value for s in ALL]
+    assert calls == [s.value for s in ROUTE]
     assert machine.finish(validate_gate=True, publish_gate=True) == 0
     assert machine.report.warnings == ["capture-recipe: 403"]
 
@@ -111,7 +131,13 @@ def test_recipe_capture_failure_is_advisory() -> None:
 def test_verdict_and_evidence_are_captured_before_the_validate_gate() -> None:
     machine, calls = build({State.VALIDATE: StepResult.failed(8, "checks failed")})
     machine.run()
-    assert calls[calls.index("validate") :] == ["validate", "capture-verdict", "publish", "capture-evidence"]
+    assert calls[calls.index("validate") :] == [
+        "validate",
+        "capture-verdict",
+        "publish",
+        "capture-evidence",
+        "verdict-report",
+    ]
     assert machine.finish(validate_gate=True, publish_gate=True) == 8
     assert machine.report.message.startswith("Validation FAILED (exit 8)")
 
@@ -141,7 +167,7 @@ def test_failed_components_and_failed_checks_are_both_said() -> None:
             return lambda: StepResult.failed(8, "checks failed: operator-health", "validation-failed")
         return StepResult.ok
 
-    machine = Machine({s: step(s) for s in ALL}, report, on_change=lambda r: None, interrupted=lambda: False)
+    machine = Machine({s: step(s) for s in ROUTE}, report, on_change=lambda r: None, interrupted=lambda: False)
     machine.run()
     assert machine.finish(validate_gate=False, publish_gate=False) == 0
     assert report.phase is RunPhase.SUCCEEDED_WITH_FAILURES
@@ -189,7 +215,7 @@ def test_failed_components_and_an_inconclusive_validation_are_both_said() -> Non
             return lambda: StepResult.warned(NO_CHECK, classification=INCONCLUSIVE)
         return StepResult.ok
 
-    machine = Machine({s: step(s) for s in ALL}, report, on_change=lambda r: None, interrupted=lambda: False)
+    machine = Machine({s: step(s) for s in ROUTE}, report, on_change=lambda r: None, interrupted=lambda: False)
     machine.run()
     assert machine.finish(validate_gate=False, publish_gate=False) == 0
     assert report.phase is RunPhase.SUCCEEDED_WITH_FAILURES, "failed components weigh more"
@@ -225,7 +251,7 @@ def test_interruption_stops_work_but_still_captures() -> None:
     machine, calls = build({}, interrupt_after=State.VALIDATE)
     machine.run()
     assert "publish" not in calls, "no new work after SIGTERM"
-    assert calls[-2:] == ["capture-verdict", "capture-evidence"], "results that exist are still stored"
+    assert calls[-3:] == ["capture-verdict", "capture-evidence", "verdict-report"], "what exists is still stored"
     assert machine.report.step("publish").status is StepStatus.SKIPPED
     assert "interrupted" in machine.report.step("publish").message
     code = machine.finish(validate_gate=False, publish_gate=False)
@@ -234,12 +260,20 @@ def test_interruption_stops_work_but_still_captures() -> None:
     assert machine.report.message.startswith("interrupted before capture-verdict")
 
 
+def test_a_shutdown_after_the_last_capture_still_writes_the_verdict_report_and_ends_as_it_would() -> None:
+    machine, calls = build({}, interrupt_after=State.CAPTURE_EVIDENCE)
+    machine.run()
+    assert calls[-2:] == ["capture-evidence", "verdict-report"]
+    assert machine.finish(validate_gate=True, publish_gate=True) == 0
+    assert machine.report.phase is RunPhase.SUCCEEDED, "every step of the run finished"
+
+
 def test_an_interrupted_step_gives_143_and_phase_interrupted() -> None:
     result = StepResult(StepStatus.INTERRUPTED, 143, "SIGTERM during deploy.sh")
     machine, calls = build({State.DEPLOY: result})
     machine.run()
     assert "validate" not in calls
-    assert calls[-2:] == ["capture-verdict", "capture-evidence"], "the captures after it still run"
+    assert calls[-3:] == ["capture-verdict", "capture-evidence", "verdict-report"], "the captures still run"
     assert machine.finish(validate_gate=True, publish_gate=True) == 143
     assert machine.report.phase is RunPhase.INTERRUPTED
     assert machine.report.step("deploy").status is StepStatus.INTERRUPTED
@@ -253,7 +287,7 @@ def test_on_change_sees_each_step_start_and_end() -> None:
         seen.append(("running", running[0]) if running else ("idle", ""))
 
     report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
-    machine = Machine(dict.fromkeys(ALL, StepResult.ok), report, on_change=record, interrupted=lambda: False)
+    machine = Machine(dict.fromkeys(ROUTE, StepResult.ok), report, on_change=record, interrupted=lambda: False)
     machine.run()
     assert seen[0] == ("running", "fetch")
     assert seen.count(("idle", "")) == len(ALL)

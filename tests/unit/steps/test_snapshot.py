@@ -6,7 +6,6 @@ import base64
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -19,7 +18,7 @@ from aicr_runner.steps.snapshot import AGENT_CONFIGMAP
 from aicr_runner.steps.table import Steps
 from tests.support.fakes import FakeKubeApi
 from tests.unit.aicr.test_snapshot_diff import snapshot
-from tests.unit.steps.test_steps import StubProcesses, context, step
+from tests.unit.steps.test_steps import StubProcesses, context, rewired, step
 
 AGENT = ("aicr-validation", AGENT_CONFIGMAP)
 ON = {"AICR_RUNNER_SNAPSHOT__ENABLED": "true"}
@@ -33,7 +32,7 @@ def cluster(tmp_path: Path, api: FakeKubeApi, document: str | None, told: list[l
             api.objects[AGENT] = {"data": {"snapshot.yaml": document, "format": "yaml"}, "binaryData": {}}
 
     base = context(tmp_path, StubProcesses(effect=agent), sink=ConfigMapSink(api, "runner-ns"), **ON)
-    return replace(
+    return rewired(
         base,
         read_configmap=api.get_configmap_data,
         on_cluster_change=lambda changes, since: told.append(list(changes)),
@@ -46,7 +45,7 @@ def test_the_agents_configmap_is_passed_to_validate_kept_and_compared(tmp_path: 
     first = cluster(tmp_path, api, snapshot(), told)
     status, _, message = step(first, State.SNAPSHOT)
     assert status is StepStatus.SUCCEEDED, message
-    argv = first.processes.calls[-1]  # type: ignore[attr-defined]
+    argv = first.externals.processes.calls[-1]  # type: ignore[attr-defined]
     assert argv[argv.index("--output") + 1] == "cm://aicr-validation/aicr-runner-snapshot"
     assert first.findings.snapshot == "cm://aicr-validation/aicr-runner-snapshot"
     assert "kept in configmap runner-ns/aicr-cluster-snapshot" in message
@@ -74,10 +73,10 @@ def test_validate_gets_the_runs_snapshot(tmp_path: Path) -> None:
     ctx = cluster(tmp_path, api, snapshot(), [])
     step(ctx, State.SNAPSHOT)
     ctx.recipe_path.write_text("kind: RecipeResult\n")
-    ctx = replace(ctx, settings=ctx.settings.model_copy(update={"validate": ctx.settings.validate.model_copy(
+    ctx = rewired(ctx, settings=ctx.settings.model_copy(update={"validate": ctx.settings.validate.model_copy(
         update={"enabled": True})}))  # fmt: skip
     step(ctx, State.VALIDATE)
-    validate = ctx.processes.calls[-1]  # type: ignore[attr-defined]
+    validate = ctx.externals.processes.calls[-1]  # type: ignore[attr-defined]
     assert validate[validate.index("--snapshot") + 1] == "cm://aicr-validation/aicr-runner-snapshot"
 
 
@@ -109,9 +108,9 @@ def test_a_document_over_budget_even_compressed_keeps_its_facts(tmp_path: Path) 
 
 def test_off_it_runs_nothing(tmp_path: Path) -> None:
     api = FakeKubeApi()
-    ctx = replace(cluster(tmp_path, api, snapshot(), []), settings=context(tmp_path, StubProcesses()).settings)
+    ctx = rewired(cluster(tmp_path, api, snapshot(), []), settings=context(tmp_path, StubProcesses()).settings)
     assert step(ctx, State.SNAPSHOT)[:1] == (StepStatus.SKIPPED,)
-    assert ctx.processes.calls == []  # type: ignore[attr-defined]
+    assert ctx.externals.processes.calls == []  # type: ignore[attr-defined]
 
 
 def snapshot_result(ctx: RunContext) -> StepResult:

@@ -6,7 +6,7 @@ import gzip
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,11 @@ import pytest
 from aicr_runner.children.process import ProcessResult
 from aicr_runner.errors import ExitCode
 from aicr_runner.kube.sink import CONFIGMAP_BUDGET_BYTES, ConfigMapSink, DirectorySink
-from aicr_runner.run.machine import Machine, State
+from aicr_runner.run.machine import Machine, State, StepResult
 from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import load
 from aicr_runner.steps import verdict_report
-from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.steps.context import Mode, RunConfig, RunContext, RunExternals
 from aicr_runner.steps.table import Steps
 from tests.support.fakes import FakeKubeApi
 
@@ -66,15 +66,27 @@ def context(tmp_path: Path, processes: StubProcesses, sink: object | None = None
     settings = load({"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100", "AICR_RUNNER_WORK_DIR": str(tmp_path), **env})
     report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={})
     ctx = RunContext(
-        settings=settings,
-        mode=Mode.RUN,
-        sink=sink or DirectorySink(tmp_path / "results"),  # type: ignore[arg-type]
-        processes=processes,
-        environ={},
+        config=RunConfig(settings=settings, mode=Mode.RUN, environ={}),
+        externals=RunExternals(sink=sink or DirectorySink(tmp_path / "results"), processes=processes),  # type: ignore[arg-type]
         report=report,
     )
     ctx.findings.aicr = tmp_path / "aicr"
     return ctx
+
+
+def rewired(ctx: RunContext, **changes: Any) -> RunContext:
+    """``ctx`` with some of its configuration, externals or handlers replaced (by
+    field name), its report and findings kept."""
+
+    def taken(part: Any) -> dict[str, Any]:
+        names = {f.name for f in fields(part)}
+        return {key: changes.pop(key) for key in list(changes) if key in names}
+
+    config = replace(ctx.config, **taken(ctx.config))
+    externals = replace(ctx.externals, **taken(ctx.externals))
+    handlers = replace(ctx.handlers, **taken(ctx.handlers))
+    assert not changes, f"no such part of a run: {sorted(changes)}"
+    return replace(ctx, config=config, externals=externals, handlers=handlers)
 
 
 def validated(ctx: RunContext, exit_code: int) -> None:
@@ -186,7 +198,7 @@ def test_an_unexpected_error_whose_traceback_cannot_be_written_still_ends_the_st
 
 def test_a_local_pack_without_registry_yaml_is_refused(tmp_path: Path) -> None:
     ctx = context(tmp_path, StubProcesses())
-    ctx = replace(ctx, pack_dir=tmp_path / "pack")
+    ctx = rewired(ctx, pack_dir=tmp_path / "pack")
     (tmp_path / "pack").mkdir()
     status, code, reason = step(ctx, State.PACK)
     assert (status, code) == (StepStatus.FAILED, ExitCode.PACK_VERIFICATION_FAILED)
@@ -208,7 +220,7 @@ def test_signed_publish_with_an_unreadable_token_fails_with_its_path(tmp_path: P
     status, code, reason = step(ctx, State.PUBLISH)
     assert (status, code) == (StepStatus.FAILED, ExitCode.BAD_INPUT)
     assert str(tmp_path / "gone") in reason
-    assert ctx.processes.calls == []  # type: ignore[attr-defined]
+    assert ctx.externals.processes.calls == []  # type: ignore[attr-defined]
 
 
 def test_publish_without_evidence_fails_like_the_anchor(tmp_path: Path) -> None:
@@ -230,7 +242,7 @@ def test_aicr_that_cannot_report_its_version_is_exit_27(tmp_path: Path) -> None:
     binary.write_text("#!/bin/sh\nexit 3\n")
     binary.chmod(0o755)
     ctx = context(tmp_path, StubProcesses(exit_code=3), AICR_RUNNER_AICR__PROVENANCE__MODE="off")
-    ctx = replace(ctx, aicr_binary=binary)
+    ctx = rewired(ctx, aicr_binary=binary)
     status, code, _ = step(ctx, State.FETCH)
     assert (status, code) == (StepStatus.FAILED, ExitCode.TOOL_MISSING)
 
@@ -249,10 +261,10 @@ def provenance_context(tmp_path: Path, processes: StubProcesses, **env: str) -> 
     binary.chmod(0o755)
     (binary.parent / "aicr-attestation.sigstore.json").write_bytes(BUNDLE.read_bytes())
     ctx = context(tmp_path, processes, **env)
-    ctx = replace(ctx, aicr_binary=binary)
+    ctx = rewired(ctx, aicr_binary=binary)
     home = tmp_path / "home"
     home.mkdir()
-    return replace(ctx, verifier=CosignVerifier(SubprocessRunner(), offline_environ(home)))
+    return rewired(ctx, verifier=CosignVerifier(SubprocessRunner(), offline_environ(home)))
 
 
 def test_fetch_refuses_a_binary_whose_provenance_does_not_verify_before_it_runs(tmp_path: Path) -> None:
@@ -274,7 +286,7 @@ def test_fetch_records_the_verified_identity_log_index_and_time(tmp_path: Path) 
     assert (status, code) == (StepStatus.SUCCEEDED, 0), reason
     assert f"provenance verified: signed by {identity}" in reason
     assert "Rekor log index 168704762, integrated 2025-02-04T20:35:47Z" in reason
-    assert processes.calls == [[str(ctx.aicr_binary), "--version"]]
+    assert processes.calls == [[str(ctx.config.aicr_binary), "--version"]]
     assert ctx.report.provenance["logIndex"] == 168704762
     assert ctx.report.provenance["identity"] == identity
     assert "aicr provenance: mode=require, status=verified" in ctx.report.summary_text()
@@ -287,7 +299,7 @@ def test_fetch_in_warn_mode_runs_aicr_and_warns(tmp_path: Path) -> None:
     status, code, reason = step(ctx, State.FETCH)
     assert (status, code) == (StepStatus.WARNED, 0)
     assert "signer identity mismatch" in reason
-    assert processes.calls == [[str(ctx.aicr_binary), "--version"]]
+    assert processes.calls == [[str(ctx.config.aicr_binary), "--version"]]
 
 
 @pytest.mark.parametrize(
@@ -299,7 +311,7 @@ def test_assert_only_skips(tmp_path: Path, state: State, expected: str) -> None:
     status, _, reason = step(ctx, state)
     assert status is StepStatus.SKIPPED
     assert expected in reason
-    assert ctx.processes.calls == []  # type: ignore[attr-defined]
+    assert ctx.externals.processes.calls == []  # type: ignore[attr-defined]
 
 
 def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -> RunContext:
@@ -321,7 +333,7 @@ def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -
             return super().run(argv, **kw)
 
     ctx = context(tmp_path, Processes(lines=["✓ All components installed successfully."]))
-    ctx = replace(ctx, environ={"PATH": str(bin_dir)})
+    ctx = rewired(ctx, environ={"PATH": str(bin_dir)})
     ctx.findings.recipe_summary = RecipeSummary(components=(Component("gpu-operator", namespace="gpu-operator"),))
     (tmp_path / "bundle").mkdir()
     return ctx
@@ -334,7 +346,7 @@ def test_a_pending_release_of_the_bundle_stops_deploy_before_deploy_sh(tmp_path:
     assert (status, code) == (StepStatus.FAILED, ExitCode.HELM_RELEASE_PENDING)
     assert "gpu-operator/gpu-operator (pending-upgrade)" in reason
     assert "helm rollback" in reason
-    calls = ctx.processes.calls  # type: ignore[attr-defined]
+    calls = ctx.externals.processes.calls  # type: ignore[attr-defined]
     assert calls[0][1:] == ["list", "--all-namespaces", "--pending", "--output", "json"]
     assert not any("deploy.sh" in " ".join(c) for c in calls), "deploy.sh never ran"
 
@@ -353,7 +365,7 @@ def test_no_pending_release_of_ours_lets_deploy_run(tmp_path: Path, output: list
     ctx = deploy_context(tmp_path, output, helm_exit)
     status, code, _ = step(ctx, State.DEPLOY)
     assert (status, code) == (StepStatus.SUCCEEDED, 0)
-    assert any("deploy.sh" in " ".join(c) for c in ctx.processes.calls)  # type: ignore[attr-defined]
+    assert any("deploy.sh" in " ".join(c) for c in ctx.externals.processes.calls)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("state", [State.RECIPE, State.BUNDLE, State.VERIFY, State.VALIDATE])
@@ -415,14 +427,14 @@ def recovery_context(tmp_path: Path, answers: dict[str, str], announced: list[st
 
     processes = Processes(lines=["✓ All components installed successfully."])
     processes.helm_calls = helm_calls  # type: ignore[attr-defined]
-    ctx = replace(ctx, processes=processes)
+    ctx = rewired(ctx, processes=processes)
     api = FakeKubeApi()
     api.leases[("aicr", "t-install")] = LeaseRecord(
         "t-install", annotations={RELEASES_ANNOTATION: json.dumps(announced)}, resource_version="1"
     )
     lease = InstallLease(api, "aicr", LeaseSettings(name="t-install", pod_name="p", job_name="j"))
     lease.acquire()
-    return replace(ctx, lease=lease)
+    return rewired(ctx, lease=lease)
 
 
 HISTORY = json.dumps(
@@ -439,14 +451,14 @@ def test_a_pending_upgrade_a_predecessor_left_is_rolled_back_then_deployed(tmp_p
     ctx = recovery_context(tmp_path, {"list": pending, "history": HISTORY}, ["gpu-operator/gpu-operator"])
     status, code, reason = step(ctx, State.DEPLOY)
     assert (status, code) == (StepStatus.SUCCEEDED, 0), reason
-    helm_calls = ctx.processes.helm_calls  # type: ignore[attr-defined]
+    helm_calls = ctx.externals.processes.helm_calls  # type: ignore[attr-defined]
     assert ["rollback", "gpu-operator", "2", "--namespace", "gpu-operator"] in helm_calls
     assert "recovered first: gpu-operator/gpu-operator" in reason
     [recovery] = ctx.report.recoveries
     assert recovery["release"] == "gpu-operator/gpu-operator"
     assert recovery["action"] == "rolled back from revision 3 to 2"
     assert "recovered releases:" in ctx.report.summary_text()
-    assert any("deploy.sh" in " ".join(c) for c in ctx.processes.calls)  # type: ignore[attr-defined]
+    assert any("deploy.sh" in " ".join(c) for c in ctx.externals.processes.calls)  # type: ignore[attr-defined]
 
 
 def test_a_cut_first_install_a_predecessor_left_is_uninstalled(tmp_path: Path) -> None:
@@ -455,7 +467,7 @@ def test_a_cut_first_install_a_predecessor_left_is_uninstalled(tmp_path: Path) -
     ctx = recovery_context(tmp_path, {"list": pending, "history": history}, ["gpu-operator/gpu-operator"])
     status, _, reason = step(ctx, State.DEPLOY)
     assert status is StepStatus.SUCCEEDED, reason
-    helm_calls = ctx.processes.helm_calls  # type: ignore[attr-defined]
+    helm_calls = ctx.externals.processes.helm_calls  # type: ignore[attr-defined]
     assert ["uninstall", "gpu-operator", "--namespace", "gpu-operator"] in helm_calls
     assert not any(c[0] == "rollback" for c in helm_calls)
 
@@ -467,7 +479,7 @@ def test_a_pending_release_no_run_of_this_release_announced_is_left_alone_with_e
     assert (status, code) == (StepStatus.FAILED, ExitCode.HELM_RELEASE_PENDING)
     assert "has no record of a run of this release operating on them" in reason
     assert "helm rollback <name> <last deployed revision>" in reason
-    helm_calls = ctx.processes.helm_calls  # type: ignore[attr-defined]
+    helm_calls = ctx.externals.processes.helm_calls  # type: ignore[attr-defined]
     assert not any(c[0] in ("rollback", "uninstall", "history") for c in helm_calls)
     assert ctx.report.recoveries == []
 
@@ -477,8 +489,8 @@ def test_deploy_announces_its_releases_in_the_lease_before_deploy_sh(tmp_path: P
 
     ctx = recovery_context(tmp_path, {"list": "[]"}, [])
     step(ctx, State.DEPLOY)
-    assert ctx.lease is not None
-    stored = ctx.lease._api.leases[("aicr", "t-install")]  # type: ignore[attr-defined]
+    assert ctx.externals.lease is not None
+    stored = ctx.externals.lease._api.leases[("aicr", "t-install")]  # type: ignore[attr-defined]
     assert json.loads(stored.annotations[RELEASES_ANNOTATION]) == ["gpu-operator/gpu-operator"]
 
 
@@ -499,7 +511,7 @@ def test_a_waiting_run_shows_whom_it_waits_for_in_the_status_while_it_waits(tmp_
         api.leases[("aicr", "t-install")] = LeaseRecord("t-install", resource_version="2")
 
     lease = InstallLease(api, "aicr", LeaseSettings(name="t-install", pod_name="pod-b", job_name="job-b"))
-    ctx = replace(ctx, progress=progress, lease=lease)
+    ctx = rewired(ctx, progress=progress, lease=lease)
     status, _, reason = step(ctx, State.LEASE)
     lease.release()
     assert status is StepStatus.SUCCEEDED
@@ -520,7 +532,7 @@ def test_validation_only_ends_at_once_with_exit_33_while_an_install_holds_the_le
     )
     base = context(tmp_path, StubProcesses())
     lease = InstallLease(api, "aicr", base.settings.lease.model_copy(update={"name": "nvidia-aicr-install"}))
-    ctx = replace(base, mode=Mode.VALIDATE, lease=lease)
+    ctx = rewired(base, mode=Mode.VALIDATE, lease=lease)
     status, code, message = step(ctx, State.LEASE)
     assert (status, code) == (StepStatus.FAILED, ExitCode.INSTALL_IN_PROGRESS)
     assert message.startswith("install in progress, not validated: the install Lease aicr/nvidia-aicr-install")
@@ -539,7 +551,7 @@ def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp
     api = FakeKubeApi()
     told: list[tuple[list[str], list[str]]] = []
     base = context(tmp_path, StubProcesses(), sink=ConfigMapSink(api, "ns"))
-    ctx = replace(
+    ctx = rewired(
         base, on_verdict_change=lambda regressed, recovered, since: told.append((list(regressed), list(recovered)))
     )
     resolved(ctx, b"kind: RecipeResult\n")
@@ -557,3 +569,67 @@ def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp
     assert entries[0]["recipeDigest"].startswith("sha256:")
     captured = json.loads(api.objects[("ns", "aicr-validate-result")]["data"]["ctrf.json"])  # type: ignore[index]
     assert captured["baseline"]["extra"]["checks"] == {"passed": ["operator-health"]}
+
+
+# -- the steps each mode runs: registered by state, a mode's own variant first ----------
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_every_state_of_a_modes_table_has_its_step(tmp_path: Path, mode: Mode) -> None:
+    from aicr_runner.run.machine import ROUTES
+
+    functions = Steps(rewired(context(tmp_path, StubProcesses()), mode=mode)).functions()
+    assert set(ROUTES[mode]) <= set(functions)
+    assert State.DONE not in functions
+
+
+def test_a_state_has_one_step_per_mode() -> None:
+    from aicr_runner.steps.table import step as register
+
+    with pytest.raises(ValueError, match="two steps for lease"):
+        register(State.LEASE, Mode.PLAN)(lambda steps: StepResult.ok())
+
+
+def test_a_plan_skips_what_a_job_would_go_on_to_and_renders_the_bundle_even_assert_only(tmp_path: Path) -> None:
+    processes = StubProcesses(effect=lambda argv: (tmp_path / "bundle").mkdir(exist_ok=True))
+    assert_only = {"AICR_RUNNER_DEPLOY__ENABLED": "false", "AICR_RUNNER_VALIDATE__ENABLED": "true"}
+    ctx = rewired(context(tmp_path, processes, **assert_only), mode=Mode.PLAN)
+    assert step(ctx, State.LEASE) == (StepStatus.SKIPPED, 0, "plan: nothing is deployed")
+    assert step(ctx, State.DEPLOY) == (StepStatus.SKIPPED, 0, "plan: nothing is deployed")
+    assert step(ctx, State.VALIDATE) == (StepStatus.SKIPPED, 0, "plan: no validation")
+    assert step(ctx, State.SNAPSHOT) == (StepStatus.SKIPPED, 0, "plan: no snapshot")  # snapshot.enabled=false
+    assert processes.calls == []
+    # deploy.enabled=false is an assert-only Job; a plan still shows the bundle it would render.
+    step(ctx, State.BUNDLE)
+    assert [argv[1:3] for argv in processes.calls] == [["--log-json", "bundle"]]
+    run = rewired(ctx, mode=Mode.RUN)
+    assert step(run, State.BUNDLE)[:1] == (StepStatus.SKIPPED,)
+
+
+def test_a_plan_that_cannot_download_aicr_says_once_how_to_plan_without_it(tmp_path: Path) -> None:
+    from aicr_runner.errors import DownloadError
+
+    def failing(settings: object, dest: Path, *, cancelled: object = None) -> Any:
+        raise DownloadError(given.pop(0))
+
+    given: list[str] = []
+    for mode, said in (
+        (Mode.PLAN, "; to plan without downloading, give a local aicr (--aicr-binary PATH)"),
+        (Mode.RUN, ""),
+    ):
+        given.append("download of aicr failed: HTTP 404")
+        ctx = rewired(context(tmp_path, StubProcesses()), mode=mode, fetch=failing)
+        status, code, reason = step(ctx, State.FETCH)
+        assert (status, code) == (StepStatus.FAILED, ExitCode.DOWNLOAD_FAILED)
+        assert reason.startswith(f"download of aicr failed: HTTP 404{said}")
+        assert reason.count("--aicr-binary") == (1 if said else 0)
+
+
+def test_a_download_over_its_budget_already_names_the_local_aicr_and_is_not_told_twice(tmp_path: Path) -> None:
+    from aicr_runner.errors import DownloadError
+
+    def failing(settings: object, dest: Path, *, cancelled: object = None) -> Any:
+        raise DownloadError("the aicr download ... (--aicr-binary / aicrBinary.path)", offers_local=True)
+
+    ctx = rewired(context(tmp_path, StubProcesses()), mode=Mode.PLAN, fetch=failing)
+    assert step(ctx, State.FETCH)[2] == "the aicr download ... (--aicr-binary / aicrBinary.path)"

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from tests.fake_aicr import install_fake_aicr
 from tests.support.fakes import FakeKubeApi
 from tests.unit.aicr.test_upgrade_check import recipe
 from tests.unit.kube.test_report_writer import BOTH, NS, REPORT, FakeRequests
-from tests.unit.steps.test_steps import StubProcesses, context
+from tests.unit.steps.test_steps import StubProcesses, context, rewired
 
 OLD = recipe("v1.1.0", gpu_operator="v25.10.1", nfd="0.17.3", cert_manager="v1.17.2")
 NEW = recipe("v1.2.0", gpu_operator="v26.3.3", nfd="v0.18.2", cert_manager="v1.17.2")
@@ -80,7 +80,7 @@ class Release:
         processes = FakeAicr(launcher=self.launcher, transitions=transitions)
         env = {"AICR_RUNNER_NAMESPACE": NS, "AICR_RUNNER_REPORTS__NAME": "aicr-gpu", **env}
         base = context(self.tmp_path / f"run-{self.runs}", processes, sink=ConfigMapSink(self.api, NS), **env)
-        ctx = replace(
+        ctx = rewired(
             base,
             on_upgrade_check=lambda reason, note: self.told.append((reason, note)),
             report_target=ReportTarget(self.requests, NS),
@@ -133,7 +133,7 @@ def test_a_first_install_and_an_unchanged_recipe_run_no_check(release: Release) 
     same = release.install(OLD, BLOCKED)
     assert outcome(same)[0] is StepStatus.SKIPPED
     assert "recipe unchanged since the last install" in outcome(same)[2]
-    assert not [c for c in same.processes.calls if "upgrade-check" in c]  # type: ignore[attr-defined]
+    assert not [c for c in same.externals.processes.calls if "upgrade-check" in c]  # type: ignore[attr-defined]
     assert same.report.upgrade_check == {}
     assert release.told == []
 
@@ -147,7 +147,7 @@ def test_a_blocked_move_stops_before_deploy_and_the_report_is_kept_everywhere(re
     assert message.startswith("stopped before deploy: upgrade blocked: gpu-operator v25.10.1 → v26.3.3")
     assert "upgrade to v25.10.2 (the earliest recorded starting point) first" in message
     # aicr was asked as the contract says: from the installed recipe, to the new one, helm, JSON.
-    [argv] = [c for c in ctx.processes.calls if "upgrade-check" in c]  # type: ignore[attr-defined]
+    [argv] = [c for c in ctx.externals.processes.calls if "upgrade-check" in c]  # type: ignore[attr-defined]
     assert argv[argv.index("--deployer") + 1] == "helm"
     assert argv[argv.index("--format") + 1] == "json"
     assert Path(argv[argv.index("--from") + 1]).read_bytes() == OLD
@@ -234,7 +234,7 @@ def test_aicr_0_11_1_reports_the_crossing_as_not_assessed(release: Release) -> N
     assert (status, code) == (StepStatus.WARNED, 0)
     assert message.startswith("aicr v0.11.1 has no upgrade-check: this crossing was not assessed")
     assert "gpu-operator v25.10.1 → v26.3.3" in message
-    assert not [c for c in ctx.processes.calls if "upgrade-check" in c]  # type: ignore[attr-defined]
+    assert not [c for c in ctx.externals.processes.calls if "upgrade-check" in c]  # type: ignore[attr-defined]
     assert release.told == [("UpgradeNotAssessed", message)]
     assert {c["verdict"] for c in release.check_configmap()["components"]} == {"not-assessed"}
     required = release.install(NEW, aicr="0.11.1", AICR_RUNNER_UPGRADE_CHECK__REQUIRE_ASSESSMENT="true")
@@ -259,7 +259,7 @@ def test_an_aicr_that_fails_or_writes_no_report_is_not_a_pass(release: Release, 
 
 def test_the_step_sits_between_verify_and_the_lease_and_a_stop_ends_the_run_with_exit_35() -> None:
     assert TRANSITIONS[State.VERIFY] == (State.UPGRADE_CHECK, State.DONE)
-    assert TRANSITIONS[State.UPGRADE_CHECK] == (State.LEASE, State.DONE)
+    assert TRANSITIONS[State.UPGRADE_CHECK] == (State.LEASE, State.VERDICT_REPORT)
     ran: list[State] = []
 
     def stub(state: State) -> Any:
@@ -274,7 +274,7 @@ def test_the_step_sits_between_verify_and_the_lease_and_a_stop_ends_the_run_with
     report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={})
     machine = Machine({s: stub(s) for s in TRANSITIONS}, report, on_change=lambda r: None, interrupted=lambda: False)
     machine.run()
-    assert ran[-1] is State.UPGRADE_CHECK
+    assert ran[-2:] == [State.UPGRADE_CHECK, State.VERDICT_REPORT], "a stopped upgrade is still reported"
     assert State.LEASE not in ran
     assert State.DEPLOY not in ran
     code, message = final_exit(report, validate_gate=False, publish_gate=False)
@@ -296,7 +296,7 @@ def test_a_re_validation_validates_what_is_installed_not_the_refused_recipe(tmp_
     mounted = tmp_path / "recipe-configmap"
     mounted.mkdir()
     (mounted / "recipe.yaml").write_bytes(NEW)
-    ctx = replace(context(tmp_path / "work", StubProcesses()), recipe_file=mounted / "recipe.yaml")
+    ctx = rewired(context(tmp_path / "work", StubProcesses()), recipe_file=mounted / "recipe.yaml")
     assert revalidate.recorded_recipe(ctx).went_well
     assert ctx.recipe_path.read_bytes() == NEW
     (mounted / upgrade.INSTALLED_KEY).write_bytes(b"")  # deployed: recipe.yaml is the installed one

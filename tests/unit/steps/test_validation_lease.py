@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from aicr_runner.errors import ExitCode
@@ -16,7 +15,7 @@ from aicr_runner.run.report import StepStatus
 from aicr_runner.settings.config import LeaseSettings
 from aicr_runner.steps.context import Mode, RunContext
 from tests.support.fakes import FakeKubeApi
-from tests.unit.steps.test_steps import StubProcesses, context, resolved, step, validated
+from tests.unit.steps.test_steps import StubProcesses, context, resolved, rewired, step, validated
 
 LEASE = ("ns", "nvidia-aicr-install")
 CTRF = {
@@ -49,7 +48,7 @@ def validation(
 
     base = context(tmp_path, StubProcesses(effect=aicr), sink=ConfigMapSink(api, "ns"), **ON, **(env or {}))
     lease = InstallLease(api, "ns", base.settings.lease.model_copy(update={"name": LEASE[1], "pod_name": "pod-v"}))
-    ctx = replace(
+    ctx = rewired(
         base,
         mode=mode,
         lease=lease,
@@ -72,8 +71,8 @@ def test_a_validation_holds_the_lease_and_keeps_its_verdict_when_no_install_came
     status, _, message = step(ctx, State.CAPTURE_VERDICT)
     assert status is StepStatus.SUCCEEDED, message
     assert ("ns", "aicr-validate-result") in api.objects
-    assert ctx.lease is not None
-    ctx.lease.release()
+    assert ctx.externals.lease is not None
+    ctx.externals.lease.release()
     assert api.leases[LEASE].holder == "", "handed back"
 
 
@@ -101,8 +100,8 @@ def test_an_install_during_the_validation_voids_its_verdict_with_exit_33(tmp_pat
     assert "discarded" in message
     assert ("ns", "aicr-evidence-bundle") not in api.objects
     writes = len(api.lease_writes)
-    assert ctx.lease is not None
-    ctx.lease.release()
+    assert ctx.externals.lease is not None
+    ctx.externals.lease.release()
     assert len(api.lease_writes) == writes, "the validation never writes the install's Lease"
     assert api.leases[LEASE].holder == install.holder, "the install keeps it"
     install.release()
@@ -112,9 +111,9 @@ def test_an_install_runs_own_verdict_is_never_voided(tmp_path: Path) -> None:
     """An install run's own capture is not a validation's: losing nothing, it keeps its verdict."""
     api = FakeKubeApi()
     ctx = validation(tmp_path, api, [], mode=Mode.RUN)
-    assert ctx.lease is not None
-    ctx.lease.acquire()
+    assert ctx.externals.lease is not None
+    ctx.externals.lease.acquire()
     step(ctx, State.VALIDATE)
     validated(ctx, 0)
     assert step(ctx, State.CAPTURE_VERDICT)[0] is StepStatus.SUCCEEDED
-    ctx.lease.release()
+    ctx.externals.lease.release()
