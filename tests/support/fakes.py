@@ -88,6 +88,10 @@ class FakeKubeApi:
         stored = self.objects.get((namespace, name))
         return None if stored is None else dict(stored["data"])  # type: ignore[call-overload]
 
+    def get_configmap_binary(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        stored = self.objects.get((namespace, name))
+        return None if stored is None else dict(stored["binaryData"])  # type: ignore[call-overload]
+
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         return self.job_labels.get((namespace, name))
 

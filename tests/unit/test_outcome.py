@@ -29,6 +29,9 @@ class NoSink:
     def get_data(self, name: str) -> dict[str, str]:
         return {}
 
+    def get_binary(self, name: str, key: str) -> bytes | None:
+        return None
+
 
 def report(exit_code: int, phase: RunPhase, message: str) -> RunReport:
     return RunReport(

@@ -34,6 +34,7 @@ __all__ = [
     "check_expectations",
     "component_table",
     "dropped_values",
+    "inflate_recorded",
     "last_error",
     "load_recipe",
     "pack_overlay_criteria",
@@ -200,6 +201,21 @@ def read_recorded(path: Path) -> bytes:
         "needs the recipe an install recorded (the recipe ConfigMap, recipeConfigMap): install first",
         exit_code=ExitCode.BAD_INPUT,
     )
+
+
+def inflate_recorded(blob: bytes, where: str) -> bytes:
+    """A recorded recipe the capture stored gzip-compressed, at most
+    ``RECORDED_RECIPE_LIMIT`` bytes inflated; anything else is a RecipeFormatError."""
+    import gzip
+
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(blob)) as handle:
+            raw = handle.read(RECORDED_RECIPE_LIMIT + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise RecipeFormatError(f"{where}: not a gzip-compressed recipe: {exc}") from exc
+    if len(raw) > RECORDED_RECIPE_LIMIT:
+        raise RecipeFormatError(f"{where}: over {RECORDED_RECIPE_LIMIT} bytes inflated: not a recipe")
+    return raw
 
 
 def _bounded_read(path: Path, handle: io.BufferedIOBase) -> bytes:

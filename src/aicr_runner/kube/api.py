@@ -26,7 +26,6 @@ its way out and the failure is already recorded.
 
 from __future__ import annotations
 
-import base64
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 from aicr_runner import logs
 from aicr_runner.errors import ApiConflictError, CaptureError, InterruptedRun, LeaseError, RunnerError
+from aicr_runner.kube.configmaps import binary_of, configmap_body, data_of
 from aicr_runner.net.deadline import bounded
 from aicr_runner.net.retry import (
     RETRYABLE_STATUS,
@@ -179,6 +179,10 @@ class KubeApi(Protocol):
         """The ConfigMap's ``data``; None when it does not exist."""
         ...
 
+    def get_configmap_binary(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        """The ConfigMap's ``binaryData``, decoded; None when it does not exist."""
+        ...
+
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The Job's labels; None when it does not exist."""
         ...
@@ -214,25 +218,6 @@ def cronjob_owner(metadata: Mapping[str, Any]) -> tuple[str, str] | None:
         if isinstance(ref, Mapping) and ref.get("kind") == "CronJob" and ref.get("controller"):
             return str(ref.get("name") or ""), str(ref.get("uid") or "")
     return None
-
-
-def configmap_body(
-    namespace: str,
-    name: str,
-    *,
-    data: Mapping[str, str],
-    binary_data: Mapping[str, bytes] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
-        "data": dict(data),
-    }
-    if binary_data:
-        body["binaryData"] = {k: base64.b64encode(v).decode() for k, v in binary_data.items()}
-    return body
 
 
 class _Call(NamedTuple):
@@ -479,7 +464,15 @@ class ClientKubeApi:
         return lease_from_body(body or {})
 
     def get_configmap_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        body = self.request(
+        body = self._read_configmap(namespace, name)
+        return None if body is None else data_of(body)
+
+    def get_configmap_binary(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        body = self._read_configmap(namespace, name)
+        return None if body is None else binary_of(body, f"ConfigMap {namespace}/{name}")
+
+    def _read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        body: dict[str, Any] | None = self.request(
             f"reading ConfigMap {namespace}/{name}",
             "GET",
             "/api/v1/namespaces/{namespace}/configmaps/{name}",
@@ -488,7 +481,7 @@ class ClientKubeApi:
             error=CaptureError,
             missing_ok=True,
         )
-        return None if body is None else {str(k): str(v) for k, v in (body.get("data") or {}).items()}
+        return body
 
     # -- the failure Event on the delivery tool's object ------------------------------
 

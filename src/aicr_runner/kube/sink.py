@@ -88,6 +88,11 @@ class Sink(Protocol):
         """Every text key an earlier run wrote to ``name`` (empty when none): one read."""
         ...
 
+    def get_binary(self, name: str, key: str) -> bytes | None:
+        """What an earlier run wrote to ``name``'s binary ``key`` (a payload stored
+        compressed); None when there is none."""
+        ...
+
 
 class ConfigMapSink:
     #: What one ConfigMap holds (``put`` refuses more).
@@ -124,6 +129,9 @@ class ConfigMapSink:
 
     def get_data(self, name: str) -> Mapping[str, str]:
         return self._api.get_configmap_data(self.namespace, name) or {}
+
+    def get_binary(self, name: str, key: str) -> bytes | None:
+        return (self._api.get_configmap_binary(self.namespace, name) or {}).get(key)
 
 
 class DirectorySink:
@@ -162,6 +170,13 @@ class DirectorySink:
         path = self.root / name / key
         try:
             return path.read_text(encoding="utf-8") if path.is_file() else None
+        except OSError as exc:
+            raise CaptureError(f"reading {path} failed: {exc.strerror or exc}") from exc
+
+    def get_binary(self, name: str, key: str) -> bytes | None:
+        path = self.root / name / key
+        try:
+            return path.read_bytes() if path.is_file() else None
         except OSError as exc:
             raise CaptureError(f"reading {path} failed: {exc.strerror or exc}") from exc
 

@@ -30,12 +30,9 @@ def recipe(ctx: RunContext) -> StepResult:
     )
     raw = ctx.recipe_path.read_bytes() if ctx.recipe_path.is_file() else b""
     upgrade.read_installed(ctx)
-    summary = {
-        "summary.txt": text,
-        **mirror_sources.recorded(ctx.recipe_path),
-        **upgrade.installed_data(ctx, raw),
-    }
-    fitted = ctx.sink.fit(summary, large={"recipe.yaml": raw})
+    summary = {"summary.txt": text, **mirror_sources.recorded(ctx.recipe_path)}
+    # The installed recipe first: a refused upgrade's next run crosses from it.
+    fitted = ctx.sink.fit(summary, large={**upgrade.installed_data(ctx, raw), "recipe.yaml": raw})
     try:
         ctx.sink.put(name, data=fitted.data, binary_data=fitted.binary_data or None)
         ctx.findings.recipe_capture = (fitted.data, fitted.binary_data)

@@ -106,6 +106,8 @@ class RunFindings:
     #: The recipe the release installed last, read before the recipe capture replaced it
     #: (None: nothing recorded, a first install); what the upgrade check crosses from.
     installed_recipe: bytes | None = None
+    #: Why the installed recipe could not be read (the upgrade check judges that crossing unknown).
+    installed_unread: str | None = None
     #: What the recipe capture wrote (data, binaryData): rewritten once the deploy ran.
     recipe_capture: tuple[dict[str, str], dict[str, bytes]] | None = None
     #: The upgrade check's outcome, once a crossing was detected.

@@ -93,8 +93,8 @@ def recorded_recipe(ctx: RunContext) -> StepResult:
     # the installed one beside it: validate what is installed.
     if given.name == "recipe.yaml":
         installed = given.with_name(INSTALLED_KEY)
-        if installed.is_file() and installed.stat().st_size:
-            given = installed
+        if any(p.is_file() and p.stat().st_size for p in (installed, installed.with_name(f"{INSTALLED_KEY}.gz"))):
+            given = installed  # read_recorded takes its .gz when the capture stored it compressed
     raw = recipe.read_recorded(given)
     try:
         summary = recipe.parse_recipe(raw.decode("utf-8"), where=f"--recipe {given}")

@@ -18,13 +18,16 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from aicr_runner.aicr import capabilities, upgrade_check
+from aicr_runner.aicr import capabilities, recipe, upgrade_check
 from aicr_runner.aicr.crossing import Crossing, Move, MoveKind, RecipeFacts, crossing_of
 from aicr_runner.aicr.upgrade_check import Action, Assessment, Verdict
 from aicr_runner.errors import AicrContractError, ExitCode, RunnerError
 from aicr_runner.kube.openreports import Entry
+from aicr_runner.kube.sink import Sink
 from aicr_runner.run.machine import State, StepResult
+from aicr_runner.settings.config import UnknownPolicy
 from aicr_runner.steps.context import Mode, RunContext
+from aicr_runner.text import one_line
 
 __all__ = [
     "INSTALLED_KEY",
@@ -62,43 +65,52 @@ def report_name(ctx: RunContext) -> str:
 
 
 def read_installed(ctx: RunContext) -> None:
-    """The recipe the release installed last, before the capture replaces it. A
-    ConfigMap that cannot be read is said (a warning): no crossing is detected then."""
+    """The recipe the release installed last, before the capture replaces it. One
+    that cannot be read (the API, a damaged compressed copy) is not a first install:
+    the check judges that crossing unknown (``upgradeCheck.onUnknown``)."""
     name = ctx.settings.recipe.configmap
     if not name or ctx.mode is not Mode.RUN:
         return
     try:
-        text = ctx.sink.get(name, INSTALLED_KEY) or ctx.sink.get(name, "recipe.yaml")
-        compressed = text is None and ctx.sink.get(name, "summary.txt") is not None
+        ctx.findings.installed_recipe = _recorded(ctx.sink, name)
     except RunnerError as exc:
-        ctx.report.warnings.append(f"the recorded recipe was not read, no crossing detected: {exc}")
-        return
-    if compressed:
-        ctx.report.warnings.append(
-            f"the recorded recipe in {ctx.sink.describe(name)} is stored compressed or not at all: "
-            "no crossing detected, no upgrade check"
-        )
-    ctx.findings.installed_recipe = text.encode() if text else None
+        ctx.findings.installed_unread = one_line(str(exc), 500)
 
 
-def installed_data(ctx: RunContext, raw: bytes) -> dict[str, str]:
-    """What the capture keeps beside the new recipe: the installed one, while it differs."""
+def _recorded(sink: Sink, name: str) -> bytes | None:
+    """The kept installed recipe, else ``recipe.yaml``: each as text, or gzip-compressed
+    under ``<key>.gz`` (a recipe over the ConfigMap's budget); None on a first install."""
+    data = sink.get_data(name)
+    for key in (INSTALLED_KEY, "recipe.yaml"):
+        if data.get(key):
+            return data[key].encode()
+        blob = sink.get_binary(name, f"{key}.gz")
+        if blob:
+            return recipe.inflate_recorded(blob, f"{sink.describe(name)} {key}.gz")
+    return None
+
+
+def installed_data(ctx: RunContext, raw: bytes) -> dict[str, bytes]:
+    """What the capture keeps beside the new recipe (fitted like it: as text, or
+    compressed): the installed one, while it differs."""
     installed = ctx.findings.installed_recipe
     if installed is None or installed == raw:
         return {}
-    return {INSTALLED_KEY: installed.decode("utf-8", errors="replace")}
+    return {INSTALLED_KEY: installed}
 
 
 def record_installed(ctx: RunContext) -> None:
     """Once deploy.sh has run, the captured recipe is the installed one: the kept
     installed recipe is dropped (advisory: a failure is a warning)."""
     captured = ctx.findings.recipe_capture
-    if captured is None or not captured[0].get(INSTALLED_KEY):
+    kept_gz = f"{INSTALLED_KEY}.gz"
+    if captured is None or not (captured[0].get(INSTALLED_KEY) or captured[1].get(kept_gz)):
         return
     # Empty, not dropped: a results directory keeps the keys a write leaves out.
     data = {**captured[0], INSTALLED_KEY: ""}
+    binary = {**captured[1], **({kept_gz: b""} if kept_gz in captured[1] else {})}
     try:
-        ctx.sink.put(ctx.settings.recipe.configmap, data=data, binary_data=captured[1] or None)
+        ctx.sink.put(ctx.settings.recipe.configmap, data=data, binary_data=binary or None)
     except RunnerError as exc:
         ctx.report.warnings.append(f"the recipe ConfigMap still names the previous recipe as installed: {exc}")
 
@@ -117,6 +129,8 @@ def check(ctx: RunContext, aicr: Path) -> StepResult:
     ctx.upgrade_report_path.unlink(missing_ok=True)
     if not ctx.settings.deploy.enabled:
         return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
+    if ctx.findings.installed_unread is not None:
+        return _unread(ctx, ctx.findings.installed_unread)
     return _checked(ctx, aicr, lambda: _installed(ctx, ctx.findings.installed_recipe, INSTALLED_KEY))
 
 
@@ -155,6 +169,20 @@ def _checked(ctx: RunContext, aicr: Path, installed_by: Callable[[], tuple[Recip
     if version is not None and not capabilities.has_upgrade_check(version):
         return _not_assessed(ctx, crossing, f"aicr {version.text}")
     return _assess(ctx, aicr, crossing, source)
+
+
+def _unread(ctx: RunContext, why: str) -> StepResult:
+    """The installed recipe could not be read: what is crossed is unknown, never a first install."""
+    message = f"the recorded recipe was not read, so what this install crosses is unknown: {why}"
+    if ctx.settings.upgrade_check.on_unknown is UnknownPolicy.WARN:
+        ctx.handlers.on_upgrade_check(UNKNOWN_WARNED_REASON, message)
+        return StepResult.warned(f"{message}; going on (upgradeCheck.onUnknown=warn)", classification="upgrade-unknown")
+    ctx.handlers.on_upgrade_check(STOPPED_REASON, message)
+    return StepResult.failed(
+        ExitCode.UPGRADE_STOPPED,
+        f"upgrade stopped before deploy: {message}; set upgradeCheck.onUnknown=warn to go on",
+        classification="upgrade-unknown",
+    )
 
 
 def _not_assessed(ctx: RunContext, crossing: Crossing, aicr: str) -> StepResult:

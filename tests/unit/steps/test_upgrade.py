@@ -307,6 +307,14 @@ def test_a_re_validation_validates_what_is_installed_not_the_refused_recipe(tmp_
     assert result.went_well, result.reason
     assert ctx.recipe_path.read_bytes() == OLD
     assert str(mounted / upgrade.INSTALLED_KEY) in result.reason
+    # The same, the installed recipe stored compressed (over the ConfigMap's budget).
+    import gzip
+
+    (mounted / upgrade.INSTALLED_KEY).unlink()
+    (mounted / f"{upgrade.INSTALLED_KEY}.gz").write_bytes(gzip.compress(BIG_OLD))
+    result = revalidate.recorded_recipe(ctx)
+    assert result.went_well, result.reason
+    assert ctx.recipe_path.read_bytes() == BIG_OLD
 
 
 def test_in_a_results_directory_the_installed_recipe_is_dropped_once_deployed(tmp_path: Path, launcher: Path) -> None:
@@ -330,3 +338,48 @@ def test_in_a_results_directory_the_installed_recipe_is_dropped_once_deployed(tm
     upgrade.record_installed(ctx)
     assert (tmp_path / "results" / "aicr-recipe" / upgrade.INSTALLED_KEY).read_bytes() == b""
     assert (tmp_path / "results" / "aicr-recipe" / "recipe.yaml").read_bytes() == NEW
+
+
+#: A recipe over the ConfigMap's budget: the capture stores it gzip-compressed (recipe.yaml.gz).
+PADDING = b"\n# " + b"x" * 1_000_000 + b"\n"
+BIG_OLD, BIG_NEW = OLD + PADDING, NEW + PADDING
+
+
+def recipe_binary(release: Release) -> dict[str, bytes]:
+    stored: dict[str, bytes] = dict(release.api.objects[(NS, "aicr-recipe")]["binaryData"])  # type: ignore[call-overload]
+    return stored
+
+
+def test_a_recipe_stored_compressed_is_still_crossed_from(release: Release) -> None:
+    release.deployed(release.install(BIG_OLD))
+    assert "recipe.yaml.gz" in recipe_binary(release)
+    stopped = release.install(BIG_NEW, BLOCKED)
+    assert outcome(stopped)[:2] == (StepStatus.FAILED, ExitCode.UPGRADE_STOPPED)
+    # The refused recipe is recorded; the installed one kept beside it, compressed too.
+    assert recipe_binary(release)[f"{upgrade.INSTALLED_KEY}.gz"]
+    again = release.install(BIG_NEW, BLOCKED)
+    assert outcome(again)[:2] == (StepStatus.FAILED, ExitCode.UPGRADE_STOPPED)
+    ok = release.install(BIG_NEW, SAFE)
+    assert outcome(ok)[0] is StepStatus.SUCCEEDED
+    release.deployed(ok)
+    assert recipe_binary(release)[f"{upgrade.INSTALLED_KEY}.gz"] == b""
+    assert outcome(release.install(BIG_NEW, BLOCKED))[0] is StepStatus.SKIPPED
+
+
+@pytest.mark.parametrize("policy", ["stop", "warn"])
+def test_a_recorded_recipe_that_cannot_be_read_is_an_unknown_crossing_never_a_first_install(
+    release: Release, policy: str
+) -> None:
+    release.deployed(release.install(BIG_OLD))
+    release.api.objects[(NS, "aicr-recipe")]["binaryData"] = {"recipe.yaml.gz": b"\x1f\x8bnot gzip"}
+    ctx = release.install(NEW, SAFE, AICR_RUNNER_UPGRADE_CHECK__ON_UNKNOWN=policy)
+    status, code, message = outcome(ctx)
+    assert ctx.report.step(State.UPGRADE_CHECK.value).classification == "upgrade-unknown"
+    assert "the recorded recipe was not read, so what this install crosses is unknown" in message
+    assert f"configmap {NS}/aicr-recipe recipe.yaml.gz" in message
+    if policy == "stop":
+        assert (status, code) == (StepStatus.FAILED, ExitCode.UPGRADE_STOPPED)
+        assert release.told[-1][0] == upgrade.STOPPED_REASON
+    else:
+        assert status is StepStatus.WARNED
+        assert release.told[-1][0] == upgrade.UNKNOWN_WARNED_REASON
