@@ -224,7 +224,7 @@ def _pattern(regex: str, allowed: str, *, limit: int = MAX_TEXT_CHARS) -> Callab
     return check
 
 
-def _k8s_name(limit: int = 253) -> Callable[[object], str]:
+def k8s_name(limit: int = 253) -> Callable[[object], str]:
     return _pattern(
         _K8S_NAME,
         f"a Kubernetes name (DNS-1123: lowercase letters, digits and '-', starting and ending with a letter "
@@ -233,7 +233,7 @@ def _k8s_name(limit: int = 253) -> Callable[[object], str]:
     )
 
 
-def _k8s_subdomain(limit: int = 253) -> Callable[[object], str]:
+def k8s_subdomain(limit: int = 253) -> Callable[[object], str]:
     return _pattern(
         _K8S_SUBDOMAIN,
         f"a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most {limit} "
@@ -250,38 +250,38 @@ _MOVE_ALLOWED = (
 )
 
 
-def _acknowledged_move(value: object) -> str:
+def acknowledged_move(value: object) -> str:
     text = _text(value, limit=320)
     if not re.fullmatch(_MOVE, text):
         raise Invalid(f"must be {_MOVE_ALLOWED}")
     return text
 
 
-def _criterion(value: object) -> str:
+def criterion(value: object) -> str:
     return _pattern(
         _CRITERION, "a criteria value (lowercase letters, digits, '-', '.' and '_', at most 63 characters)", limit=63
     )(value)
 
 
-def _sha256_or_empty(value: object) -> str:
+def sha256_or_empty(value: object) -> str:
     text = _text(value)
     if text and not re.fullmatch(_SHA256, text):
         raise Invalid("must be empty or 64 hex characters (a sha256 digest)")
     return text.lower()
 
 
-def _version(value: object) -> str:
+def version(value: object) -> str:
     text = _text(value, limit=128)
     if not re.fullmatch(_VERSION, text):
         raise Invalid("must be a release tag such as v1.2.0 (the leading 'v' is optional)")
     return text if text.startswith("v") else f"v{text}"
 
 
-def _plain_text(value: object) -> str:
+def plain_text(value: object) -> str:
     return _text(value)
 
 
-def _flags(value: object) -> str:
+def flags(value: object) -> str:
     return _text(value, limit=MAX_FLAGS_CHARS, whitespace=True)
 
 
@@ -346,7 +346,7 @@ def _refuse_credentials(value: object, what: str, hint: str, *, elsewhere: str) 
     raise Invalid(refused)
 
 
-def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], str]:
+def url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], str]:
     def check(value: object) -> str:
         _refuse_credentials(value, "URL", credentials_hint, elsewhere="an '@' in the path (write it %40)")
         text = _text(value)
@@ -376,7 +376,7 @@ def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], 
 _DIGEST_AT = "a digest not written as @sha256:<64 lowercase hex characters> at the end"
 
 
-def _oci_reference(value: object) -> str:
+def oci_reference(value: object) -> str:
     """An OCI push/pull target without a scheme: ``host[:port]/path[:tag|@digest]``."""
     _refuse_credentials(
         value,
@@ -400,7 +400,7 @@ def _oci_reference(value: object) -> str:
     return text
 
 
-def _pack_reference(value: object) -> str:
+def pack_reference(value: object) -> str:
     _refuse_credentials(
         value,
         "reference",
@@ -418,7 +418,7 @@ def _pack_reference(value: object) -> str:
     return text
 
 
-def _boolean(value: object) -> bool:
+def boolean(value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
@@ -426,7 +426,7 @@ def _boolean(value: object) -> bool:
     raise Invalid("allowed: true or false")
 
 
-def _integer(low: int, high: int) -> Callable[[object], int]:
+def integer(low: int, high: int) -> Callable[[object], int]:
     allowed = f"allowed: a whole number from {low} to {high}"
 
     def check(value: object) -> int:
@@ -443,7 +443,7 @@ def _integer(low: int, high: int) -> Callable[[object], int]:
     return check
 
 
-def _seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
+def seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
     """A finite number of seconds from MIN_SECONDS to ``high`` (``zero``: or 0)."""
     allowed = f"allowed: {'0 or ' if zero else ''}a number of seconds from {MIN_SECONDS:g} to {high:g}"
 
@@ -462,7 +462,7 @@ def _seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
     return check
 
 
-def _choice(enum: type[_E]) -> Callable[[object], _E]:
+def choice(enum: type[_E]) -> Callable[[object], _E]:
     options = [str(member.value) for member in enum]
     allowed = "allowed: " + (", ".join(repr(o) for o in options[:-1]) + f" or {options[-1]!r}")
 
@@ -477,9 +477,9 @@ def _choice(enum: type[_E]) -> Callable[[object], _E]:
     return check
 
 
-def _arch(value: object) -> Arch:
+def arch(value: object) -> Arch:
     # The chart renders "" by default: the node's architecture, detected here.
-    return _host_arch() if value == "" else _choice(Arch)(value)
+    return host_arch() if value == "" else choice(Arch)(value)
 
 
 _LIST_EXAMPLE = 'list values are JSON arrays, e.g. \'["--nodes", "4"]\''
@@ -513,7 +513,7 @@ def _json_array(text: str) -> Any:
     return value
 
 
-def _json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
+def json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
     """A JSON array (from the environment) or a list, of at most MAX_LIST_ITEMS
     strings; each item passes ``item``."""
 
@@ -540,7 +540,7 @@ def _json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
     return check
 
 
-def _argument(value: object) -> str:
+def argument(value: object) -> str:
     """One argv entry, verbatim: any character but NUL (no argv can carry one),
     and UTF-8."""
     if not isinstance(value, str):
@@ -552,8 +552,8 @@ def _argument(value: object) -> str:
     return value
 
 
-def _issuer(value: object) -> str:
-    return _url(("https",), "an OIDC issuer needs none")(value)
+def issuer(value: object) -> str:
+    return url(("https",), "an OIDC issuer needs none")(value)
 
 
 #: A snapshot agent's ``--node-selector`` (``key=value``, aicr's own form).
@@ -565,18 +565,18 @@ _TOLERATION = (
 )
 
 
-def _snapshot_image(value: object) -> str:
+def snapshot_image(value: object) -> str:
     return _pattern(
         r"[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128})?(@sha256:[0-9a-f]{64})?",
         "an image reference like ghcr.io/nvidia/aicr:v0.11.1 (registry/path[:tag][@sha256:digest])",
     )(value)
 
 
-def _node_selector(value: object) -> str:
+def node_selector(value: object) -> str:
     return _whole(value, _NODE_SELECTOR, "a node selector key=value (a label key and a label value)", limit=316)
 
 
-def _toleration(value: object) -> str:
+def toleration(value: object) -> str:
     allowed = "a toleration key=value:Effect or key:Effect (Effect: NoSchedule, PreferNoSchedule or NoExecute)"
     return _whole(value, _TOLERATION, allowed, limit=340)
 
@@ -589,6 +589,6 @@ def _whole(value: object, regex: str, allowed: str, *, limit: int) -> str:
     return text
 
 
-def _host_arch() -> Arch:
+def host_arch() -> Arch:
     machine = os.uname().machine.lower()  # what platform.machine() returns, without importing it
     return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64

@@ -13,32 +13,23 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from pydantic_settings import EnvSettingsSource, SettingsError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings.checks import ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode, escaped
 from aicr_runner.settings.criteria_catalog import release_numbers, version_guards
-from aicr_runner.settings.model import RunnerSettings
+from aicr_runner.settings.model import RunnerSettings, leaves
 from aicr_runner.settings.problems import settings_error_lines, validation_error_lines
 
 __all__ = ["env_var_names", "load"]
 
 
-def _leaves(model: type[BaseModel], prefix: str) -> Iterator[str]:
-    for name, field in model.model_fields.items():
-        kind = field.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
-            yield from _leaves(kind, f"{prefix}{name.upper()}__")
-        else:
-            yield f"{prefix}{name.upper()}"
-
-
 #: Every variable, in the order of the environment table.
-_ORDER: dict[str, int] = {name: index for index, name in enumerate(_leaves(RunnerSettings, ENV_PREFIX))}
+_ORDER: dict[str, int] = {name: index for index, name in enumerate(ENV_PREFIX + name for name, _ in leaves())}
 
 
 def env_var_names() -> list[str]:
