@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from aicr_runner.settings import checks
+from aicr_runner.settings import checks, rules
 from aicr_runner.settings.checks import (
     ENV_PREFIX,
     LogFormat,
@@ -486,6 +486,17 @@ with warnings.catch_warnings():
             chart="kubeWriteBudgetSeconds",
             into="configmap",
         )
+
+        @model_validator(mode="after")
+        def _follows_the_rules(self, info: ValidationInfo) -> RunnerSettings:
+            """The rules between settings (``settings.rules``), for a run's input only:
+            validated with ``rules.RULES`` in the context (``settings.load``)."""
+            context = info.context if isinstance(info.context, dict) else {}
+            if context.get(rules.RULES):
+                broken = rules.problems(self, local_pack=bool(context.get(rules.LOCAL_PACK)))
+                if broken:
+                    raise rules.RuleViolations(broken)
+            return self
 
         @property
         def work_path(self) -> Path:

@@ -19,7 +19,7 @@ from pydantic_settings import SettingsError
 from aicr_runner.masking import mask_userinfo
 from aicr_runner.settings.checks import ENV_PREFIX, Invalid, escaped, problem_line
 
-__all__ = ["settings_error_lines", "validation_error_lines", "variable"]
+__all__ = ["rule_violations", "settings_error_lines", "validation_error_lines", "variable"]
 
 
 def variable(loc: tuple[int | str, ...]) -> str:
@@ -48,6 +48,17 @@ def validation_error_lines(error: ValidationError, given: Mapping[str, str]) -> 
         raw = given.get(name, found.get("input"))
         lines.append((name, problem_line(name, raw, _reason(found))))
     return lines
+
+
+def rule_violations(error: ValidationError) -> list[str] | None:
+    """The lines of the rules between settings a valid set of them breaks
+    (``settings.rules.RuleViolations``), or None when ``error`` is about the values."""
+    from aicr_runner.settings.rules import RuleViolations
+
+    found = error.errors(include_url=False)
+    context = found[0].get("ctx") if len(found) == 1 else None
+    cause = context.get("error") if isinstance(context, Mapping) else None
+    return list(cause.lines) if isinstance(cause, RuleViolations) else None
 
 
 def settings_error_lines(error: SettingsError) -> list[tuple[str, str]]:
