@@ -11,7 +11,6 @@ field of the settings model.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Callable
@@ -36,7 +35,9 @@ __all__ = [
     "SHOW_CHARS",
     "Arch",
     "Invalid",
+    "ItemRefused",
     "LogFormat",
+    "OutOfRange",
     "Phase",
     "ProvenanceMode",
     "PublishMode",
@@ -83,14 +84,11 @@ _NUMBER = r"[+-]?([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?"
 _HOST_LABEL = r"[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?"
 _IPV4 = r"[0-9]{1,3}(\.[0-9]{1,3}){3}"
 _PORT = r"[0-9]{1,5}"
-_TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
-_FALSE = frozenset({"false", "0", "no", "off", "f", "n"})
 #: C0 and C1 controls and DEL; a line break in a one-line value is the usual one.
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 _CONTROL_BUT_SPACE = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
 #: How ``os.environ`` holds bytes that are not UTF-8 (PEP 383), and lone surrogates.
 _SURROGATE = r"[\ud800-\udfff]"
-_E = TypeVar("_E", bound=Enum)
 _T = TypeVar("_T")
 
 
@@ -418,68 +416,71 @@ def pack_reference(value: object) -> str:
     return text
 
 
-def boolean(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
-        return value.lower() in _TRUE
-    raise Invalid("allowed: true or false")
+class ItemRefused(Invalid):
+    """pydantic's error about one item of a list (``kind`` and ``context``: its ``type`` and
+    ``ctx``), raised on the whole list so a message shows the list as given."""
+
+    def __init__(self, kind: str, context: dict[str, Any], item: int | None) -> None:
+        super().__init__(kind, item=item)
+        self.kind = kind
+        self.context = context
 
 
-def integer(low: int, high: int) -> Callable[[object], int]:
-    allowed = f"allowed: a whole number from {low} to {high}"
+class OutOfRange(Invalid):
+    """A number outside its field's bounds (``Field(ge=, le=)``), or no number: the reason,
+    what the field allows, is worded from those bounds (``settings.problems``).
+    ``syntax``: the text is no plain decimal number."""
 
-    def check(value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise Invalid(allowed)
-        if isinstance(value, str):
-            if not re.fullmatch(_INTEGER, value):
-                raise Invalid(allowed)
-            value = int(value)
-        if not low <= value <= high:
-            raise Invalid(allowed)
-        return value
-
-    return check
+    def __init__(self, *, syntax: bool = False) -> None:
+        super().__init__("not a number in the allowed range")
+        self.syntax = syntax
 
 
-def seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
-    """A finite number of seconds from MIN_SECONDS to ``high`` (``zero``: or 0)."""
-    allowed = f"allowed: {'0 or ' if zero else ''}a number of seconds from {MIN_SECONDS:g} to {high:g}"
-
-    def check(value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise Invalid(allowed)
-        if isinstance(value, str):
-            if not re.fullmatch(_NUMBER, value):
-                raise Invalid(f"{allowed} (a plain decimal number; not nan, inf or a unit)")
-            value = float(value)
-        number = float(value)
-        if not math.isfinite(number) or not (MIN_SECONDS <= number <= high or (zero and number == 0)):
-            raise Invalid(allowed)
-        return number
-
-    return check
+def whole_number(value: object) -> int:
+    """A whole number, or its plain decimal text: not ``' 5'``, ``'1_000'`` or ``'5.0'``,
+    which pydantic's own parsing reads. Its bounds are its field's."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise OutOfRange
+    if isinstance(value, str):
+        if not re.fullmatch(_INTEGER, value):
+            raise OutOfRange
+        return int(value)
+    return value
 
 
-def choice(enum: type[_E]) -> Callable[[object], _E]:
-    options = [str(member.value) for member in enum]
-    allowed = "allowed: " + (", ".join(repr(o) for o in options[:-1]) + f" or {options[-1]!r}")
-
-    def check(value: object) -> _E:
-        if isinstance(value, enum):
-            return value
-        try:
-            return enum(_text(value, limit=64))
-        except ValueError:
-            raise Invalid(allowed) from None
-
-    return check
+def decimal_seconds(value: object) -> float:
+    """A number of seconds, or its plain decimal text (not nan, inf or a unit). Its bounds
+    are its field's; nan and inf from code fail them."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise OutOfRange
+    if isinstance(value, str):
+        if not re.fullmatch(_NUMBER, value):
+            raise OutOfRange(syntax=True)
+        return float(value)
+    return float(value)
 
 
-def arch(value: object) -> Arch:
-    # The chart renders "" by default: the node's architecture, detected here.
-    return host_arch() if value == "" else choice(Arch)(value)
+def zero_or_measurable(value: float) -> float:
+    """After ``Field(ge=0)``: 0 (off) or at least MIN_SECONDS (smaller is a typo)."""
+    if 0 < value < MIN_SECONDS:
+        raise OutOfRange
+    return value
+
+
+def allowed_numbers(kind: object, low: float | None, high: float | None, *, syntax: bool = False) -> str:
+    """What a number field allows, from its type and bounds: a whole number from ``low`` to
+    ``high``, or seconds (``low`` 0: or 0, else from MIN_SECONDS)."""
+    if kind is int:
+        return f"allowed: a whole number from {low} to {high}"
+    zero = "0 or " if low == 0 else ""
+    allowed = f"allowed: {zero}a number of seconds from {MIN_SECONDS:g} to {high:g}"
+    return f"{allowed} (a plain decimal number; not nan, inf or a unit)" if syntax else allowed
+
+
+def arch(value: object) -> object:
+    # The chart renders "" by default: the node's architecture, detected here; another value
+    # is pydantic's to check against the enum.
+    return host_arch() if value == "" else value
 
 
 _LIST_EXAMPLE = 'list values are JSON arrays, e.g. \'["--nodes", "4"]\''

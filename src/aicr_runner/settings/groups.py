@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+)
 
 from aicr_runner.settings import checks, names
 from aicr_runner.settings.checks import (
@@ -38,9 +46,13 @@ __all__ = [
     "ProvenanceSettings",
     "RecipeExpectations",
     "RecipeSettings",
+    "Seconds",
+    "SecondsOrZero",
     "Sha256Pins",
     "StepArgs",
+    "WholeNumber",
     "checked",
+    "items_as_one",
     "setting",
 ]
 
@@ -76,6 +88,28 @@ def setting(
 def checked(check: Callable[[object], Any]) -> BeforeValidator:
     """``check`` on the raw value, before pydantic's own type validation."""
     return BeforeValidator(check)
+
+
+def items_as_one(value: object, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A list's validation, an item's error raised on the whole list (``checks.ItemRefused``):
+    its message shows the list as given, from the environment or from code alike."""
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        context = dict(error.get("ctx") or {})
+        if isinstance(context.get("error"), checks.Invalid):
+            raise context["error"] from None
+        item = next((part for part in error["loc"] if isinstance(part, int)), None)
+        raise checks.ItemRefused(error["type"], context, item) from None
+
+
+#: Numbers: read from plain decimal text by the check, bounded by the field's ``ge``/``le``
+#: (``setting(..., ge=1, le=20)``), what they allow worded by ``settings.problems``.
+WholeNumber = Annotated[int, checked(checks.whole_number)]
+Seconds = Annotated[float, checked(checks.decimal_seconds)]
+#: Seconds with ``ge=0``: 0 turns it off; otherwise at least ``MIN_SECONDS``.
+SecondsOrZero = Annotated[float, checked(checks.decimal_seconds), AfterValidator(checks.zero_or_measurable)]
 
 
 class Group(BaseModel):
@@ -145,7 +179,7 @@ AICR_RELEASE_IDENTITY = "https://github.com/NVIDIA/aicr/.github/workflows/on-tag
 class ProvenanceSettings(Group):
     """How aicr's Sigstore provenance is verified before the binary runs."""
 
-    mode: Annotated[ProvenanceMode, checked(checks.choice(ProvenanceMode))] = setting(
+    mode: ProvenanceMode = setting(
         ProvenanceMode.REQUIRE,
         doc=(
             "aicr's Sigstore provenance: `require` (exit 29 unless it verifies), `warn` or `off`; a preinstalled "
@@ -215,18 +249,27 @@ class AicrSettings(Group):
     binary_sha256: Annotated[str, checked(checks.sha256_or_empty)] = setting(
         "", doc="sha256 the preinstalled binary must match", chart="aicrBinary.sha256", into="pod"
     )
-    download_attempts: Annotated[int, checked(checks.integer(1, 20))] = setting(
+    download_attempts: WholeNumber = setting(
         5,
+        ge=1,
+        le=20,
         doc="download attempts for transient failures (timeouts, resets, 408/429/5xx)",
         chart="aicrDownload.attempts",
         into="configmap",
     )
-    download_timeout_seconds: Annotated[float, checked(checks.seconds(3600))] = setting(
-        60.0, doc="per-request timeout", chart="aicrDownload.timeoutSeconds", into="configmap"
+    download_timeout_seconds: Seconds = setting(
+        60.0,
+        ge=checks.MIN_SECONDS,
+        le=3600,
+        doc="per-request timeout",
+        chart="aicrDownload.timeoutSeconds",
+        into="configmap",
     )
     #: Upper bound on the whole download step, retries and back-off included.
-    download_budget_seconds: Annotated[float, checked(checks.seconds(7200))] = setting(
+    download_budget_seconds: Seconds = setting(
         600.0,
+        ge=checks.MIN_SECONDS,
+        le=7200,
         doc=(
             "wall-clock bound on the whole download (retries, back-off, slow bodies, stalled TLS and redirects "
             "included; exit 20 past it)"
@@ -269,18 +312,20 @@ class PackSettings(Group):
             "| quote }}"
         ),
     )
-    plain_http: Annotated[bool, checked(checks.boolean)] = setting(
+    plain_http: bool = setting(
         False, doc="pull the pack over plain HTTP (lab registries)", chart="dataPackPlainHTTP", into="pod"
     )
-    insecure_tls: Annotated[bool, checked(checks.boolean)] = setting(
+    insecure_tls: bool = setting(
         False,
         doc="skip TLS verification for the pack registry (lab registries)",
         chart="dataPackInsecureTLS",
         into="pod",
     )
     #: Wall-clock bound on the whole pack pull, however slowly the registry answers.
-    pull_budget_seconds: Annotated[float, checked(checks.seconds(7200))] = setting(
+    pull_budget_seconds: Seconds = setting(
         600.0,
+        ge=checks.MIN_SECONDS,
+        le=7200,
         doc="wall-clock bound on the whole pack pull, however slowly the registry answers (exit 22 past it)",
         chart="dataPackPullBudgetSeconds",
         into="configmap",
@@ -295,8 +340,10 @@ class StepArgs(Group):
 
 
 class RecipeExpectations(Group):
-    min_components: Annotated[int, checked(checks.integer(0, 100_000))] = setting(
+    min_components: WholeNumber = setting(
         0,
+        ge=0,
+        le=100_000,
         doc="stop before bundle when fewer components resolve (0: no check)",
         chart="recipe.expect.minComponents",
         into="pod",
@@ -369,11 +416,11 @@ class DeploySettings(StepArgs):
         chart="deployArgs",
         into="pod",
     )
-    enabled: Annotated[bool, checked(checks.boolean)] = setting(
+    enabled: bool = setting(
         True, doc="`false` gives an assert-only run: no bundle, verify or deploy", chart="deploy.enabled", into="pod"
     )
     #: A run whose deploy.sh reported failed components fails (exit 1) even under --best-effort.
-    fail_on_component_failure: Annotated[bool, checked(checks.boolean)] = setting(
+    fail_on_component_failure: bool = setting(
         False,
         doc=(
             "fail the run (exit 1, after validation and capture) when deploy.sh reported failed components; `false`: "
@@ -391,7 +438,7 @@ class DeploySettings(StepArgs):
 
 
 class EnvironmentSettings(Group):
-    preinstalled_driver: Annotated[bool, checked(checks.boolean)] = setting(
+    preinstalled_driver: bool = setting(
         False,
         doc="nodes have a host driver: adds the three driver-ownership `--set` overrides before user flags",
         chart="environment.preinstalledDriver",

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, Field, ValidationInfo, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, WrapValidator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -40,9 +40,13 @@ from aicr_runner.settings.groups import (
     ProvenanceSettings,
     RecipeExpectations,
     RecipeSettings,
+    Seconds,
+    SecondsOrZero,
     Sha256Pins,
     StepArgs,
+    WholeNumber,
     checked,
+    items_as_one,
     setting,
 )
 from aicr_runner.settings.mirror_checks import mirror_chart_repository, mirror_registry
@@ -74,10 +78,10 @@ __all__ = [
 
 
 class PublishSettings(Group):
-    enabled: Annotated[bool, checked(checks.boolean)] = setting(
+    enabled: bool = setting(
         False, doc="push the evidence bundle with `aicr evidence publish`", chart="validate.publish.enabled", into="pod"
     )
-    mode: Annotated[PublishMode, checked(checks.choice(PublishMode))] = setting(
+    mode: PublishMode = setting(
         PublishMode.SIGNED,
         doc="`signed` (keyless, needs a token) or `unsigned` (`--no-sign`)",
         chart="validate.publish.mode",
@@ -86,15 +90,13 @@ class PublishSettings(Group):
     ref: Annotated[str, checked(checks.oci_reference)] = setting(
         "", doc="OCI push target for the evidence", chart="validate.publish.ref", into="pod"
     )
-    fail_on_error: Annotated[bool, checked(checks.boolean)] = setting(
+    fail_on_error: bool = setting(
         False, doc="a failed publish fails the Job", chart="validate.publish.failOnError", into="pod"
     )
-    insecure_tls: Annotated[bool, checked(checks.boolean)] = setting(
+    insecure_tls: bool = setting(
         False, doc="publish with `--insecure-tls`", chart="validate.publish.insecureTLS", into="pod"
     )
-    plain_http: Annotated[bool, checked(checks.boolean)] = setting(
-        False, doc="publish with `--plain-http`", chart="validate.publish.plainHTTP", into="pod"
-    )
+    plain_http: bool = setting(False, doc="publish with `--plain-http`", chart="validate.publish.plainHTTP", into="pod")
     #: Directory holding a dockerconfigjson ``config.json`` (becomes DOCKER_CONFIG
     #: for the publish call only).
     registry_config_dir: Annotated[str, checked(absolute_path())] = setting(
@@ -125,17 +127,17 @@ class ValidateSettings(StepArgs):
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list, doc="extra `aicr validate` arguments (JSON array)", chart="validateArgs", into="pod"
     )
-    enabled: Annotated[bool, checked(checks.boolean)] = setting(
+    enabled: bool = setting(
         False, doc="run `aicr validate` after the install (or alone, assert-only)", chart="validate.enabled", into="pod"
     )
-    phases: Annotated[list[Phase], checked(checks.json_list(checks.choice(Phase)))] = setting(
+    phases: Annotated[list[Phase], checked(checks.json_list(str)), WrapValidator(items_as_one)] = setting(
         default_factory=lambda: [Phase.DEPLOYMENT],
         doc="JSON array of phases: deployment, performance, conformance; never empty",
         chart="validate.phases",
         into="pod",
         render='{{ include "nvidia-aicr.phases" . | quote }}',
     )
-    fail_on_error: Annotated[bool, checked(checks.boolean)] = setting(
+    fail_on_error: bool = setting(
         False,
         doc=(
             "a failed validation fails the Job, and one that ran no check fails it with exit 32 (after the verdict "
@@ -144,7 +146,7 @@ class ValidateSettings(StepArgs):
         chart="validate.failOnError",
         into="pod",
     )
-    emit_evidence: Annotated[bool, checked(checks.boolean)] = setting(
+    emit_evidence: bool = setting(
         False, doc="`--emit-attestation`: build the evidence bundle", chart="validate.emitEvidence", into="pod"
     )
     result_configmap: Annotated[str, checked(checks.k8s_name())] = setting(
@@ -160,8 +162,10 @@ class ValidateSettings(StepArgs):
         into="pod",
     )
     #: Verdicts the history (``<result_configmap>-history``) keeps.
-    history_limit: Annotated[int, checked(checks.integer(1, 100))] = setting(
+    history_limit: WholeNumber = setting(
         20,
+        ge=1,
+        le=100,
         doc="validations the verdict history (`<resultConfigMap>-history`) keeps",
         chart="validate.historyLimit",
         into="configmap",
@@ -172,7 +176,7 @@ class ValidateSettings(StepArgs):
 class SnapshotSettings(Group):
     """``aicr snapshot`` before deploy and before each re-validation (``steps.snapshot``)."""
 
-    enabled: Annotated[bool, checked(checks.boolean)] = setting(
+    enabled: bool = setting(
         False,
         doc=(
             "run `aicr snapshot` before deploy and before each re-validation, pass it to validate (`--snapshot "
@@ -189,7 +193,7 @@ class SnapshotSettings(Group):
         render='{{ include "nvidia-aicr.snapshotImage" . | quote }}',
     )
     #: ``--privileged``: host namespaces and mounts, so the node's OS release and systemd units are read.
-    privileged: Annotated[bool, checked(checks.boolean)] = setting(
+    privileged: bool = setting(
         True,
         doc="`aicr snapshot --privileged`: the node's OS release and systemd units (true) or a restricted pod (false)",
         chart="snapshot.privileged",
@@ -210,8 +214,10 @@ class SnapshotSettings(Group):
         render='{{ include "nvidia-aicr.snapshotTolerations" . | quote }}',
     )
     #: ``--timeout``: how long aicr waits for the agent Job.
-    timeout_seconds: Annotated[int, checked(checks.integer(10, 3600))] = setting(
+    timeout_seconds: WholeNumber = setting(
         300,
+        ge=10,
+        le=3600,
         doc="how long aicr waits for the agent Job (`--timeout`), 10 to 3600",
         chart="snapshot.timeoutSeconds",
         into="configmap",
@@ -283,14 +289,14 @@ class UpgradeCheckSettings(Group):
         render='{{ include "nvidia-aicr.acknowledgedMoves" . | quote }}',
     )
     #: A component aicr cannot judge (unknown, unversioned): stop the install, or warn and go on.
-    on_unknown: Annotated[UnknownPolicy, checked(checks.choice(UnknownPolicy))] = setting(
+    on_unknown: UnknownPolicy = setting(
         UnknownPolicy.STOP,
         doc="`stop` (exit 35) or `warn` for a component `aicr upgrade-check` cannot judge (unknown, unversioned)",
         chart="upgradeCheck.onUnknown",
         into="pod",
     )
     #: An aicr without ``upgrade-check`` (0.x): a crossing it cannot assess stops the install.
-    require_assessment: Annotated[bool, checked(checks.boolean)] = setting(
+    require_assessment: bool = setting(
         False,
         doc=(
             "stop (exit 35) a crossing the running aicr cannot assess (no `upgrade-check`: aicr 0.x); false: warn "
@@ -325,15 +331,19 @@ class LeaseSettings(Group):
         ),
     )
     #: A holder that stops renewing loses the Lease after this long.
-    duration_seconds: Annotated[int, checked(checks.integer(5, 3600))] = setting(
+    duration_seconds: WholeNumber = setting(
         60,
+        ge=5,
+        le=3600,
         doc="a holder that stops renewing loses the Lease after this many seconds",
         chart="lease.durationSeconds",
         into="configmap",
     )
     #: How long a run waits for another run's Lease before it gives up (exit 31).
-    wait_seconds: Annotated[float, checked(checks.seconds(86400, zero=True))] = setting(
+    wait_seconds: SecondsOrZero = setting(
         7200.0,
+        ge=0,
+        le=86400,
         doc="how long a run waits for another run's Lease before it gives up with exit 31",
         chart="lease.waitSeconds",
         into="configmap",
@@ -353,7 +363,7 @@ class LeaseSettings(Group):
 class ReportsSettings(Group):
     """The verdict as an OpenReports Report or a wgpolicyk8s PolicyReport (``kube.report_writer``)."""
 
-    api: Annotated[ReportsApi, checked(checks.choice(ReportsApi))] = setting(
+    api: ReportsApi = setting(
         ReportsApi.AUTO,
         doc=(
             "which report the verdict is written to (docs/reports.md): `auto` (OpenReports `Report`, else "
@@ -450,7 +460,7 @@ with warnings.catch_warnings():
             into="pod",
             render="/work",
         )
-        log_format: Annotated[LogFormat, checked(checks.choice(LogFormat))] = setting(
+        log_format: LogFormat = setting(
             LogFormat.CONSOLE, doc="`console` (readable) or `json`", chart="logFormat", into="configmap"
         )
         #: Empty outside a pod (the chart sets /dev/termination-log): a local run writes
@@ -466,8 +476,12 @@ with warnings.catch_warnings():
             render="/dev/termination-log",
         )
         #: How long a running child (helm inside deploy.sh) may finish after SIGTERM.
-        shutdown_grace_seconds: Annotated[float, checked(checks.seconds(3600, zero=True))] = setting(
+        shutdown_grace_seconds: Annotated[
+            float, checked(checks.decimal_seconds), AfterValidator(checks.zero_or_measurable)
+        ] = setting(
             60.0,
+            ge=0,
+            le=3600,
             doc=(
                 "after SIGTERM, how long a running child (helm in deploy.sh) may finish before it is stopped; "
                 "deploy.sh is stopped earlier, as soon as no helm operation is in flight"
@@ -475,8 +489,10 @@ with warnings.catch_warnings():
         )
         #: How long one Kubernetes API call may take, retries included (429, 5xx, connection
         #: errors, no answer); no call waits longer, whatever its own budget.
-        kube_write_budget_seconds: Annotated[float, checked(checks.seconds(3600))] = setting(
+        kube_write_budget_seconds: Seconds = setting(
             120.0,
+            ge=checks.MIN_SECONDS,
+            le=3600,
             doc=(
                 "how long one Kubernetes API call (a result ConfigMap write, a read) may take, retries of 429, 5xx, "
                 "connection errors and unanswered requests included, honouring Retry-After; each request is also "
