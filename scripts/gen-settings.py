@@ -10,11 +10,16 @@ chart value, and where the chart renders it. From that this writes:
   pod template (`nvidia-aicr.runtimeEnv`) and of the runner-settings ConfigMap
   (`nvidia-aicr.runnerSettingsEnv`), each rendered from its chart value by its type
   (`render=`: a template expression instead);
-- the runtime's copy of the chart's schema, src/aicr_runner/data/values.schema.json.
+- in chart/values.schema.json, what the model says of each setting's chart value: a
+  boolean's type, an enum's choices (with "" when the setting takes it), a whole
+  number's `minimum` and `maximum`, a number of seconds' `maximum` (its
+  `exclusiveMinimum: 0` is the chart's); a missing value's property is added;
+- the runtime's copy of that schema, src/aicr_runner/data/values.schema.json.
 
-The chart's own values.yaml (defaults and `# --` descriptions of every chart value) and
-values.schema.json stay the chart's; the values table is generated from them
-(scripts/gen-values-table.py, checked here too).
+The rest of the schema (patterns, the chart-only values: the Job's pod, image, RBAC,
+monitoring) and values.yaml (every chart value's default and `# --` description) stay
+the chart's; the values table is generated from them (scripts/gen-values-table.py,
+checked here too).
 
     scripts/gen-settings.py           # rewrite them
     scripts/gen-settings.py --check   # exit 1 when one is stale (a test runs this)
@@ -24,11 +29,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 import typing
+from enum import Enum
 from pathlib import Path
 from types import ModuleType
+from typing import Annotated, Any
 
+from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from aicr_runner.settings.checks import ENV_PREFIX
@@ -97,6 +106,54 @@ def env_map() -> str:
     return "".join(blocks)
 
 
+def _accepts(field: FieldInfo, value: object) -> bool:
+    """Whether the setting takes ``value`` (its type with its checks and bounds)."""
+    kind: Any = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    try:
+        TypeAdapter(kind).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+def _schema_keywords(field: FieldInfo) -> dict[str, Any]:
+    """What the model says of a setting's chart value, as schema keywords."""
+    kind = field.annotation
+    low = next((bound.ge for bound in field.metadata if hasattr(bound, "ge")), None)
+    high = next((bound.le for bound in field.metadata if hasattr(bound, "le")), None)
+    if kind is bool:
+        return {"type": "boolean"}
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return {"type": "string", "enum": [v for v in ["", *(m.value for m in kind)] if _accepts(field, v)]}
+    if kind is int:
+        return {"type": "integer", "minimum": low, "maximum": high}
+    if kind is float:
+        return {"type": "number", "exclusiveMinimum": 0, "maximum": high} if low else {"maximum": high}
+    if typing.get_origin(kind) is list:
+        return {"type": "array"}
+    return {"type": "string"}
+
+
+def schema() -> str:
+    """chart/values.schema.json with each setting's chart value as the model says."""
+    document = json.loads(SCHEMA.read_text())
+    for name, field in leaves():
+        chart = chart_facts(field).get("chart")
+        if not chart:
+            continue
+        *parents, leaf = chart.split(".")
+        node = document
+        for part in parents:
+            if part not in node.get("properties", {}):
+                raise SystemExit(f"gen-settings: {name}: chart value {chart}: add {part} to {SCHEMA.name} first")
+            node = node["properties"][part]
+        keywords = _schema_keywords(field)
+        found = node.setdefault("properties", {}).setdefault(leaf, {"type": keywords.get("type", "string")})
+        found["description"] = found.get("description") or str(field.description)
+        found.update({key: value for key, value in keywords.items() if key != "type" or key not in found})
+    return json.dumps(document, indent=2) + "\n"
+
+
 def _script(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name.replace("-", "_"), ROOT / "scripts" / f"{name}.py")
     assert spec is not None
@@ -111,14 +168,13 @@ def generated() -> dict[Path, str]:
     """Every generated settings file and what it should hold."""
     env_table, values_table = _script("gen-env-table"), _script("gen-values-table")
     page = env_table.TARGET.read_text()
-    import json
-
-    schema = json.loads(values_table.SCHEMA.read_text())
-    page = values_table.splice(page, values_table.table(values_table.VALUES.read_text(), schema))
+    written = schema()
+    page = values_table.splice(page, values_table.table(values_table.VALUES.read_text(), json.loads(written)))
     return {
         env_table.TARGET: str(env_table.splice(page, env_table.table())),
         ENV_MAP: env_map(),
-        SCHEMA_COPY: SCHEMA.read_text(),
+        SCHEMA: written,
+        SCHEMA_COPY: written,
     }
 
 

@@ -1,9 +1,10 @@
 """Every file generated from the settings model is current (scripts/gen-settings.py --check):
-the environment table, the values table, the chart's env map (chart/templates/_env.tpl)
-and the runtime's copy of the chart's schema."""
+the environment table, the values table, the chart's env map (chart/templates/_env.tpl),
+the settings' bounds and choices in the chart's schema, and the runtime's copy of it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,22 @@ def test_the_env_map_renders_each_setting_from_its_chart_value_by_its_type() -> 
     assert "AICR_RUNNER_SNAPSHOT__TIMEOUT_SECONDS: {{ int64 $v.snapshot.timeoutSeconds | toString | quote }}" in lines
     assert "AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipeArgs) | quote }}" in lines
     assert "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS: {{ $v.kubeWriteBudgetSeconds | toString | quote }}" in lines
+
+
+def test_the_schema_takes_each_settings_bounds_and_choices_from_the_model() -> None:
+    properties = json.loads(gen.schema())["properties"]
+    assert properties["aicrDownload"]["properties"]["attempts"] | {"description": ""} == {
+        "type": "integer",
+        "description": "",
+        "minimum": 1,
+        "maximum": 20,
+    }
+    assert properties["recipe"]["properties"]["expect"]["properties"]["minComponents"]["maximum"] == 100_000
+    assert properties["aicrDownload"]["properties"]["budgetSeconds"]["maximum"] == 7200
+    assert properties["logFormat"]["enum"] == ["console", "json"]
+    # "" is the node's architecture: the setting takes it, so the schema does.
+    assert properties["aicrArch"]["enum"] == ["", "amd64", "arm64"]
+    assert properties["upgradeCheck"]["properties"]["requireAssessment"]["type"] == "boolean"
 
 
 def test_every_setting_has_a_description_and_every_rendered_one_a_source() -> None:
