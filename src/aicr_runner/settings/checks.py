@@ -2,10 +2,14 @@
 ``Invalid`` saying what is allowed; the enums; and the message helpers that
 show a value (cut, escaped, a URL's user and password masked).
 
+Only what pydantic does not check: text, patterns, hosts, URLs, credentials, JSON
+lists, numbers as plain text. Bounds, choices and booleans are pydantic's (worded in
+``settings.problems``).
+
 Standard library only: what needs only a name, an enum or a check (the log
 format, a values file refused before any setting is read, the command line's
-path checks) does not pay for pydantic. ``settings.model`` puts one check on each
-field of the settings model.
+path checks) does not pay for pydantic. ``settings.groups`` puts the checks on
+the fields of the settings model.
 """
 
 from __future__ import annotations

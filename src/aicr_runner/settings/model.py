@@ -1,9 +1,13 @@
 """The settings model: every runtime input, typed, as a pydantic-settings tree.
 
-Each field carries its check from ``settings.checks`` as a before-validator: the check
-gets the raw value (a string from the environment, or a value given in code),
-normalises it or raises ``settings.checks.Invalid``, whose reason ``settings.problems`` turns
-into the one line a bad value gets. Groups are frozen and refuse unknown fields.
+Each setting is defined once, by ``settings.groups.setting`` on its field (default,
+description, bounds, chart value, where the chart renders it); ``leaves`` walks them
+in the order of the environment table, for the generated files
+(``scripts/gen-settings.py``) and the loader. Each field carries its check from
+``settings.checks`` as a before-validator; ``settings.problems`` turns a check's
+``Invalid``, or pydantic's own error, into the one line a bad value gets. Groups are
+frozen and refuse unknown fields; the rules between settings are the root's
+after-validator (``settings.rules``).
 """
 
 from __future__ import annotations
