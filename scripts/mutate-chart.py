@@ -384,14 +384,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     m(
         "unknown-runtime-variable",
-        "templates/_helpers.tpl",
+        "templates/_env.tpl",
         "AICR_RUNNER_WORK_DIR: /work\n",
         'AICR_RUNNER_WORK_DIR: /work\nAICR_RUNNER_RETRIES: "3"\n',
         "test_contract.py::test_every_runtime_setting_is_rendered_and_nothing_else",
     ),
     m(
         "runtime-setting-not-rendered",
-        "templates/_helpers.tpl",
+        "templates/_env.tpl",
         "AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.storageClass | quote }}\n",
         "",
         "test_contract.py::test_every_runtime_setting_is_rendered_and_nothing_else",
@@ -485,7 +485,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     m(
         "reports-api-ignored",
-        "templates/configmap-runner-settings.yaml",
+        "templates/_env.tpl",
         "AICR_RUNNER_REPORTS__API: {{ toString $v.reports.api | quote }}",
         'AICR_RUNNER_REPORTS__API: "auto"',
         "test_reports.py::test_each_setting_reaches_the_runtime_and_the_role_grants_only_its_report[helm4-wgpolicy]",

@@ -148,78 +148,7 @@ imagePullSecrets, each name once. Returns YAML (a list of {name: ...}) or "".
 {{- if $references }}{{ toYaml $references }}{{ end -}}
 {{- end -}}
 
-{{/*
-The runtime settings the Job's env carries, as a map of environment variable
-name -> string. Every value is a string made here (toString, int64, toJson of
-lists), so Helm 3 and Helm 4 give the same bytes: no nulls, no number formats.
-Credentials (Secret contents) and the settings that may change without a new Job
-(logFormat, lease timing, download retries: the runner-settings ConfigMap) are
-not in it.
-*/}}
-{{- define "nvidia-aicr.runtimeEnv" -}}
-{{- $v := .Values -}}
-{{- $packSecret := include "nvidia-aicr.packSecretName" . -}}
-{{- $publish := $v.validate.publish -}}
-{{- $publishAuth := include "nvidia-aicr.publishAuthMounted" . -}}
-{{- $identityToken := include "nvidia-aicr.identityTokenMounted" . -}}
-{{- $sha := default dict $v.aicrSha256 -}}
-AICR_RUNNER_CRITERIA__SERVICE: {{ toString $v.service | quote }}
-AICR_RUNNER_CRITERIA__ACCELERATOR: {{ toString $v.accelerator | quote }}
-AICR_RUNNER_CRITERIA__INTENT: {{ toString $v.intent | quote }}
-AICR_RUNNER_CRITERIA__OS: {{ toString $v.os | quote }}
-AICR_RUNNER_CRITERIA__PLATFORM: {{ toString $v.platform | quote }}
-AICR_RUNNER_PACK__REF: {{ toString $v.dataPack | quote }}
-AICR_RUNNER_PACK__CREDENTIALS_FILE: {{ ternary "/etc/aicr-runner/pack-auth/config.json" "" (ne $packSecret "") | quote }}
-AICR_RUNNER_PACK__PLAIN_HTTP: {{ include "nvidia-aicr.bool" $v.dataPackPlainHTTP | quote }}
-AICR_RUNNER_PACK__INSECURE_TLS: {{ include "nvidia-aicr.bool" $v.dataPackInsecureTLS | quote }}
-AICR_RUNNER_AICR__VERSION: {{ toString $v.aicrVersion | quote }}
-AICR_RUNNER_AICR__ARCH: {{ toString $v.aicrArch | quote }}
-AICR_RUNNER_AICR__SHA256__AMD64: {{ toString (default "" $sha.amd64) | quote }}
-AICR_RUNNER_AICR__SHA256__ARM64: {{ toString (default "" $sha.arm64) | quote }}
-AICR_RUNNER_AICR__RELEASE_BASE_URL: {{ toString $v.aicrReleaseBaseUrl | quote }}
-AICR_RUNNER_AICR__BINARY: {{ toString $v.aicrBinary.path | quote }}
-AICR_RUNNER_AICR__BINARY_SHA256: {{ toString $v.aicrBinary.sha256 | quote }}
-AICR_RUNNER_AICR__PROVENANCE__MODE: {{ toString $v.aicrProvenance.mode | quote }}
-AICR_RUNNER_AICR__PROVENANCE__IDENTITY: {{ toString $v.aicrProvenance.identity | quote }}
-AICR_RUNNER_AICR__PROVENANCE__ISSUER: {{ toString $v.aicrProvenance.issuer | quote }}
-AICR_RUNNER_AICR__PROVENANCE__TRUSTED_ROOT: {{ toString $v.aicrProvenance.trustedRoot | quote }}
-AICR_RUNNER_RECIPE__FLAGS: {{ toString $v.recipeFlags | quote }}
-AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipeArgs) | quote }}
-AICR_RUNNER_RECIPE__CONFIGMAP: {{ toString $v.recipeConfigMap | quote }}
-AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS: {{ int64 $v.recipe.expect.minComponents | toString | quote }}
-AICR_RUNNER_RECIPE__EXPECT__COMPONENTS: {{ toJson (default list $v.recipe.expect.components) | quote }}
-AICR_RUNNER_RECIPE__EXPECT__OVERLAYS: {{ toJson (default list $v.recipe.expect.overlays) | quote }}
-AICR_RUNNER_BUNDLE__FLAGS: {{ toString $v.bundleFlags | quote }}
-AICR_RUNNER_BUNDLE__ARGS: {{ toJson (default list $v.bundleArgs) | quote }}
-AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.storageClass | quote }}
-AICR_RUNNER_DEPLOY__ENABLED: {{ include "nvidia-aicr.bool" $v.deploy.enabled | quote }}
-AICR_RUNNER_DEPLOY__FLAGS: {{ toString $v.deployFlags | quote }}
-AICR_RUNNER_DEPLOY__ARGS: {{ toJson (default list $v.deployArgs) | quote }}
-AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER: {{ include "nvidia-aicr.bool" $v.environment.preinstalledDriver | quote }}
-AICR_RUNNER_VALIDATE__ENABLED: {{ include "nvidia-aicr.bool" $v.validate.enabled | quote }}
-AICR_RUNNER_VALIDATE__PHASES: {{ include "nvidia-aicr.phases" . | quote }}
-AICR_RUNNER_VALIDATE__FAIL_ON_ERROR: {{ include "nvidia-aicr.bool" $v.validate.failOnError | quote }}
-AICR_RUNNER_VALIDATE__EMIT_EVIDENCE: {{ include "nvidia-aicr.bool" $v.validate.emitEvidence | quote }}
-AICR_RUNNER_VALIDATE__RESULT_CONFIGMAP: {{ toString $v.validate.resultConfigMap | quote }}
-AICR_RUNNER_VALIDATE__EVIDENCE_CONFIGMAP: {{ toString $v.validate.evidenceConfigMap | quote }}
-AICR_RUNNER_VALIDATE__FLAGS: {{ toString $v.validateFlags | quote }}
-AICR_RUNNER_VALIDATE__ARGS: {{ toJson (default list $v.validateArgs) | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__ENABLED: {{ include "nvidia-aicr.bool" $publish.enabled | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__MODE: {{ toString $publish.mode | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__REF: {{ toString $publish.ref | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__FAIL_ON_ERROR: {{ include "nvidia-aicr.bool" $publish.failOnError | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__INSECURE_TLS: {{ include "nvidia-aicr.bool" $publish.insecureTLS | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__PLAIN_HTTP: {{ include "nvidia-aicr.bool" $publish.plainHTTP | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR: {{ ternary "/etc/aicr-runner/publish-auth" "" (eq $publishAuth "true") | quote }}
-AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE: {{ ternary "/etc/aicr-runner/identity-token/token" "" (eq $identityToken "true") | quote }}
-AICR_RUNNER_UPGRADE_CHECK__ACKNOWLEDGE: {{ include "nvidia-aicr.acknowledgedMoves" . | quote }}
-AICR_RUNNER_UPGRADE_CHECK__ON_UNKNOWN: {{ toString $v.upgradeCheck.onUnknown | quote }}
-AICR_RUNNER_UPGRADE_CHECK__REQUIRE_ASSESSMENT: {{ include "nvidia-aicr.bool" $v.upgradeCheck.requireAssessment | quote }}
-AICR_RUNNER_STATUS_CONFIGMAP: {{ toString $v.statusConfigMap | quote }}
-AICR_RUNNER_NAMESPACE: {{ .Release.Namespace | quote }}
-AICR_RUNNER_WORK_DIR: /work
-AICR_RUNNER_TERMINATION_MESSAGE_PATH: /dev/termination-log
-{{- end -}}
+{{/* The runtime settings as env maps ("nvidia-aicr.runtimeEnv", "nvidia-aicr.runnerSettingsEnv"): _env.tpl, generated. */}}
 
 {{/*
 Content-addressed Job name: "<fullname>-<sha256 cut to 10>" of the Job's

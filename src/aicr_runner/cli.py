@@ -367,10 +367,10 @@ def _command_environment(args: argparse.Namespace, env: dict[str, str], origins:
     if args.command not in ("plan", "mirror"):
         return env
     if args.values is not None:
-        from aicr_runner.settings.values_file import VALUE_TO_ENV, env_from_values, load_values_file
+        from aicr_runner.settings.values_file import env_from_values, load_values_file, value_to_env
 
         from_values = env_from_values(load_values_file(args.values))
-        keys = {ENV_PREFIX + name: dotted for dotted, name in VALUE_TO_ENV.items()}
+        keys = {ENV_PREFIX + name: dotted for dotted, name in value_to_env().items()}
         origins.update({name: f"--values key {keys[name]}" for name in from_values if name not in env})
         env = {**from_values, **env}
     for name in CRITERIA_FLAG_ORDER:

@@ -2,16 +2,19 @@
 ``Invalid`` saying what is allowed; the enums; and the message helpers that
 show a value (cut, escaped, a URL's user and password masked).
 
+Only what pydantic does not check: text, patterns, hosts, URLs, credentials, JSON
+lists, numbers as plain text. Bounds, choices and booleans are pydantic's (worded in
+``settings.problems``).
+
 Standard library only: what needs only a name, an enum or a check (the log
 format, a values file refused before any setting is read, the command line's
-path checks) does not pay for pydantic. ``settings.model`` puts one check on each
-field of the settings model.
+path checks) does not pay for pydantic. ``settings.groups`` puts the checks on
+the fields of the settings model.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Callable
@@ -36,7 +39,9 @@ __all__ = [
     "SHOW_CHARS",
     "Arch",
     "Invalid",
+    "ItemRefused",
     "LogFormat",
+    "OutOfRange",
     "Phase",
     "ProvenanceMode",
     "PublishMode",
@@ -83,14 +88,11 @@ _NUMBER = r"[+-]?([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?"
 _HOST_LABEL = r"[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?"
 _IPV4 = r"[0-9]{1,3}(\.[0-9]{1,3}){3}"
 _PORT = r"[0-9]{1,5}"
-_TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
-_FALSE = frozenset({"false", "0", "no", "off", "f", "n"})
 #: C0 and C1 controls and DEL; a line break in a one-line value is the usual one.
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 _CONTROL_BUT_SPACE = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
 #: How ``os.environ`` holds bytes that are not UTF-8 (PEP 383), and lone surrogates.
 _SURROGATE = r"[\ud800-\udfff]"
-_E = TypeVar("_E", bound=Enum)
 _T = TypeVar("_T")
 
 
@@ -224,7 +226,7 @@ def _pattern(regex: str, allowed: str, *, limit: int = MAX_TEXT_CHARS) -> Callab
     return check
 
 
-def _k8s_name(limit: int = 253) -> Callable[[object], str]:
+def k8s_name(limit: int = 253) -> Callable[[object], str]:
     return _pattern(
         _K8S_NAME,
         f"a Kubernetes name (DNS-1123: lowercase letters, digits and '-', starting and ending with a letter "
@@ -233,7 +235,7 @@ def _k8s_name(limit: int = 253) -> Callable[[object], str]:
     )
 
 
-def _k8s_subdomain(limit: int = 253) -> Callable[[object], str]:
+def k8s_subdomain(limit: int = 253) -> Callable[[object], str]:
     return _pattern(
         _K8S_SUBDOMAIN,
         f"a Kubernetes object name (DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most {limit} "
@@ -250,38 +252,38 @@ _MOVE_ALLOWED = (
 )
 
 
-def _acknowledged_move(value: object) -> str:
+def acknowledged_move(value: object) -> str:
     text = _text(value, limit=320)
     if not re.fullmatch(_MOVE, text):
         raise Invalid(f"must be {_MOVE_ALLOWED}")
     return text
 
 
-def _criterion(value: object) -> str:
+def criterion(value: object) -> str:
     return _pattern(
         _CRITERION, "a criteria value (lowercase letters, digits, '-', '.' and '_', at most 63 characters)", limit=63
     )(value)
 
 
-def _sha256_or_empty(value: object) -> str:
+def sha256_or_empty(value: object) -> str:
     text = _text(value)
     if text and not re.fullmatch(_SHA256, text):
         raise Invalid("must be empty or 64 hex characters (a sha256 digest)")
     return text.lower()
 
 
-def _version(value: object) -> str:
+def version(value: object) -> str:
     text = _text(value, limit=128)
     if not re.fullmatch(_VERSION, text):
         raise Invalid("must be a release tag such as v1.2.0 (the leading 'v' is optional)")
     return text if text.startswith("v") else f"v{text}"
 
 
-def _plain_text(value: object) -> str:
+def plain_text(value: object) -> str:
     return _text(value)
 
 
-def _flags(value: object) -> str:
+def flags(value: object) -> str:
     return _text(value, limit=MAX_FLAGS_CHARS, whitespace=True)
 
 
@@ -346,7 +348,7 @@ def _refuse_credentials(value: object, what: str, hint: str, *, elsewhere: str) 
     raise Invalid(refused)
 
 
-def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], str]:
+def url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], str]:
     def check(value: object) -> str:
         _refuse_credentials(value, "URL", credentials_hint, elsewhere="an '@' in the path (write it %40)")
         text = _text(value)
@@ -376,7 +378,7 @@ def _url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], 
 _DIGEST_AT = "a digest not written as @sha256:<64 lowercase hex characters> at the end"
 
 
-def _oci_reference(value: object) -> str:
+def oci_reference(value: object) -> str:
     """An OCI push/pull target without a scheme: ``host[:port]/path[:tag|@digest]``."""
     _refuse_credentials(
         value,
@@ -400,7 +402,7 @@ def _oci_reference(value: object) -> str:
     return text
 
 
-def _pack_reference(value: object) -> str:
+def pack_reference(value: object) -> str:
     _refuse_credentials(
         value,
         "reference",
@@ -418,68 +420,71 @@ def _pack_reference(value: object) -> str:
     return text
 
 
-def _boolean(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
-        return value.lower() in _TRUE
-    raise Invalid("allowed: true or false")
+class ItemRefused(Invalid):
+    """pydantic's error about one item of a list (``kind`` and ``context``: its ``type`` and
+    ``ctx``), raised on the whole list so a message shows the list as given."""
+
+    def __init__(self, kind: str, context: dict[str, Any], item: int | None) -> None:
+        super().__init__(kind, item=item)
+        self.kind = kind
+        self.context = context
 
 
-def _integer(low: int, high: int) -> Callable[[object], int]:
-    allowed = f"allowed: a whole number from {low} to {high}"
+class OutOfRange(Invalid):
+    """A number outside its field's bounds (``Field(ge=, le=)``), or no number: the reason,
+    what the field allows, is worded from those bounds (``settings.problems``).
+    ``syntax``: the text is no plain decimal number."""
 
-    def check(value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise Invalid(allowed)
-        if isinstance(value, str):
-            if not re.fullmatch(_INTEGER, value):
-                raise Invalid(allowed)
-            value = int(value)
-        if not low <= value <= high:
-            raise Invalid(allowed)
-        return value
-
-    return check
+    def __init__(self, *, syntax: bool = False) -> None:
+        super().__init__("not a number in the allowed range")
+        self.syntax = syntax
 
 
-def _seconds(high: float, *, zero: bool = False) -> Callable[[object], float]:
-    """A finite number of seconds from MIN_SECONDS to ``high`` (``zero``: or 0)."""
-    allowed = f"allowed: {'0 or ' if zero else ''}a number of seconds from {MIN_SECONDS:g} to {high:g}"
-
-    def check(value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise Invalid(allowed)
-        if isinstance(value, str):
-            if not re.fullmatch(_NUMBER, value):
-                raise Invalid(f"{allowed} (a plain decimal number; not nan, inf or a unit)")
-            value = float(value)
-        number = float(value)
-        if not math.isfinite(number) or not (MIN_SECONDS <= number <= high or (zero and number == 0)):
-            raise Invalid(allowed)
-        return number
-
-    return check
+def whole_number(value: object) -> int:
+    """A whole number, or its plain decimal text: not ``' 5'``, ``'1_000'`` or ``'5.0'``,
+    which pydantic's own parsing reads. Its bounds are its field's."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise OutOfRange
+    if isinstance(value, str):
+        if not re.fullmatch(_INTEGER, value):
+            raise OutOfRange
+        return int(value)
+    return value
 
 
-def _choice(enum: type[_E]) -> Callable[[object], _E]:
-    options = [str(member.value) for member in enum]
-    allowed = "allowed: " + (", ".join(repr(o) for o in options[:-1]) + f" or {options[-1]!r}")
-
-    def check(value: object) -> _E:
-        if isinstance(value, enum):
-            return value
-        try:
-            return enum(_text(value, limit=64))
-        except ValueError:
-            raise Invalid(allowed) from None
-
-    return check
+def decimal_seconds(value: object) -> float:
+    """A number of seconds, or its plain decimal text (not nan, inf or a unit). Its bounds
+    are its field's; nan and inf from code fail them."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise OutOfRange
+    if isinstance(value, str):
+        if not re.fullmatch(_NUMBER, value):
+            raise OutOfRange(syntax=True)
+        return float(value)
+    return float(value)
 
 
-def _arch(value: object) -> Arch:
-    # The chart renders "" by default: the node's architecture, detected here.
-    return _host_arch() if value == "" else _choice(Arch)(value)
+def zero_or_measurable(value: float) -> float:
+    """After ``Field(ge=0)``: 0 (off) or at least MIN_SECONDS (smaller is a typo)."""
+    if 0 < value < MIN_SECONDS:
+        raise OutOfRange
+    return value
+
+
+def allowed_numbers(kind: object, low: float | None, high: float | None, *, syntax: bool = False) -> str:
+    """What a number field allows, from its type and bounds: a whole number from ``low`` to
+    ``high``, or seconds (``low`` 0: or 0, else from MIN_SECONDS)."""
+    if kind is int:
+        return f"allowed: a whole number from {low} to {high}"
+    zero = "0 or " if low == 0 else ""
+    allowed = f"allowed: {zero}a number of seconds from {MIN_SECONDS:g} to {high:g}"
+    return f"{allowed} (a plain decimal number; not nan, inf or a unit)" if syntax else allowed
+
+
+def arch(value: object) -> object:
+    # The chart renders "" by default: the node's architecture, detected here; another value
+    # is pydantic's to check against the enum.
+    return host_arch() if value == "" else value
 
 
 _LIST_EXAMPLE = 'list values are JSON arrays, e.g. \'["--nodes", "4"]\''
@@ -513,7 +518,7 @@ def _json_array(text: str) -> Any:
     return value
 
 
-def _json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
+def json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
     """A JSON array (from the environment) or a list, of at most MAX_LIST_ITEMS
     strings; each item passes ``item``."""
 
@@ -540,7 +545,7 @@ def _json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
     return check
 
 
-def _argument(value: object) -> str:
+def argument(value: object) -> str:
     """One argv entry, verbatim: any character but NUL (no argv can carry one),
     and UTF-8."""
     if not isinstance(value, str):
@@ -552,8 +557,8 @@ def _argument(value: object) -> str:
     return value
 
 
-def _issuer(value: object) -> str:
-    return _url(("https",), "an OIDC issuer needs none")(value)
+def issuer(value: object) -> str:
+    return url(("https",), "an OIDC issuer needs none")(value)
 
 
 #: A snapshot agent's ``--node-selector`` (``key=value``, aicr's own form).
@@ -565,18 +570,18 @@ _TOLERATION = (
 )
 
 
-def _snapshot_image(value: object) -> str:
+def snapshot_image(value: object) -> str:
     return _pattern(
         r"[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128})?(@sha256:[0-9a-f]{64})?",
         "an image reference like ghcr.io/nvidia/aicr:v0.11.1 (registry/path[:tag][@sha256:digest])",
     )(value)
 
 
-def _node_selector(value: object) -> str:
+def node_selector(value: object) -> str:
     return _whole(value, _NODE_SELECTOR, "a node selector key=value (a label key and a label value)", limit=316)
 
 
-def _toleration(value: object) -> str:
+def toleration(value: object) -> str:
     allowed = "a toleration key=value:Effect or key:Effect (Effect: NoSchedule, PreferNoSchedule or NoExecute)"
     return _whole(value, _TOLERATION, allowed, limit=340)
 
@@ -589,6 +594,6 @@ def _whole(value: object, regex: str, allowed: str, *, limit: int) -> str:
     return text
 
 
-def _host_arch() -> Arch:
+def host_arch() -> Arch:
     machine = os.uname().machine.lower()  # what platform.machine() returns, without importing it
     return Arch.ARM64 if machine in ("arm64", "aarch64") else Arch.AMD64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from aicr_runner.settings.checks import Invalid, _host, _port, _refuse_credentials, _text, _url
+from aicr_runner.settings.checks import Invalid, _host, _port, _refuse_credentials, _text, url
 
 __all__ = ["mirror_chart_repository", "mirror_registry"]
 
@@ -34,4 +34,4 @@ def mirror_chart_repository(value: object) -> str:
     """An ``http(s)://`` chart repository, or empty."""
     if isinstance(value, str) and not value:
         return value
-    return _url(("http", "https"), _HINT)(value)
+    return url(("http", "https"), _HINT)(value)

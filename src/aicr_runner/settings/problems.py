@@ -12,14 +12,24 @@ never its input echo or documentation link.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
 from aicr_runner.masking import mask_userinfo
-from aicr_runner.settings.checks import ENV_PREFIX, Invalid, escaped, problem_line
+from aicr_runner.settings.checks import (
+    ENV_PREFIX,
+    Invalid,
+    ItemRefused,
+    OutOfRange,
+    allowed_numbers,
+    escaped,
+    problem_line,
+)
 
-__all__ = ["settings_error_lines", "validation_error_lines", "variable"]
+__all__ = ["rule_violations", "settings_error_lines", "validation_error_lines", "variable"]
 
 
 def variable(loc: tuple[int | str, ...]) -> str:
@@ -28,13 +38,57 @@ def variable(loc: tuple[int | str, ...]) -> str:
     return ENV_PREFIX + "__".join(str(part).upper() for part in loc if isinstance(part, str))
 
 
-def _reason(error: Mapping[str, object]) -> Invalid:
+#: pydantic's error types for a number outside a field's ``Field(ge=, le=)``.
+_BOUNDS = frozenset({"greater_than_equal", "less_than_equal", "greater_than", "less_than"})
+#: pydantic's error types for a boolean it cannot read (its strings are ours: true/false, 1/0,
+#: yes/no, on/off, t/f, y/n, in any case).
+_BOOLEAN = frozenset({"bool_parsing", "bool_type"})
+
+
+def _field(loc: tuple[int | str, ...]) -> FieldInfo | None:
+    """The settings field at ``loc`` (list indexes skipped)."""
+    from aicr_runner.settings.model import RunnerSettings
+
+    model: type[BaseModel] | None = RunnerSettings
+    field = None
+    for part in (part for part in loc if isinstance(part, str)):
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            return None
+        kind = field.annotation
+        model = kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+    return field
+
+
+def _allowed_numbers(loc: tuple[int | str, ...], *, syntax: bool) -> str:
+    field = _field(loc)
+    if field is None:
+        return "not a number in the allowed range"
+    low = next((bound.ge for bound in field.metadata if hasattr(bound, "ge")), None)
+    high = next((bound.le for bound in field.metadata if hasattr(bound, "le")), None)
+    return allowed_numbers(field.annotation, low, high, syntax=syntax)
+
+
+def _reason(error: Mapping[str, Any]) -> Invalid:
+    """What a field allows, for one of pydantic's errors: its check's reason, or pydantic's
+    error ``type`` and ``ctx`` worded as the checks word them (the one place they are)."""
+    loc = tuple(error.get("loc", ()))
     found = error.get("ctx")
-    cause = found.get("error") if isinstance(found, Mapping) else None
+    context: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    cause = context.get("error")
+    item = next((part for part in reversed(loc) if isinstance(part, int)), None)
+    kind = error.get("type")
+    if isinstance(cause, OutOfRange) or kind in _BOUNDS:
+        syntax = isinstance(cause, OutOfRange) and cause.syntax
+        return Invalid(_allowed_numbers(loc, syntax=syntax), item=item)
+    if isinstance(cause, ItemRefused):
+        return _reason({"type": cause.kind, "ctx": cause.context, "loc": (*loc, cause.item)})
     if isinstance(cause, Invalid):
         return cause
-    loc = error.get("loc")
-    item = next((part for part in reversed(loc) if isinstance(part, int)), None) if isinstance(loc, tuple) else None
+    if kind == "enum":
+        return Invalid(f"allowed: {context.get('expected')}", item=item)
+    if kind in _BOOLEAN:
+        return Invalid("allowed: true or false", item=item)
     return Invalid(str(error.get("msg", "not a valid value")), item=item)
 
 
@@ -48,6 +102,17 @@ def validation_error_lines(error: ValidationError, given: Mapping[str, str]) -> 
         raw = given.get(name, found.get("input"))
         lines.append((name, problem_line(name, raw, _reason(found))))
     return lines
+
+
+def rule_violations(error: ValidationError) -> list[str] | None:
+    """The lines of the rules between settings a valid set of them breaks
+    (``settings.rules.RuleViolations``), or None when ``error`` is about the values."""
+    from aicr_runner.settings.rules import RuleViolations
+
+    found = error.errors(include_url=False)
+    context = found[0].get("ctx") if len(found) == 1 else None
+    cause = context.get("error") if isinstance(context, Mapping) else None
+    return list(cause.lines) if isinstance(cause, RuleViolations) else None
 
 
 def settings_error_lines(error: SettingsError) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ values.yaml to one of the two lists, so a new chart value must be classified.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,72 +21,7 @@ from typing import Any
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings.config import ENV_PREFIX
 
-__all__ = ["CLUSTER_ONLY_VALUES", "VALUE_TO_ENV", "env_from_values", "load_values_file"]
-
-#: chart value path -> runtime variable (without the prefix)
-VALUE_TO_ENV: dict[str, str] = {
-    "service": "CRITERIA__SERVICE",
-    "accelerator": "CRITERIA__ACCELERATOR",
-    "intent": "CRITERIA__INTENT",
-    "os": "CRITERIA__OS",
-    "platform": "CRITERIA__PLATFORM",
-    "dataPack": "PACK__REF",
-    "dataPackPlainHTTP": "PACK__PLAIN_HTTP",
-    "dataPackInsecureTLS": "PACK__INSECURE_TLS",
-    "dataPackPullBudgetSeconds": "PACK__PULL_BUDGET_SECONDS",
-    "aicrVersion": "AICR__VERSION",
-    "aicrArch": "AICR__ARCH",
-    "aicrSha256.amd64": "AICR__SHA256__AMD64",
-    "aicrSha256.arm64": "AICR__SHA256__ARM64",
-    "aicrReleaseBaseUrl": "AICR__RELEASE_BASE_URL",
-    "aicrBinary.path": "AICR__BINARY",
-    "aicrBinary.sha256": "AICR__BINARY_SHA256",
-    "aicrDownload.attempts": "AICR__DOWNLOAD_ATTEMPTS",
-    "aicrDownload.timeoutSeconds": "AICR__DOWNLOAD_TIMEOUT_SECONDS",
-    "aicrDownload.budgetSeconds": "AICR__DOWNLOAD_BUDGET_SECONDS",
-    "aicrProvenance.mode": "AICR__PROVENANCE__MODE",
-    "aicrProvenance.identity": "AICR__PROVENANCE__IDENTITY",
-    "aicrProvenance.issuer": "AICR__PROVENANCE__ISSUER",
-    "aicrProvenance.trustedRoot": "AICR__PROVENANCE__TRUSTED_ROOT",
-    "recipeFlags": "RECIPE__FLAGS",
-    "recipeArgs": "RECIPE__ARGS",
-    "recipeConfigMap": "RECIPE__CONFIGMAP",
-    "recipe.expect.minComponents": "RECIPE__EXPECT__MIN_COMPONENTS",
-    "recipe.expect.components": "RECIPE__EXPECT__COMPONENTS",
-    "recipe.expect.overlays": "RECIPE__EXPECT__OVERLAYS",
-    "bundleFlags": "BUNDLE__FLAGS",
-    "bundleArgs": "BUNDLE__ARGS",
-    "storageClass": "BUNDLE__STORAGE_CLASS",
-    "deploy.enabled": "DEPLOY__ENABLED",
-    "deployFlags": "DEPLOY__FLAGS",
-    "deployArgs": "DEPLOY__ARGS",
-    "deploy.failOnComponentFailure": "DEPLOY__FAIL_ON_COMPONENT_FAILURE",
-    "environment.preinstalledDriver": "ENVIRONMENT__PREINSTALLED_DRIVER",
-    "validate.enabled": "VALIDATE__ENABLED",
-    "validate.phases": "VALIDATE__PHASES",
-    "validate.failOnError": "VALIDATE__FAIL_ON_ERROR",
-    "validate.emitEvidence": "VALIDATE__EMIT_EVIDENCE",
-    "validate.resultConfigMap": "VALIDATE__RESULT_CONFIGMAP",
-    "validate.historyLimit": "VALIDATE__HISTORY_LIMIT",
-    "validate.evidenceConfigMap": "VALIDATE__EVIDENCE_CONFIGMAP",
-    "validateFlags": "VALIDATE__FLAGS",
-    "validateArgs": "VALIDATE__ARGS",
-    "validate.publish.enabled": "VALIDATE__PUBLISH__ENABLED",
-    "validate.publish.mode": "VALIDATE__PUBLISH__MODE",
-    "validate.publish.ref": "VALIDATE__PUBLISH__REF",
-    "validate.publish.failOnError": "VALIDATE__PUBLISH__FAIL_ON_ERROR",
-    "validate.publish.insecureTLS": "VALIDATE__PUBLISH__INSECURE_TLS",
-    "validate.publish.plainHTTP": "VALIDATE__PUBLISH__PLAIN_HTTP",
-    "mirror.registry": "MIRROR__REGISTRY",
-    "mirror.chartRepository": "MIRROR__CHART_REPOSITORY",
-    "upgradeCheck.acknowledge": "UPGRADE_CHECK__ACKNOWLEDGE",
-    "upgradeCheck.onUnknown": "UPGRADE_CHECK__ON_UNKNOWN",
-    "upgradeCheck.requireAssessment": "UPGRADE_CHECK__REQUIRE_ASSESSMENT",
-    "statusConfigMap": "STATUS_CONFIGMAP",
-    "logFormat": "LOG_FORMAT",
-    "kubeWriteBudgetSeconds": "KUBE_WRITE_BUDGET_SECONDS",
-}
-
+__all__ = ["CLUSTER_ONLY_VALUES", "env_from_values", "load_values_file", "value_to_env"]
 
 #: Chart values (a key and everything under it) that mean something only in a
 #: cluster; ``plan --values`` accepts and ignores them.
@@ -110,6 +46,27 @@ CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
         "validate.publish.registrySecret",
     }
 )
+
+
+def _cluster_only(path: str) -> bool:
+    return any(path == key or path.startswith(key + ".") for key in CLUSTER_ONLY_VALUES)
+
+
+@functools.cache
+def value_to_env() -> dict[str, str]:
+    """Chart value path -> runtime variable (without the prefix), from each setting's
+    ``chart=`` (``settings.groups.setting``), but the cluster-only ones."""
+    from aicr_runner.settings.model import chart_facts, leaves
+
+    found = ((chart_facts(field).get("chart"), name) for name, field in leaves())
+    return {path: name for path, name in found if path and not _cluster_only(path)}
+
+
+def __getattr__(name: str) -> Any:
+    """``VALUE_TO_ENV``: ``value_to_env()``, read from the settings model (with pydantic) when first asked for."""
+    if name == "VALUE_TO_ENV":
+        return value_to_env()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _lookup(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
@@ -146,7 +103,7 @@ def _as_env(value: Any) -> str:
 def env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
     """The ``AICR_RUNNER_*`` variables for the keys ``values`` sets."""
     env: dict[str, str] = {}
-    for dotted, name in VALUE_TO_ENV.items():
+    for dotted, name in value_to_env().items():
         present, value = _lookup(values, dotted)
         if present:
             env[ENV_PREFIX + name] = _as_env([_move(v) for v in value] if name.endswith("ACKNOWLEDGE") else value)

@@ -3,10 +3,12 @@
 ``helm install`` refuses a values file that does not meet the chart's schema
 (a typo such as ``accelerater``, a string where an object goes); ``plan --values``
 must refuse the same file with the same words, without a chart: the image has
-none. ``data/values.schema.json`` is a copy of ``chart/values.schema.json`` (a
-test keeps them identical), and this module validates against it the subset of
-JSON Schema 2020-12 the chart uses, wording each problem the way Helm's validator
-(santhosh-tekuri/jsonschema v6) does:
+none. ``data/values.schema.json`` is a copy of ``chart/values.schema.json``
+(``scripts/gen-settings.py`` writes it; a test keeps them identical). The
+``jsonschema`` library validates against it (the validator of the draft the schema
+declares, with Go's meaning of ``$`` in a pattern), and this module words each of its
+errors (its keyword, path and value) the way Helm's validator
+(santhosh-tekuri/jsonschema v6) does, grouped and ordered as Helm groups them:
 
     - at '/accelerator': value must be one of '', 'h100', ...
     - at '/validate': validation failed
@@ -17,17 +19,18 @@ only ``got object``), and a value or key that may be a URL or registry
 reference is shown with its user and password masked (``masking``; Helm quotes
 it whole). Helm prints the problems in a random order; here they come in
 document order.
-A keyword this module does not know is refused by a test, not skipped silently.
-
-Only the standard library here: this runs before the heavy imports.
+A keyword this module does not word is refused by a test, not skipped silently.
+``jsonschema`` is imported on the first check, never by a command that reads no
+values file.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -39,28 +42,26 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "values.schema.j
 
 #: Keywords that only annotate (never refuse a value).
 ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated"})
-#: Keywords that refuse values; every one is implemented below.
-ASSERTIONS = frozenset(
-    {
-        "type",
-        "enum",
-        "const",
-        "pattern",
-        "minLength",
-        "maxLength",
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-        "properties",
-        "additionalProperties",
-        "required",
-        "items",
-        "minItems",
-        "maxItems",
-    }
+#: Keywords whose refusals are worded here, in the order Helm lists them at one place.
+WORDED = (
+    "type",
+    "const",
+    "enum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minItems",
+    "maxItems",
+    "required",
+    "additionalProperties",
 )
-KEYWORDS = ANNOTATIONS | ASSERTIONS
+#: Keywords that refuse through the values they hold (their problems are their children's).
+APPLICATORS = frozenset({"properties", "additionalProperties", "items"})
+KEYWORDS = ANNOTATIONS | APPLICATORS | frozenset(WORDED)
 #: JSON types in the order the validator names them ("want null or array").
 _TYPE_ORDER = ("null", "boolean", "number", "integer", "string", "array", "object")
 #: Longest value quoted in a message (Helm quotes it whole; a plan bounds what it prints).
@@ -136,13 +137,6 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "array"
     return "object"
-
-
-def _is_type(value: Any, name: str) -> bool:
-    kind = _json_type(value)
-    if name == "integer":
-        return kind == "number" and (isinstance(value, int) or float(value).is_integer())
-    return kind == name
 
 
 def _number(value: float) -> str:
@@ -226,88 +220,117 @@ def _matches(pattern: str, text: str) -> bool:
     return regex.search(text) is not None
 
 
-#: Number bounds: keyword, and when it refuses (value, bound).
-_BOUNDS: tuple[tuple[str, Callable[[float, float], bool]], ...] = (
-    ("minimum", lambda v, b: v < b),
-    ("maximum", lambda v, b: v > b),
-    ("exclusiveMinimum", lambda v, b: v <= b),
-    ("exclusiveMaximum", lambda v, b: v >= b),
-)
+def _go_pattern(validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[Any]:
+    """The ``pattern`` keyword with Go's ``$`` (Helm's validator is Go): jsonschema's own
+    uses Python's, which also matches before a final line break."""
+    from jsonschema import ValidationError
+
+    if isinstance(instance, str) and not _matches(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-def _check(schema: Mapping[str, Any], value: Any, where: str) -> list[Problem]:  # noqa: PLR0912 - one branch per keyword reads best
-    """Every problem ``schema`` finds in ``value`` at ``where``."""
-    types = schema.get("type")
-    if types is not None:
-        wanted = [types] if isinstance(types, str) else list(types)
-        if not any(_is_type(value, name) for name in wanted):
-            want = " or ".join(sorted(wanted, key=_TYPE_ORDER.index))
-            return [Problem(where, f"got {_json_type(value)} {_shown(value, where)}, want {want}")]
-    found: list[Problem] = []
-    if "const" in schema and value != schema["const"]:
-        found.append(Problem(where, f"value must be {_literal(schema['const'])}"))
-    if "enum" in schema and not any(_json_equal(value, option) for option in schema["enum"]):
-        found.append(Problem(where, "value must be one of " + ", ".join(_literal(o) for o in schema["enum"])))
-    if isinstance(value, str):
-        length = len(value)
-        if "minLength" in schema and length < schema["minLength"]:
-            found.append(Problem(where, f"minLength: got {length}, want {schema['minLength']}"))
-        if "maxLength" in schema and length > schema["maxLength"]:
-            found.append(Problem(where, f"maxLength: got {length}, want {schema['maxLength']}"))
-        if "pattern" in schema and not _matches(schema["pattern"], value):
-            found.append(Problem(where, f"{_shown(value, where)} does not match pattern {quote(schema['pattern'])}"))
-    if _json_type(value) == "number":
-        for keyword, refused in _BOUNDS:
-            if keyword in schema and refused(value, schema[keyword]):
-                found.append(Problem(where, f"{keyword}: got {_number(value)}, want {_number(schema[keyword])}"))
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            found.append(Problem(where, f"minItems: got {len(value)}, want {schema['minItems']}"))
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            found.append(Problem(where, f"maxItems: got {len(value)}, want {schema['maxItems']}"))
-        if isinstance(schema.get("items"), Mapping):
-            for index, item in enumerate(value):
-                found.extend(_one(schema["items"], item, _pointer(where, index)))
-    if isinstance(value, Mapping):
-        found.extend(_object(schema, value, where))
-    return found
+@functools.cache
+def _validator_class(draft: str) -> Any:
+    from jsonschema import validators
+
+    declared = validators.validator_for({"$schema": draft})
+    return validators.extend(declared, {"pattern": _go_pattern})
 
 
-def _object(schema: Mapping[str, Any], value: Mapping[str, Any], where: str) -> list[Problem]:
-    found: list[Problem] = []
-    missing = [name for name in schema.get("required", ()) if name not in value]
+def _errors(schema: Mapping[str, Any], values: Any) -> list[Any]:
+    """jsonschema's errors for ``values``, by the validator of the draft ``schema`` declares."""
+    return list(_validator_class(str(schema.get("$schema", "")))(schema).iter_errors(values))
+
+
+@dataclass
+class _Node:
+    """The errors at one place of the values, and the places under it."""
+
+    errors: list[Any] = field(default_factory=list)
+    children: dict[str | int, _Node] = field(default_factory=dict)
+
+
+def _tree(errors: list[Any]) -> _Node:
+    root = _Node()
+    for error in errors:
+        node = root
+        for key in error.absolute_path:
+            node = node.children.setdefault(key, _Node())
+        node.errors.append(error)
+    return root
+
+
+def _worded(error: Any, value: Any, where: str) -> str:  # noqa: PLR0911 - one wording per keyword
+    """One error as Helm words it."""
+    keyword, bound = error.validator, error.validator_value
+    if keyword == "type":
+        wanted = [bound] if isinstance(bound, str) else list(bound)
+        want = " or ".join(sorted(wanted, key=_TYPE_ORDER.index))
+        return f"got {_json_type(value)} {_shown(value, where)}, want {want}"
+    if keyword == "const":
+        return f"value must be {_literal(bound)}"
+    if keyword == "enum":
+        return "value must be one of " + ", ".join(_literal(option) for option in bound)
+    if keyword in ("minLength", "maxLength"):
+        return f"{keyword}: got {len(value)}, want {bound}"
+    if keyword == "pattern":
+        return f"{_shown(value, where)} does not match pattern {quote(bound)}"
+    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{keyword}: got {_number(value)}, want {_number(bound)}"
+    if keyword in ("minItems", "maxItems"):
+        return f"{keyword}: got {len(value)}, want {bound}"
+    return str(error.message)
+
+
+def _own(node: _Node, value: Any, where: str) -> tuple[list[Problem], list[Problem]]:
+    """The problems of the keywords at one place: before its children's, and after them
+    (the additional properties, named in the order of the values)."""
+    errors = sorted(node.errors, key=lambda e: WORDED.index(e.validator) if e.validator in WORDED else len(WORDED))
+    if any(error.validator == "type" for error in errors):
+        return [Problem(where, _worded(errors[0], value, where))], []
+    before: list[Problem] = []
+    after: list[Problem] = []
+    missing = [name for e in errors if e.validator == "required" for name in e.validator_value if name not in value]
+    for error in errors:
+        if error.validator == "required":
+            continue
+        if error.validator == "additionalProperties":
+            after.append(Problem(where, _additional(error.schema, value, where)))
+        else:
+            before.append(Problem(where, _worded(error, value, where)))
     if missing:
-        noun = "property" if len(missing) == 1 else "properties"
-        found.append(Problem(where, f"missing {noun} " + ", ".join(quote(m) for m in missing)))
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    extra = schema.get("additionalProperties", True)
-    refused: list[str] = []
-    for key, item in value.items():
-        if key in properties:
-            found.extend(_one(properties[key], item, _pointer(where, key)))
-        elif extra is False:
-            refused.append(key)
-        elif isinstance(extra, Mapping):
-            found.extend(_one(extra, item, _pointer(where, key)))
-    if refused:
-        names = ", ".join(_shown(name, _pointer(where, name)) for name in refused[:20])
-        more = f" (and {len(refused) - 20} more)" if len(refused) > 20 else ""
-        found.append(Problem(where, f"additional properties {names}{more} not allowed"))
-    return found
+        noun = "property" if len(dict.fromkeys(missing)) == 1 else "properties"
+        before.append(Problem(where, f"missing {noun} " + ", ".join(quote(m) for m in dict.fromkeys(missing))))
+    return before, after
 
 
-def _one(schema: Mapping[str, Any], value: Any, where: str) -> list[Problem]:
-    """A subschema's problems as the validator reports them: one, or a group."""
-    found = _check(schema, value, where)
+def _additional(schema: Mapping[str, Any], value: Mapping[str, Any], where: str) -> str:
+    refused = [key for key in value if key not in schema.get("properties", {})]
+    names = ", ".join(_shown(name, _pointer(where, name)) for name in refused[:20])
+    more = f" (and {len(refused) - 20} more)" if len(refused) > 20 else ""
+    return f"additional properties {names}{more} not allowed"
+
+
+def _problems(node: _Node, value: Any, where: str) -> list[Problem]:
+    """Every problem at ``where`` and under it: its keywords', then its children's in the
+    order of the values (each child's as one group when it has several)."""
+    before, after = _own(node, value, where)
+    if any(error.validator == "type" for error in node.errors):
+        return before  # nothing else is said of a value of the wrong type
+    keys = range(len(value)) if isinstance(value, list) else list(value) if isinstance(value, Mapping) else []
+    children: list[Problem] = []
+    for key in keys:
+        if key in node.children:
+            children.extend(_one(node.children[key], value[key], _pointer(where, key)))
+    return before + children + after
+
+
+def _one(node: _Node, value: Any, where: str) -> list[Problem]:
+    """A place's problems as the validator reports them: one, or a group."""
+    found = _problems(node, value, where)
     if len(found) > 1:
         return [Problem(where, "validation failed", found)]
     return found
-
-
-def _json_equal(left: Any, right: Any) -> bool:
-    if isinstance(left, bool) or isinstance(right, bool):
-        return left is right
-    return bool(left == right)
 
 
 def normalised(value: Any) -> Any:
@@ -345,7 +368,8 @@ def without_nulls(value: Any) -> Any:
 def problems(values: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> list[Problem]:
     """What the chart's schema refuses in ``values`` (a user's values file, parsed)."""
     schema = load_schema() if schema is None else schema
-    found = _check(schema, without_nulls(normalised(values)), "")
+    document = without_nulls(normalised(values))
+    found = _problems(_tree(_errors(schema, document)), document, "")
     # Helm lists the causes of the one failing group, not the group itself.
     while len(found) == 1 and found[0].causes:
         found = found[0].causes

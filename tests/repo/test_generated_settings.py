@@ -1,0 +1,75 @@
+"""Every file generated from the settings model is current (scripts/gen-settings.py --check):
+the environment table, the values table, the chart's env map (chart/templates/_env.tpl),
+the settings' bounds and choices in the chart's schema, and the runtime's copy of it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aicr_runner.settings.model import chart_facts, leaves
+from tests.chart.helm import load_script
+
+ROOT = Path(__file__).resolve().parents[2]
+gen = load_script("gen-settings")
+
+
+def test_every_generated_settings_file_is_current() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen-settings.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("target", ["ENV_MAP", "SCHEMA_COPY"])
+def test_a_stale_generated_file_fails_the_check_and_is_left_alone(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stale = tmp_path / "stale"
+    stale.write_text("edited by hand\n")
+    monkeypatch.setattr(gen, target, stale)
+    monkeypatch.setattr(sys, "argv", ["gen-settings.py", "--check"])
+    assert gen.main() == 1
+    assert "stale" in capsys.readouterr().err
+    assert stale.read_text() == "edited by hand\n"
+
+
+def test_the_env_map_renders_each_setting_from_its_chart_value_by_its_type() -> None:
+    lines = gen.env_map().splitlines()
+    assert "AICR_RUNNER_CRITERIA__SERVICE: {{ toString $v.service | quote }}" in lines
+    assert 'AICR_RUNNER_DEPLOY__ENABLED: {{ include "nvidia-aicr.bool" $v.deploy.enabled | quote }}' in lines
+    assert "AICR_RUNNER_SNAPSHOT__TIMEOUT_SECONDS: {{ int64 $v.snapshot.timeoutSeconds | toString | quote }}" in lines
+    assert "AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipeArgs) | quote }}" in lines
+    assert "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS: {{ $v.kubeWriteBudgetSeconds | toString | quote }}" in lines
+
+
+def test_the_schema_takes_each_settings_bounds_and_choices_from_the_model() -> None:
+    properties = json.loads(gen.schema())["properties"]
+    assert properties["aicrDownload"]["properties"]["attempts"] | {"description": ""} == {
+        "type": "integer",
+        "description": "",
+        "minimum": 1,
+        "maximum": 20,
+    }
+    assert properties["recipe"]["properties"]["expect"]["properties"]["minComponents"]["maximum"] == 100_000
+    assert properties["aicrDownload"]["properties"]["budgetSeconds"]["maximum"] == 7200
+    assert properties["logFormat"]["enum"] == ["console", "json"]
+    # "" is the node's architecture: the setting takes it, so the schema does.
+    assert properties["aicrArch"]["enum"] == ["", "amd64", "arm64"]
+    assert properties["upgradeCheck"]["properties"]["requireAssessment"]["type"] == "boolean"
+
+
+def test_every_setting_has_a_description_and_every_rendered_one_a_source() -> None:
+    for name, field in leaves():
+        assert field.description, name
+        facts = chart_facts(field)
+        if "into" in facts:
+            assert facts["into"] in ("pod", "configmap"), name
+            assert "chart" in facts or "render" in facts, name
