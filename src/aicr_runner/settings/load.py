@@ -22,8 +22,8 @@ from pydantic_settings.sources.utils import parse_env_vars
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings.checks import ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode, escaped
 from aicr_runner.settings.criteria_catalog import release_numbers, version_guards
-from aicr_runner.settings.model import RunnerSettings
 from aicr_runner.settings.problems import settings_error_lines, validation_error_lines
+from aicr_runner.settings.runner import RunnerSettings
 
 __all__ = ["env_var_names", "load"]
 

@@ -1113,14 +1113,17 @@ def test_a_blob_redirect_loop_ends_at_the_redirect_limit_without_retries(tmp_pat
     assert served.connections <= MAX_PARALLEL_FETCHES, "each hop on a kept connection"
 
 
-def test_the_pull_imports_one_http_stack() -> None:
-    """The pull is httpx only: neither oras-py nor requests (nor oras-py's jsonschema) is loaded."""
+def test_the_pull_imports_one_http_stack_and_no_settings_root() -> None:
+    """The pull is httpx only (neither oras-py nor requests, nor oras-py's jsonschema), and
+    its settings group comes without pydantic-settings (the settings root's library)."""
     import subprocess
     import sys
 
     probe = (
-        "import sys; import aicr_runner.pack.pull; "
-        "print(sorted(m for m in ('httpx', 'oras', 'requests', 'jsonschema', 'urllib3') if m in sys.modules))"
+        "import sys; from aicr_runner.settings.config import PackSettings; import aicr_runner.pack.pull; "
+        "PackSettings(ref='registry.example.test/acme/pack:1.0'); "
+        "print(sorted(m for m in ('httpx', 'oras', 'requests', 'jsonschema', 'urllib3', 'pydantic_settings') "
+        "if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['httpx']", result.stderr
