@@ -103,7 +103,7 @@ class RegistryAuth(httpx.Auth):
         if url.scheme not in ("http", "https") or not url.host:
             raise AuthFlowError(f"the token realm {realm!r} is not an http(s) URL")
         query = {name: parameters[name] for name in ("service", "scope") if parameters.get(name)}
-        headers = {}
+        headers = {"Accept-Encoding": "identity"}  # read as sent: bounded by its length
         if self._basic and (url.scheme == "https" or self._origin.scheme == "http"):
             headers["Authorization"] = f"Basic {self._basic}"
         token_request = httpx.Request(

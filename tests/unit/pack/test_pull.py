@@ -1225,3 +1225,71 @@ def test_one_tampered_blob_among_parallel_fetches_fails_the_pull(tmp_path: Path)
         pull(tmp_path, registry)
 
     assert_nothing_published(tmp_path)
+
+
+# --- the challenge flow against answers the in-process registry never gives --------------------
+
+
+def scripted_client(tmp_path: Path, answer: Any) -> tuple[RegistryClient, list[httpx.Request]]:
+    """A RegistryClient for https://registry.example.test with alice's credential, on ``answer``."""
+    sent: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        response: httpx.Response = answer(request)
+        return response
+
+    config = write_config(tmp_path / "config.json", {HOST: {"auth": b64("alice:s3cret-pass")}})
+    settings = PackSettings(ref=REF, credentials_file=str(config))
+    client = httpx.Client(transport=httpx.MockTransport(record), follow_redirects=True)
+    return RegistryClient(settings, client=client, sleep=Sleeps()), sent
+
+
+def test_a_challenge_of_unannounced_length_is_not_read(tmp_path: Path) -> None:
+    """httpx reads a challenge's body before sending the request again: one that does
+    not announce a small length is refused instead of read into memory."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, headers={"WWW-Authenticate": 'Basic realm="x"'}, content=iter([b"x" * 10]))
+
+    registry, sent = scripted_client(tmp_path, answer)
+    with pytest.raises(PackError, match="challenge's body is not announced as at most 65536 bytes") as caught:
+        registry.get_manifest(REF)
+    assert len(sent) == 1, "not sent again"
+    assert "s3cret-pass" not in str(caught.value)
+
+
+@pytest.mark.parametrize("realm", ["ftp://auth.example.test/token", "/token", ""])
+def test_a_token_realm_that_is_no_http_url_is_refused(tmp_path: Path, realm: str) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, headers={"WWW-Authenticate": f'Bearer realm="{realm}",service="s"'}, content=b"{}")
+
+    registry, sent = scripted_client(tmp_path, answer)
+    with pytest.raises(PackError, match="is not an http"):
+        registry.get_manifest(REF)
+    assert [str(request.url) for request in sent] == ["https://registry.example.test/v2/acme/pack/manifests/1.0"]
+
+
+def test_the_credential_goes_to_an_https_realm_only_and_the_token_is_redacted(tmp_path: Path) -> None:
+    """A registry on https naming a realm on plain http gets an anonymous token request;
+    the token the realm hands out is redacted wherever it would be shown."""
+    realm = "http://auth.example.test/token"
+    token = "tok-" + "z" * 40
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "auth.example.test":
+            return httpx.Response(200, content=iter([json.dumps({"token": token}).encode()]))
+        if request.headers.get("Authorization") == f"Bearer {token}":
+            return httpx.Response(404, content=iter([b'{"errors": [{"code": "MANIFEST_UNKNOWN"}]}']))
+        challenge = f'Bearer realm="{realm}",service="registry",scope="repository:acme/pack:pull"'
+        return httpx.Response(401, headers={"WWW-Authenticate": challenge}, content=b"{}")
+
+    registry, sent = scripted_client(tmp_path, answer)
+    with pytest.raises(PackNotFoundError, match="MANIFEST_UNKNOWN"):
+        registry.get_manifest(REF)
+
+    token_requests = [request for request in sent if request.url.host == "auth.example.test"]
+    assert len(token_requests) == 1
+    assert "Authorization" not in token_requests[0].headers
+    assert dict(token_requests[0].url.params) == {"service": "registry", "scope": "repository:acme/pack:pull"}
+    assert redact(f"Bearer {token}") != f"Bearer {token}"
