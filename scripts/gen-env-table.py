@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the environment table of docs/configuration.md from the runtime's settings model.
 
-Each row is one field of `aicr_runner.settings.model.RunnerSettings`: its variable, its
+Each row is one field of `aicr_runner.settings.runner.RunnerSettings`: its variable, its
 default and its description (`setting(..., doc=...)`, the one place it is written);
 `--check` fails when the page is stale (scripts/gen-settings.py runs it with the other
 generated settings files).
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from aicr_runner.settings.config import RunnerSettings
-from aicr_runner.settings.model import leaves
+from aicr_runner.settings.runner import leaves
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- env-table:start -->", "<!-- env-table:end -->"

@@ -41,7 +41,8 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from aicr_runner.settings.checks import ENV_PREFIX
-from aicr_runner.settings.model import chart_facts, leaves
+from aicr_runner.settings.model import chart_facts
+from aicr_runner.settings.runner import leaves
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_MAP = ROOT / "chart" / "templates" / "_env.tpl"

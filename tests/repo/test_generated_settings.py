@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aicr_runner.settings.model import chart_facts, leaves
+from aicr_runner.settings.model import chart_facts
+from aicr_runner.settings.runner import leaves
 from tests.chart.helm import load_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import socket
-import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +29,10 @@ from aicr_runner import logs
 from aicr_runner.aicr.binary import ATTESTATION_NAME, AicrBinary
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError
 from aicr_runner.net.archive import extract_members
-from aicr_runner.net.deadline import Cancellation, shut_down
+from aicr_runner.net.deadline import Cancellation
 from aicr_runner.net.digests import sha256_file
+from aicr_runner.net.http import client as http_client
+from aicr_runner.net.http import is_certificate_verification_failure, shut_down_response
 from aicr_runner.net.retry import (
     RETRYABLE_STATUS,
     BudgetedRetry,
@@ -49,6 +49,7 @@ __all__ = [
     "BINARY_NAME",
     "CHECKSUMS_NAME",
     "fetch_aicr",
+    "is_certificate_verification_failure",
     "release_urls",
 ]
 
@@ -210,56 +211,6 @@ def _names_file(line: str, name: str) -> bool:
 # --- the retrying downloader ----------------------------------------------------------
 
 
-def _shut_down(response: httpx.Response) -> None:
-    """Make a read blocked on ``response``'s connection return now (from another thread).
-
-    httpcore exposes the connection's socket (``deadline.shut_down`` ends the read
-    at once). A request still waiting for its status line has no response yet;
-    that wait is bounded by the download timeout, in a daemon thread.
-    """
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if isinstance(sock, socket.socket):
-        shut_down(sock)
-
-
-def is_certificate_verification_failure(exc: BaseException) -> bool:
-    """httpx reports a bad certificate as ConnectError; the exception chain says why."""
-    pending: list[BaseException] = [exc]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, ssl.SSLCertVerificationError):
-            return True
-        pending.extend(link for link in (current.__cause__, current.__context__) if link is not None)
-    return False
-
-
-class _TlsWhenNeeded(httpx.BaseTransport):
-    """httpx's default transport, with the CA bundle loaded on the first
-    ``https://`` request instead of up front (about 0.1 s): a mirror on plain
-    HTTP never pays for it. A redirect to https still gets full verification."""
-
-    def __init__(self) -> None:
-        self._plain = httpx.HTTPTransport(verify=False)  # only ever used for http:// URLs
-        self._tls: httpx.HTTPTransport | None = None
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme == "http":
-            return self._plain.handle_request(request)
-        if self._tls is None:
-            self._tls = httpx.HTTPTransport()
-        return self._tls.handle_request(request)
-
-    def close(self) -> None:
-        self._plain.close()
-        if self._tls is not None:
-            self._tls.close()
-
-
 class _Downloader:
     def __init__(
         self,
@@ -273,7 +224,7 @@ class _Downloader:
         self._settings = settings
         self._cancelled = cancelled
         self._own_client = client is None
-        self._client = client or httpx.Client(follow_redirects=True, transport=_TlsWhenNeeded())
+        self._client = client or http_client()
         self._sleep = sleep
         self._clock = clock
         self._deadline = clock() + settings.download_budget_seconds
@@ -334,7 +285,7 @@ class _Downloader:
         partial = dest.with_name(f".{dest.name}.partial")
         try:
             with self._client.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
-                forget = self._cancelled.on_cancel(lambda: _shut_down(response))
+                forget = self._cancelled.on_cancel(lambda: shut_down_response(response))
                 try:
                     self._check_status(url, response)
                     # A fresh file and hasher on every attempt: a retry starts at byte 0.

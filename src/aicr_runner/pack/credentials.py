@@ -90,6 +90,3 @@ def _entry_credential(entry: Any, host: str, path: Path) -> str:
         f"registry {host}: the entry in {path} has neither 'auth' nor 'username'/'password' "
         "(identity tokens and credential helpers are not supported)"
     )
-
-
-# --- oras-py -------------------------------------------------------------------------------

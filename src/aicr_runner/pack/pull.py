@@ -1,12 +1,11 @@
 """Pull and verify the data pack (``aicr --data``), fail closed.
 
 The registry sits behind the small ``Registry`` Protocol (manifest + blob), so the
-verification here runs the same against oras-py and a test fake:
+verification here runs the same against the registry client and a test fake:
 
 * the manifest digest is computed from the bytes received and must equal the
   ref's ``@sha256:`` pin when there is one;
-* every layer is checked against its descriptor's size and sha256 (oras-py checks
-  nothing itself: oras-project/oras-py#247);
+* every layer is checked against its descriptor's size and sha256 as it streams in;
 * layers are placed the way the Go oras CLI places them: a directory layer
   (``io.deis.oras.content.unpack=true``, or a tar+gzip layer with a title) is
   unpacked by ``archive.safe_extract_all``; any other titled layer becomes the file
@@ -18,7 +17,7 @@ missing or unreachable -> ``PackNotFoundError``, anything that does not verify -
 ``PackIntegrityError``. The pack is assembled in a staging directory and appears
 at ``dest`` only when complete.
 
-The registry client is ``pack.oras_registry``; the vocabulary and limits are
+The registry client is ``pack.registry``; the vocabulary and limits are
 ``pack.oci``.
 """
 
@@ -56,7 +55,7 @@ from aicr_runner.pack.oci import (
     TAR_GZIP_MEDIA_TYPES,
     parse_ref,
 )
-from aicr_runner.pack.oras_registry import OrasRegistry
+from aicr_runner.pack.registry import RegistryClient
 
 if TYPE_CHECKING:
     from aicr_runner.settings.config import PackSettings
@@ -138,9 +137,9 @@ def pull_pack(
     if not settings.ref:
         raise ValueError("pull_pack needs a pack reference")
     parse_ref(settings.ref)  # a malformed ref is a ConfigError before anything is opened
-    owned: OrasRegistry | None = None
+    owned: RegistryClient | None = None
     if registry is None:
-        registry = owned = OrasRegistry(settings)
+        registry = owned = RegistryClient(settings)
     # The pull's own stop: set by the caller's cancellation or by the first
     # failing fetch; either way every request in flight is broken off.
     stop = Cancellation()

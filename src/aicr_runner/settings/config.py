@@ -24,6 +24,7 @@ refused before any setting is read) does not pay for pydantic.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -69,13 +70,13 @@ if TYPE_CHECKING:
         RecipeExpectations,
         RecipeSettings,
         ReportsSettings,
-        RunnerSettings,
         Sha256Pins,
         SnapshotSettings,
         StepArgs,
         UpgradeCheckSettings,
         ValidateSettings,
     )
+    from aicr_runner.settings.runner import RunnerSettings
 
 __all__ = [
     "AICR_RELEASE_IDENTITY",
@@ -174,8 +175,10 @@ def __getattr__(name: str) -> Any:
     """The settings classes, imported (with pydantic) when first asked for."""
     if name not in _MODEL_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from aicr_runner.settings import model as config_model
-
-    value = getattr(config_model, name)
+    # RunnerSettings comes with pydantic-settings; a group alone needs pydantic only.
+    module = importlib.import_module(
+        "aicr_runner.settings.runner" if name == "RunnerSettings" else "aicr_runner.settings.model"
+    )
+    value = getattr(module, name)
     globals()[name] = value
     return value

@@ -24,8 +24,8 @@ from pydantic_settings import PydanticBaseSettingsSource, SettingsError
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings import rules
 from aicr_runner.settings.checks import ENV_PREFIX, escaped
-from aicr_runner.settings.model import RunnerSettings, leaves
 from aicr_runner.settings.problems import rule_violations, settings_error_lines, validation_error_lines
+from aicr_runner.settings.runner import RunnerSettings, leaves
 
 __all__ = ["env_var_names", "load"]
 

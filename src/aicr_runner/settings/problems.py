@@ -47,7 +47,7 @@ _BOOLEAN = frozenset({"bool_parsing", "bool_type"})
 
 def _field(loc: tuple[int | str, ...]) -> FieldInfo | None:
     """The settings field at ``loc`` (list indexes skipped)."""
-    from aicr_runner.settings.model import RunnerSettings
+    from aicr_runner.settings.runner import RunnerSettings
 
     model: type[BaseModel] | None = RunnerSettings
     field = None

@@ -13,7 +13,7 @@ from aicr_runner.settings.checks import ENV_PREFIX, NON_CONCRETE_SERVICES, Publi
 from aicr_runner.settings.criteria_catalog import release_numbers, version_guards
 
 if TYPE_CHECKING:
-    from aicr_runner.settings.model import RunnerSettings
+    from aicr_runner.settings.runner import RunnerSettings
 
 __all__ = ["LOCAL_PACK", "RULES", "RuleViolations", "problems"]
 

@@ -56,7 +56,8 @@ def _cluster_only(path: str) -> bool:
 def value_to_env() -> dict[str, str]:
     """Chart value path -> runtime variable (without the prefix), from each setting's
     ``chart=`` (``settings.groups.setting``), but the cluster-only ones."""
-    from aicr_runner.settings.model import chart_facts, leaves
+    from aicr_runner.settings.model import chart_facts
+    from aicr_runner.settings.runner import leaves
 
     found = ((chart_facts(field).get("chart"), name) for name, field in leaves())
     return {path: name for path, name in found if path and not _cluster_only(path)}

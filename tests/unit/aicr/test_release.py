@@ -824,3 +824,32 @@ def test_the_lazily_loaded_ca_bundle_still_refuses_an_untrusted_https_server(tmp
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_proxy_environment_is_honoured(
+    tmp_path: Path, fake_time: FakeTime, serve: Callable[..., _ScriptedServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy named by the environment gets the request (the absolute URL); the
+    mirror's own name is never resolved here."""
+    proxy = serve({"http://release.invalid/v1.2.0/aicr_checksums.txt": [send(404, b"Not Found")]})
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+    monkeypatch.setenv("NO_PROXY", "")
+
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(tmp_path, fake_time, settings(release_base_url="http://release.invalid"))
+
+    assert proxy.requests == ["http://release.invalid/v1.2.0/aicr_checksums.txt"]
+
+
+def test_the_download_imports_no_settings_root() -> None:
+    """The release download's settings group comes without pydantic-settings (the settings root's library)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from aicr_runner.settings.config import AicrSettings; import aicr_runner.aicr.release; "
+        "AicrSettings(version='v1.2.0'); "
+        "print(sorted(m for m in ('httpx', 'pydantic_settings', 'requests') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "['httpx']", result.stderr

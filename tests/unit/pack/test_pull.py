@@ -1,4 +1,4 @@
-"""pull_pack against a fake Registry (verification and placement), and OrasRegistry
+"""pull_pack against a fake Registry (verification and placement), and RegistryClient
 against a small in-process OCI registry on loopback (auth flows, retries, and the
 credential sources it must ignore)."""
 
@@ -20,8 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import oras.logger
-import oras.provider
+import httpx
 import pytest
 
 from aicr_runner.errors import (
@@ -35,12 +34,12 @@ from aicr_runner.errors import (
 )
 from aicr_runner.logs import redact
 from aicr_runner.net.reference import InvalidReference, PackReference
-from aicr_runner.pack import oras_registry
 from aicr_runner.pack import pull as pack
+from aicr_runner.pack import registry as registry_module
 from aicr_runner.pack.credentials import load_registry_credential
 from aicr_runner.pack.oci import ANNOTATION_TITLE, MAX_PARALLEL_FETCHES, OCI_MANIFEST
-from aicr_runner.pack.oras_registry import OrasRegistry
 from aicr_runner.pack.pull import PackLayer, Placement, pull_pack
+from aicr_runner.pack.registry import RegistryClient
 from aicr_runner.settings.config import PackSettings, load, shown
 
 REF = "registry.example.test/acme/pack:1.0"
@@ -594,13 +593,13 @@ def test_unusable_credentials_files_are_auth_errors(tmp_path: Path, content: str
     assert HOST in str(caught.value)
 
 
-def test_orasregistry_checks_the_credentials_file_up_front(tmp_path: Path) -> None:
+def test_the_registry_client_checks_the_credentials_file_up_front(tmp_path: Path) -> None:
     config = write_config(tmp_path / "config.json", {"ghcr.io": {"auth": b64("a:b")}})
     with pytest.raises(PackAuthError, match=HOST):
-        OrasRegistry(PackSettings(ref=REF, credentials_file=str(config)))
+        RegistryClient(PackSettings(ref=REF, credentials_file=str(config)))
 
 
-# --- OrasRegistry against an in-process registry ---------------------------------------------------
+# --- RegistryClient against an in-process registry ---------------------------------------------------
 
 
 @dataclass
@@ -776,7 +775,7 @@ def local_pull(
             tmp_path / "pull-config.json", {f"127.0.0.1:{served.port}": {"auth": b64(f"{user}:{password}")}}
         )
         settings = settings.model_copy(update={"credentials_file": str(config)})
-    registry = OrasRegistry(settings, sleep=sleeps or Sleeps(), timeout_seconds=5)
+    registry = RegistryClient(settings, sleep=sleeps or Sleeps(), timeout_seconds=5)
     return pull_pack(settings, tmp_path / "pulled", registry)
 
 
@@ -803,24 +802,19 @@ def test_a_manifest_over_the_bound_is_refused_unread_when_announced_and_cut_when
     push_default(served)
     raw = served.manifests["acme/pack:1.0"]
     limit = len(raw) - 1
-    monkeypatch.setattr(oras_registry, "MAX_MANIFEST_BYTES", limit)
+    monkeypatch.setattr(registry_module, "MAX_MANIFEST_BYTES", limit)
 
     with pytest.raises(PackIntegrityError, match=rf"the manifest is {len(raw)} bytes, over the limit of {limit}"):
         local_pull(tmp_path, served)
 
-    chunked = OrasRegistry(PackSettings(ref=f"127.0.0.1:{served.port}/acme/pack:1.0", plain_http=True))
-
-    def unannounced(url: str, method: str = "GET", **_: Any) -> Any:
-        import requests
-        import urllib3
-
-        response = requests.Response()
-        response.status_code = 200
+    def unannounced(request: httpx.Request) -> httpx.Response:
         # no Content-Length: read until the bound
-        response.raw = urllib3.HTTPResponse(body=io.BytesIO(raw), preload_content=False)
-        return response
+        return httpx.Response(200, content=iter([raw[:10], raw[10:]]))
 
-    monkeypatch.setattr(chunked._provider, "do_request", unannounced)
+    chunked = RegistryClient(
+        PackSettings(ref=f"127.0.0.1:{served.port}/acme/pack:1.0", plain_http=True),
+        client=httpx.Client(transport=httpx.MockTransport(unannounced)),
+    )
     with pytest.raises(PackIntegrityError, match=rf"the manifest exceeds {limit} bytes"):
         chunked.get_manifest(f"127.0.0.1:{served.port}/acme/pack:1.0")
 
@@ -949,7 +943,7 @@ def test_connection_refused_is_unreachable_after_bounded_retries(tmp_path: Path)
     sleeps = Sleeps()
 
     with pytest.raises(PackNotFoundError) as caught:
-        pull_pack(settings, tmp_path / "pulled", OrasRegistry(settings, sleep=sleeps))
+        pull_pack(settings, tmp_path / "pulled", RegistryClient(settings, sleep=sleeps))
 
     assert f"registry 127.0.0.1:{port} is unreachable after 3 attempt(s)" in str(caught.value)
     assert "Connection refused" in str(caught.value)
@@ -979,7 +973,7 @@ def test_the_proxy_environment_is_honoured_on_every_request(
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{served.port}")
     monkeypatch.setenv("NO_PROXY", "")
     settings = PackSettings(ref="registry.invalid:5000/acme/pack:1.0", plain_http=True)
-    registry = OrasRegistry(settings, sleep=Sleeps())
+    registry = RegistryClient(settings, sleep=Sleeps())
 
     for _ in range(2):  # the second request takes the kept answer
         with pytest.raises(PackNotFoundError):
@@ -996,7 +990,7 @@ def test_the_proxy_environment_is_honoured_on_every_request(
     ]
 
 
-# --- blob GETs straight on the session's pool -----------------------------------------------
+# --- blob GETs on the client's kept-alive connections -----------------------------------------------
 
 
 def push_many(served: Served, count: int) -> list[Layer]:
@@ -1005,28 +999,12 @@ def push_many(served: Served, count: int) -> list[Layer]:
     return layers
 
 
-def spy_on_requests_path(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The URLs sent through oras-py's request (requests' whole per-request path)."""
-    urls: list[str] = []
-    unretried = oras_registry._UNRETRIED_DO_REQUEST
-
-    def spy(provider: Any, url: str, *args: Any, **kwargs: Any) -> Any:
-        urls.append(url)
-        return unretried(provider, url, *args, **kwargs)
-
-    monkeypatch.setattr(oras_registry, "_UNRETRIED_DO_REQUEST", spy)
-    return urls
-
-
 @pytest.mark.parametrize("auth", ["none", "basic", "bearer"])
-def test_the_blobs_of_one_pull_reuse_connections_and_skip_requests(
-    tmp_path: Path, served: Served, auth: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_blobs_of_one_pull_reuse_connections(tmp_path: Path, served: Served, auth: str) -> None:
     """30 blobs on the few kept-alive connections of the fetch workers, each sent
     once with the credential the manifest's challenge settled on."""
     served.auth = auth
     layers = push_many(served, 29)
-    through_requests = spy_on_requests_path(monkeypatch)
 
     pulled = local_pull(tmp_path, served, user="alice", password=served.password)
 
@@ -1036,12 +1014,11 @@ def test_the_blobs_of_one_pull_reuse_connections_and_skip_requests(
     assert all(blob_requests) == (auth != "none")
     # One connection per fetch worker, plus the one a challenge closes.
     assert served.connections <= MAX_PARALLEL_FETCHES + (auth != "none"), served.connections
-    assert all("/manifests/" in url for url in through_requests), through_requests
 
 
-def test_a_blob_refused_for_its_token_gets_a_new_one_through_oras_py(tmp_path: Path, served: Served) -> None:
-    """A refused blob GET goes through oras-py's challenge flow, which asks for a
-    new token on a 403 (it retries a 401 with the token it has)."""
+def test_a_blob_refused_for_its_token_gets_a_new_one(tmp_path: Path, served: Served) -> None:
+    """A blob GET refused with a new challenge (a 403 for a token without the
+    scope) gets a new token and is sent again, once."""
     served.auth = "bearer"
     served.rotate_token = True  # the manifest's token no longer opens the blobs
     push_default(served)
@@ -1055,7 +1032,7 @@ def test_a_blob_refused_for_its_token_gets_a_new_one_through_oras_py(tmp_path: P
     assert set(blobs) == {"Bearer token-for-alice", "Bearer token-for-alice-renewed"}
 
 
-def test_blob_server_errors_are_retried_on_the_pool_like_any_request(tmp_path: Path, served: Served) -> None:
+def test_blob_server_errors_are_retried_like_any_request(tmp_path: Path, served: Served) -> None:
     served.auth = "none"
     served.push("acme/pack", "1.0", [file_layer("registry.yaml", REGISTRY_YAML)])
     served.blob_fail_with = [503, 429]
@@ -1082,7 +1059,7 @@ def test_an_unreachable_blob_is_retried_and_reported_like_an_unreachable_registr
         port = probe.getsockname()[1]
     ref = f"127.0.0.1:{port}/acme/pack:1.0"
     sleeps = Sleeps()
-    registry = OrasRegistry(PackSettings(ref=ref, plain_http=True), sleep=sleeps)
+    registry = RegistryClient(PackSettings(ref=ref, plain_http=True), sleep=sleeps)
 
     with pytest.raises(PackNotFoundError) as caught:
         list(registry.blob_chunks(ref, digest_of(REGISTRY_YAML), len(REGISTRY_YAML)))
@@ -1136,19 +1113,20 @@ def test_a_blob_redirect_loop_ends_at_the_redirect_limit_without_retries(tmp_pat
     assert served.connections <= MAX_PARALLEL_FETCHES, "each hop on a kept connection"
 
 
-def test_importing_the_pack_module_leaves_jsonschema_for_a_push_that_never_comes() -> None:
-    """oras-py's jsonschema (its push-side validation) loads only when used."""
+def test_the_pull_imports_one_http_stack_and_no_settings_root() -> None:
+    """The pull is httpx only (neither oras-py nor requests, nor oras-py's jsonschema), and
+    its settings group comes without pydantic-settings (the settings root's library)."""
     import subprocess
     import sys
 
     probe = (
-        "import sys; import aicr_runner.pack.pull; import oras.provider, oras.schemas; "
-        "print('jsonschema.validators' in sys.modules); "
-        "oras.provider.jsonschema.validate({'schemaVersion': 2}, schema={'type': 'object'}); "
-        "print('jsonschema.validators' in sys.modules)"
+        "import sys; from aicr_runner.settings.config import PackSettings; import aicr_runner.pack.pull; "
+        "PackSettings(ref='registry.example.test/acme/pack:1.0'); "
+        "print(sorted(m for m in ('httpx', 'oras', 'requests', 'jsonschema', 'urllib3', 'pydantic_settings') "
+        "if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert result.stdout.split() == ["False", "True"], result.stderr
+    assert result.stdout.strip() == "['httpx']", result.stderr
 
 
 def test_an_abort_breaks_a_hung_request_at_once_and_is_not_retried() -> None:
@@ -1157,7 +1135,7 @@ def test_an_abort_breaks_a_hung_request_at_once_and_is_not_retried() -> None:
     with HostileRegistry("hang") as hostile:
         settings = PackSettings(ref=hostile.ref, plain_http=True)
         sleeps = Sleeps()
-        registry = OrasRegistry(settings, sleep=sleeps)
+        registry = RegistryClient(settings, sleep=sleeps)
         digest = next(iter(hostile.blobs))
         failure: list[BaseException] = []
 
@@ -1184,40 +1162,16 @@ def test_an_abort_breaks_a_hung_request_at_once_and_is_not_retried() -> None:
         assert hostile.wait_until_released(timeout=5)
 
 
-def test_oras_py_still_exposes_its_unretried_request_function() -> None:
-    # pack.py bypasses oras-py's @retry via __wrapped__; an oras-py upgrade that
-    # drops it would silently bring back minutes-long retries.
-    assert oras_registry._UNRETRIED_DO_REQUEST is oras.provider.Registry.do_request.__wrapped__
-
-
-def test_oras_logger_is_routed_through_stdlib_logging(caplog: pytest.LogCaptureFixture) -> None:
-    oras.logger.setup_logger(quiet=False, debug=False)  # installs oras-py's console handler
-    stdlib_logger = oras.logger.logger.logger
-    assert any(isinstance(h, oras.logger.ColorizingStreamHandler) for h in stdlib_logger.handlers)
-
-    OrasRegistry(PackSettings(ref=REF))
-    with caplog.at_level(logging.WARNING):
-        oras.logger.logger.warning("from oras")
-
-    assert not any(isinstance(h, oras.logger.ColorizingStreamHandler) for h in stdlib_logger.handlers)
-    assert stdlib_logger.propagate
-    assert [r.getMessage() for r in caplog.records if r.name == stdlib_logger.name] == ["from oras"]
-
-
-def test_docker_hub_refs_use_the_hub_api_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    import requests
-
-    registry = OrasRegistry(PackSettings(ref="docker.io/acme/pack:1.0"))
+def test_docker_hub_refs_use_the_hub_api_host() -> None:
     urls: list[str] = []
 
-    def fake_request(url: str, method: str = "GET", **_: Any) -> requests.Response:
-        urls.append(url)
-        response = requests.Response()
-        response.status_code = 404
-        response.raw = io.BytesIO(b"{}")
-        return response
+    def answer(request: httpx.Request) -> httpx.Response:
+        urls.append(str(request.url))
+        return httpx.Response(404, content=b"{}")
 
-    monkeypatch.setattr(registry._provider, "do_request", fake_request)
+    registry = RegistryClient(
+        PackSettings(ref="docker.io/acme/pack:1.0"), client=httpx.Client(transport=httpx.MockTransport(answer))
+    )
     with pytest.raises(PackNotFoundError, match=r"registry docker\.io"):
         registry.get_manifest("docker.io/acme/pack:1.0")
     assert urls == ["https://registry-1.docker.io/v2/acme/pack/manifests/1.0"]
@@ -1271,3 +1225,71 @@ def test_one_tampered_blob_among_parallel_fetches_fails_the_pull(tmp_path: Path)
         pull(tmp_path, registry)
 
     assert_nothing_published(tmp_path)
+
+
+# --- the challenge flow against answers the in-process registry never gives --------------------
+
+
+def scripted_client(tmp_path: Path, answer: Any) -> tuple[RegistryClient, list[httpx.Request]]:
+    """A RegistryClient for https://registry.example.test with alice's credential, on ``answer``."""
+    sent: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        response: httpx.Response = answer(request)
+        return response
+
+    config = write_config(tmp_path / "config.json", {HOST: {"auth": b64("alice:s3cret-pass")}})
+    settings = PackSettings(ref=REF, credentials_file=str(config))
+    client = httpx.Client(transport=httpx.MockTransport(record), follow_redirects=True)
+    return RegistryClient(settings, client=client, sleep=Sleeps()), sent
+
+
+def test_a_challenge_of_unannounced_length_is_not_read(tmp_path: Path) -> None:
+    """httpx reads a challenge's body before sending the request again: one that does
+    not announce a small length is refused instead of read into memory."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, headers={"WWW-Authenticate": 'Basic realm="x"'}, content=iter([b"x" * 10]))
+
+    registry, sent = scripted_client(tmp_path, answer)
+    with pytest.raises(PackError, match="challenge's body is not announced as at most 65536 bytes") as caught:
+        registry.get_manifest(REF)
+    assert len(sent) == 1, "not sent again"
+    assert "s3cret-pass" not in str(caught.value)
+
+
+@pytest.mark.parametrize("realm", ["ftp://auth.example.test/token", "/token", ""])
+def test_a_token_realm_that_is_no_http_url_is_refused(tmp_path: Path, realm: str) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, headers={"WWW-Authenticate": f'Bearer realm="{realm}",service="s"'}, content=b"{}")
+
+    registry, sent = scripted_client(tmp_path, answer)
+    with pytest.raises(PackError, match="is not an http"):
+        registry.get_manifest(REF)
+    assert [str(request.url) for request in sent] == ["https://registry.example.test/v2/acme/pack/manifests/1.0"]
+
+
+def test_the_credential_goes_to_an_https_realm_only_and_the_token_is_redacted(tmp_path: Path) -> None:
+    """A registry on https naming a realm on plain http gets an anonymous token request;
+    the token the realm hands out is redacted wherever it would be shown."""
+    realm = "http://auth.example.test/token"
+    token = "tok-" + "z" * 40
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "auth.example.test":
+            return httpx.Response(200, content=iter([json.dumps({"token": token}).encode()]))
+        if request.headers.get("Authorization") == f"Bearer {token}":
+            return httpx.Response(404, content=iter([b'{"errors": [{"code": "MANIFEST_UNKNOWN"}]}']))
+        challenge = f'Bearer realm="{realm}",service="registry",scope="repository:acme/pack:pull"'
+        return httpx.Response(401, headers={"WWW-Authenticate": challenge}, content=b"{}")
+
+    registry, sent = scripted_client(tmp_path, answer)
+    with pytest.raises(PackNotFoundError, match="MANIFEST_UNKNOWN"):
+        registry.get_manifest(REF)
+
+    token_requests = [request for request in sent if request.url.host == "auth.example.test"]
+    assert len(token_requests) == 1
+    assert "Authorization" not in token_requests[0].headers
+    assert dict(token_requests[0].url.params) == {"service": "registry", "scope": "repository:acme/pack:pull"}
+    assert redact(f"Bearer {token}") != f"Bearer {token}"

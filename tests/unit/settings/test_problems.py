@@ -11,8 +11,9 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from aicr_runner.settings.config import ENV_PREFIX
-from aicr_runner.settings.model import PackSettings, RunnerSettings
+from aicr_runner.settings.model import PackSettings
 from aicr_runner.settings.problems import settings_error_lines, validation_error_lines, variable
+from aicr_runner.settings.runner import RunnerSettings
 
 
 def lines(build: object, given: dict[str, str] | None = None) -> list[tuple[str, str]]:
@@ -83,7 +84,7 @@ def test_the_names_and_checks_do_not_import_pydantic_and_the_settings_do() -> No
         "print(before, 'pydantic_settings' in sys.modules, RunnerSettings.__module__)\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    assert result.stdout.split() == ["False", "True", "aicr_runner.settings.model"]
+    assert result.stdout.split() == ["False", "True", "aicr_runner.settings.runner"]
 
 
 def test_a_refused_values_file_never_imports_pydantic(tmp_path: Path) -> None:
