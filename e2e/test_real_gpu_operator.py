@@ -24,8 +24,11 @@ plus ``nfd.enabled: false``: the chart's node-feature-discovery subchart starts
 ``registry.k8s.io/nfd/node-feature-discovery`` pods, whose image is not in the test
 data (with no GPU, its labels would change nothing: no node gets an NVIDIA PCI label).
 
-Then the real ``deployment`` validator (``e2e/validators.py``'s image under its
-published name) runs through the real ``aicr validate`` against the real operator.
+Then the real ``deployment`` validator runs through the real ``aicr validate``
+against the real operator. Its image (``e2e/validators.py``) goes the same way as
+the operator's: upstream as ``ghcr.io/nvidia/aicr-validators/deployment:v0.11.1``
+(listed by ``aicr_images.validator_items``, as the mirror lists aicr's own images),
+copied, and pulled by the node through ``certs.d/ghcr.io/hosts.toml``.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aicr_runner.mirror.aicr_images import validator_items
 from aicr_runner.mirror.collect import component_images
 from aicr_runner.mirror.copy import copy_all
 from aicr_runner.mirror.hosts_toml import write_hosts_toml
@@ -58,7 +62,7 @@ from e2e.gpu_operator_image import (
 )
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.node import NODE_NAME, RealNode, load_image
+from e2e.harness.node import NODE_NAME, RealNode
 from e2e.harness.procs import ManagedProcess, free_port, wait_for
 from e2e.test_real_aicr import SNAPSHOT, snapshot_configmap
 from e2e.tools import tool
@@ -79,6 +83,8 @@ CHART = "gpu-operator"
 NAMESPACE = "gpu-operator"
 #: Where the mirror keeps everything (``mirror.registry: <mirror>/aicr``).
 PREFIX = "aicr"
+#: The upstream registries of the images copied (both reached at the upstream registry).
+UPSTREAM_HOSTS = ("nvcr.io", "ghcr.io")
 #: What the test's values add to the bundle's (the module docstring says why).
 EXTRA_VALUES = {"nfd": {"enabled": False}}
 
@@ -176,12 +182,14 @@ def bundle_values(real_aicr_release: Path, tmp_path: Path) -> tuple[dict[str, An
 
 
 @pytest.fixture
-def validator_on_node(node: RealNode) -> str:
+def validator_upstream(node: RealNode) -> str:
+    """The validator image (podman), and the node without it under its published name
+    (an earlier test may have loaded it): its pods must pull it through the mirror."""
     try:
         image = validator_image(validator_archive())
     except ValidatorsMissing as exc:
         pytest.fail(str(exc), pytrace=False)
-    load_image(node.runtime, image, VALIDATOR_IMAGE)
+    node.runtime.ctr("images", "rm", VALIDATOR_IMAGE, check=False)
     return image
 
 
@@ -191,7 +199,8 @@ def operator_removed_after(helm: Helm, control_plane: ControlPlane, node: RealNo
     # No hooks: the chart's post-delete hook runs the operator image's kubectl,
     # which the published image carries for its operands and this one does not.
     helm.run("uninstall", CHART, "--namespace", NAMESPACE, "--no-hooks", "--wait", check=False, timeout=120)
-    shutil.rmtree(node.runtime.certs_dir / "nvcr.io", ignore_errors=True)
+    for host in UPSTREAM_HOSTS:
+        shutil.rmtree(node.runtime.certs_dir / host, ignore_errors=True)
     # Later tests (e2e/test_real_validators.py) count the pods labelled app=gpu-operator.
     wait_for(lambda: not _operator_pods(control_plane) or None, timeout=90, what="the operator's pods gone")
 
@@ -204,6 +213,12 @@ def _operator_pods(plane: ControlPlane) -> list[dict[str, Any]]:
 def _push(image: str, reference: str) -> None:
     push = [*PODMAN, "push", "--quiet", "--tls-verify=false", image, f"docker://{reference}"]
     subprocess.run(push, check=True, capture_output=True, timeout=300)
+
+
+def _node_digest(node: RealNode, image: str) -> str:
+    """The digest the node's containerd holds ``image`` at (``ctr images list``'s DIGEST)."""
+    [line] = node.runtime.ctr("images", "list", f"name=={image}").splitlines()[1:]
+    return line.split()[2]
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -222,12 +237,13 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
     operator_image: str,
     chart_upstream: FolderMirror,
     bundle_values: tuple[dict[str, Any], Path],
-    validator_on_node: str,
+    validator_upstream: str,
     operator_removed_after: None,
 ) -> None:
     started = time.monotonic()
     upstream, mirror = registries
     _push(operator_image, f"{upstream.host}/nvidia/gpu-operator:{OPERATOR_VERSION}")
+    _push(validator_upstream, f"{upstream.host}/{VALIDATOR_IMAGE.split('/', 1)[1]}")
     values = {**bundle_values[0], **EXTRA_VALUES}
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     source = f"{chart_upstream.base_url}/nvidia"
@@ -236,7 +252,10 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
     rendered = helm.run(
         "template", CHART, CHART, "--repo", source, "--version", OPERATOR_VERSION, "-f", str(tmp_path / "values.yaml")
     ).stdout
-    images = component_images(CHART, rendered)
+    recipe = yaml.safe_load(bundle_values[1].read_text())
+    checks = {"deployment": recipe["validation"]["deployment"]["checks"]}
+    aicr = validator_items("0.11.1", ["deployment"], checks, service="eks", snapshot_agent=None)
+    images = [*component_images(CHART, rendered), *aicr]
     assert OPERATOR_IMAGE in [i.reference for i in images], images
     chart = Item(
         Kind.CHART,
@@ -249,28 +268,29 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
     copier = OrasCopier(
         str(tool("oras")),
         str(helm.binary),
-        plain_http=frozenset({"nvcr.io", mirror.host}),
-        resolve=(f"nvcr.io:80:{upstream.host}",),
+        plain_http=frozenset({*UPSTREAM_HOSTS, mirror.host}),
+        resolve=tuple(f"{host}:80:{upstream.host}" for host in UPSTREAM_HOSTS),
         timeout_seconds=300,
     )
-    others = frozenset(i.reference for i in images if i.reference != OPERATOR_IMAGE)
+    others = frozenset(i.reference for i in images if i.reference not in {OPERATOR_IMAGE, VALIDATOR_IMAGE})
     copy_started = time.monotonic()
     report = copy_all([chart, *images], target, copier, allow_missing=others)
     copy_seconds = time.monotonic() - copy_started
     copied = {c.item.reference: c for c in report.copied}
-    assert set(copied) == {chart.reference, OPERATOR_IMAGE}, report
+    assert set(copied) == {chart.reference, OPERATOR_IMAGE, VALIDATOR_IMAGE}, report
     assert {i.reference for i, _ in report.not_copied} == others, report.not_copied
     operator_digest = copied[OPERATOR_IMAGE].digest
     assert copied[OPERATOR_IMAGE].target == f"{mirror.host}/{PREFIX}/nvcr.io/nvidia/gpu-operator:{OPERATOR_VERSION}"
     written = write_hosts_toml(images, target, node.runtime.certs_dir, plain_http=True)
-    assert node.runtime.certs_dir / "nvcr.io" / "hosts.toml" in written, written
+    assert {node.runtime.certs_dir / host / "hosts.toml" for host in UPSTREAM_HOSTS} <= set(written), written
 
     # The upstream goes away: from here on, only the mirror can answer.
     upstream_requests = len(upstream.requests())
     upstream.process.stop()
     chart_upstream.requests.clear()
     mirror_before = len(mirror.requests())
-    assert "nvcr.io/nvidia/gpu-operator" not in node.runtime.ctr("images", "list", "-q"), "pulled before the test"
+    on_node = node.runtime.ctr("images", "list", "-q").split()
+    assert not {OPERATOR_IMAGE, VALIDATOR_IMAGE} & set(on_node), "on the node before the test"
 
     with deployment_controllers(control_plane, tmp_path / "deployment-controllers"):
         install_started = time.monotonic()
@@ -327,11 +347,16 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
     [status] = pod_after["status"]["containerStatuses"]
     assert status["imageID"].endswith(operator_digest), (status["imageID"], operator_digest)
     assert status["restartCount"] == 0, status
-    manifest_path = f"/v2/{PREFIX}/nvcr.io/nvidia/gpu-operator/manifests/{OPERATOR_VERSION}"
+    # Both images the node ran (the operator, the validator's four pods) came from
+    # the mirror, asked for by containerd, and are on the node at the digest copied.
     pulled = mirror.requests()[mirror_before:]
-    assert f"GET {manifest_path}" in pulled or f"HEAD {manifest_path}" in pulled, pulled
-    agents = mirror.user_agents(manifest_path)
-    assert any(agent.startswith("containerd/") for agent in agents), agents
+    for image in (OPERATOR_IMAGE, VALIDATOR_IMAGE):
+        name, tag = image.rsplit(":", 1)
+        manifest_path = f"/v2/{PREFIX}/{name}/manifests/{tag}"
+        assert f"GET {manifest_path}" in pulled or f"HEAD {manifest_path}" in pulled, (image, pulled)
+        agents = mirror.user_agents(manifest_path)
+        assert any(agent.startswith("containerd/") for agent in agents), (image, agents)
+        assert _node_digest(node, image) == copied[image].digest, image
     # Nothing reached the upstream during the install: it was down, its chart repository not asked.
     assert not upstream.process.alive()
     assert not chart_upstream.requests
@@ -339,6 +364,8 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
     assert any(r.startswith(f"GET {helm_manifest}") for r in pulled), pulled
 
     state = policy["status"]["state"]
+    # As the operator left it after the checks (its first state may come before its conditions).
+    policy = control_plane.admin.get(f"/apis/nvidia.com/v1/clusterpolicies/{policy['metadata']['name']}")
     print(
         f"\nthe real GPU Operator from the mirror: copy {copy_seconds:.1f}s ({len(report.copied)} copied, "
         f"{len(report.not_copied)} listed images absent upstream), upstream requests before its stop "
@@ -346,4 +373,26 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
         f"ClusterPolicy state {state!r} ({policy['status'].get('conditions')}); server {server_version}; "
         f"whole test {time.monotonic() - started:.1f}s"
     )
-    assert state == "notReady", policy["status"]
+    assert (state, policy["status"]["state"]) == ("notReady", "notReady"), policy["status"]
+
+
+def test_an_operator_archive_that_does_not_match_its_checksum_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail closed: a changed archive (or a checksums file without its line) builds nothing."""
+    real = gpu_operator_archive()
+    folder = tmp_path / OPERATOR_VERSION
+    folder.mkdir()
+    copy = folder / real.name
+    copy.write_bytes(real.read_bytes()[:-1] + b"\0")
+    (folder / "checksums.txt").write_text((real.parent / "checksums.txt").read_text())
+    monkeypatch.setenv("AICR_TEST_GPU_OPERATOR_DIR", str(tmp_path))
+    with pytest.raises(GpuOperatorMissing, match=r"sha256 [0-9a-f]{64} does not match .*checksums\.txt"):
+        gpu_operator_archive()
+    (folder / "checksums.txt").write_text("")
+    copy.write_bytes(real.read_bytes())
+    with pytest.raises(GpuOperatorMissing, match=r"does not match .*\(None\)"):
+        gpu_operator_archive()
+    monkeypatch.setenv("AICR_TEST_GPU_OPERATOR_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(GpuOperatorMissing, match="lacks"):
+        gpu_operator_archive()
