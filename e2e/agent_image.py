@@ -39,7 +39,7 @@ from e2e.tools import REPO_ROOT
 from tests.support.podman import PODMAN
 from tests.support.real_aicr import extract_binary
 
-__all__ = ["AGENT_IMAGE", "GPU", "NVIDIA_SMI", "OS_RELEASE", "agent_image"]
+__all__ = ["AGENT_IMAGE", "GPU", "NVIDIA_SMI", "OS_RELEASE", "agent_image", "base_image_tar"]
 
 #: The agent image aicr v0.11.1 starts (``--image``'s default).
 AGENT_IMAGE = "ghcr.io/nvidia/aicr:v0.11.1"
@@ -109,7 +109,7 @@ def _arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
-def _base(out: Path) -> Path:
+def base_image_tar(out: Path) -> Path:
     """The project's mmdebstrap base (cached by recipe in the image cache)."""
     arch = _arch()
     script = REPO_ROOT / "scripts" / "image-inputs.sh"
@@ -131,7 +131,7 @@ def agent_image(releases_dir: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="e2e-agent-") as scratch:
         context = Path(scratch)
         binary = extract_binary(context, {"AICR_TEST_RELEASES_DIR": str(releases_dir)})
-        base = _base(context / "inputs")
+        base = base_image_tar(context / "inputs")
         base.rename(context / "base.tar")
         smi = context / "nvidia-smi"
         smi.write_text(NVIDIA_SMI)

@@ -24,6 +24,8 @@ export PATH="$root/.tools/bin:$PATH"
 export AICR_TEST_RELEASES_DIR="${AICR_TEST_RELEASES_DIR:-$root/../shared/testdata/aicr-releases}"
 # The real deployment validator of aicr v0.11.1 (e2e/test_real_validators.py builds its image from it).
 export AICR_TEST_VALIDATORS_DIR="${AICR_TEST_VALIDATORS_DIR:-$root/../shared/testdata/aicr-validators}"
+# NVIDIA's GPU Operator v25.10.1 built from its tag (e2e/test_real_gpu_operator.py builds its image from it).
+export AICR_TEST_GPU_OPERATOR_DIR="${AICR_TEST_GPU_OPERATOR_DIR:-$root/../shared/testdata/gpu-operator}"
 
 pytest=(.venv/bin/pytest --durations=30 --cov=aicr_runner --cov-branch)
 if (($#)); then

@@ -89,6 +89,14 @@ def _add_registry_options(mirror: argparse.ArgumentParser) -> None:
         metavar="HOST[:PORT]",
         help="a registry served over plain HTTP, no TLS (repeat it); every other one is HTTPS",
     )
+    mirror.add_argument(
+        "--resolve",
+        action="append",
+        default=[],
+        metavar="HOST:PORT:ADDRESS[:PORT]",
+        help="with --to or --to-archive: reach registry HOST:PORT at ADDRESS (oras' --resolve, as curl's; "
+        "repeat it), e.g. an upstream behind split DNS",
+    )
 
 
 def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorRequest:
@@ -112,6 +120,9 @@ def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorR
         problems.append(problem_line("--from-archive", str(args.from_archive), Invalid("no such file")))
     elif args.from_archive is not None and args.to is None:
         problems.append(problem_line("--from-archive", str(args.from_archive), Invalid("needs --to (where it goes)")))
+    problems += [
+        problem_line("--resolve", rule, Invalid(_RESOLVE_RULE)) for rule in args.resolve if not _resolves(rule)
+    ]
     if args.hosts_toml is not None and args.to is None:
         problems.append(problem_line("--hosts-toml", str(args.hosts_toml), Invalid("needs --to (the mirror it names)")))
     if problems:
@@ -124,10 +135,23 @@ def request_from(args: argparse.Namespace, values: Mapping[str, Any]) -> MirrorR
         registry_config=Path(os.path.abspath(config)) if config else None,
         plain_http=frozenset(args.plain_http),
         allow_missing=frozenset(args.allow_missing),
+        resolve=tuple(args.resolve),
         hosts_toml=Path(os.path.abspath(args.hosts_toml)) if args.hosts_toml else None,
         to_archive=Path(os.path.abspath(args.to_archive)) if args.to_archive else None,
         from_archive=Path(os.path.abspath(args.from_archive)) if args.from_archive else None,
     )
+
+
+_RESOLVE_RULE = "must be HOST:PORT:ADDRESS[:PORT], like nvcr.io:443:10.0.0.5 or nvcr.io:443:10.0.0.5:8443"
+
+
+def _resolves(rule: str) -> bool:
+    """An oras ``--resolve`` rule: a host, its port, an IPv4 address, optionally the address's port."""
+    import re
+
+    port = r"([1-9][0-9]{0,4})"
+    matched = re.fullmatch(rf"[A-Za-z0-9.-]+:{port}:[0-9]{{1,3}}(?:\.[0-9]{{1,3}}){{3}}(?::{port})?", rule)
+    return matched is not None and all(int(p) <= 65535 for p in matched.groups() if p)
 
 
 def _target(value: str, registry: Callable[[object], str]) -> str:

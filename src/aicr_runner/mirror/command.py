@@ -51,6 +51,8 @@ class MirrorRequest:
     from_archive: Path | None = None
     #: ``--allow-missing``: references that may be absent at their source.
     allow_missing: frozenset[str] = frozenset()
+    #: ``--resolve``: oras' ``HOST:PORT:ADDRESS[:PORT]`` rules for every copy call.
+    resolve: tuple[str, ...] = ()
 
 
 #: The plan's run (``wiring.run``): given by the command line, the floor above this package.
@@ -89,6 +91,7 @@ def _copier(request: MirrorRequest, interrupted: Callable[[], bool], **archive: 
         request.helm,
         registry_config=request.registry_config,
         plain_http=request.plain_http,
+        resolve=request.resolve,
         interrupted=interrupted,
         **archive,
     )

@@ -72,6 +72,7 @@ class OrasCopier:
         interrupted: Callable[[], bool] = _never,
         sources: Mapping[str, str] | None = None,
         local_charts: Mapping[tuple[str, str, str], Path] | None = None,
+        resolve: Sequence[str] = (),
     ) -> None:
         self.oras, self.helm = oras, helm
         self.interrupted = interrupted
@@ -81,6 +82,9 @@ class OrasCopier:
         self.local_charts: Mapping[tuple[str, str, str], Path] = local_charts or {}
         self.registry_config = registry_config
         self.plain_http = plain_http
+        #: oras' ``--resolve HOST:PORT:ADDRESS[:PORT]`` rules (a registry reached at another
+        #: address than its name's, as curl's ``--resolve``), for every oras call.
+        self.resolve = tuple(resolve)
         self.timeout = timeout_seconds
 
     def _run(self, argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -120,6 +124,8 @@ class OrasCopier:
         flags = [f"--{side}plain-http"] if _host(reference) in self.plain_http else []
         if self.registry_config is not None:
             flags += [f"--{side}registry-config", str(self.registry_config)]
+        for rule in self.resolve:
+            flags += [f"--{side}resolve", rule]
         return flags
 
     def _source(self, reference: str) -> str:

@@ -91,3 +91,36 @@ def test_a_url_for_a_path_flag_is_refused_under_the_flags_own_name(
     assert code == 2
     assert err.startswith("aicr-runner: invalid setting: --work-dir=")
     assert "pw" not in err
+
+
+@pytest.mark.parametrize(
+    "rule", ["nvcr.io:443", "nvcr.io:443:mirror.example", "nvcr.io:0:10.0.0.5", "nvcr.io:443:10.0.0.5:70000"]
+)
+def test_a_bad_resolve_rule_is_refused_by_name(rule: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(tmp_path, capsys, "--to", "oci://m.example", "--resolve", rule)
+    assert (code, err.strip()) == (
+        2,
+        f"aicr-runner: invalid setting: --resolve='{rule}': must be HOST:PORT:ADDRESS[:PORT], like "
+        "nvcr.io:443:10.0.0.5 or nvcr.io:443:10.0.0.5:8443",
+    )
+
+
+def test_resolve_rules_reach_every_oras_call_on_either_side() -> None:
+    """The rules go to oras for source and target references alike (oras applies a
+    rule only to the host it names); never to an OCI layout, which has no host."""
+    import argparse
+
+    from aicr_runner.mirror.arguments import add_options, request_from
+    from aicr_runner.mirror.command import _copier
+
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    rules = ["nvcr.io:80:127.0.0.1:5000", "quay.io:443:10.0.0.5"]
+    args = parser.parse_args(["--to", "oci://m.example", *(w for r in rules for w in ("--resolve", r))])
+    request = request_from(args, {})
+    assert request.resolve == tuple(rules)
+    copier = _copier(request, lambda: False)
+    resolve = ["--from-resolve", rules[0], "--from-resolve", rules[1]]
+    assert copier._flags("nvcr.io/nvidia/gpu-operator:v25.10.1", "from-") == resolve
+    assert copier._flags("m.example/nvcr.io/nvidia/gpu-operator:v25.10.1") == [w.replace("from-", "") for w in resolve]
+    assert copier._flags("oci-layout:/tmp/l:t", "from-") == ["--from-oci-layout"]
