@@ -49,6 +49,8 @@ from aicr_runner.net.retry import (
 
 __all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "LeaseRecord", "configmap_body", "lease_body"]
 
+log = logs.get_logger()
+
 FIELD_MANAGER = "aicr-runner"
 #: The Lease is the runner's, not Helm's or Argo CD's (neither tracks nor prunes it).
 LEASE_LABELS = {"app.kubernetes.io/name": "nvidia-aicr", "app.kubernetes.io/managed-by": "aicr-runner"}
@@ -563,7 +565,7 @@ class ClientKubeApi:
 
 
 def _warn_retry(event: str, what: str, note: RetryNote) -> None:
-    logs.get_logger().warning(event, what=what, attempt=note.attempt, reason=note.reason, wait=round(note.wait, 3))
+    log.warning(event, what=what, attempt=note.attempt, reason=note.reason, wait=round(note.wait, 3))
 
 
 def _never() -> bool:

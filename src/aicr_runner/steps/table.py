@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from structlog.contextvars import bound_contextvars
+
 from aicr_runner import logs
 from aicr_runner.aicr import argv as commands
 from aicr_runner.aicr import capabilities, classify, recipe
@@ -43,6 +45,8 @@ from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = ["Steps"]
 
+log = logs.get_logger()
+
 #: Lines of a failing command kept to explain the failure (never the whole output).
 _TAIL_LINES = 60
 
@@ -53,7 +57,6 @@ class Steps:
         self.s = ctx.settings
         #: What the steps found so far (the binary, the pack, the recipe, aicr's version).
         self.found = ctx.findings
-        self.log = logs.get_logger()
 
     def functions(self) -> dict[State, Callable[[], StepResult]]:
         """Every state's step, found by the state's name."""
@@ -68,29 +71,29 @@ class Steps:
 
     def _guarded(self, state: State, method: Callable[[], StepResult]) -> Callable[[], StepResult]:
         def run() -> StepResult:
-            log = self.log.bind(step=state.value)
-            log.info("step started")
-            try:
-                result = method()
-            except InterruptedRun as exc:
-                result = StepResult(StepStatus.INTERRUPTED, int(exc.exit_code), exc.message)
-            except RunnerError as exc:
-                result = StepResult.failed(int(exc.exit_code), exc.message)
-            except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
-                where = logs.write_traceback(self.ctx.work)
-                result = StepResult.failed(
-                    ExitCode.INTERNAL,
-                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} ({where})",
+            # Every event of the step, wherever in the code below, carries the step.
+            with bound_contextvars(step=state.value):
+                log.info("step started")
+                try:
+                    result = method()
+                except InterruptedRun as exc:
+                    result = StepResult(StepStatus.INTERRUPTED, int(exc.exit_code), exc.message)
+                except RunnerError as exc:
+                    result = StepResult.failed(int(exc.exit_code), exc.message)
+                except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
+                    where = logs.write_traceback(self.ctx.work)
+                    result = StepResult.failed(
+                        ExitCode.INTERNAL,
+                        f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} ({where})",
+                    )
+                started = self.ctx.report.step(state.value).started_at
+                log.info(
+                    "step ended",
+                    outcome=result.status.value,
+                    exit_code=result.exit_code,
+                    reason=result.reason,
+                    duration_s=None if started is None else round(_elapsed(started), 3),
                 )
-            record = self.ctx.report.step(state.value)
-            started = record.started_at
-            log.info(
-                "step ended",
-                outcome=result.status.value,
-                exit_code=result.exit_code,
-                reason=result.reason,
-                duration_s=None if started is None else round(_elapsed(started), 3),
-            )
             return result
 
         return run
@@ -180,7 +183,7 @@ class Steps:
             if supported:
                 self.ctx.report.supported_combinations = supported
                 rejected = recipe.with_supported(message, supported)
-                self.log.error(f"CRITERIA REJECTED: {rejected}", step=State.RECIPE.value)
+                log.error("CRITERIA REJECTED", reason=rejected)
             return StepResult.failed(
                 result.exit_code,
                 f"aicr recipe failed (exit {result.exit_code}): {message}",
@@ -209,7 +212,7 @@ class Steps:
         if known:
             self.ctx.report.supported_combinations = [f"{dimension}={v}" for v in known]
         text = recipe.unknown_value_refusal(named, exit_code, message, dimension=dimension, value=value, known=known)
-        self.log.error(f"CRITERIA REJECTED: {text}", step=State.RECIPE.value)
+        log.error("CRITERIA REJECTED", reason=text)
         return StepResult.failed(ExitCode.BAD_INPUT, text, classification="criteria-rejected")
 
     def capture_recipe(self) -> StepResult:
@@ -384,7 +387,7 @@ class Steps:
         argv = snapshot.validate_argv(self.ctx, self._binary)
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
         result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
-        self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
+        log.info("aicr validate exited", exit_code=result.exit_code)
         snapshot.into_evidence(self.ctx)
         revalidate.note_preemption(self.ctx)
         error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""

@@ -33,6 +33,8 @@ __all__ = [
     "write_verdict",
 ]
 
+log = logs.get_logger()
+
 _NOT_STARTED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED)
 
 
@@ -109,7 +111,7 @@ def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
             facts = facts_of(ctx, target.namespace, evidence_stored=evidence_stored)
             report_writer.write(target, setting, facts, entries)
     except Exception as exc:  # noqa: BLE001 - advisory: the verdict is already captured
-        logs.get_logger().warning("verdict report not written", reason=logs.redact(str(exc)))
+        log.warning("verdict report not written", reason=logs.redact(str(exc)))
 
 
 def write_after_failed_deploy(ctx: RunContext) -> None:
