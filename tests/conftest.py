@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ def _reset_logging() -> Iterator[None]:
 
 
 @pytest.fixture
-def log_events() -> Iterator[list[dict[str, Any]]]:
+def log_events() -> Iterator[list[MutableMapping[str, Any]]]:
     """The events logged while the test runs, as structlog hands them to the
     renderer (``capture_logs``): the event, its fields, ``log_level``, and the
     context bound in context variables (the step) merged in as the pod log

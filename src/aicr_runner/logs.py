@@ -34,7 +34,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -393,7 +393,7 @@ def _redact_event(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dic
     return {key: _redact_value(value) for key, value in event_dict.items()}
 
 
-def merge_context(logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def merge_context(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog's ``merge_contextvars`` with the bound context first, where
     ``bind`` puts it: a step's JSON line leads with its ``step``, as a relayed
     line does. The first processor of events and of the standard library's

@@ -183,7 +183,8 @@ class InstallLease:
 
     def _say_waiting(self, holder: str, waited: float, on_wait: Callable[[str, float], None] | None) -> None:
         self._log.info(
-            f"waiting for the install Lease {self.where}: held by {holder}",
+            "waiting for the install Lease",  # the Lease is bound: lease=<namespace>/<name>
+            holder=holder,
             waited_s=round(waited),
             gives_up_after_s=self.settings.wait_seconds,
         )
