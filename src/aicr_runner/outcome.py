@@ -102,9 +102,9 @@ def _announce(settings: RunnerSettings, invocation: Invocation, report: RunRepor
     """Log the outcome, write the termination message ``line`` (redacted, bounded)
     and, outside a Job, print the summary."""
     if report.exit_code == 0:
-        log.info(report.message, exit_code=0, status=status)
+        log.info("run ended", message=report.message, exit_code=0, status=status)
     else:
-        log.error(report.message, exit_code=report.exit_code, status=status)
+        log.error("run ended", message=report.message, exit_code=report.exit_code, status=status)
     # A Job runs `run` or `validate` (the re-validation CronJob): both end with the
     # pod's termination message, which `kubectl get pods` and alerts read.
     if invocation.mode is not Mode.PLAN:

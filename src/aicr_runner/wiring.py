@@ -63,7 +63,7 @@ def run(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str]
     try:
         return _execute(settings, invocation, env)
     except RunnerError as exc:
-        log.error(exc.message, exit_code=int(exc.exit_code))  # noqa: TRY400 - one line, never a traceback
+        log.error("run stopped", reason=exc.message, exit_code=int(exc.exit_code))  # noqa: TRY400 - one line, no traceback
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a run ends with one line and an exit code, never a traceback
         return _internal_error(exc, settings)
