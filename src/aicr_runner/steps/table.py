@@ -70,30 +70,31 @@ class Steps:
         return table
 
     def _guarded(self, state: State, method: Callable[[], StepResult]) -> Callable[[], StepResult]:
+        # Every event of the step, wherever in the code it calls, carries the step.
+        @bound_contextvars(step=state.value)
         def run() -> StepResult:
-            # Every event of the step, wherever in the code below, carries the step.
-            with bound_contextvars(step=state.value):
-                log.info("step started")
-                try:
-                    result = method()
-                except InterruptedRun as exc:
-                    result = StepResult(StepStatus.INTERRUPTED, int(exc.exit_code), exc.message)
-                except RunnerError as exc:
-                    result = StepResult.failed(int(exc.exit_code), exc.message)
-                except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
-                    where = logs.write_traceback(self.ctx.work)
-                    result = StepResult.failed(
-                        ExitCode.INTERNAL,
-                        f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} ({where})",
-                    )
-                started = self.ctx.report.step(state.value).started_at
-                log.info(
-                    "step ended",
-                    outcome=result.status.value,
-                    exit_code=result.exit_code,
-                    reason=result.reason,
-                    duration_s=None if started is None else round(_elapsed(started), 3),
+            log.info("step started")
+            try:
+                result = method()
+            except InterruptedRun as exc:
+                result = StepResult(StepStatus.INTERRUPTED, int(exc.exit_code), exc.message)
+            except RunnerError as exc:
+                result = StepResult.failed(int(exc.exit_code), exc.message)
+            except Exception as exc:  # noqa: BLE001 - the run must end with a report, not a traceback
+                where = logs.write_traceback(self.ctx.work)
+                result = StepResult.failed(
+                    ExitCode.INTERNAL,
+                    f"internal error in {state}: {type(exc).__name__}: {logs.redact(str(exc))} ({where})",
                 )
+            record = self.ctx.report.step(state.value)
+            started = record.started_at
+            log.info(
+                "step ended",
+                outcome=result.status.value,
+                exit_code=result.exit_code,
+                reason=result.reason,
+                duration_s=None if started is None else round(_elapsed(started), 3),
+            )
             return result
 
         return run
