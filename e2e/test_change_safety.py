@@ -475,7 +475,8 @@ def test_an_upgrade_mid_install_waits_for_the_old_run_and_the_new_values_win(
     gap = (new_ops[0].started - max(op.ended for op in old_ops if op.ended)).total_seconds()
     assert gap > 0
     # The new run waited for the Lease and said whom it waited for.
-    assert f"held by {old_job}/" in new.output
+    waits = [json.loads(line) for line in new.output.splitlines() if '"event": "waiting for the install Lease"' in line]
+    assert any(str(wait["holder"]).startswith(f"{old_job}/") for wait in waits), waits
     # Nothing is left pending, and the newest values won.
     assert env.releases() == {"acme-agent": "deployed", "acme-config": "deployed"}
     settings = env.plane.configmap(env.components, "acme-agent-settings")

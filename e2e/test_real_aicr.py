@@ -333,7 +333,9 @@ def test_the_real_aicr_recipe_bundle_verify_deploy_and_validate_from_the_built_i
     assert ctrf["reportFormat"] == "CTRF"
     assert ctrf["results"]["tool"] == {"name": "aicr", "version": "0.11.1"}
     assert ctrf["results"]["summary"]["tests"] == 0, "aicr v0.11.1 ran no check: the recipe lists none for the phase"
-    assert re.search(r"aicr validate exit=0\b", run.output), "aicr itself exited 0: the runner read the report"
+    assert re.search(r"aicr validate exited exit_code=0 step=validate\b", run.output), (
+        "aicr itself exited 0: the runner read the report"
+    )
     readiness = [line for line in run.output.splitlines() if "readiness constraint passed" in line]
     assert any(server_version in line for line in readiness), "readiness read the snapshot from its ConfigMap"
     assert control_plane.admin.exists("/api/v1/namespaces/aicr-validation"), "aicr validate created its namespace"

@@ -392,7 +392,7 @@ def test_without_the_operators_pod_operator_health_fails_with_aicrs_message(  # 
     assert (validate["status"], validate["exitCode"], validate["classification"]) == ("failed", 8, "validation-failed")
     assert validate["message"] == NO_OPERATOR_POD
     assert notes["ValidateFailed"] == NO_OPERATOR_POD, notes
-    assert re.search(r"aicr validate exit=8\b", run.output), "aicr itself failed the phase"
+    assert re.search(r"aicr validate exited exit_code=8 step=validate\b", run.output), "aicr itself failed the phase"
     ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])
     counted = ("tests", "passed", "failed", "skipped", "pending", "other")
     summary = {key: ctrf["results"]["summary"][key] for key in counted}
@@ -455,7 +455,7 @@ def test_the_real_validator_runs_every_deployment_check_and_operator_health_pass
         "validation-passed",
     ), validate
     assert validate["message"] == VERDICT
-    assert re.search(r"aicr validate exit=0\b", run.output), "aicr itself exited 0"
+    assert re.search(r"aicr validate exited exit_code=0 step=validate\b", run.output), "aicr itself exited 0"
 
     # The CTRF, check by check: aicr's statuses and what each validator printed.
     ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])

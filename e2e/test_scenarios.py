@@ -14,6 +14,7 @@ import copy
 import hashlib
 import io
 import json
+import re
 import subprocess
 import tarfile
 import time
@@ -590,7 +591,7 @@ def test_a_passing_verdict_is_captured_and_the_evidence_is_published_to_the_regi
         names = tar.getnames()
     assert "evidence/summary-bundle/ctrf/deployment.json" in names
     assert "evidence/pointer.yaml" in names
-    assert "evidence publish exit=0" in run.output
+    assert re.search(r"aicr evidence publish exited exit_code=0 step=publish\b", run.output)
     assert registry.password not in run.output
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
+from structlog.testing import capture_logs
 
 from aicr_runner import logs
 from tests.support.real_aicr import RealAicr, RealAicrMissing, extract_binary, release_dir
@@ -25,6 +27,23 @@ def _reset_logging() -> Iterator[None]:
     the standard library's records go back to whatever stderr is at write time."""
     yield
     logs.configure()
+
+
+@pytest.fixture
+def log_events() -> Iterator[list[MutableMapping[str, Any]]]:
+    """The events logged while the test runs, as structlog hands them to the
+    renderer (``capture_logs``): the event, its fields, ``log_level``, and the
+    context bound in context variables (the step) merged in as the pod log
+    merges it. Nothing is rendered meanwhile; relayed child output still is.
+
+    Logging is configured first: ``capture_logs`` swaps the configured
+    processor chain in place (cached loggers keep that list), and a
+    configuration made after it (by the first event) would swap it back. A
+    test that configures logging itself (a run through ``cli.main``) reads
+    the JSON lines instead."""
+    logs.configure()
+    with capture_logs(processors=[logs.merge_context]) as captured:
+        yield captured
 
 
 @pytest.fixture(autouse=True)

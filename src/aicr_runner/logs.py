@@ -8,8 +8,13 @@ would appear, including in relayed child output.
 Events go through structlog, configured by ``configure``: the level, an ISO UTC
 timestamp, any traceback as text, every value redacted, then the console
 renderer without colours or the JSON renderer. Records of the standard
-library's loggers (oras, urllib3) get the same processors. structlog is
-imported with the first logger, so ``version`` and ``--help`` never pay for it.
+library's loggers (oras, urllib3) get the same processors. Each module holds
+its logger (``log = logs.get_logger()`` at module level); structlog is imported
+and configured when one is first used, so ``version`` and ``--help`` never pay
+for it, and structlog caches each assembled logger from then on
+(``cache_logger_on_first_use``). What a whole stretch of work shares is bound
+once in context variables (the step runner binds ``step`` around each step,
+``structlog.contextvars.bound_contextvars``) and merged into every event.
 
 Relayed child output (deploy.sh can print gigabytes) stays off structlog's
 per-event path: ``relay`` writes already-redacted blocks of lines straight to
@@ -29,11 +34,11 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from aicr_runner.settings.config import LogFormat
 
@@ -48,6 +53,7 @@ __all__ = [
     "flush_relay_if_due",
     "format_relayed_line",
     "get_logger",
+    "merge_context",
     "protected_bytes",
     "redact",
     "register_dockerconfig_secrets",
@@ -366,7 +372,8 @@ class _PodLog:
     flushed first (so the order holds), to the configured stream."""
 
     def __init__(self, stream: TextIO | None) -> None:
-        #: None: whatever sys.stderr is at write time (tests swap it).
+        #: None: whatever sys.stderr is at write time (tests swap it);
+        #: ``configure`` changes it in place (cached loggers hold this object).
         self.stream = stream
 
     def msg(self, line: str) -> None:
@@ -386,15 +393,35 @@ def _redact_event(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dic
     return {key: _redact_value(value) for key, value in event_dict.items()}
 
 
-class _Events:
-    """The structured-event path: structlog, configured once per ``configure``.
+def merge_context(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog's ``merge_contextvars`` with the bound context first, where
+    ``bind`` puts it: a step's JSON line leads with its ``step``, as a relayed
+    line does. The first processor of events and of the standard library's
+    records (tests capturing events pass it to ``capture_logs``)."""
+    from structlog.contextvars import merge_contextvars  # imported by now: a lookup
 
-    structlog is imported the first time a logger is configured or asked for,
+    context = merge_contextvars(logger, method, {})
+    return {**context, **event_dict} if context else event_dict
+
+
+#: The one processor chain and the one output end. structlog caches each
+#: assembled logger on first use, and a cached logger keeps references to both:
+#: ``configure`` changes them in place, so every logger, cached or not, renders
+#: with the latest configuration (``structlog.testing.capture_logs`` swaps the
+#: chain in place the same way).
+_PROCESSORS: list[Any] = []
+_POD_LOG = _PodLog(None)
+
+
+class _Events:
+    """The structured-event path: structlog, configured by ``setup`` (called by
+    ``configure``, or by the first logger used before any ``configure``).
+
+    structlog is imported the first time a logger is configured or used,
     never by ``version`` or ``--help``."""
 
-    def __init__(self, fmt: LogFormat, stream: TextIO | None) -> None:
+    def __init__(self, fmt: LogFormat) -> None:
         self.fmt = fmt
-        self.out = _PodLog(stream)
         self.ready = False
 
     def setup(self) -> None:
@@ -403,6 +430,7 @@ class _Events:
         import structlog
 
         shared: list[Any] = [
+            merge_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             # The traceback as text before redaction: the renderers would format it after.
@@ -414,19 +442,23 @@ class _Events:
             if self.fmt is LogFormat.JSON
             else structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
         )
+        _PROCESSORS[:] = [*shared, renderer]
         structlog.configure(
-            processors=[*shared, renderer],
+            processors=_PROCESSORS,
             wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-            logger_factory=lambda *_args: self.out,
-            # A cached logger would keep the processors of a configuration since replaced.
-            cache_logger_on_first_use=False,
+            logger_factory=_pod_log,
+            cache_logger_on_first_use=True,
         )
         formatter = structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
             foreign_pre_chain=shared,
         )
-        _route_stdlib_logging(logging, formatter, self.out)
+        _route_stdlib_logging(logging, formatter, _POD_LOG)
         self.ready = True
+
+
+def _pod_log(*_args: Any) -> _PodLog:
+    return _POD_LOG
 
 
 def _route_stdlib_logging(logging: Any, formatter: Any, out: _PodLog) -> None:
@@ -449,27 +481,47 @@ def _route_stdlib_logging(logging: Any, formatter: Any, out: _PodLog) -> None:
     root.setLevel(logging.WARNING)
 
 
-_events = _Events(LogFormat.CONSOLE, None)
+_events = _Events(LogFormat.CONSOLE)
 
 
 def configure(fmt: LogFormat = LogFormat.CONSOLE, stream: TextIO | None = None) -> None:
     """Events (structlog), the standard library's loggers (oras, urllib3) and
-    relayed output, in ``fmt`` on ``stream`` (None: stderr)."""
-    global _relay, _events  # noqa: PLW0603 - one pod log per process
+    relayed output, in ``fmt`` on ``stream`` (None: stderr). Loggers already
+    made, cached or not, follow (see ``_PROCESSORS``)."""
+    global _relay  # noqa: PLW0603 - one pod log per process
     _relay.flush()
     _relay = _Relay(fmt, stream)
-    _events = _Events(fmt, stream)
+    _POD_LOG.stream = stream
+    _events.fmt = fmt
     _events.setup()
 
 
-def get_logger(**initial: Any) -> FilteringBoundLogger:
-    """A structlog logger with ``initial`` bound, filtering at INFO."""
-    if not _events.ready:
-        _events.setup()
-    import structlog
+class _ModuleLogger:
+    """A module's logger, made when the module is imported without importing
+    structlog: the first call configures structlog if nothing did yet, then
+    structlog's logger (assembled once and cached by structlog) does the work."""
 
-    logger: FilteringBoundLogger = structlog.get_logger(**initial)
-    return logger
+    __slots__ = ("_initial", "_logger")
+
+    def __init__(self, initial: dict[str, Any]) -> None:
+        self._initial = initial
+        self._logger: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        logger = self._logger
+        if logger is None:
+            if not _events.ready:
+                _events.setup()
+            import structlog
+
+            logger = self._logger = structlog.get_logger(**self._initial)
+        return getattr(logger, name)
+
+
+def get_logger(**initial: Any) -> FilteringBoundLogger:
+    """A logger with ``initial`` bound, filtering at INFO; cheap enough to call at
+    module level (``log = logs.get_logger()``): structlog waits for the first call."""
+    return cast("FilteringBoundLogger", _ModuleLogger(initial))
 
 
 def write_traceback(work: Path) -> str:

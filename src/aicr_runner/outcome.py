@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["conclude", "termination_line"]
 
+log = logs.get_logger()
+
 #: Kubernetes keeps at most 4096 bytes of a termination message.
 _TERMINATION_MESSAGE_LIMIT = 4096
 
@@ -93,17 +95,16 @@ def _write_termination(path: str, line: str) -> None:
     try:
         Path(path).write_bytes(cut_bytes(one_line(logs.redact(line), 8192), _TERMINATION_MESSAGE_LIMIT).encode())
     except OSError as exc:
-        logs.get_logger().warning("termination message not written", path=path, reason=str(exc))
+        log.warning("termination message not written", path=path, reason=str(exc))
 
 
 def _announce(settings: RunnerSettings, invocation: Invocation, report: RunReport, *, status: str, line: str) -> None:
     """Log the outcome, write the termination message ``line`` (redacted, bounded)
     and, outside a Job, print the summary."""
-    log = logs.get_logger()
     if report.exit_code == 0:
-        log.info(report.message, exit_code=0, status=status)
+        log.info("run ended", message=report.message, exit_code=0, status=status)
     else:
-        log.error(report.message, exit_code=report.exit_code, status=status)
+        log.error("run ended", message=report.message, exit_code=report.exit_code, status=status)
     # A Job runs `run` or `validate` (the re-validation CronJob): both end with the
     # pod's termination message, which `kubectl get pods` and alerts read.
     if invocation.mode is not Mode.PLAN:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["run"]
 
+log = logs.get_logger()
+
 #: No Job ran in a plan: say what did.
 _PLAN_COMPLETE = "AICR plan complete: recipe resolved, bundle rendered and verified; nothing was deployed"
 
@@ -55,7 +57,7 @@ def run(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str]
     try:
         return _execute(settings, invocation, env)
     except RunnerError as exc:
-        logs.get_logger().error(exc.message, exit_code=int(exc.exit_code))
+        log.error("run stopped", reason=exc.message, exit_code=int(exc.exit_code))  # noqa: TRY400 - one line, no traceback
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a run ends with one line and an exit code, never a traceback
         return _internal_error(exc, settings)
@@ -66,8 +68,10 @@ def run(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str]
 def _internal_error(exc: Exception, settings: RunnerSettings) -> int:
     """An unexpected error outside the steps: one line, the traceback in the work directory."""
     where = logs.write_traceback(settings.work_path)
-    logs.get_logger().error(
-        f"internal error: {type(exc).__name__}: {logs.redact(str(exc))[:500]} ({where})",
+    log.error(
+        "internal error",
+        error=f"{type(exc).__name__}: {logs.redact(str(exc))[:500]}",
+        details=where,
         exit_code=int(ExitCode.INTERNAL),
     )
     return int(ExitCode.INTERNAL)
@@ -237,7 +241,7 @@ def _start(
         criteria=settings.criteria.stated(),
         run_by=settings.lease.pod_identity,
     )
-    logs.get_logger().info(
+    log.info(
         "aicr-runner starting",
         mode=invocation.mode.value,
         runner=__version__,
@@ -340,7 +344,7 @@ def _status_publisher(
             status.last = exc.message
             if not status.first:  # say it once, not at every step
                 status.first = exc.message
-                logs.get_logger().warning("run status not written", reason=exc.message)
+                log.warning("run status not written", reason=exc.message)
         else:
             status.last = ""
 
@@ -350,7 +354,7 @@ def _status_publisher(
 def _stop_when_lease_lost(shutdown: ShutdownController) -> Callable[[str], None]:
     def lease_lost(reason: str) -> None:
         # Another run may take over: stop deploy.sh at the next safe point.
-        logs.get_logger().error("lost the install Lease; stopping at the next safe point", reason=reason)
+        log.error("lost the install Lease; stopping at the next safe point", reason=reason)
         shutdown.request()
 
     return lease_lost

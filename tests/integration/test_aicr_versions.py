@@ -148,8 +148,9 @@ def test_criteria_rejected_lists_the_combinations_once(
 ) -> None:
     r: Run = run(fake, tmp_path, capsys, AICR_RUNNER_CRITERIA__SERVICE="gke", AICR_RUNNER_CRITERIA__OS="ubuntu")
     assert r.code == 2
-    line = next(rec for rec in records(r.output) if str(rec["event"]).startswith("CRITERIA REJECTED"))
-    assert str(line["event"]).count("supported combinations:") == 1, line["event"]
+    line = next(rec for rec in records(r.output) if rec["event"] == "CRITERIA REJECTED")
+    assert line["step"] == "recipe"
+    assert str(line["reason"]).count("supported combinations:") == 1, line["reason"]
     assert r.termination.count("supported combinations:") == 1, r.termination
 
 

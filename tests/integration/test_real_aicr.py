@@ -237,7 +237,8 @@ def test_an_unknown_value_exits_2_with_the_values_this_aicr_knows(
         f"{value}); supported combinations: {listed}"
     )
     assert result.report()["supportedCombinations"] == [f"{dimension}={v}" for v in KNOWN[dimension]]
-    assert any(str(r["event"]).startswith("CRITERIA REJECTED") for r in result.records())
+    rejected = [r for r in result.records() if r["event"] == "CRITERIA REJECTED"]
+    assert [(r["step"], r["reason"]) for r in rejected] == [("recipe", step["message"])]
 
 
 # -- refusals worded for the version that runs -------------------------------------------------------

@@ -62,6 +62,14 @@ class Run:
     def result(self, configmap: str, key: str) -> bytes:
         return (self.results / configmap / key).read_bytes()
 
+    def events(self) -> list[dict[str, Any]]:
+        """The pod log's events (its JSON lines)."""
+        return [json.loads(line) for line in self.output.splitlines() if line.startswith("{")]
+
+    def logged(self, event: str, **fields: object) -> list[dict[str, Any]]:
+        """The pod log's events named ``event`` that hold ``fields``."""
+        return [r for r in self.events() if r["event"] == event and fields.items() <= r.items()]
+
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_"))}
@@ -119,9 +127,11 @@ def test_full_run_captures_everything_and_exits_zero(
     pointer = r.result("aicr-evidence-bundle", "pointer.yaml").decode()
     assert "reg.example/acme/evidence" in pointer, "pointer.yaml is captured after publish filled it in"
     assert r.step("deploy")["message"] == "AICR install complete: 15/15 installed"
-    assert "AICR Job complete" in r.output
-    assert "aicr validate exit=0" in r.output
-    assert "evidence publish exit=0" in r.output
+    [outcome] = r.logged("run ended")
+    assert outcome["message"].startswith("AICR Job complete")
+    assert (outcome["exit_code"], outcome["level"]) == (0, "info")
+    assert r.logged("aicr validate exited", step="validate", exit_code=0)
+    assert r.logged("aicr evidence publish exited", step="publish", exit_code=0)
     assert r.termination.startswith("Succeeded (exit 0)")
     assert (r.work / "logs" / "deploy.log").read_text().count("installed") >= 15
 
@@ -133,7 +143,9 @@ def test_assert_only_run_skips_bundle_and_deploy_but_captures_the_verdict(
     assert r.code == 0, r.output
     for state in ("bundle", "verify", "deploy"):
         assert r.step(state)["status"] == "skipped"
-    assert "Skipping deploy (deploy.enabled=false): assert-only run" in r.output
+    assert r.logged(
+        "step ended", step="deploy", outcome="skipped", reason="Skipping deploy (deploy.enabled=false): assert-only run"
+    )
     assert not (r.work / "bundle").exists()
     assert json.loads(r.result("aicr-validate-result", "ctrf.json"))["results"]["summary"]["tests"] >= 1
 
@@ -236,7 +248,7 @@ def test_a_crashed_check_fails_the_run_although_aicr_0_11_exits_0(
         FAKE_AICR_VALIDATE_RESULT="other",
     )
     assert r.code == 8, r.output
-    assert "aicr validate exit=0" in r.output
+    assert r.logged("aicr validate exited", step="validate", exit_code=0)
     assert r.termination.startswith("Failed (exit 8): Validation FAILED (exit 8): validation failed: 1 crashed")
     assert "aicr validate exited 0 all the same" in r.step("validate")["message"]
 
@@ -274,7 +286,7 @@ def test_rejected_criteria_list_supported_combinations_everywhere(
     assert supported, "aicr's list of supported combinations reaches the status report"
     assert "os=ubuntu" in " ".join(supported)
     assert "supported combinations:" in r.termination
-    assert any(line for line in r.output.splitlines() if "CRITERIA REJECTED" in line)
+    assert r.logged("CRITERIA REJECTED", step="recipe", level="error")
     assert r.step("bundle")["status"] == "skipped"
     assert not (r.work / "bundle").exists()
 

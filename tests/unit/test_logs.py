@@ -167,3 +167,72 @@ def test_relayed_lines_and_events_from_two_threads_never_split_a_line(tmp_path: 
     else:
         assert all(STAMP.match(line) for line in lines), [line for line in lines if not STAMP.match(line)][:3]
         assert sum("Kubernetes API write retry" in line for line in lines) == events
+
+
+def test_a_cached_module_logger_follows_every_later_configuration() -> None:
+    """Loggers are cached on first use and keep the processor chain and output
+    they were assembled with: a configuration made afterwards must reach them."""
+    import structlog
+
+    log = logs.get_logger()  # as a module makes it at import: nothing configured by it yet
+    first, second = io.StringIO(), io.StringIO()
+    logs.configure(LogFormat.CONSOLE, stream=first)
+    log.info("first")  # structlog assembles the logger now, and caches it
+    logs.configure(LogFormat.JSON, stream=second)
+    log.info("second", n=1)
+    assert structlog.get_config()["cache_logger_on_first_use"] is True
+    assert STAMP.sub("T", first.getvalue()) == "T [info     ] first\n"
+    assert STAMP.sub("T", second.getvalue()) == '{"n": 1, "event": "second", "level": "info", "timestamp": "T"}\n'
+
+
+def test_capture_logs_sees_the_events_of_a_logger_cached_before_it() -> None:
+    from structlog.testing import capture_logs
+
+    out = io.StringIO()
+    logs.configure(LogFormat.JSON, stream=out)
+    log = logs.get_logger()
+    log.info("before")
+    with capture_logs() as captured:
+        log.warning("during", n=1)
+    log.info("after")
+    assert captured == [{"event": "during", "n": 1, "log_level": "warning"}]
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["before", "after"]
+
+
+def test_a_step_bound_in_context_leads_every_line_logged_within_it() -> None:
+    """The step runner binds the step once (``bound_contextvars``): events and the
+    standard library's records within it carry it first, as ``bind`` puts it;
+    nothing after it does."""
+    from structlog.contextvars import bound_contextvars
+
+    out = io.StringIO()
+    logs.configure(LogFormat.JSON, stream=out)
+    log = logs.get_logger()
+    with bound_contextvars(step="pack"):
+        log.info("pulled", layers=2)
+        log.bind(source="aicr").info("bound here wins", step="deploy")
+        logging.getLogger("oras").warning("slow")
+    log.info("after")
+    assert STAMP.sub("T", out.getvalue()).splitlines() == [
+        '{"step": "pack", "layers": 2, "event": "pulled", "level": "info", "timestamp": "T"}',
+        '{"step": "deploy", "source": "aicr", "event": "bound here wins", "level": "info", "timestamp": "T"}',
+        '{"step": "pack", "event": "slow", "level": "warning", "timestamp": "T"}',
+        '{"event": "after", "level": "info", "timestamp": "T"}',
+    ]
+
+
+def test_every_event_of_a_step_carries_the_step_no_call_passes_it(
+    tmp_path: Path, log_events: list[dict[str, Any]]
+) -> None:
+    from aicr_runner.run.machine import State
+    from tests.unit.steps.test_steps import StubProcesses, context, step
+
+    ctx = context(tmp_path, StubProcesses(), AICR_RUNNER_VALIDATE__ENABLED="true")
+    step(ctx, State.VALIDATE)
+    logs.get_logger().info("between steps")
+    assert [(e["event"], e.get("step"), e.get("exit_code")) for e in log_events] == [
+        ("step started", "validate", None),
+        ("aicr validate exited", "validate", 0),
+        ("step ended", "validate", 30),  # no CTRF report: a broken contract
+        ("between steps", None, None),
+    ]

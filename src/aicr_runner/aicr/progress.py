@@ -30,6 +30,8 @@ from aicr_runner import logs
 
 __all__ = ["ComponentLine", "ComponentTable", "LineKind", "ProgressPublisher", "component_line"]
 
+log = logs.get_logger()
+
 
 class LineKind(StrEnum):
     STARTED = "started"
@@ -275,6 +277,6 @@ class ProgressPublisher:
             try:
                 self._publish()
             except Exception as exc:  # noqa: BLE001 - progress is advisory: the step's end is written anyway
-                logs.get_logger().warning("progress not published", reason=f"{type(exc).__name__}: {exc}")
+                log.warning("progress not published", reason=f"{type(exc).__name__}: {exc}")
             self.writes += 1
             self._last = self._clock()

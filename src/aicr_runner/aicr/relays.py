@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["aicr_relay", "deploy_relay"]
 
+log = logs.get_logger()
+
 #: aicr records at these levels are logged as events of that level, not relayed as text.
 _AICR_LEVELS = {"ERROR": "error", "WARN": "warning", "WARNING": "warning"}
 #: Plain lines aicr prints when it fails before its logger exists (a flag it
@@ -34,7 +36,7 @@ def aicr_relay(
     """The pod-log relay for an aicr call: its output is small, so each line
     is looked at (JSON records re-rendered, errors and warnings logged as
     such, the tail kept); plain lines go straight to the pod log."""
-    log = logs.get_logger().bind(step=step)
+    bound = log.bind(step=step)  # as its relayed lines, called within a step or not
 
     def on_block(text: str) -> None:
         plain: list[str] = []
@@ -51,7 +53,7 @@ def aicr_relay(
             if plain:
                 logs.relay("\n".join(plain), step=step, source="aicr")
                 plain.clear()
-            getattr(log, level)(shown, source="aicr")
+            getattr(bound, level)(shown, source="aicr")
         if plain:
             logs.relay("\n".join(plain), step=step, source="aicr")
 
@@ -63,7 +65,7 @@ def deploy_relay(step: str, markers: DeployMarkers) -> Callable[[str], None]:
     straight to the pod log; only the lines that mean something (progress
     and failure markers, errors) become structured events, and ``markers``
     keeps what they said."""
-    log = logs.get_logger().bind(step=step)
+    bound = log.bind(step=step)  # as its relayed lines, called within a step or not
 
     def on_block(text: str) -> None:
         written = 0
@@ -72,7 +74,7 @@ def deploy_relay(step: str, markers: DeployMarkers) -> Callable[[str], None]:
         json_plain = blockscan.scan(text).json_plain
         for start, end, level in meaningful:
             logs.relay(text[written:start], step=step, source="deploy.sh", json_plain=json_plain)
-            getattr(log, level)(text[start:end], source="deploy.sh")
+            getattr(bound, level)(text[start:end], source="deploy.sh")
             written = end + 1
         logs.relay(text[written:], step=step, source="deploy.sh", json_plain=json_plain)
 

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PendingRelease", "PendingReleases"]
 
+log = logs.get_logger()
+
 
 class PendingRelease(NamedTuple):
     namespace: str
@@ -58,7 +60,6 @@ class PendingReleases:
         relay: Callable[[str], None],
         recoveries: list[dict[str, str]],
         progress: Callable[[], None],
-        step: str,
     ) -> None:
         self._processes = processes
         self._environ = environ
@@ -66,8 +67,6 @@ class PendingReleases:
         self._relay = relay
         self._recoveries = recoveries
         self._progress = progress
-        self._step = step
-        self._log = logs.get_logger()
 
     def settle(self, summary: RecipeSummary | None, lease: InstallLease | None) -> list[str]:
         """Recover the pending releases a dead predecessor of this release left
@@ -96,18 +95,17 @@ class PendingReleases:
         if summary is None:
             return []
         if helm is None:
-            self._log.warning("pending-release check skipped: helm is not on PATH", step=self._step)
+            log.warning("pending-release check skipped: helm is not on PATH")
             return []
         result, releases, lines = self._helm_json(
             [helm, "list", "--all-namespaces", "--pending", "--output", "json"],
             self._work / "logs" / "deploy-preflight.log",
         )
         if releases is None:
-            self._log.warning(
+            log.warning(
                 "pending-release check skipped: helm list failed",
                 exit_code=result.exit_code,
                 detail=logs.redact(lines[-1] if lines else ""),
-                step=self._step,
             )
             return []
         # A release is ours when it has a component's name, in that component's
@@ -121,10 +119,11 @@ class PendingReleases:
         uninstall when there is none (a cut first install)."""
         namespace, name, status = release
         argv, action = self._repair(release)
-        self._log.warning(
-            f"recovering Helm release {namespace}/{name} ({status}) left by a run of this release that was stopped",
+        log.warning(
+            "recovering a Helm release left pending by a stopped run of this release",
+            release=f"{namespace}/{name}",
+            status=status,
             action=argv[1],
-            step=self._step,
         )
         result = self._processes.run(
             argv,
@@ -146,7 +145,7 @@ class PendingReleases:
                 "at": utcnow().isoformat(timespec="seconds").replace("+00:00", "Z"),
             }
         )
-        self._log.info(f"recovered Helm release {namespace}/{name}: {action}", step=self._step)
+        log.info("recovered Helm release", release=f"{namespace}/{name}", action=action)
         self._progress()
 
     def _repair(self, release: PendingRelease) -> tuple[list[str], str]:

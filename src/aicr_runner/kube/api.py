@@ -1,12 +1,10 @@
 """The Kubernetes API, behind a small interface.
 
-ConfigMaps are written with server-side apply: ``PATCH`` with content type
-``application/apply-patch+yaml``, a field manager, and ``force`` so a re-run takes
-over fields a previous run owned. The request goes through the client's generic
-``call_api``: the generated ``patch_namespaced_config_map`` of the pinned major
-refuses a ``_content_type`` override and would otherwise pick a merge-patch type.
-Bodies are plain dicts so the client's major version can move without touching
-this code.
+ConfigMaps are written with server-side apply: ``PATCH`` with content type ``application/apply-patch+yaml``,
+a field manager, and ``force`` so a re-run takes over fields a previous run owned. The request goes through
+the client's generic ``call_api``: the generated ``patch_namespaced_config_map`` of the pinned major refuses
+a ``_content_type`` override and would otherwise pick a merge-patch type. Bodies are plain dicts so the
+client's major version can move without touching this code.
 
 Every write goes through ``ClientKubeApi.request``, which retries what waiting can
 fix (408, 429, 5xx, connection errors: an API server restarting or upgrading)
@@ -48,6 +46,8 @@ from aicr_runner.net.retry import (
 )
 
 __all__ = ["FIELD_MANAGER", "ClientKubeApi", "KubeApi", "LeaseRecord", "configmap_body", "lease_body"]
+
+log = logs.get_logger()
 
 FIELD_MANAGER = "aicr-runner"
 #: The Lease is the runner's, not Helm's or Argo CD's (neither tracks nor prunes it).
@@ -556,7 +556,7 @@ class ClientKubeApi:
 
 
 def _warn_retry(event: str, what: str, note: RetryNote) -> None:
-    logs.get_logger().warning(event, what=what, attempt=note.attempt, reason=note.reason, wait=round(note.wait, 3))
+    log.warning(event, what=what, attempt=note.attempt, reason=note.reason, wait=round(note.wait, 3))
 
 
 def _never() -> bool:

@@ -78,6 +78,8 @@ __all__ = [
     "report_failure",
 ]
 
+log = logs.get_logger()
+
 OUTCOME_ANNOTATION = "aicr.nvidia.com/outcome"
 FAILED_COMPONENTS_ANNOTATION = "aicr.nvidia.com/failed-components"
 REPORTING_CONTROLLER = "aicr-runner"
@@ -250,7 +252,7 @@ class JobEvents:
             now=self._now(),
         )
         body["regarding"]["kind"] = "CronJob"
-        if self._call("recording an Event on", lambda: self._api.create_job_event(self._namespace, body)):
+        if self._call("recording an Event", lambda: self._api.create_job_event(self._namespace, body)):
             self.recorded.append((kind, reason))
 
     def _record(self, kind: str, reason: str, state: str, note: str, *, cap_exempt: bool = False) -> None:
@@ -269,7 +271,7 @@ class JobEvents:
             note=note,
             now=self._now(),
         )
-        if self._call("recording an Event on", lambda: self._api.create_job_event(self._namespace, body)):
+        if self._call("recording an Event", lambda: self._api.create_job_event(self._namespace, body)):
             self.recorded.append((kind, reason))
 
     def _read_uid(self) -> None:
@@ -285,10 +287,8 @@ class JobEvents:
             call()
         except Exception as exc:  # noqa: BLE001 - advisory: the run's outcome is recorded elsewhere
             self._failures += 1
-            stopped = "; no more Events this run" if self._failures >= MAX_FAILURES else ""
-            logs.get_logger().warning(
-                f"{what} the Job failed{stopped}", job=f"{self._namespace}/{self._job}", reason=str(exc)
-            )
+            stopped = {"then": "no more Events this run"} if self._failures >= MAX_FAILURES else {}
+            log.warning("Job not updated", doing=what, job=f"{self._namespace}/{self._job}", reason=str(exc), **stopped)
             return False
         return True
 
@@ -362,7 +362,6 @@ def report_failure(
     Returns the HelmRelease it was recorded on; None when the Job was not
     rendered by Flux, or when anything failed (logged as a warning).
     """
-    log = logs.get_logger()
     try:
         labels = api.get_job_labels(job_namespace, job)
         release = owning_helmrelease(labels or {})

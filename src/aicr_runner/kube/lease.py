@@ -44,6 +44,8 @@ from aicr_runner.settings.config import LeaseSettings
 
 __all__ = ["HELD_FOR_ANNOTATION", "RELEASES_ANNOTATION", "InstallLease"]
 
+log = logs.get_logger()
+
 RELEASES_ANNOTATION = "aicr-runner.nvidia.com/releases"
 #: Why the holder holds the Lease: ``install`` or ``validation`` (an install takes a validation's over).
 HELD_FOR_ANNOTATION = "aicr-runner.nvidia.com/held-for"
@@ -74,7 +76,7 @@ class InstallLease:
         self._clock = clock
         self._poll = poll_seconds
         self._log_every = log_every_seconds
-        self._log = logs.get_logger().bind(lease=f"{namespace}/{settings.name}")
+        self._log = log.bind(lease=f"{namespace}/{settings.name}")
         self._record: LeaseRecord | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -181,7 +183,8 @@ class InstallLease:
 
     def _say_waiting(self, holder: str, waited: float, on_wait: Callable[[str, float], None] | None) -> None:
         self._log.info(
-            f"waiting for the install Lease {self.where}: held by {holder}",
+            "waiting for the install Lease",  # the Lease is bound: lease=<namespace>/<name>
+            holder=holder,
             waited_s=round(waited),
             gives_up_after_s=self.settings.wait_seconds,
         )

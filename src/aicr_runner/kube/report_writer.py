@@ -40,6 +40,8 @@ __all__ = [
     "write_report",
 ]
 
+log = logs.get_logger()
+
 #: Each discovery read and the write may retry this long (429, 5xx, connection errors).
 BUDGET_SECONDS = 30.0
 _FIELD_MANAGER = "aicr-runner"
@@ -133,7 +135,7 @@ def write(target: ReportTarget, setting: ReportsApi, facts: RunFacts, entries: S
     body = openreports.report_body(chosen, facts, masked)
     write_report(target.api, chosen, body)
     cut = body["metadata"]["annotations"].get(openreports.CUT_ANNOTATION, "")
-    logs.get_logger().info(
+    log.info(
         "verdict report written",
         report=f"{chosen.kind} {target.namespace}/{facts.name}",
         results=len(body["results"]),
@@ -144,8 +146,9 @@ def write(target: ReportTarget, setting: ReportsApi, facts: RunFacts, entries: S
 def _say_not_served(setting: ReportsApi) -> None:
     asked = " or ".join(c.api_version for c in _CANDIDATES[setting])
     # Asked for by name, its absence is a warning; under auto, the cluster's choice.
-    say = logs.get_logger().info if setting is ReportsApi.AUTO else logs.get_logger().warning
+    say = log.info if setting is ReportsApi.AUTO else log.warning
     say(
-        f"no verdict report written: the cluster serves no {asked} reports (reports.api={setting.value}; "
-        "installing the CRDs is the cluster's choice, docs/reports.md)"
+        "no verdict report written",
+        reason=f"the cluster serves no {asked} reports (installing the CRDs is the cluster's choice, docs/reports.md)",
+        reports_api=setting.value,
     )

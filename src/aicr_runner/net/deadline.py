@@ -21,6 +21,7 @@ process's exit.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -132,7 +133,10 @@ def bounded(
             done.set()
 
     deadline = clock() + budget_seconds
-    thread = threading.Thread(target=worker, name=f"bounded {what}", daemon=True)
+    # In the caller's context: what it bound for its events (the step) holds in the work's too.
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(worker,), name=f"bounded {what}", daemon=True
+    )
     thread.start()
     while not done.wait(_POLL_SECONDS):
         if interrupted():

@@ -38,7 +38,6 @@ def pending_releases(ctx: RunContext) -> PendingReleases:
         relay=aicr_relay(State.DEPLOY.value),
         recoveries=ctx.report.recoveries,
         progress=ctx.handlers.progress,
-        step=State.DEPLOY.value,
     )
 
 

@@ -18,6 +18,8 @@ from aicr_runner.steps.context import RunContext
 
 __all__ = ["capture", "publish"]
 
+log = logs.get_logger()
+
 _DISCARDED = "the validation's verdict was discarded (an install took the install Lease over)"
 
 
@@ -41,7 +43,7 @@ def publish(ctx: RunContext, aicr: Path, *, validated: bool) -> StepResult:
         logs.register_secret(token)
     env = child_env(ctx.config.environ, docker_config=pub.registry_config_dir or None, identity_token=token)
     result = ctx.run_child(State.PUBLISH, commands.publish_argv(ctx.settings, aicr, ctx.evidence_dir), env=env)
-    logs.get_logger().info(f"evidence publish exit={result.exit_code}", step=State.PUBLISH.value)
+    log.info("aicr evidence publish exited", exit_code=result.exit_code)
     if result.exit_code != 0:
         return StepResult.failed(result.exit_code, f"aicr evidence publish exited {result.exit_code}")
     return StepResult.ok(f"evidence published to {pub.ref}")

@@ -41,6 +41,8 @@ __all__ = [
     "version_before_fetch",
 ]
 
+log = logs.get_logger()
+
 
 def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
     """The aicr binary, how the step names it, and whether it was preinstalled."""
@@ -104,7 +106,6 @@ def detect_version(ctx: RunContext, binary: Path, *, preinstalled: bool) -> capa
     """What the binary says it is, recorded; one that names no release version is
     probed (its ``--help``), never taken for the pin; a downloaded one that is not
     its tag is warned about."""
-    log = logs.get_logger()
     pinned = ctx.settings.aicr.version
     printed = _version_lines(ctx, binary, preinstalled=preinstalled)
     version = capabilities.AicrVersion.parse("\n".join(printed))
@@ -113,17 +114,15 @@ def detect_version(ctx: RunContext, binary: Path, *, preinstalled: bool) -> capa
         log.warning(
             "aicr names no release version (a build without release version data?); "
             "its capabilities were detected from the flags its --help lists",
-            step=State.FETCH.value,
             reported=version.line,
             behaves_as=f"aicr >= v{'.'.join(map(str, version.numbers))}",
         )
     ctx.findings.aicr_version = version
     ctx.report.aicr_version = version.text
-    log.info("aicr version detected", step=State.FETCH.value, aicr=version.text, reported=version.line)
+    log.info("aicr version detected", aicr=version.text, reported=version.line)
     if not preinstalled and not version.detected_from_flags and version.text != pinned:
         log.warning(
             "the downloaded aicr reports another version than its release tag",
-            step=State.FETCH.value,
             tag=pinned,
             aicr=version.text,
         )

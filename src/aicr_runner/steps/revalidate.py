@@ -38,6 +38,8 @@ __all__ = [
     "unreadable_captured",
 ]
 
+log = logs.get_logger()
+
 
 def no_install_running(ctx: RunContext) -> StepResult:
     """The install Lease taken for this validation, never waited on: held by a live
@@ -53,7 +55,6 @@ def no_install_running(ctx: RunContext) -> StepResult:
             "the next scheduled validation checks the installed cluster",
             classification="install-in-progress",
         )
-    log = logs.get_logger()
     lease.start_renewing(lambda reason: log.warning("install Lease lost during the validation", reason=reason))
     return StepResult.ok(
         f"no install in progress: the install Lease {lease.where} is held for this validation "
@@ -205,7 +206,7 @@ def _write_history(ctx: RunContext, data: dict[str, str]) -> bool:
     try:
         ctx.sink.put(history_name(ctx), data=data)
     except RunnerError as exc:
-        logs.get_logger().warning("verdict history not written", reason=exc.message)
+        log.warning("verdict history not written", reason=exc.message)
         return False
     return True
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from structlog.contextvars import bound_contextvars
+
 from aicr_runner import logs
 from aicr_runner.aicr import argv as commands
 from aicr_runner.aicr import capabilities, classify, recipe
@@ -46,6 +48,8 @@ from aicr_runner.steps.context import Mode, RunContext
 
 __all__ = ["Steps", "step"]
 
+log = logs.get_logger()
+
 #: Lines of a failing command kept to explain the failure (never the whole output).
 _TAIL_LINES = 60
 
@@ -72,7 +76,6 @@ class Steps:
         self.s = ctx.settings
         #: What the steps found so far (the binary, the pack, the recipe, aicr's version).
         self.found = ctx.findings
-        self.log = logs.get_logger()
 
     def functions(self) -> dict[State, Callable[[], StepResult]]:
         """Each state's step, found by its state: the run's mode's variant first. The
@@ -86,8 +89,9 @@ class Steps:
         return table
 
     def _guarded(self, state: State, method: Callable[[], StepResult]) -> Callable[[], StepResult]:
+        # Every event of the step, wherever in the code it calls, carries the step.
+        @bound_contextvars(step=state.value)
         def run() -> StepResult:
-            log = self.log.bind(step=state.value)
             log.info("step started")
             try:
                 result = method()
@@ -203,7 +207,7 @@ class Steps:
             if supported:
                 self.ctx.report.supported_combinations = supported
                 rejected = recipe.with_supported(message, supported)
-                self.log.error(f"CRITERIA REJECTED: {rejected}", step=State.RECIPE.value)
+                log.error("CRITERIA REJECTED", reason=rejected)
             return StepResult.failed(
                 result.exit_code,
                 f"aicr recipe failed (exit {result.exit_code}): {message}",
@@ -232,7 +236,7 @@ class Steps:
         if known:
             self.ctx.report.supported_combinations = [f"{dimension}={v}" for v in known]
         text = recipe.unknown_value_refusal(named, exit_code, message, dimension=dimension, value=value, known=known)
-        self.log.error(f"CRITERIA REJECTED: {text}", step=State.RECIPE.value)
+        log.error("CRITERIA REJECTED", reason=text)
         return StepResult.failed(ExitCode.BAD_INPUT, text, classification="criteria-rejected")
 
     @step(State.CAPTURE_RECIPE)
@@ -417,7 +421,7 @@ class Steps:
         argv = snapshot.validate_argv(self.ctx, self._binary)
         tail: deque[str] = deque(maxlen=_TAIL_LINES)
         result = self.ctx.run_child(State.VALIDATE, argv, tail=tail)
-        self.log.info(f"aicr validate exit={result.exit_code}", step=State.VALIDATE.value)
+        log.info("aicr validate exited", exit_code=result.exit_code)
         snapshot.into_evidence(self.ctx)
         error = recipe.last_error(list(tail)) if result.exit_code != 0 else ""
         return validate_result(result.exit_code, self.ctx.ctrf_path, self.s.validate, error=error)

@@ -32,6 +32,8 @@ __all__ = [
     "written",
 ]
 
+log = logs.get_logger()
+
 _NOT_STARTED = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.SKIPPED)
 
 
@@ -115,7 +117,7 @@ def write_verdict(ctx: RunContext, *, evidence_stored: bool) -> None:
             facts = facts_of(ctx, target.namespace, evidence_stored=evidence_stored)
             report_writer.write(target, setting, facts, entries)
     except Exception as exc:  # noqa: BLE001 - advisory: the verdict is already captured
-        logs.get_logger().warning("verdict report not written", reason=logs.redact(str(exc)))
+        log.warning("verdict report not written", reason=logs.redact(str(exc)))
 
 
 def write_after_failed_deploy(ctx: RunContext) -> None:

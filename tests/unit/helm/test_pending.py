@@ -74,7 +74,6 @@ class World:
             relay=self.relayed.append,
             recoveries=self.recoveries,
             progress=lambda: self.progress.append(len(self.recoveries)),
-            step="deploy",
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -73,11 +74,10 @@ def test_without_the_helmreleases_uid_the_event_still_names_it() -> None:
     assert "uid" not in event["involvedObject"]
 
 
-def test_a_refused_event_is_logged_and_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_refused_event_is_logged_and_ignored(log_events: list[dict[str, Any]]) -> None:
     api = FakeKubeApi(job_labels={JOB: FLUX_LABELS}, event_error="HTTP 403 Forbidden")
-    logs.configure()
     assert report(api) is None  # no exception: the run's own failure stands
     assert api.events == []
-    err = capsys.readouterr()
-    assert "failure not recorded as an Event on the HelmRelease" in err.out + err.err
-    assert "HTTP 403 Forbidden" in err.out + err.err
+    [logged] = log_events
+    assert (logged["event"], logged["log_level"]) == ("failure not recorded as an Event on the HelmRelease", "warning")
+    assert "HTTP 403 Forbidden" in logged["reason"]

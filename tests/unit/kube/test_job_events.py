@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -161,7 +162,7 @@ def test_notes_are_redacted_and_bounded() -> None:
 
 
 def test_a_refused_write_is_logged_and_after_two_failures_nothing_more_is_tried(
-    capsys: pytest.CaptureFixture[str],
+    log_events: list[dict[str, Any]],
 ) -> None:
     api = FakeKubeApi(job_uids={JOB: "u"}, job_event_error="HTTP 403 Forbidden")
     events = recorder(api)
@@ -169,10 +170,12 @@ def test_a_refused_write_is_logged_and_after_two_failures_nothing_more_is_tried(
         events.step_ended(ended(state, StepStatus.SUCCEEDED, "ok"))
     report = Machine.new_report(runner_version="t", aicr_version="v", criteria={})
     events.run_ended(report, "done")  # never raises
-    err = capsys.readouterr()
-    text = err.out + err.err
-    assert text.count("HTTP 403 Forbidden") == 2
-    assert "no more Events this run" in text
+    job = f"{JOB[0]}/{JOB[1]}"
+    assert [(e["event"], e["log_level"], e["doing"], e["job"], e.get("then")) for e in log_events] == [
+        ("Job not updated", "warning", "recording an Event", job, None),
+        ("Job not updated", "warning", "recording an Event", job, "no more Events this run"),
+    ]
+    assert all("HTTP 403 Forbidden" in e["reason"] for e in log_events)
     assert api.job_events == []
     assert api.job_annotations == {}
 
@@ -284,7 +287,7 @@ def test_the_publisher_spaces_writes_by_the_gap_after_an_end_and_the_interval_ot
     assert calls == [1000.0, 1001.0, 1006.0]
 
 
-def test_a_publish_that_raises_is_logged_and_the_step_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_publish_that_raises_is_logged_and_the_step_goes_on(log_events: list[dict[str, Any]]) -> None:
     done = threading.Event()
 
     def publish() -> None:
@@ -294,8 +297,9 @@ def test_a_publish_that_raises_is_logged_and_the_step_goes_on(capsys: pytest.Cap
     with ProgressPublisher(publish) as publisher:
         publisher.changed(True)
         assert done.wait(10)
-    out = capsys.readouterr()
-    assert "progress not published" in out.out + out.err
+    assert log_events == [
+        {"event": "progress not published", "reason": "RuntimeError: API gone", "log_level": "warning"}
+    ]
 
 
 def test_after_close_nothing_is_published() -> None:

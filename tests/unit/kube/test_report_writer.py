@@ -172,18 +172,23 @@ def test_a_group_version_without_the_report_resource_is_not_served(tmp_path: Pat
 
 
 def test_where_neither_is_served_nothing_is_written_and_one_line_says_so(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], log_events: list[dict[str, Any]]
 ) -> None:
     api = FakeRequests({})
     assert evidence_then_report(run_ctx(tmp_path, api))[0] is StepStatus.SUCCEEDED
     assert api.objects == {}
     out = capsys.readouterr()
-    lines = [line for line in (out.out + out.err).splitlines() if "report" in line]
-    assert len(lines) == 1, lines
-    assert (
-        "no verdict report written: the cluster serves no openreports.io/v1alpha1 or wgpolicyk8s.io/v1alpha2"
-        in lines[0]
-    )
+    assert [line for line in (out.out + out.err).splitlines() if "report" in line] == []  # no relayed line either
+    said = [event for event in log_events if "report" in str(event)]
+    assert said == [
+        {
+            "event": "no verdict report written",
+            "reason": "the cluster serves no openreports.io/v1alpha1 or wgpolicyk8s.io/v1alpha2 reports "
+            "(installing the CRDs is the cluster's choice, docs/reports.md)",
+            "reports_api": "auto",
+            "log_level": "info",
+        }
+    ]
 
 
 @pytest.mark.parametrize(("setting", "calls"), [("none", []), ("openreports", ["GET /apis/openreports.io/v1alpha1"])])
@@ -195,16 +200,15 @@ def test_the_setting_narrows_what_is_asked_for(tmp_path: Path, setting: str, cal
 
 
 def test_a_refused_write_is_one_warning_and_the_step_keeps_its_outcome(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, log_events: list[dict[str, Any]]
 ) -> None:
     api = FakeRequests(BOTH, refuse_writes="HTTP 403 Forbidden")
     status, exit_code, reason = evidence_then_report(run_ctx(tmp_path, api))
     assert (status, exit_code) == (StepStatus.SUCCEEDED, 0)
     assert "Evidence artifacts written" in reason
-    out = capsys.readouterr()
-    warned = [line for line in (out.out + out.err).splitlines() if "verdict report not written" in line]
-    assert len(warned) == 1
-    assert "HTTP 403 Forbidden" in warned[0]
+    warned = [event for event in log_events if event["event"] == "verdict report not written"]
+    assert [event["log_level"] for event in warned] == ["warning"]
+    assert "HTTP 403 Forbidden" in warned[0]["reason"]
 
 
 def test_a_validation_without_a_ctrf_report_is_one_error_result(tmp_path: Path) -> None:

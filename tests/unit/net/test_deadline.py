@@ -108,3 +108,23 @@ def test_work_within_the_budget_returns_its_value() -> None:
         bounded(lambda cancelled: 7, budget_seconds=5, interrupted=lambda: False, over_budget=over_budget, what="x")
         == 7
     )
+
+
+def test_the_work_runs_in_the_callers_context() -> None:
+    """What the caller bound in context variables (the step its events carry)
+    holds in the work's thread too."""
+    import contextvars
+
+    step = contextvars.ContextVar("step", default="none")
+    token = step.set("pack")
+    try:
+        seen = bounded(
+            lambda _cancellation: step.get(),
+            budget_seconds=60,
+            interrupted=lambda: False,
+            over_budget=lambda: DownloadError("over budget"),
+            what="x",
+        )
+    finally:
+        step.reset(token)
+    assert seen == "pack"
