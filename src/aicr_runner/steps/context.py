@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from aicr_runner.aicr import capabilities, recipe, upgrade_check
 from aicr_runner.aicr.relays import aicr_relay
 from aicr_runner.children.process import ProcessResult, ProcessRunner, child_env
-from aicr_runner.errors import InterruptedRun
+from aicr_runner.errors import InterruptedRun, RunnerError
 from aicr_runner.kube.sink import Sink
 from aicr_runner.run.invocation import Mode
 from aicr_runner.run.machine import State
@@ -106,8 +106,8 @@ class RunFindings:
     #: The recipe the release installed last, read before the recipe capture replaced it
     #: (None: nothing recorded, a first install); what the upgrade check crosses from.
     installed_recipe: bytes | None = None
-    #: Why the installed recipe could not be read (the upgrade check judges that crossing unknown).
-    installed_unread: str | None = None
+    #: Why the installed recipe could not be read: damaged (a RecipeFormatError) or the API did not give it.
+    installed_unread: RunnerError | None = None
     #: What the recipe capture wrote (data, binaryData): rewritten once the deploy ran.
     recipe_capture: tuple[dict[str, str], dict[str, bytes]] | None = None
     #: The upgrade check's outcome, once a crossing was detected.

@@ -21,7 +21,7 @@ from pathlib import Path
 from aicr_runner.aicr import capabilities, recipe, upgrade_check
 from aicr_runner.aicr.crossing import Crossing, Move, MoveKind, RecipeFacts, crossing_of
 from aicr_runner.aicr.upgrade_check import Action, Assessment, Verdict
-from aicr_runner.errors import AicrContractError, ExitCode, RunnerError
+from aicr_runner.errors import AicrContractError, ExitCode, RecipeFormatError, RunnerError
 from aicr_runner.kube.openreports import Entry
 from aicr_runner.kube.sink import Sink
 from aicr_runner.run.machine import State, StepResult
@@ -66,15 +66,16 @@ def report_name(ctx: RunContext) -> str:
 
 def read_installed(ctx: RunContext) -> None:
     """The recipe the release installed last, before the capture replaces it. One
-    that cannot be read (the API, a damaged compressed copy) is not a first install:
-    the check judges that crossing unknown (``upgradeCheck.onUnknown``)."""
+    that cannot be read is never taken for a first install: a damaged compressed
+    copy is an unknown crossing (``upgradeCheck.onUnknown``); an API that does not
+    answer fails the check with the API's exit code (the Job retries)."""
     name = ctx.settings.recipe.configmap
     if not name or ctx.mode is not Mode.RUN:
         return
     try:
         ctx.findings.installed_recipe = _recorded(ctx.sink, name)
     except RunnerError as exc:
-        ctx.findings.installed_unread = one_line(str(exc), 500)
+        ctx.findings.installed_unread = exc
 
 
 def _recorded(sink: Sink, name: str) -> bytes | None:
@@ -129,8 +130,17 @@ def check(ctx: RunContext, aicr: Path) -> StepResult:
     ctx.upgrade_report_path.unlink(missing_ok=True)
     if not ctx.settings.deploy.enabled:
         return StepResult.skipped("assert-only run: nothing is deployed, nothing crossed")
-    if ctx.findings.installed_unread is not None:
-        return _unread(ctx, ctx.findings.installed_unread)
+    unread = ctx.findings.installed_unread
+    if isinstance(unread, RecipeFormatError):
+        return _unread(ctx, one_line(str(unread), 500))
+    if unread is not None:
+        # The API did not answer: the Job's next pod tries again; nothing is deployed meanwhile.
+        return StepResult.failed(
+            unread.exit_code,
+            f"the recorded recipe could not be read, so what this install crosses is not known; nothing is "
+            f"deployed: {one_line(str(unread), 500)}",
+            classification="upgrade-unread",
+        )
     return _checked(ctx, aicr, lambda: _installed(ctx, ctx.findings.installed_recipe, INSTALLED_KEY))
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from aicr_runner.aicr.capabilities import AicrVersion
 from aicr_runner.children.process import ProcessResult
-from aicr_runner.errors import ExitCode
+from aicr_runner.errors import CaptureError, ExitCode
 from aicr_runner.fleet.rows import rows_from_configmaps, rows_from_reports
 from aicr_runner.kube.events import JobEvents
 from aicr_runner.kube.report_writer import ReportTarget
@@ -383,3 +383,22 @@ def test_a_recorded_recipe_that_cannot_be_read_is_an_unknown_crossing_never_a_fi
     else:
         assert status is StepStatus.WARNED
         assert release.told[-1][0] == upgrade.UNKNOWN_WARNED_REASON
+
+
+def test_a_recorded_recipe_the_api_does_not_give_fails_the_check_with_the_apis_exit_code(
+    release: Release, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release.deployed(release.install(OLD))
+
+    def unanswered(namespace: str, name: str) -> None:
+        raise CaptureError(f"reading ConfigMap {namespace}/{name} failed: gave up after 1 attempt(s)")
+
+    monkeypatch.setattr(release.api, "get_configmap_data", unanswered)
+    ctx = release.install(NEW, SAFE)
+    status, code, message = outcome(ctx)
+    # Retried by the Job (26 is no FailJob code), never deployed as a first install.
+    assert (status, code) == (StepStatus.FAILED, ExitCode.CAPTURE_FAILED)
+    assert ctx.report.step(State.UPGRADE_CHECK.value).classification == "upgrade-unread"
+    assert message.startswith("the recorded recipe could not be read, so what this install crosses is not known")
+    assert f"reading ConfigMap {NS}/aicr-recipe failed" in message
+    assert not [c for c in ctx.externals.processes.calls if "upgrade-check" in c]  # type: ignore[attr-defined]
