@@ -198,6 +198,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         "test_job.py::test_phases_drop_empty_entries",
         "test_guards.py::test_g02_validation_needs_a_phase",
     ),
+    m(
+        "drop-fullname-override-length-guard",
+        "templates/_validate-names.tpl",
+        "{{- else if gt (len $full) 44 -}}",
+        "{{- else if false -}}",
+        "test_names.py::test_c15_a_fullname_override_too_long_for_the_jobs_label_is_refused",
+    ),
+    m(
+        "name-override-may-be-any-text",
+        "templates/_validate-names.tpl",
+        "{{- if and $name (not (regexMatch $dnsLabel $name)) -}}",
+        "{{- if false -}}",
+        "test_names.py::test_c15_c16_a_name_kubernetes_would_refuse_is_refused",
+    ),
+    # -- names ---------------------------------------------------------------------------------------------
+    m(
+        "fullname-override-ignored",
+        "templates/_helpers.tpl",
+        "{{- if .Values.fullnameOverride -}}",
+        "{{- if false -}}",
+        "test_names.py::test_fullname_override_starts_every_objects_name_in_place_of_the_release",
+    ),
+    m(
+        "name-override-label-unquoted",
+        "templates/_helpers.tpl",
+        '{{ include "nvidia-aicr.name" . | quote }}',
+        '{{ include "nvidia-aicr.name" . }}',
+        "test_names.py::test_a_name_override_yaml_would_read_as_another_type_stays_a_string",
+    ),
+    m(
+        "notes-without-the-revalidate-command",
+        "templates/NOTES.txt",
+        "  kubectl create job -n {{ $ns }} --from=cronjob/{{ $cron }} {{ $cron }}-$(date +%s)\n",
+        "",
+        "test_revalidate.py::test_notes_name_the_cronjob_and_the_command_that_starts_a_revalidation_now",
+    ),
     # -- criteria ------------------------------------------------------------------------------------------
     m(
         "drop-criteria-check",
@@ -376,8 +412,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "binding-name-without-namespace",
         "templates/_helpers.tpl",
-        '{{- printf "%s-%s-installer" .Release.Namespace .Release.Name | trunc 253 | trimSuffix "-" -}}',
-        '{{- printf "%s-installer" .Release.Name -}}',
+        '{{- printf "%s-%s-installer" .Release.Namespace (include "nvidia-aicr.baseName" .) '
+        '| trunc 253 | trimSuffix "-" -}}',
+        '{{- printf "%s-installer" (include "nvidia-aicr.baseName" .) -}}',
         "test_job.py::test_the_binding_name_is_cut_to_253_characters_without_a_trailing_dash",
         "test_job.py::test_rbac_binds_the_installer_account_to_cluster_admin",
         "test_job.py::test_rbac_cluster_admin_false_binds_the_charts_narrower_cluster_role",
