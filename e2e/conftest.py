@@ -20,7 +20,6 @@ import pytest
 from e2e.harness.apiserver import ControlPlane, start_control_plane
 from e2e.harness.helm import Helm
 from e2e.harness.node import (
-    CHART_DEFAULT_IMAGE,
     HostNetwork,
     JobRun,
     Kubelet,
@@ -28,12 +27,15 @@ from e2e.harness.node import (
     claim_host_network,
     derive_image,
     load_image,
-    pod_fake_aicr_launcher,
     start_node,
-    test_image,
 )
 from e2e.harness.registry import Registry, start_registry
-from e2e.tools import floor_apiserver_name
+from e2e.harness.tools import use_tools
+from e2e.node_image import CHART_DEFAULT_IMAGE, pod_fake_aicr_launcher, test_image
+from e2e.tools import floor_apiserver_name, tool
+
+# The harness runs the pinned tools, each built on first use (e2e/tools.py).
+use_tools(tool)
 
 #: Seconds each session component took to start (reported in the terminal summary).
 STARTUP: dict[str, float] = {}
