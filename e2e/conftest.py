@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane, start_control_plane
 from e2e.harness.helm import Helm
 from e2e.harness.node import (
-    CHART_DEFAULT_IMAGE,
     HostNetwork,
     JobRun,
     Kubelet,
@@ -28,12 +28,19 @@ from e2e.harness.node import (
     claim_host_network,
     derive_image,
     load_image,
-    pod_fake_aicr_launcher,
     start_node,
-    test_image,
 )
 from e2e.harness.registry import Registry, start_registry
-from e2e.tools import floor_apiserver_name
+from e2e.harness.tools import use_tools
+from e2e.helm_redirect import HELM_REDIRECT, HELM_REDIRECT_DIR
+from e2e.node_image import CHART_DEFAULT_IMAGE, pod_fake_aicr_launcher, test_image
+from e2e.reports import CHARTS, COMPONENTS, PACK_SECRET, Release
+from e2e.scenarios import write_org_pack
+from e2e.tools import floor_apiserver_name, tool
+from tests.support.real_aicr import FolderMirror
+
+# The harness runs the pinned tools, each built on first use (e2e/tools.py).
+use_tools(tool)
 
 #: Seconds each session component took to start (reported in the terminal summary).
 STARTUP: dict[str, float] = {}
@@ -223,6 +230,43 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> st
     name = f"{base}-{secrets.token_hex(3)}"
     control_plane.ensure_namespace(name)
     return name
+
+
+# -- fixtures several scenario modules share ----------------------------------------------
+
+
+@pytest.fixture
+def release(  # noqa: PLR0917 - fixtures
+    helm: Helm,
+    control_plane: ControlPlane,
+    registry: Registry,
+    registry_auth_file: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> Release:
+    """A release whose runs write the verdict report (e2e/reports.py): its org pack
+    pushed, its pull Secret (test_reports, test_fleet, test_monitoring)."""
+    control_plane.create_dockerconfig_secret(namespace, PACK_SECRET, registry.dockerconfigjson())
+    pack = write_org_pack(tmp_path / "pack", chart_repository=CHARTS, namespace=f"{namespace}-acme", charts=COMPONENTS)
+    ref = oras.push_pack(pack, registry.ref(f"acme/{namespace}/aicr-pack", "1.0.0"), registry_config=registry_auth_file)
+    return Release(helm, control_plane, namespace, ref.ref)
+
+
+@pytest.fixture(scope="module")
+def release_mirror(real_aicr_release: Path, pod_host: str) -> Iterator[FolderMirror]:
+    """The real aicr release folder served to pods (test_real_aicr, test_real_validators)."""
+    with FolderMirror(real_aicr_release.parent, host=pod_host) as served:
+        yield served
+
+
+@pytest.fixture
+def redirect_kubelet(make_kubelet: Callable[..., Kubelet], tmp_path: Path) -> Kubelet:
+    """The e2e image plus the chart-redirecting helm (e2e/helm_redirect.py), first
+    on the pod's PATH (test_real_aicr, test_real_validators)."""
+    wrapper = tmp_path / "helm"
+    wrapper.write_text(HELM_REDIRECT)
+    wrapper.chmod(0o755)
+    return make_kubelet(image_files={f"{HELM_REDIRECT_DIR}/helm": wrapper})
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -18,7 +18,8 @@ import pytest
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.node import FAKE_AICR_PATH, Kubelet
+from e2e.harness.node import Kubelet
+from e2e.node_image import FAKE_AICR_PATH
 from e2e.scenarios import CHART, RELEASE, extra_env, wait_for_job_end
 
 pytestmark = pytest.mark.e2e

@@ -40,8 +40,9 @@ from aicr_runner.helm.guard import STOP_NAME
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import JobRun, Kubelet
 from e2e.harness.registry import Registry
+from e2e.node_image import FAKE_AICR_PATH
 from e2e.scenarios import ACME_CRITERIA, CHART, PACK_AUTH_FILE, RELEASE, RunResults, embedded_base_components
 from e2e.tools import tool
 from tests.fake_aicr.packs import write_pack

@@ -32,7 +32,8 @@ import yaml
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm, HelmError
-from e2e.harness.node import FAKE_AICR_PATH, Kubelet
+from e2e.harness.node import Kubelet
+from e2e.node_image import FAKE_AICR_PATH
 from e2e.scenarios import CHART, RELEASE
 from e2e.tools import tool
 

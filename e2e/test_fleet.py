@@ -25,13 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
-from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet
-from e2e.harness.registry import Registry
-from e2e.scenarios import RELEASE, write_org_pack
-from e2e.test_reports import CHARTS, COMPONENTS, PACK_SECRET, Release, ran, report_apis
+from e2e.reports import Release, ran, report_apis
+from e2e.scenarios import RELEASE
 
 pytestmark = pytest.mark.e2e
 
@@ -82,22 +79,6 @@ def fleet(kubeconfig: Path, *args: str) -> tuple[int, dict[str, Any], str, float
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     took = time.monotonic() - started
     return done.returncode, json.loads(done.stdout), done.stderr, took
-
-
-@pytest.fixture
-def release(  # noqa: PLR0917 - fixtures
-    helm: Helm,
-    control_plane: ControlPlane,
-    registry: Registry,
-    registry_auth_file: Path,
-    namespace: str,
-    tmp_path: Path,
-) -> Release:
-    """The release of test_reports: its org pack pushed, its pull Secret."""
-    control_plane.create_dockerconfig_secret(namespace, PACK_SECRET, registry.dockerconfigjson())
-    pack = write_org_pack(tmp_path / "pack", chart_repository=CHARTS, namespace=f"{namespace}-acme", charts=COMPONENTS)
-    ref = oras.push_pack(pack, registry.ref(f"acme/{namespace}/aicr-pack", "1.0.0"), registry_config=registry_auth_file)
-    return Release(helm, control_plane, namespace, ref.ref)
 
 
 def test_fleet_over_a_real_cluster_a_forbidden_one_and_an_unreachable_one(

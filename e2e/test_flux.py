@@ -33,10 +33,11 @@ from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.flux import Flux, apply, condition, get, start_flux
 from e2e.harness.helm import Helm
-from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
+from e2e.node_image import FAKE_AICR_PATH
 from e2e.scenarios import CHART, extra_env, push_component_charts, write_org_pack
-from e2e.tools import REPO_ROOT, tool
+from e2e.tools import REPO_ROOT, flux_crds, tool
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ FLUX_EXAMPLE = REPO_ROOT / "examples" / "delivery" / "flux-helmrelease.yaml"
 
 @pytest.fixture(scope="module")
 def flux(control_plane: ControlPlane, e2e_workdir: Path) -> Iterator[Flux]:
-    controllers = start_flux(control_plane, e2e_workdir / "flux")
+    controllers = start_flux(control_plane, e2e_workdir / "flux", flux_crds())
     STARTUP["flux (CRDs + source- and helm-controller)"] = controllers.startup_seconds
     try:
         yield controllers

@@ -23,21 +23,14 @@ from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane, start_control_plane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.node import (
-    FAKE_AICR_PATH,
-    NODE_NAME,
-    HostNetwork,
-    Kubelet,
-    RealNode,
-    claim_host_network,
-    start_node,
-)
+from e2e.harness.node import NODE_NAME, HostNetwork, Kubelet, RealNode, claim_host_network, start_node
 from e2e.harness.node.containerd import shims_of
 from e2e.harness.node.host import KUBELET_SYSCTLS, SERVICE_BLOCK, STATE_DIR, HostSetupError
 from e2e.harness.node.node import PAUSE_IMAGE
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.harness.registry import Registry
+from e2e.node_image import FAKE_AICR_PATH
 from e2e.tools import pinned_versions, tool
 
 pytestmark = pytest.mark.e2e

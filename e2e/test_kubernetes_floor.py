@@ -39,8 +39,8 @@ import yaml
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
+from e2e.helm_redirect import HELM_REDIRECT, STAND_IN_TEMPLATE
 from e2e.scenarios import CHART, RELEASE, RunResults, releases_in
-from e2e.test_real_aicr import HELM_REDIRECT, STAND_IN_TEMPLATE
 from e2e.tools import pinned_versions, tool
 from tests.support.real_aicr import TAG, FolderMirror, extract_binary
 

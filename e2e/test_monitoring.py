@@ -17,14 +17,11 @@ from typing import Any
 
 import pytest
 
-from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
-from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet
 from e2e.harness.procs import ManagedProcess, free_port, wait_for
-from e2e.harness.registry import Registry
-from e2e.scenarios import CHART, RELEASE, write_org_pack
-from e2e.test_reports import CHARTS, COMPONENTS, PACK_SECRET, REPORT_NAME, Release, ran, report_apis
+from e2e.reports import REPORT_NAME, Release, ran, report_apis
+from e2e.scenarios import CHART, RELEASE
 from e2e.tools import tool
 
 pytestmark = pytest.mark.e2e
@@ -96,21 +93,6 @@ def grant_ksm(plane: ControlPlane, namespace: str) -> None:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KSM_USER}],
         },
     )
-
-
-@pytest.fixture
-def release(  # noqa: PLR0917 - fixtures
-    helm: Helm,
-    control_plane: ControlPlane,
-    registry: Registry,
-    registry_auth_file: Path,
-    namespace: str,
-    tmp_path: Path,
-) -> Release:
-    control_plane.create_dockerconfig_secret(namespace, PACK_SECRET, registry.dockerconfigjson())
-    pack = write_org_pack(tmp_path / "pack", chart_repository=CHARTS, namespace=f"{namespace}-acme", charts=COMPONENTS)
-    ref = oras.push_pack(pack, registry.ref(f"acme/{namespace}/aicr-pack", "1.0.0"), registry_config=registry_auth_file)
-    return Release(helm, control_plane, namespace, ref.ref)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ import yaml
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet
+from e2e.helm_redirect import HELM_REDIRECT_DIR, STAND_IN_TEMPLATE
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
 from e2e.test_run_events import documented
 from e2e.tools import tool
@@ -51,46 +52,7 @@ from tests.support.real_aicr import ARCHIVE, TAG, FolderMirror, extract_binary
 pytestmark = pytest.mark.e2e
 
 CRITERIA = {"service": "kind", "accelerator": "h100", "intent": "training"}
-#: Where the chart-redirecting helm sits in the pod (first on its PATH).
-HELM_REDIRECT_DIR = "/opt/e2e-helm"
 SNAPSHOT = "aicr-e2e-snapshot"
-HELM_REDIRECT = r"""#!/usr/bin/env bash
-# e2e only: aicr v0.11.1's deploy.sh installs charts from public repositories this
-# machine cannot reach. Send each chart request to the local chart repository
-# ($E2E_CHART_REPO: same chart names and versions), then run the image's helm.
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The image's helm: the first one on PATH after this directory (what comes before
-# it, e.g. the runner's helm guard, calls this script).
-real="" after=false
-IFS=: read -ra dirs <<< "${PATH}"
-for dir in "${dirs[@]}"; do
-  if [[ "${dir}" == "${here}" ]]; then after=true; continue; fi
-  if ${after} && [[ -x "${dir}/helm" ]]; then real="${dir}/helm"; break; fi
-done
-[[ -n "${real}" ]] || { echo "e2e-helm: no helm after ${here} on PATH" >&2; exit 127; }
-args=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --repo)
-      echo "e2e-helm: chart repository $2 -> ${E2E_CHART_REPO}" >&2
-      args+=(--repo "${E2E_CHART_REPO}"); shift 2 ;;
-    oci://*)
-      echo "e2e-helm: chart $1 -> ${E2E_CHART_REPO} (${1##*/})" >&2
-      args+=("${1##*/}" --repo "${E2E_CHART_REPO}"); shift ;;
-    *) args+=("$1"); shift ;;
-  esac
-done
-exec "${real}" "${args[@]}"
-"""
-STAND_IN_TEMPLATE = """apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {{ .Release.Name }}-stand-in
-data:
-  chart: "{{ .Chart.Name }}-{{ .Chart.Version }}"
-  valuesKeys: {{ keys .Values | sortAlpha | join "," | quote }}
-"""
 
 
 def image_path(kubelet: Kubelet) -> str:
@@ -137,21 +99,6 @@ def chart_repository(
     helm.run("repo", "index", str(repo))
     with FolderMirror(root, host=pod_host) as served:
         yield served
-
-
-@pytest.fixture(scope="module")
-def release_mirror(real_aicr_release: Path, pod_host: str) -> Iterator[FolderMirror]:
-    with FolderMirror(real_aicr_release.parent, host=pod_host) as served:
-        yield served
-
-
-@pytest.fixture
-def redirect_kubelet(make_kubelet: Callable[..., Kubelet], tmp_path: Path) -> Kubelet:
-    """The e2e image plus the chart-redirecting helm (install with its image_values)."""
-    wrapper = tmp_path / "helm"
-    wrapper.write_text(HELM_REDIRECT)
-    wrapper.chmod(0o755)
-    return make_kubelet(image_files={f"{HELM_REDIRECT_DIR}/helm": wrapper})
 
 
 @pytest.fixture

@@ -32,8 +32,9 @@ import pytest
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.node import FAKE_AICR_PATH, JobRun, Kubelet, RealNode, derive_image
+from e2e.harness.node import JobRun, Kubelet, RealNode, derive_image
 from e2e.harness.registry import Registry
+from e2e.node_image import FAKE_AICR_PATH
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env
 from e2e.test_scenarios import merged
 from e2e.tools import tool

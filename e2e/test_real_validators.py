@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,15 +41,9 @@ from e2e.harness.helm import Helm
 from e2e.harness.node import NODE_NAME, Kubelet, RealNode, load_image
 from e2e.harness.node.node import PAUSE_IMAGE
 from e2e.harness.procs import wait_for
+from e2e.helm_redirect import HELM_REDIRECT_DIR, STAND_IN_TEMPLATE
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env, releases_in
-from e2e.test_real_aicr import (
-    HELM_REDIRECT,
-    HELM_REDIRECT_DIR,
-    SNAPSHOT,
-    STAND_IN_TEMPLATE,
-    image_path,
-    snapshot_configmap,
-)
+from e2e.test_real_aicr import SNAPSHOT, image_path, snapshot_configmap
 from e2e.validators import (
     GPU_OPERATOR_TEMPLATE,
     VALIDATOR_IMAGE,
@@ -129,12 +123,6 @@ def stand_in_charts(
 
 
 @pytest.fixture(scope="module")
-def release_mirror(real_aicr_release: Path, pod_host: str) -> Iterator[FolderMirror]:
-    with FolderMirror(real_aicr_release.parent, host=pod_host) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
 def validator_on_node(node: RealNode) -> str:
     """The validator image, loaded into the node's containerd under the published name."""
     try:
@@ -143,14 +131,6 @@ def validator_on_node(node: RealNode) -> str:
         pytest.fail(str(exc), pytrace=False)
     load_image(node.runtime, image, VALIDATOR_IMAGE)
     return image
-
-
-@pytest.fixture
-def redirect_kubelet(make_kubelet: Callable[..., Kubelet], tmp_path: Path) -> Kubelet:
-    wrapper = tmp_path / "helm"
-    wrapper.write_text(HELM_REDIRECT)
-    wrapper.chmod(0o755)
-    return make_kubelet(image_files={f"{HELM_REDIRECT_DIR}/helm": wrapper})
 
 
 @pytest.fixture

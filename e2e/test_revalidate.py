@@ -36,8 +36,8 @@ from e2e.harness.helm import Helm
 from e2e.harness.node import Kubelet, RealNode, derive_image, load_image
 from e2e.harness.node.model import JobRun
 from e2e.harness.procs import wait_for
+from e2e.helm_redirect import HELM_REDIRECT, HELM_REDIRECT_DIR
 from e2e.scenarios import CHART, RELEASE, RunResults, releases_in
-from e2e.test_real_aicr import HELM_REDIRECT, HELM_REDIRECT_DIR
 from e2e.tools import tool
 from e2e.validators import deployment_controllers, more_controllers
 from tests.support.real_aicr import FolderMirror, extract_binary
@@ -47,7 +47,6 @@ pytestmark = pytest.mark.e2e
 # The module fixtures of the real-validator tests (an instance per module).
 eks_recipe = rv.eks_recipe
 stand_in_charts = rv.stand_in_charts
-release_mirror = rv.release_mirror
 validator_on_node = rv.validator_on_node
 
 CRONJOB = f"{RELEASE}-install-revalidate"

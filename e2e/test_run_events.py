@@ -37,8 +37,9 @@ import pytest
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.node import FAKE_AICR_PATH, Kubelet
+from e2e.harness.node import Kubelet
 from e2e.harness.registry import Registry
+from e2e.node_image import FAKE_AICR_PATH
 from e2e.scenarios import ACME_CRITERIA, CHART, RELEASE, embedded_base_components, extra_env, write_org_pack
 from e2e.tools import tool
 

@@ -31,8 +31,9 @@ from aicr_runner.helm.guard import STOP_NAME
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm, HelmError
-from e2e.harness.node import E2E_ORAS, FAKE_AICR_PATH, JobRun, Kubelet
+from e2e.harness.node import JobRun, Kubelet
 from e2e.harness.registry import Registry, docker_config
+from e2e.node_image import E2E_ORAS, FAKE_AICR_PATH
 from e2e.scenarios import (
     ACME_CRITERIA,
     CHART,

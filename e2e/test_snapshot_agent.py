@@ -52,9 +52,7 @@ pytestmark = pytest.mark.e2e
 # The module fixtures of the real-validator tests (an instance per module).
 eks_recipe = rv.eks_recipe
 stand_in_charts = rv.stand_in_charts
-release_mirror = rv.release_mirror
 validator_on_node = rv.validator_on_node
-redirect_kubelet = rv.redirect_kubelet
 controllers = rv.controllers
 components_removed_after = rv.components_removed_after
 

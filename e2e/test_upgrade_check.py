@@ -39,8 +39,10 @@ import yaml
 from e2e.harness import oras
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
-from e2e.harness.node import FAKE_AICR_PATH, Kubelet, RealNode, derive_image, load_image
+from e2e.harness.node import Kubelet, RealNode, derive_image, load_image
 from e2e.harness.registry import Registry
+from e2e.node_image import FAKE_AICR_PATH
+from e2e.reports import report_apis
 from e2e.scenarios import (
     ACME_CRITERIA,
     CHART,
@@ -52,7 +54,6 @@ from e2e.scenarios import (
     extra_env,
     write_org_pack,
 )
-from e2e.test_reports import report_apis
 from tests.support.real_aicr import extract_binary
 
 pytestmark = pytest.mark.e2e

@@ -8,9 +8,13 @@ _criteria.tpl.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Selector labels: stable across upgrades. */}}
+{{/*
+Selector labels: stable across upgrades. A nameOverride is quoted (a DNS label
+such as "no" or "123" would read as a boolean or a number); the default is not,
+so the labels of a release without one stay as they were.
+*/}}
 {{- define "nvidia-aicr.selectorLabels" -}}
-app.kubernetes.io/name: nvidia-aicr
+app.kubernetes.io/name: {{ if .Values.nameOverride }}{{ include "nvidia-aicr.name" . | quote }}{{ else }}nvidia-aicr{{ end }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
@@ -39,12 +43,36 @@ app.kubernetes.io/component: installer
 {{- end }}
 {{- end -}}
 
+{{/* The app.kubernetes.io/name label: nameOverride, or nvidia-aicr. */}}
+{{- define "nvidia-aicr.name" -}}
+{{- toString (default "nvidia-aicr" .Values.nameOverride) -}}
+{{- end -}}
+
 {{/*
-Base name of the Job: "<release>-install", cut so that "-<10 hex>" still fits a
+What every object's name starts with ("<base>" below), as `helm create`'s
+scaffold makes its fullname: fullnameOverride; else the release name, followed
+by "-<nameOverride>" when one is set and the release name does not hold it
+already. Without either it is the release name, as it always was (the scaffold
+would add the chart name, renaming every object of an existing release).
+_validate-names.tpl keeps both overrides DNS labels of a length that fits.
+*/}}
+{{- define "nvidia-aicr.baseName" -}}
+{{- $name := toString (default "" .Values.nameOverride) -}}
+{{- if .Values.fullnameOverride -}}
+{{- toString .Values.fullnameOverride -}}
+{{- else if and $name (not (contains $name .Release.Name)) -}}
+{{- printf "%s-%s" .Release.Name $name -}}
+{{- else -}}
+{{- .Release.Name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Base name of the Job: "<base>-install", cut so that "-<10 hex>" still fits a
 label value (63 characters; the Job controller labels pods with the Job name).
 */}}
 {{- define "nvidia-aicr.fullname" -}}
-{{- printf "%s-install" .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- printf "%s-install" (include "nvidia-aicr.baseName" .) | trunc 52 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/*
@@ -177,38 +205,43 @@ live in the runner-settings ConfigMap, outside the template.
 {{- include "nvidia-aicr.fullname" . -}}
 {{- end -}}
 
+{{/* The re-validation CronJob: 52 characters at most, so that the Jobs it names "<cronjob>-<minutes>" fit. */}}
+{{- define "nvidia-aicr.revalidateName" -}}
+{{- printf "%s-revalidate" (include "nvidia-aicr.fullname" .) | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* The verdict report (docs/reports.md): one per release, in the release namespace. */}}
 {{- define "nvidia-aicr.reportName" -}}
-{{- printf "aicr-%s" .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- printf "aicr-%s" (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* The ConfigMap of runtime settings that may change without a new Job (envFrom). */}}
 {{- define "nvidia-aicr.runtimeConfigName" -}}
-{{- printf "%s-runner-settings" .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- printf "%s-runner-settings" (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The installer's ServiceAccount: serviceAccount.name, or "<release>-installer". */}}
+{{/* The installer's ServiceAccount: serviceAccount.name, or "<base>-installer". */}}
 {{- define "nvidia-aicr.serviceAccountName" -}}
 {{- if .Values.serviceAccount.name -}}
 {{- toString .Values.serviceAccount.name -}}
 {{- else -}}
-{{- printf "%s-installer" .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- printf "%s-installer" (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
 {{/* Name of the chart's Role, RoleBinding and (rbac.clusterAdmin=false) ClusterRole base. */}}
 {{- define "nvidia-aicr.roleName" -}}
-{{- printf "%s-installer" .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- printf "%s-installer" (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* Namespace in the name: two same-named releases in different namespaces never collide. */}}
 {{- define "nvidia-aicr.clusterRoleBindingName" -}}
-{{- printf "%s-%s-installer" .Release.Namespace .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- printf "%s-%s-installer" .Release.Namespace (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* Name of the chart-created pack pull Secret (dataPackAuth). */}}
 {{- define "nvidia-aicr.packAuthSecretName" -}}
-{{- printf "%s-pack-auth" .Release.Name | trunc 253 | trimSuffix "-" -}}
+{{- printf "%s-pack-auth" (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/*

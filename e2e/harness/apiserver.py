@@ -26,7 +26,7 @@ from e2e.harness.controllers import start_controller_manager
 from e2e.harness.kube import Kube, KubeError
 from e2e.harness.pki import CertAuthority, KeyPair, write_signing_key
 from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
-from e2e.tools import tool
+from e2e.harness.tools import tool
 
 __all__ = ["AUDIT_POLICY", "ISSUER", "ControlPlane", "start_control_plane"]
 

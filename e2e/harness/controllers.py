@@ -31,7 +31,7 @@ from pathlib import Path
 
 from e2e.harness.kube import Kube
 from e2e.harness.procs import ManagedProcess, StartupError
-from e2e.tools import tool
+from e2e.harness.tools import tool
 
 __all__ = ["CONTROLLERS", "start_controller_manager"]
 

@@ -32,7 +32,7 @@ import yaml
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.kube import Kube, KubeError
 from e2e.harness.procs import ManagedProcess, free_port, wait_for
-from e2e.tools import flux_crds, tool
+from e2e.harness.tools import tool
 
 __all__ = ["Flux", "apply", "condition", "get", "install_crds", "resource_path", "start_flux"]
 
@@ -115,12 +115,13 @@ def _ready(port: int) -> bool | None:
         return True if resp.status == 200 else None
 
 
-def start_flux(plane: ControlPlane, workdir: Path, *, timeout: float = 90.0) -> Flux:
-    """Install Flux's CRDs, start source-controller and helm-controller, and return
-    once both answer /readyz."""
+def start_flux(plane: ControlPlane, workdir: Path, crd_folder: Path, *, timeout: float = 90.0) -> Flux:
+    """Install Flux's CRDs (the YAML files in ``crd_folder``, of the controllers'
+    versions), start source-controller and helm-controller, and return once both
+    answer /readyz."""
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    crds = install_crds(plane, flux_crds())
+    crds = install_crds(plane, crd_folder)
     storage = workdir / "source-controller-storage"
     storage.mkdir(exist_ok=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KUBECONFIG": str(plane.kubeconfig), "HOME": str(workdir)}

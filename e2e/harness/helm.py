@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from e2e.tools import tool
+from e2e.harness.tools import tool
 
 __all__ = ["Helm", "HelmError"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.tools import tool
+from e2e.harness.tools import tool
 
 __all__ = ["OrasError", "PushResult", "fetch_manifest", "pull", "push_pack"]
 

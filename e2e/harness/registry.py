@@ -16,7 +16,7 @@ import bcrypt
 import yaml
 
 from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
-from e2e.tools import tool
+from e2e.harness.tools import tool
 
 __all__ = ["Registry", "docker_config", "start_registry", "write_docker_config"]
 

@@ -878,8 +878,9 @@ def notes(*sets: str) -> str:
     return proc.stdout.split("NOTES:", 1)[1]
 
 
-#: NOTES' budget: the commands that come next and a link, whatever the values.
-NOTES_LINES = 30
+#: NOTES' budget: the commands that come next and a link, whatever the values
+#: (30, and 2 for a re-validation schedule: its CronJob and the command that starts one now).
+NOTES_LINES = 32
 #: The README's install: every component installed, deployment-phase validation passed.
 PROVING = ("--set", "deploy.failOnComponentFailure=true,validate.enabled=true,validate.failOnError=true")
 #: Every value that adds a line to NOTES, at once.
@@ -888,7 +889,7 @@ MOST_LINES = (
     "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform",
     "--set", "aicrProvenance.mode=off", "--set", "validate.enabled=true", "--set", "validate.emitEvidence=true",
     "--set", "validate.publish.enabled=true", "--set", "validate.publish.ref=ghcr.io/acme/evidence",
-    "--set", "validate.publish.mode=unsigned",
+    "--set", "validate.publish.mode=unsigned", "--set", "revalidate.schedule=0 */6 * * *",
 )  # fmt: skip
 NOTES_CASES = {
     "defaults": (),

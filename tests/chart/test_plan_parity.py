@@ -35,6 +35,11 @@ INPUTS: dict[str, str] = {
     ),
     "an empty snapshot namespace": "snapshot:\n  enabled: true\n  namespace: ''\n",
     "a typo at the top": "accelerater: h100\n",
+    "name overrides that fit": "nameOverride: gpu\nfullnameOverride: " + "a" * 44 + "\n",
+    "a fullnameOverride too long for the Job's label (C-15)": "fullnameOverride: " + "a" * 45 + "\n",
+    "a nameOverride too long for a label (C-16)": "nameOverride: " + "n" * 64 + "\n",
+    "a nameOverride no object name may hold (C-16)": "nameOverride: GPU_stack\n",
+    "a fullnameOverride that is not a string": "fullnameOverride: 12\n",
 }
 
 

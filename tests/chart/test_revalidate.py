@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.chart.helm import NAMESPACE, rejects_by_schema, rejects_with, render, renders
+from tests.chart.test_job import notes
 
 ON = {"validate": {"enabled": True}, "revalidate": {"schedule": "0 */6 * * *"}}
 
@@ -116,3 +119,30 @@ def test_validate_history_limit_reaches_the_runtime_without_a_new_job() -> None:
     assert default.env["AICR_RUNNER_VALIDATE__HISTORY_LIMIT"] == "20"
     assert changed.job["metadata"]["name"] == default.job["metadata"]["name"]
     rejects_by_schema({**ON, "validate": {"enabled": True, "historyLimit": 0}}, "/validate/historyLimit", "minimum")
+
+
+@pytest.mark.one_helm  # see tests.chart.test_job.notes
+def test_notes_name_the_cronjob_and_the_command_that_starts_a_revalidation_now() -> None:
+    cron = cronjob(ON)["metadata"]["name"]
+    assert cron == "t-install-revalidate"
+    text = notes("--set", "validate.enabled=true", "--set", "revalidate.schedule=0 */6 * * *")
+    assert (
+        f'Re-validation: the CronJob {cron} validates again on "0 */6 * * *". To start one now:\n'
+        f"  kubectl create job -n {NAMESPACE} --from=cronjob/{cron} {cron}-$(date +%s)\n"
+    ) in text
+    # The Job it starts is named within 63 characters (the CronJob's name is cut to 52, the suffix is 10 digits).
+    suspended = notes(
+        "--set", "validate.enabled=true", "--set", "revalidate.schedule=@daily", "--set", "revalidate.suspend=true"
+    )  # fmt: skip
+    assert f'the CronJob {cron} validates again on "@daily" (suspended: revalidate.suspend=true).' in suspended
+    fullname = notes(
+        "--set", "validate.enabled=true", "--set", "revalidate.schedule=@daily", "--set", "fullnameOverride=gpu"
+    )  # fmt: skip
+    assert "--from=cronjob/gpu-install-revalidate gpu-install-revalidate-$(date +%s)" in fullname
+
+
+@pytest.mark.one_helm  # see tests.chart.test_job.notes
+def test_notes_without_a_schedule_say_nothing_of_revalidation() -> None:
+    text = notes("--set", "validate.enabled=true")
+    assert "Re-validation" not in text
+    assert "cronjob" not in text.lower()

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from e2e.harness.podman import PODMAN
+
 __all__ = [
     "BUILD_SCRIPT",
     "IMAGE_PYTHON",
@@ -24,7 +26,6 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "build-image.sh"
-PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
 RUN_LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
 #: Where the image's Python lives (the runtime venv; it has PyYAML, which the fake aicr needs).
 IMAGE_PYTHON = "/opt/venv/bin/python"

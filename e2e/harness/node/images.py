@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from e2e.harness.node.containerd import Containerd
-from tests.support.podman import PODMAN
+from e2e.harness.podman import PODMAN
 
 __all__ = ["derive_image", "load_image", "write_pause_archive"]
 

@@ -28,7 +28,7 @@ from e2e.harness.node.containerd import Containerd, start_containerd
 from e2e.harness.node.host import HostNetwork, HostSetupError, IsolationCheck
 from e2e.harness.node.images import write_pause_archive
 from e2e.harness.procs import ManagedProcess, free_port
-from e2e.tools import tool
+from e2e.harness.tools import tool
 
 __all__ = ["NODE_NAME", "PAUSE_IMAGE", "RealNode", "start_node"]
 

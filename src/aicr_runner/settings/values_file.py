@@ -44,6 +44,8 @@ CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
         "dataPackAuth",
         "validate.publish.identityTokenSecret",
         "validate.publish.registrySecret",
+        "nameOverride",  # object names and the app.kubernetes.io/name label; plan names no object
+        "fullnameOverride",
     }
 )
 
@@ -229,6 +231,7 @@ def load_values_file(path: Path) -> dict[str, Any]:
 def _check_guards(document: dict[str, Any], where: str) -> None:
     """The chart's template guards on values plan otherwise ignores (``helm template``
     fails on them, so plan refuses them too, in the chart's words)."""
+    _check_names(document, where)
     snapshot = document.get("snapshot")
     tolerations = snapshot.get("tolerations") if isinstance(snapshot, dict) else None
     for index, toleration in enumerate(tolerations if isinstance(tolerations, list) else []):
@@ -242,6 +245,49 @@ def _check_guards(document: dict[str, Any], where: str) -> None:
                     f"{where}: snapshot.tolerations[{index}] has operator Exists and value {_go_quoted(value)}: "
                     f"Exists matches any value of the taint {toleration.get('key') or ''}, so it takes none. "
                     "Drop the value, or use operator Equal."
+                ]
+            )
+
+
+#: A DNS label (RFC 1123), as the chart's _validate-names.tpl matches it.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+#: value -> (longest, what the chart says of it): C-15 and C-16.
+_NAME_RULES: dict[str, tuple[int, str, str]] = {
+    "fullnameOverride": (
+        44,
+        "it starts the name of every object the chart renders",
+        "the Job is named <fullnameOverride>-install-<10 hex>, and the Job controller puts that name in its pod's "
+        "job-name label, which holds at most 63 characters",
+    ),
+    "nameOverride": (
+        63,
+        "it follows the release name in the name of every object the chart renders",
+        "it is the app.kubernetes.io/name label of every object the chart renders, and a label value holds at most "
+        "63 characters",
+    ),
+}
+
+
+def _check_names(document: dict[str, Any], where: str) -> None:
+    """C-15 and C-16 (chart/templates/_validate-names.tpl): the name overrides are
+    DNS labels short enough for what the chart appends to them."""
+    import re
+
+    for key, (longest, role, why) in _NAME_RULES.items():
+        value = document.get(key)
+        name = value if isinstance(value, str) else ""  # the schema refused any other type already
+        if name and not re.fullmatch(_DNS_LABEL, name):
+            raise ConfigError(
+                [
+                    f"{where}: {key}={_go_quoted(name)} is not a DNS label: {role}, so it may hold lowercase letters, "
+                    "digits and '-', starting and ending with a letter or digit (e.g. gpu-stack)."
+                ]
+            )
+        if len(name.encode()) > longest:
+            raise ConfigError(
+                [
+                    f"{where}: {key}={_go_quoted(name)} is {len(name.encode())} characters, at most {longest}: "
+                    f"{why}. Shorten it."
                 ]
             )
 

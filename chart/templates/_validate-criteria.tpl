@@ -1,0 +1,57 @@
+{{/*
+The aicr that runs and the criteria it is asked to resolve: a preinstalled
+binary's pin, values aicr reads as something else (G-03, G-17b: their wording
+depends on aicrVersion), criteria that resolve nothing or that aicr rejects.
+The catalog check of the combination itself is _criteria.tpl (C-07).
+Guards C-02, G-03, G-17b, G-04, G-17a, G-17c (_validate.tpl says how the guards work).
+*/}}
+{{- define "nvidia-aicr.validate.criteria" -}}
+{{- $v := .Values -}}
+{{- $service := toString (default "" $v.service) -}}
+{{- $accelerator := toString (default "" $v.accelerator) -}}
+{{- $intent := toString (default "" $v.intent) -}}
+{{- $aliases := list "self-managed" "self" "vanilla" -}}
+{{- $concreteService := not (has $service (concat (list "" "any") $aliases)) -}}
+
+{{- /* C-02: aicrBinary.sha256 pins a preinstalled binary. */ -}}
+{{- $binary := default dict $v.aicrBinary -}}
+{{- if and $binary.sha256 (not $binary.path) -}}
+{{- fail "aicrBinary.sha256 is set but aicrBinary.path is empty: the hash pins a preinstalled aicr in a custom image. Give its path in aicrBinary.path, or drop aicrBinary.sha256 (downloads are pinned with aicrSha256)." -}}
+{{- end -}}
+
+{{- /* G-03 and G-17b say what aicrVersion does with the value (1.x and 0.x differ).
+A preinstalled aicrBinary.path may be any version: the runtime refuses the same
+values once it has asked the binary, in that version's words. */ -}}
+{{- $zeroX := semverCompare "< 1.0.0-0" (toString $v.aicrVersion) -}}
+{{- if not $binary.path -}}
+
+{{- /* G-03: "any" is not an accelerator. */ -}}
+{{- if and (eq $accelerator "any") (not $zeroX) -}}
+{{- fail "accelerator=any: 'any' is not an accelerator value (aicr answers 'no criteria provided'). Leave accelerator empty and state criteria another way (a dataPack, or a concrete service with an intent), or name a real accelerator such as h100; `aicr recipe list` shows what exists." -}}
+{{- else if eq $accelerator "any" -}}
+{{- fail (printf "accelerator=any: 'any' is not an accelerator value (aicr %s reads it as no accelerator and resolves the other criteria alone, without any accelerator overlay). Leave accelerator empty and state criteria another way (a dataPack, or a concrete service with an intent), or name a real accelerator such as h100." (toString $v.aicrVersion)) -}}
+{{- end -}}
+
+{{- /* G-17b: service aliases resolve to generic (1.x), which has no recipe for most accelerators, or to any (0.x). */ -}}
+{{- if and (has $service $aliases) (not $zeroX) -}}
+{{- fail (printf "service=%s: aicr maps this alias to 'generic', which has no recipe for most accelerators (the Job would fail with 'no recipe provides service'). Use service: any (the default) for a self-managed cluster, or name the service (eks, gke, k0s, rke2, ...)." $service) -}}
+{{- else if has $service $aliases -}}
+{{- fail (printf "service=%s: aicr %s maps this alias to 'any', so no service overlay applies. Say service: any (the same thing, stated plainly), or name the service (aks, eks, gke, kind, oke)." $service (toString $v.aicrVersion)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* G-04: some criteria must be stated. */ -}}
+{{- if and (not $accelerator) (not $v.dataPack) (not (and $concreteService $intent)) -}}
+{{- fail (printf "no criteria stated (service=%s, accelerator=\"\", intent=%q, dataPack=\"\"): aicr would resolve nothing. Do one of: set accelerator (e.g. --set accelerator=h100), set dataPack to your organisation's pack, or name a concrete service together with an intent (e.g. service=bcm, intent=inference). `aicr recipe list --gpu <accelerator>` lists the combinations." (default "any" $service) $intent) -}}
+{{- end -}}
+
+{{- /* G-17a: a stated intent needs a service whose overlays declare it, even with an accelerator. */ -}}
+{{- if and $intent (not $concreteService) -}}
+{{- fail (printf "intent=%s with service=%s: a stated intent needs a service whose overlays declare it, so aicr rejects this combination at runtime. Name the service (aks, bcm, eks, kind, lke, ocp, rke2; cks or k0s with os ubuntu; gke with os cos; oke with os ol) or leave intent empty." $intent (default "any" $service)) -}}
+{{- end -}}
+
+{{- /* G-17c: service k0s exists from aicr v0.22.0. */ -}}
+{{- if and (eq $service "k0s") (semverCompare "< 0.22.0-0" (toString $v.aicrVersion)) -}}
+{{- fail (printf "service=k0s with aicrVersion=%s: aicr knows service k0s from v0.22.0 ('invalid service type: k0s' before). Raise aicrVersion (the chart default is v1.2.0) or, on an older aicr, use service: any with a pack that carries the k0s containerd settings." (toString $v.aicrVersion)) -}}
+{{- end -}}
+{{- end -}}

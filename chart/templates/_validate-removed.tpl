@@ -1,0 +1,30 @@
+{{/*
+Values an earlier chart release took and this one does not: each names the
+release that removed or reshaped it and what to write instead.
+Guards C-01, G-14, G-01 (_validate.tpl says how the guards work).
+*/}}
+{{- define "nvidia-aicr.validate.removed" -}}
+{{- $v := .Values -}}
+
+{{- /* C-01: values removed in 0.4.0 (schema admits them only for this message). */ -}}
+{{- if hasKey $v "runtimeImage" -}}
+{{- fail "runtimeImage was removed in chart 0.4.0: the Job runs the aicr-runner image, which carries python, bash, helm and kubectl. Delete runtimeImage; to change the image set image.repository / image.tag / image.digest (and aicrBinary.path for a custom image with aicr preinstalled)." -}}
+{{- end -}}
+{{- if hasKey $v "orasImage" -}}
+{{- fail "orasImage was removed in chart 0.4.0: the runtime pulls and verifies the data pack itself, there is no oras initContainer. Delete orasImage; dataPack, dataPackSecret, dataPackPlainHTTP and dataPackInsecureTLS work as before." -}}
+{{- end -}}
+
+{{- /* G-14: environment.k0sContainerd was removed in 0.3.0. The string "false" also fails. */ -}}
+{{- $env := default dict $v.environment -}}
+{{- if and (kindIs "map" $env) (hasKey $env "k0sContainerd") -}}
+{{- $k0s := index $env "k0sContainerd" -}}
+{{- if not (or (kindIs "invalid" $k0s) (and (kindIs "bool" $k0s) (not $k0s))) -}}
+{{- fail (printf "environment.k0sContainerd was removed in chart 0.3.0 (got %v). Set service: k0s instead (aicr v0.22 or later wires the k0s containerd itself); for a pack-private service put the k0s containerd settings in the pack overlay. Then delete environment.k0sContainerd." $k0s) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* G-01: aicrSha256 is a per-arch map since 0.3.0. */ -}}
+{{- if not (kindIs "map" $v.aicrSha256) -}}
+{{- fail (printf "aicrSha256 must be a map of per-architecture pins, not %q. Move the value under the key for aicrArch (%s), e.g. aicrSha256: {%s: <64 hex>}; an empty entry skips the strict pin for that architecture." (toString $v.aicrSha256) (toString (default "the node's architecture" $v.aicrArch)) (toString (default "arm64" $v.aicrArch))) -}}
+{{- end -}}
+{{- end -}}
