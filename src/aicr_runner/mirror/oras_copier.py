@@ -33,6 +33,8 @@ _CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 #: A reference into an OCI image layout directory: ``oci-layout:DIR:TAG`` (oras' ``--oci-layout``).
 LAYOUT = "oci-layout:"
 _COPIED_DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.MULTILINE)
+#: oras stamps the push time into an artifact's manifest; a fixed one keeps its digest the files' alone.
+_CREATED = "1970-01-01T00:00:00Z"
 #: How often a running tool call looks at the shutdown flag and its deadline.
 _POLL_SECONDS = 0.2
 
@@ -169,6 +171,27 @@ class OrasCopier:
         if landed is None:
             raise CopyError(MirrorExit.INCOMPLETE, target, "oras cp succeeded but the target has no manifest")
         return landed
+
+    def push_layout(self, layout: str, files_dir: Path, files: Sequence[tuple[str, str]], artifact_type: str) -> str:
+        """``oras push`` ``files`` (name and media type, in ``files_dir``) into the OCI layout
+        ``layout`` as one artifact, each layer titled with its name, its creation time fixed
+        (the same files, the same digest: a re-run finds it in the target); the manifest's digest."""
+        argv = [
+            self.oras,
+            "push",
+            "--oci-layout",
+            "--artifact-type",
+            artifact_type,
+            "--annotation",
+            f"org.opencontainers.image.created={_CREATED}",
+            layout.removeprefix(LAYOUT),
+            *(f"{name}:{media_type}" for name, media_type in files),
+        ]
+        result = self._run(argv, cwd=files_dir)
+        printed = _COPIED_DIGEST.search(result.stdout)
+        if result.returncode != 0 or printed is None:
+            raise CopyError(MirrorExit.TARGET_UNAVAILABLE, layout, _last(result.stderr or result.stdout))
+        return printed.group(1)
 
     def chart_digest(self, reference: str) -> str | None:
         manifest = self._manifest(reference, source_side=False, descriptor=False)

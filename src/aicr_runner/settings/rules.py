@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from aicr_runner.settings.checks import ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode
+from aicr_runner.settings.checks import DEFAULT_RELEASE_BASE_URL, ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode
 from aicr_runner.settings.criteria_catalog import release_numbers, version_guards
 
 if TYPE_CHECKING:
@@ -42,7 +42,20 @@ def problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
         *_publish_problems(s),
         *_input_problems(s),
         *_snapshot_problems(s),
+        *_release_problems(s),
     ]
+
+
+def _release_problems(s: RunnerSettings) -> list[str]:
+    """One source of the aicr release: a registry artifact or an HTTP folder, never both."""
+    p, aicr = ENV_PREFIX, s.aicr
+    if aicr.release_ref and aicr.release_base_url != DEFAULT_RELEASE_BASE_URL:
+        return [
+            f"{p}AICR__RELEASE_REF={aicr.release_ref!r} with {p}AICR__RELEASE_BASE_URL={aicr.release_base_url!r}: "
+            "the release comes from one place; unset the base URL (chart aicrReleaseBaseUrl) to fetch it from the "
+            "registry, or the ref (aicrReleaseRef) to fetch it over HTTP"
+        ]
+    return []
 
 
 def _snapshot_problems(s: RunnerSettings) -> list[str]:
