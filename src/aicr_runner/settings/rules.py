@@ -166,10 +166,11 @@ def _input_problems(s: RunnerSettings) -> list[str]:
         for name in ("plain_http", "insecure_tls", "credentials_file")
         if getattr(s.pack, name)
     ]
-    if transport and not s.pack.ref:
+    # The release artifact (aicr.release_ref) is reached with the pack's transport too.
+    if transport and not s.pack.ref and not s.aicr.release_ref:
         problems.append(
             f"{' and '.join(transport)} {'is' if len(transport) == 1 else 'are'} set but {p}PACK__REF is empty: "
-            "pack transport settings need a pack"
+            f"pack transport settings need a pack (or aicr's release from a registry, {p}AICR__RELEASE_REF)"
         )
     if c.service == "k0s" and _version_tuple(s.aicr.version) < (0, 22, 0):
         problems.append(
