@@ -8,6 +8,8 @@ a corrupted blob and a checksums file that lists another archive fail closed."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 import subprocess
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from aicr_runner.aicr.release_oci import ARTIFACT_TYPE, fetch_aicr_from_registry
+from aicr_runner.cli import main
 from aicr_runner.errors import ChecksumError, ExitCode
 from aicr_runner.mirror.copy import copy_all
 from aicr_runner.mirror.items import Item, Kind
@@ -89,10 +92,12 @@ def test_the_release_goes_through_the_registry_only_and_runs(local_registry: Loc
     assert again.tarball_sha256 == expected
 
 
+_ORAS_PUSH = (str(ORAS), "push", "--plain-http", "--artifact-type", ARTIFACT_TYPE)
+
+
 def _push_by_hand(registry: LocalRegistry, ref: str, folder: Path) -> None:
     result = subprocess.run(
-        [str(ORAS), "push", "--plain-http", "--registry-config", str(registry.credentials), "--artifact-type"]
-        + [ARTIFACT_TYPE, ref, ARCHIVE, CHECKSUMS],
+        [*_ORAS_PUSH, "--registry-config", str(registry.credentials), ref, ARCHIVE, CHECKSUMS],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -133,3 +138,32 @@ def test_a_corrupted_blob_in_the_registry_fails_closed(local_registry: LocalRegi
         fetch_aicr_from_registry(_aicr(release_ref=ref), _transport(local_registry), tmp_path / "aicr-release")
     assert caught.value.exit_code == ExitCode.AICR_VERIFICATION_FAILED
     assert not list((tmp_path / "aicr-release").glob("*.tar.gz*"))
+
+
+def test_a_plan_gets_aicr_from_the_registry_alone(
+    local_registry: LocalRegistry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``aicr-runner plan`` with ``aicr.releaseRef`` and no other source: the release base
+    URL stays GitHub's (unreachable here), so a plan that passes took aicr from the registry."""
+    target = f"{local_registry.host}/plan{time.monotonic_ns()}"
+    with FolderMirror(release_dir().parent) as upstream:
+        _mirror(local_registry, upstream.base_url, target, tmp_path / "push")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_", "KUBERNETES_"))}
+    env |= {
+        "HOME": str(tmp_path / "home"),
+        "AICR_RUNNER_AICR__VERSION": TAG,
+        "AICR_RUNNER_AICR__ARCH": "amd64",
+        "AICR_RUNNER_AICR__PROVENANCE__MODE": "off",  # no NVIDIA attestation in this release
+        "AICR_RUNNER_AICR__RELEASE_REF": f"{target}/nvidia/aicr/release:{TAG}",
+        "AICR_RUNNER_PACK__PLAIN_HTTP": "true",
+        "AICR_RUNNER_PACK__CREDENTIALS_FILE": str(local_registry.credentials),
+    }
+    argv = ["plan", "--output", str(tmp_path / "plan"), "--service", "eks", "--accelerator", "h100"]
+    argv += ["--intent", "training", "--os", "ubuntu"]
+    code = main(argv, environ=env)
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    assert f"oci://{target}/nvidia/aicr/release:{TAG}#{ARCHIVE}" in out.err
+    report = json.loads((tmp_path / "plan" / "aicr-run-status" / "report.json").read_text())
+    assert report["aicrVersion"] == TAG
+    assert (tmp_path / "plan" / "aicr-recipe" / "recipe.yaml").is_file()

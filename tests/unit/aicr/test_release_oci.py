@@ -102,7 +102,8 @@ def test_the_release_comes_from_the_artifact_verified_and_unpacked(tmp_path: Pat
     binary = fetch(tmp_path, registry)
     assert binary.path.read_bytes() == BINARY
     assert binary.path.stat().st_mode & 0o111
-    assert binary.attestation_path is not None and binary.attestation_path.is_file()
+    assert binary.attestation_path is not None
+    assert binary.attestation_path.is_file()
     assert binary.tarball_sha256 == hashlib.sha256(AMD64_TAR).hexdigest()
     assert binary.source_url == f"oci://{REF}#{AMD64}"
     # Only the checksums file and this arch's archive are read; the archive does not stay.

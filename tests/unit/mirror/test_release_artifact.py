@@ -65,7 +65,8 @@ def test_the_release_files_become_one_artifact_of_titled_layers(served: respx.Mo
     assert artifact.size == len(AMD64_TAR) + len(ARM64_TAR) + len(goreleaser_sums())
     assert sources == {"nvidia/aicr/release:v1.2.0": f"oci-layout:{tmp_path / 'layout'}:v1.2.0"}
     (layout, contents, typed, artifact_type) = pusher.pushed[0]
-    assert layout == sources[artifact.reference] and artifact_type == ARTIFACT_TYPE
+    assert layout == sources[artifact.reference]
+    assert artifact_type == ARTIFACT_TYPE
     assert typed == [
         ("aicr_1.2.0_linux_amd64.tar.gz", ARCHIVE_MEDIA_TYPE),
         ("aicr_1.2.0_linux_arm64.tar.gz", ARCHIVE_MEDIA_TYPE),
