@@ -67,8 +67,11 @@ def run_mirror(
     if code != 0:
         print(f"aicr-runner mirror: the plan did not succeed (exit {code}): nothing listed", file=sys.stderr)
         return code
+    from aicr_runner.children.process import ShutdownController
+
     try:
-        items = list_items(settings, invocation, env, request)
+        with ShutdownController().installed() as shutdown:  # helm pull/template stop on SIGTERM
+            items = list_items(settings, invocation, env, request, interrupted=shutdown.requested)
         _compare_with_aicr(settings, items)
         release = _ReleaseFiles(settings.aicr, _aicr_version(invocation, settings))
         if request.to:
@@ -193,7 +196,12 @@ def _copy(items: list[Item], request: MirrorRequest, release: _ReleaseFiles | No
 
 
 def list_items(
-    settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest
+    settings: RunnerSettings,
+    invocation: Invocation,
+    env: Mapping[str, str],
+    request: MirrorRequest,
+    *,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> list[Item]:
     from aicr_runner.aicr.recipe import load_recipe
     from aicr_runner.mirror.render import HelmRenderer
@@ -220,7 +228,7 @@ def list_items(
             else None
         ),
     )
-    return collect(release, HelmRenderer(request.helm, request.charts_dir))
+    return collect(release, HelmRenderer(request.helm, request.charts_dir, interrupted=interrupted))
 
 
 def _snapshot_on(values: Mapping[str, Any]) -> bool:
