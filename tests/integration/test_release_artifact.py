@@ -20,6 +20,7 @@ import pytest
 from aicr_runner.aicr.release_oci import ARTIFACT_TYPE, fetch_aicr_from_registry
 from aicr_runner.cli import main
 from aicr_runner.errors import ChecksumError, ExitCode
+from aicr_runner.mirror.archive import read_archive, write_archive
 from aicr_runner.mirror.copy import copy_all
 from aicr_runner.mirror.items import Item, Kind
 from aicr_runner.mirror.oras_copier import OrasCopier
@@ -167,3 +168,31 @@ def test_a_plan_gets_aicr_from_the_registry_alone(
     report = json.loads((tmp_path / "plan" / "aicr-run-status" / "report.json").read_text())
     assert report["aicrVersion"] == TAG
     assert (tmp_path / "plan" / "aicr-recipe" / "recipe.yaml").is_file()
+
+
+def test_the_release_crosses_the_gap_in_the_archive(local_registry: LocalRegistry, tmp_path: Path) -> None:
+    """``--to-archive`` outside, ``--from-archive --to`` inside: the release artifact is one
+    of the archive's items, copied out of it by its digest, and the fetch step takes it."""
+    with FolderMirror(release_dir().parent) as upstream:
+        outside = OrasCopier(str(ORAS), str(HELM))
+        items, sources = with_release_artifact(
+            _release_items(upstream.base_url), _aicr(upstream.base_url), TAG, tmp_path / "push", outside
+        )
+        outside.sources = sources
+        assert write_archive(items, tmp_path / "air.tar", outside) == 1
+    contents = read_archive(tmp_path / "air.tar", tmp_path / "unpacked")
+    (item,) = contents.items
+    assert (item.kind, item.reference, item.digest) == (Kind.ARTIFACT, f"nvidia/aicr/release:{TAG}", items[0].digest)
+    inside = OrasCopier(
+        str(ORAS),
+        str(HELM),
+        registry_config=local_registry.credentials,
+        plain_http=frozenset({local_registry.host}),
+        sources=contents.sources,
+    )
+    target = f"{local_registry.host}/gap{time.monotonic_ns()}"
+    report = copy_all(contents.items, f"oci://{target}", inside)
+    assert (report.sent, report.copied[0].digest) == (1, item.digest)
+    ref = f"{target}/nvidia/aicr/release:{TAG}"
+    binary = fetch_aicr_from_registry(_aicr(release_ref=ref), _transport(local_registry), tmp_path / "aicr-release")
+    assert binary.tarball_sha256 == hashlib.sha256((release_dir() / ARCHIVE).read_bytes()).hexdigest()
