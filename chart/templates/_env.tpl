@@ -75,6 +75,7 @@ AICR_RUNNER_TERMINATION_MESSAGE_PATH: /dev/termination-log
 {{- define "nvidia-aicr.runnerSettingsEnv" -}}
 {{- $v := .Values -}}
 AICR_RUNNER_PACK__PULL_BUDGET_SECONDS: {{ $v.dataPackPullBudgetSeconds | toString | quote }}
+AICR_RUNNER_AICR__RELEASE_REF: {{ toString $v.aicrReleaseRef | quote }}
 AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS: {{ int64 $v.aicrDownload.attempts | toString | quote }}
 AICR_RUNNER_AICR__DOWNLOAD_TIMEOUT_SECONDS: {{ $v.aicrDownload.timeoutSeconds | toString | quote }}
 AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS: {{ $v.aicrDownload.budgetSeconds | toString | quote }}

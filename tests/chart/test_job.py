@@ -754,6 +754,7 @@ def test_values_reach_the_runtime_verbatim() -> None:
         "AICR_RUNNER_PACK__PLAIN_HTTP": "false",
         "AICR_RUNNER_PACK__INSECURE_TLS": "false",
         "AICR_RUNNER_PACK__PULL_BUDGET_SECONDS": "600",
+        "AICR_RUNNER_AICR__RELEASE_REF": "",
         "AICR_RUNNER_AICR__VERSION": "1.2.0",
         "AICR_RUNNER_AICR__ARCH": "arm64",
         "AICR_RUNNER_AICR__SHA256__AMD64": "a" * 64,

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from aicr_runner.cli import main
-from tests.support.real_aicr import RealAicr, RealAicrMissing, component_charts_dir
+from tests.support.real_aicr import FolderMirror, RealAicr, RealAicrMissing, component_charts_dir, release_dir
 
 pytestmark = pytest.mark.helm
 
@@ -61,12 +61,13 @@ def _mirror(
     *extra: str,
     capsys: pytest.CaptureFixture[str],
     action: tuple[str, ...] = ("--list",),
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str, str]:
     argv = ["mirror", *action, "--aicr-binary", str(binary), "--work-dir", str(tmp_path / "m"), *CRITERIA, *extra]
     if charts is not None:
         argv += ["--charts-dir", str(charts)]
     capsys.readouterr()
-    code = main(argv, environ=_env(tmp_path))
+    code = main(argv, environ={**_env(tmp_path), **(env or {})})
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -153,9 +154,13 @@ def test_to_a_registry_names_the_first_item_its_source_cannot_give(
     real_aicr: RealAicr, charts: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The whole command with --to: the plan, the list, then the copy; this machine reaches no
-    public registry, so the first item of the list (the runner's image) fails, named, exit 40."""
+    public registry, so the first item of the list (the runner's image) fails, named, exit 40.
+    The aicr release, pushed into an artifact before the copy, comes from a folder on loopback."""
     to = ("--to", "oci://127.0.0.1:9/air", "--plain-http", "127.0.0.1:9")
-    code, out, err = _mirror(tmp_path, real_aicr.binary, charts, capsys=capsys, action=to)
+    with FolderMirror(release_dir().parent) as releases:
+        env = {"AICR_RUNNER_AICR__RELEASE_BASE_URL": releases.base_url}
+        code, out, err = _mirror(tmp_path, real_aicr.binary, charts, capsys=capsys, action=to, env=env)
+    assert sorted(releases.requests) == ["/v0.11.1/aicr_0.11.1_linux_amd64.tar.gz", "/v0.11.1/aicr_checksums.txt"]
     assert code == 40, err[-2000:]
     (line,) = [line for line in err.splitlines() if line.startswith("aicr-runner mirror:")]
     assert line.startswith("aicr-runner mirror: source unreachable: ghcr.io/nvidia-aicr/aicr-runner:0.1.0: ")

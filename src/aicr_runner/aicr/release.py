@@ -48,7 +48,11 @@ __all__ = [
     "ATTESTATION_NAME",
     "BINARY_NAME",
     "CHECKSUMS_NAME",
+    "archive_name",
+    "download_file",
+    "expected_sha256",
     "fetch_aicr",
+    "install_verified",
     "is_certificate_verification_failure",
     "release_urls",
 ]
@@ -79,12 +83,15 @@ Sleep = Callable[[float], object]
 Clock = Callable[[], float]
 
 
+def archive_name(settings: AicrSettings) -> str:
+    """The release archive's file name for the selected version and arch."""
+    return f"aicr_{settings.version.removeprefix('v')}_linux_{settings.arch.value}.tar.gz"
+
+
 def release_urls(settings: AicrSettings) -> tuple[str, str]:
     """The archive URL and the checksums URL for the selected version and arch."""
-    version = settings.version  # normalised to start with "v" by the settings model
-    base = f"{settings.release_base_url}/{version}"
-    archive = f"aicr_{version.removeprefix('v')}_linux_{settings.arch.value}.tar.gz"
-    return f"{base}/{archive}", f"{base}/{CHECKSUMS_NAME}"
+    base = f"{settings.release_base_url}/{settings.version}"  # the version starts with "v" (the settings model)
+    return f"{base}/{archive_name(settings)}", f"{base}/{CHECKSUMS_NAME}"
 
 
 def fetch_aicr(
@@ -112,14 +119,38 @@ def fetch_aicr(
     finally:
         downloader.close()
 
+    return install_verified(
+        settings, archive_path, actual=actual, expected=expected, source=archive_url, checksums_source=checksums_url
+    )
+
+
+def install_verified(
+    settings: AicrSettings, archive_path: Path, *, actual: str, expected: str, source: str, checksums_source: str
+) -> AicrBinary:
+    """The downloaded archive (sha256 ``actual``) checked against its checksums line
+    (``expected``) and the reviewed pin, then unpacked beside it: the same for a
+    release from an HTTP folder and from a registry (``aicr.release_oci``)."""
     try:
-        _verify(settings, actual, expected, archive_url, checksums_url)
-        found = _unpack(archive_path, dest_dir, archive_url)
+        _verify(settings, actual, expected, source, checksums_source)
+        found = _unpack(archive_path, archive_path.parent, source)
     finally:
         # Verified or not, the archive has served its purpose; a rejected one must
         # not stay where something could pick it up.
         archive_path.unlink(missing_ok=True)
-    return _installed(settings, found, tarball_sha256=actual, source_url=archive_url)
+    return _installed(settings, found, tarball_sha256=actual, source_url=source)
+
+
+def download_file(
+    settings: AicrSettings, url: str, dest: Path, *, max_bytes: int, cancelled: Cancellation | None = None
+) -> str:
+    """One release file over HTTP(S) with the fetch step's retries, timeout and budget
+    (``mirror`` reads the release this way); the sha256 of what landed in ``dest``."""
+    cancelled = cancelled or Cancellation()
+    downloader = _Downloader(settings, None, sleep=cancelled.wait, clock=time.monotonic, cancelled=cancelled)
+    try:
+        return downloader.download(url, dest, max_bytes=max_bytes)
+    finally:
+        downloader.close()
 
 
 def _installed(settings: AicrSettings, found: dict[str, Path], *, tarball_sha256: str, source_url: str) -> AicrBinary:

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from aicr_runner import __version__
 from aicr_runner.errors import RunnerError
 from aicr_runner.mirror.collect import Release, collect
-from aicr_runner.mirror.items import Item, Kind
+from aicr_runner.mirror.items import Item
 from aicr_runner.run.invocation import Invocation
-from aicr_runner.settings.config import ENV_PREFIX, RunnerSettings
+from aicr_runner.settings.config import ENV_PREFIX, AicrSettings, RunnerSettings
 
 if TYPE_CHECKING:
     from aicr_runner.mirror.oras_copier import OrasCopier
@@ -67,13 +67,17 @@ def run_mirror(
     if code != 0:
         print(f"aicr-runner mirror: the plan did not succeed (exit {code}): nothing listed", file=sys.stderr)
         return code
+    from aicr_runner.children.process import ShutdownController
+
     try:
-        items = list_items(settings, invocation, env, request)
+        with ShutdownController().installed() as shutdown:  # helm pull/template stop on SIGTERM
+            items = list_items(settings, invocation, env, request, interrupted=shutdown.requested)
         _compare_with_aicr(settings, items)
+        release = _ReleaseFiles(settings.aicr, _aicr_version(invocation, settings))
         if request.to:
-            return _copy(items, request)
+            return _copy(items, request, release=release)
         if request.to_archive is not None:
-            return _archive(items, request, request.to_archive)
+            return _archive(items, request, request.to_archive, release)
     except RunnerError as exc:
         print(f"aicr-runner mirror: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)
@@ -112,25 +116,54 @@ def run_from_archive(request: MirrorRequest, archive: Path) -> int:
         return int(exc.exit_code)
 
 
-def _archive(items: list[Item], request: MirrorRequest, archive: Path) -> int:
+@dataclass(frozen=True)
+class _ReleaseFiles:
+    """What the aicr release files of the list are downloaded with (timeouts, budget) and their tag."""
+
+    settings: AicrSettings
+    version: str
+
+
+def _with_release(items: list[Item], copier: OrasCopier, release: _ReleaseFiles, workdir: Path) -> list[Item]:
+    """The release files as one artifact item, its OCI layout a source of ``copier``."""
+    from aicr_runner.mirror.release_artifact import with_release_artifact
+
+    listed, sources = with_release_artifact(items, release.settings, release.version, workdir, copier)
+    copier.sources = {**copier.sources, **sources}
+    return listed
+
+
+def _archive(items: list[Item], request: MirrorRequest, archive: Path, release: _ReleaseFiles) -> int:
+    import tempfile
+
     from aicr_runner.children.process import ShutdownController
     from aicr_runner.mirror.archive import write_archive
 
-    with ShutdownController().installed() as shutdown:
+    with ShutdownController().installed() as shutdown, tempfile.TemporaryDirectory(prefix="aicr-release-") as tmp:
         copier = _copier(request, shutdown.requested)
-        count = write_archive(items, archive, copier, progress=print, allow_missing=request.allow_missing)
-    files = sum(1 for item in items if item.kind is Kind.FILE)
-    print(f"{count} items in {archive}; {files} files not archived (serve the aicr release inside)")
+        listed = _with_release(items, copier, release, Path(tmp))
+        count = write_archive(listed, archive, copier, progress=print, allow_missing=request.allow_missing)
+    print(f"{count} items in {archive} (the aicr release as the artifact {_release_of(listed)})")
     return 0
 
 
-def _copy(items: list[Item], request: MirrorRequest, **archive: Any) -> int:
+def _release_of(items: list[Item]) -> str:
+    from aicr_runner.mirror.release_artifact import RELEASE_REPOSITORY
+
+    return next((i.reference for i in items if i.reference.startswith(f"{RELEASE_REPOSITORY}:")), "none")
+
+
+def _copy(items: list[Item], request: MirrorRequest, release: _ReleaseFiles | None = None, **archive: Any) -> int:
     """``--to``: the copy and its final check; one line per item, then the tally."""
+    import tempfile
+
     from aicr_runner.children.process import ShutdownController
     from aicr_runner.mirror.copy import copy_all
 
-    with ShutdownController().installed() as shutdown:
+    with ShutdownController().installed() as shutdown, tempfile.TemporaryDirectory(prefix="aicr-release-") as tmp:
         copier = _copier(request, shutdown.requested, **archive)
+        if release is not None:
+            items = _with_release(items, copier, release, Path(tmp))
         report = copy_all(
             items,
             request.to,
@@ -150,18 +183,25 @@ def _copy(items: list[Item], request: MirrorRequest, **archive: Any) -> int:
         registry = request.to.removeprefix("oci://").split("/", 1)[0]
         written = write_hosts_toml(items, request.to, request.hosts_toml, plain_http=registry in request.plain_http)
         print(f"containerd hosts.toml for {len(written)} registries in {request.hosts_toml}")
-    mirror = request.to.removeprefix("oci://")
+    mirror = request.to.removeprefix("oci://").rstrip("/")
+    release_ref = _release_of(items)
     print(f"chart values to install with: mirror.registry: {mirror}")
+    if release_ref != "none":
+        print(f"aicrReleaseRef: {mirror}/{release_ref} (the aicr release from the registry)")
     print(
         "images keep their names: the nodes pull them through the mirror (--hosts-toml); without that, "
-        f"global.imageRegistry: {mirror}/ghcr.io serves the runner's own image; aicrReleaseBaseUrl: a folder "
-        "serving the aicr release files of the list"
+        f"global.imageRegistry: {mirror}/ghcr.io serves the runner's own image"
     )
     return 0
 
 
 def list_items(
-    settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], request: MirrorRequest
+    settings: RunnerSettings,
+    invocation: Invocation,
+    env: Mapping[str, str],
+    request: MirrorRequest,
+    *,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> list[Item]:
     from aicr_runner.aicr.recipe import load_recipe
     from aicr_runner.mirror.render import HelmRenderer
@@ -188,7 +228,7 @@ def list_items(
             else None
         ),
     )
-    return collect(release, HelmRenderer(request.helm, request.charts_dir))
+    return collect(release, HelmRenderer(request.helm, request.charts_dir, interrupted=interrupted))
 
 
 def _snapshot_on(values: Mapping[str, Any]) -> bool:

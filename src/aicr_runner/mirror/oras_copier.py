@@ -19,13 +19,12 @@ import json
 import re
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from subprocess import PIPE
 
-from aicr_runner.errors import InterruptedRun, ToolError
+from aicr_runner.errors import ToolError
 from aicr_runner.mirror.errors import CopyError, MirrorExit, classify_tool_failure
+from aicr_runner.mirror.tool_call import run_tool
 
 __all__ = ["LAYOUT", "OrasCopier", "sha256_of"]
 
@@ -33,22 +32,12 @@ _CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 #: A reference into an OCI image layout directory: ``oci-layout:DIR:TAG`` (oras' ``--oci-layout``).
 LAYOUT = "oci-layout:"
 _COPIED_DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.MULTILINE)
-#: How often a running tool call looks at the shutdown flag and its deadline.
-_POLL_SECONDS = 0.2
+#: oras stamps the push time into an artifact's manifest; a fixed one keeps its digest the files' alone.
+_CREATED = "1970-01-01T00:00:00Z"
 
 
 def _never() -> bool:
     return False
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    """TERM, a few seconds to end, then KILL; reaped either way."""
-    process.terminate()
-    try:
-        process.communicate(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
 
 
 def _host(reference: str) -> str:
@@ -91,32 +80,18 @@ class OrasCopier:
         """One tool call: it ends by its deadline, and at once on SIGTERM (the tool is
         stopped; oras writes a tag only after its content, so no tag names a partial
         image, and a re-run sends only what is missing)."""
-        self._stop_if_interrupted(argv)
         try:
-            process = subprocess.Popen(list(argv), cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)
+            return run_tool(
+                argv,
+                cwd=cwd,
+                timeout=self.timeout,
+                interrupted=self.interrupted,
+                timed_out=lambda: CopyError(
+                    MirrorExit.TARGET_UNAVAILABLE, " ".join(argv[1:3]), f"no answer in {self.timeout:g}s"
+                ),
+            )
         except FileNotFoundError as exc:
             raise ToolError(f"{argv[0]} not found: mirror --to copies with oras and helm (docs/air-gap.md)") from exc
-        deadline = time.monotonic() + self.timeout
-        with process:
-            while True:
-                try:
-                    out, err = process.communicate(timeout=_POLL_SECONDS)
-                    return subprocess.CompletedProcess(list(argv), process.returncode, out, err)
-                except subprocess.TimeoutExpired:
-                    if self.interrupted() or time.monotonic() > deadline:
-                        _stop(process)
-                        self._stop_if_interrupted(argv)
-                        what = " ".join(argv[1:3])
-                        raise CopyError(
-                            MirrorExit.TARGET_UNAVAILABLE, what, f"no answer in {self.timeout:g}s"
-                        ) from None
-
-    def _stop_if_interrupted(self, argv: Sequence[str]) -> None:
-        if self.interrupted():
-            raise InterruptedRun(
-                f"interrupted during {Path(argv[0]).name} {' '.join(argv[1:3])}: run the same command again to "
-                "resume (what the target holds is not sent again)"
-            )
 
     def _flags(self, reference: str, side: str = "") -> list[str]:
         if reference.startswith(LAYOUT):
@@ -169,6 +144,27 @@ class OrasCopier:
         if landed is None:
             raise CopyError(MirrorExit.INCOMPLETE, target, "oras cp succeeded but the target has no manifest")
         return landed
+
+    def push_layout(self, layout: str, files_dir: Path, files: Sequence[tuple[str, str]], artifact_type: str) -> str:
+        """``oras push`` ``files`` (name and media type, in ``files_dir``) into the OCI layout
+        ``layout`` as one artifact, each layer titled with its name, its creation time fixed
+        (the same files, the same digest: a re-run finds it in the target); the manifest's digest."""
+        argv = [
+            self.oras,
+            "push",
+            "--oci-layout",
+            "--artifact-type",
+            artifact_type,
+            "--annotation",
+            f"org.opencontainers.image.created={_CREATED}",
+            layout.removeprefix(LAYOUT),
+            *(f"{name}:{media_type}" for name, media_type in files),
+        ]
+        result = self._run(argv, cwd=files_dir)
+        printed = _COPIED_DIGEST.search(result.stdout)
+        if result.returncode != 0 or printed is None:
+            raise CopyError(MirrorExit.TARGET_UNAVAILABLE, layout, _last(result.stderr or result.stdout))
+        return printed.group(1)
 
     def chart_digest(self, reference: str) -> str | None:
         manifest = self._manifest(reference, source_side=False, descriptor=False)

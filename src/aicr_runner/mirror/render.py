@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from aicr_runner.errors import RunnerError
 from aicr_runner.mirror.errors import ChartUnavailableError
+from aicr_runner.mirror.tool_call import run_tool
 
 __all__ = ["ChartRef", "ChartRenderer", "HelmRenderer"]
+
+
+def _never() -> bool:
+    return False
+
 
 #: Each helm call ends: a stalled repository is a failure, never a hang.
 _HELM_TIMEOUT_SECONDS = 300.0
@@ -62,9 +68,13 @@ class HelmRenderer:
     """The real helm: charts pulled from their source (or found in ``charts_dir``
     as ``<chart>-<version>.tgz``, as ``helm package`` names them)."""
 
-    def __init__(self, helm: str = "helm", charts_dir: Path | None = None) -> None:
+    def __init__(
+        self, helm: str = "helm", charts_dir: Path | None = None, *, interrupted: Callable[[], bool] = _never
+    ) -> None:
         self.helm = helm
         self.charts_dir = charts_dir
+        #: True once SIGTERM/SIGINT arrived: the helm call in flight is stopped, no other starts.
+        self.interrupted = interrupted
         self._facts: dict[ChartRef, tuple[str, int]] = {}
 
     def archive_facts(self, chart: ChartRef) -> tuple[str, int] | None:
@@ -102,17 +112,22 @@ class HelmRenderer:
         return pulled[0]
 
     def _run(self, argv: list[str], *, cwd: Path) -> subprocess.CompletedProcess[str]:
-        # From an empty directory: a local folder named like the chart would shadow --repo.
+        """One helm call, from an empty directory (a local folder named like the chart
+        would shadow --repo): it ends by its deadline, and at once on SIGTERM."""
         try:
-            return subprocess.run(
-                argv, cwd=cwd, capture_output=True, text=True, timeout=_HELM_TIMEOUT_SECONDS, check=False
+            return run_tool(
+                argv,
+                cwd=cwd,
+                timeout=_HELM_TIMEOUT_SECONDS,
+                interrupted=self.interrupted,
+                timed_out=lambda: RunnerError(
+                    f"helm did not answer within {_HELM_TIMEOUT_SECONDS:g}s: {' '.join(argv[:3])}"
+                ),
             )
         except FileNotFoundError as exc:
             from aicr_runner.errors import ToolError
 
             raise ToolError(f"helm not found ({self.helm}): mirror renders the charts with helm template") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise RunnerError(f"helm did not answer within {_HELM_TIMEOUT_SECONDS:g}s: {' '.join(argv[:3])}") from exc
 
 
 def _last_line(text: str) -> str:

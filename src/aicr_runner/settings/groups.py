@@ -241,6 +241,18 @@ class AicrSettings(Group):
         chart="aicrReleaseBaseUrl",
         into="pod",
     )
+    #: The release as the OCI artifact ``aicr-runner mirror --to`` pushes (``aicr.release_oci``),
+    #: reached with the pack's registry settings; empty: the HTTP folder of ``release_base_url``.
+    release_ref: Annotated[str, checked(checks.pack_reference)] = setting(
+        "",
+        doc=(
+            "the release as an OCI artifact, without scheme (`host/prefix/nvidia/aicr/release:<tag>`, an `@sha256:` "
+            "digest is then enforced; `aicr-runner mirror --to` pushes it), reached with the pack's registry "
+            "settings (credentials file, plain HTTP, TLS); empty: the HTTP folder of the release base URL"
+        ),
+        chart="aicrReleaseRef",
+        into="configmap",
+    )
     #: A preinstalled aicr to use instead of downloading one.
     binary: Annotated[str, checked(absolute_path())] = setting(
         "", doc="use this preinstalled aicr instead of downloading one", chart="aicrBinary.path", into="pod"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from aicr_runner.settings.checks import ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode
+from aicr_runner.settings.checks import DEFAULT_RELEASE_BASE_URL, ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode
 from aicr_runner.settings.criteria_catalog import release_numbers, version_guards
 
 if TYPE_CHECKING:
@@ -42,7 +42,20 @@ def problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
         *_publish_problems(s),
         *_input_problems(s),
         *_snapshot_problems(s),
+        *_release_problems(s),
     ]
+
+
+def _release_problems(s: RunnerSettings) -> list[str]:
+    """One source of the aicr release: a registry artifact or an HTTP folder, never both."""
+    p, aicr = ENV_PREFIX, s.aicr
+    if aicr.release_ref and aicr.release_base_url != DEFAULT_RELEASE_BASE_URL:
+        return [
+            f"{p}AICR__RELEASE_REF={aicr.release_ref!r} with {p}AICR__RELEASE_BASE_URL={aicr.release_base_url!r}: "
+            "the release comes from one place; unset the base URL (chart aicrReleaseBaseUrl) to fetch it from the "
+            "registry, or the ref (aicrReleaseRef) to fetch it over HTTP"
+        ]
+    return []
 
 
 def _snapshot_problems(s: RunnerSettings) -> list[str]:
@@ -153,10 +166,11 @@ def _input_problems(s: RunnerSettings) -> list[str]:
         for name in ("plain_http", "insecure_tls", "credentials_file")
         if getattr(s.pack, name)
     ]
-    if transport and not s.pack.ref:
+    # The release artifact (aicr.release_ref) is reached with the pack's transport too.
+    if transport and not s.pack.ref and not s.aicr.release_ref:
         problems.append(
             f"{' and '.join(transport)} {'is' if len(transport) == 1 else 'are'} set but {p}PACK__REF is empty: "
-            "pack transport settings need a pack"
+            f"pack transport settings need a pack (or aicr's release from a registry, {p}AICR__RELEASE_REF)"
         )
     if c.service == "k0s" and _version_tuple(s.aicr.version) < (0, 22, 0):
         problems.append(

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AicrFetcher",
+    "AicrRegistryFetcher",
     "Mode",
     "PackPuller",
     "RunConfig",
@@ -50,6 +51,7 @@ __all__ = [
     "RunFindings",
     "RunHandlers",
     "fetch_aicr",
+    "fetch_aicr_from_registry",
     "pull_pack",
 ]
 
@@ -68,6 +70,15 @@ class AicrFetcher(Protocol):
     ) -> AicrBinary: ...
 
 
+class AicrRegistryFetcher(Protocol):
+    """Pulls and verifies the release artifact ``settings.release_ref`` into ``dest_dir``
+    over the pack's registry settings (``aicr.release_oci.fetch_aicr_from_registry``'s shape)."""
+
+    def __call__(
+        self, settings: AicrSettings, transport: PackSettings, dest_dir: Path, *, cancelled: Cancellation | None = None
+    ) -> AicrBinary: ...
+
+
 def pull_pack(settings: PackSettings, dest: Path, *, cancelled: Cancellation | None = None) -> PulledPack:
     """``pack.pull.pull_pack``, imported when a pack is pulled: oras and requests
     are heavy, and a run with a local pack or none never needs them."""
@@ -81,6 +92,15 @@ def fetch_aicr(settings: AicrSettings, dest_dir: Path, *, cancelled: Cancellatio
     from aicr_runner.aicr.release import fetch_aicr as fetch
 
     return fetch(settings, dest_dir, cancelled=cancelled)
+
+
+def fetch_aicr_from_registry(
+    settings: AicrSettings, transport: PackSettings, dest_dir: Path, *, cancelled: Cancellation | None = None
+) -> AicrBinary:
+    """``aicr.release_oci.fetch_aicr_from_registry``, imported when aicr comes from a registry."""
+    from aicr_runner.aicr.release_oci import fetch_aicr_from_registry as fetch
+
+    return fetch(settings, transport, dest_dir, cancelled=cancelled)
 
 
 @dataclass
@@ -172,6 +192,8 @@ class RunExternals:
     interrupted: Callable[[], bool] = _never
     pull: PackPuller = pull_pack
     fetch: AicrFetcher = fetch_aicr
+    #: The release from a registry (``aicr.release_ref``) instead of an HTTP folder.
+    fetch_from_registry: AicrRegistryFetcher = fetch_aicr_from_registry
     #: Verifies aicr's Sigstore provenance; None: cosign through ``processes``.
     verifier: SignatureVerifier | None = None
     #: The install Lease (None: runs are not serialised, e.g. outside a cluster).

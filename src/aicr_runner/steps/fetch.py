@@ -59,17 +59,26 @@ def obtain(ctx: RunContext) -> tuple[AicrBinary, str, bool]:
 
 
 def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
-    aicr = ctx.settings.aicr
+    """The release from its registry artifact (``aicr.release_ref``) or its HTTP folder,
+    within the one download budget."""
+    aicr, externals = ctx.settings.aicr, ctx.externals
+    source = f"registry artifact {aicr.release_ref}" if aicr.release_ref else aicr.release_base_url
+
+    def fetch(cancelled: deadline.Cancellation) -> AicrBinary:
+        if aicr.release_ref:
+            return externals.fetch_from_registry(aicr, ctx.settings.pack, dest, cancelled=cancelled)
+        return externals.fetch(aicr, dest, cancelled=cancelled)
+
     return deadline.bounded(
-        lambda cancelled: ctx.externals.fetch(aicr, dest, cancelled=cancelled),
+        fetch,
         budget_seconds=budget,
-        interrupted=ctx.externals.interrupted,
+        interrupted=externals.interrupted,
         what="the aicr download",
         over_budget=lambda: DownloadError(
-            f"the aicr download from {aicr.release_base_url} did not finish within the {budget:g}s "
+            f"the aicr download from {source} did not finish within the {budget:g}s "
             f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
-            f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_BASE_URL) or a preinstalled aicr "
-            "(--aicr-binary / aicrBinary.path)",
+            f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_REF or {ENV_PREFIX}AICR__RELEASE_BASE_URL) or a "
+            "preinstalled aicr (--aicr-binary / aicrBinary.path)",
             offers_local=True,
         ),
     )

@@ -1,4 +1,5 @@
-"""A tool call of the copy ends at once on SIGTERM: the tool is stopped and reaped,
+"""A tool call of the copy (oras, helm push) and of the list (helm pull, helm template)
+ends at once on SIGTERM: the tool is stopped and reaped,
 and the run ends with the interruption's exit code (143)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 
 from aicr_runner.errors import ExitCode, InterruptedRun
 from aicr_runner.mirror.oras_copier import OrasCopier
+from aicr_runner.mirror.render import ChartRef, HelmRenderer
 
 
 def test_a_running_tool_is_stopped_when_the_shutdown_is_requested(tmp_path: Path) -> None:
@@ -36,3 +38,32 @@ def test_nothing_starts_once_the_shutdown_is_requested(tmp_path: Path) -> None:
     with pytest.raises(InterruptedRun):
         copier._run([sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
     assert not marker.exists()
+
+
+def _sleeping_helm(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in helm that says it started (its PID), then would run for ten minutes."""
+    pid_file = tmp_path / "helm.pid"
+    helm = tmp_path / "helm"
+    helm.write_text(
+        f"#!{sys.executable}\nimport os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    helm.chmod(0o755)
+    return helm, pid_file
+
+
+@pytest.mark.parametrize("charts_dir", [False, True], ids=["helm-pull", "helm-template"])
+def test_the_mirrors_helm_pull_and_template_stop_when_the_shutdown_is_requested(
+    tmp_path: Path, charts_dir: bool
+) -> None:
+    helm, pid_file = _sleeping_helm(tmp_path)
+    local = tmp_path / "charts"
+    local.mkdir()
+    (local / "gpu-operator-v25.10.1.tgz").write_bytes(b"a chart archive")  # with it, helm pull is skipped
+    renderer = HelmRenderer(str(helm), local if charts_dir else None, interrupted=pid_file.is_file)
+    chart = ChartRef("gpu-operator", "gpu-operator", "gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com/nvidia")
+    with pytest.raises(InterruptedRun) as caught:
+        renderer.render(chart, [], None)
+    assert caught.value.exit_code == ExitCode.INTERRUPTED
+    assert f"interrupted during helm {'template' if charts_dir else 'pull'}" in caught.value.message
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)  # stopped and reaped, not left running

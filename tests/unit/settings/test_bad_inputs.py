@@ -50,6 +50,7 @@ KINDS: dict[str, str] = {
     "AICR__SHA256__AMD64": "sha256",
     "AICR__SHA256__ARM64": "sha256",
     "AICR__RELEASE_BASE_URL": "url",
+    "AICR__RELEASE_REF": "pack_ref",
     "AICR__BINARY": "path",
     "AICR__BINARY_SHA256": "sha256",
     "AICR__DOWNLOAD_ATTEMPTS": "attempts",

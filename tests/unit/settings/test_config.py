@@ -226,3 +226,19 @@ def test_cli_prints_one_line_per_problem_and_exits_2(capsys: pytest.CaptureFixtu
         "aicr-runner: invalid setting: AICR_RUNNER_DEPLOY__ENABLED='maybe': allowed: true or false",
     ]
     assert "Traceback" not in err
+
+
+def test_the_release_comes_from_a_registry_or_an_http_folder_not_both() -> None:
+    ref = "mirror.example.test/site/nvidia/aicr/release:v1.2.0"
+    assert load({**BASE, "AICR_RUNNER_AICR__RELEASE_REF": ref}).aicr.release_ref == ref
+    found = problems(
+        {
+            "AICR_RUNNER_AICR__RELEASE_REF": ref,
+            "AICR_RUNNER_AICR__RELEASE_BASE_URL": "http://releases.example.test/aicr",
+        }
+    )
+    assert any(
+        line.startswith(f"AICR_RUNNER_AICR__RELEASE_REF={ref!r} with AICR_RUNNER_AICR__RELEASE_BASE_URL")
+        for line in found
+    )
+    assert problems({"AICR_RUNNER_AICR__RELEASE_REF": "oci://mirror.example.test/r:v1"})
