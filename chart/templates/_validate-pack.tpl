@@ -1,7 +1,7 @@
 {{/*
 The data pack's pull: one credential source, a dockerconfigjson, and
 transport settings only with a pack.
-Guards G-11, G-13, G-12, C-03, G-17d (_validate.tpl says how the guards work).
+Guards G-11, G-13, G-12, C-03, G-17d, C-17 (_validate.tpl says how the guards work).
 */}}
 {{- define "nvidia-aicr.validate.pack" -}}
 {{- $v := .Values -}}
@@ -18,9 +18,9 @@ Guards G-11, G-13, G-12, C-03, G-17d (_validate.tpl says how the guards work).
 {{- fail (printf "dataPackSecret=%s and dataPackAuth.dockerconfigjson are both set: set only one, an existing Secret (dataPackSecret) or the chart-created one (dataPackAuth)." (toString $v.dataPackSecret)) -}}
 {{- end -}}
 
-{{- /* G-12: the chart-created Secret needs a consumer. */ -}}
-{{- if and $packAuth (not $v.dataPack) -}}
-{{- fail "dataPackAuth.dockerconfigjson is set but dataPack is empty: the Secret would have no consumer. Set dataPack to the pack's OCI reference, or drop dataPackAuth." -}}
+{{- /* G-12: the chart-created Secret needs a consumer (the pack pull, or the aicr release's from a registry). */ -}}
+{{- if and $packAuth (not $v.dataPack) (not $v.aicrReleaseRef) -}}
+{{- fail "dataPackAuth.dockerconfigjson is set but dataPack and aicrReleaseRef are empty: the Secret would have no consumer. Set dataPack to the pack's OCI reference (or aicrReleaseRef to the aicr release's), or drop dataPackAuth." -}}
 {{- end -}}
 
 {{- /* C-03: the chart-created Secret must hold a dockerconfigjson. */ -}}
@@ -31,8 +31,13 @@ Guards G-11, G-13, G-12, C-03, G-17d (_validate.tpl says how the guards work).
 {{- end -}}
 {{- end -}}
 
-{{- /* G-17d: pack transport settings need a pack. */ -}}
-{{- if and (not $v.dataPack) (or $v.dataPackSecret $v.dataPackPlainHTTP $v.dataPackInsecureTLS) -}}
-{{- fail "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack is empty: these settings only apply to a pack pull. Set dataPack to the pack's OCI reference, or drop them." -}}
+{{- /* G-17d: pack transport settings need a pull from a registry (the pack, or the aicr release). */ -}}
+{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) (or $v.dataPackSecret $v.dataPackPlainHTTP $v.dataPackInsecureTLS) -}}
+{{- fail "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and aicrReleaseRef are empty: these settings only apply to a pull from a registry. Set dataPack to the pack's OCI reference (or aicrReleaseRef to the aicr release's), or drop them." -}}
+{{- end -}}
+
+{{- /* C-17: the aicr release comes from one place. */ -}}
+{{- if and $v.aicrReleaseRef (ne (toString $v.aicrReleaseBaseUrl) "https://github.com/NVIDIA/aicr/releases/download") -}}
+{{- fail (printf "aicrReleaseRef=%s and aicrReleaseBaseUrl=%s are both set: the aicr release comes from one place. Unset aicrReleaseBaseUrl to fetch it from the registry, or aicrReleaseRef to fetch it over HTTP." (toString $v.aicrReleaseRef) (toString $v.aicrReleaseBaseUrl)) -}}
 {{- end -}}
 {{- end -}}

@@ -14,7 +14,7 @@ anchor left to runtime; C-* are new. One file per concern, run in this order
 (the first guard that fails is the message):
   _validate-removed.tpl   C-01 G-14 G-01             values an earlier release took
   _validate-criteria.tpl  C-02 G-03 G-17b G-04 G-17a G-17c   the aicr and its criteria
-  _validate-pack.tpl      G-11 G-13 G-12 C-03 G-17d  the data pack's pull
+  _validate-pack.tpl      G-11 G-13 G-12 C-03 G-17d C-17  the data pack's pull, the release's from a registry
   _validate-run.tpl       G-05 G-02                  deploy or validate, and the phases
   _validate-outputs.tpl   G-17e G-06..G-10 C-04 C-05 evidence publishing, the captures
   _validate-pod.tpl       C-06 C-08 C-09 C-10 C-11   the Job's pod

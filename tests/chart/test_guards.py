@@ -195,8 +195,9 @@ def test_g11_scalar_data_pack_auth_is_rejected() -> None:
 def test_g12_data_pack_auth_needs_a_pack() -> None:
     rejects_with(
         {"dataPackAuth": {"dockerconfigjson": AUTH}},
-        "dataPackAuth.dockerconfigjson is set but dataPack is empty: the Secret would have no consumer. Set "
-        "dataPack to the pack's OCI reference, or drop dataPackAuth.",
+        "dataPackAuth.dockerconfigjson is set but dataPack and aicrReleaseRef are empty: the Secret would have "
+        "no consumer. Set dataPack to the pack's OCI reference (or aicrReleaseRef to the aicr release's), or "
+        "drop dataPackAuth.",
     )
 
 
@@ -226,8 +227,38 @@ def test_c03_data_pack_auth_must_be_a_dockerconfigjson(auth: str) -> None:
 def test_g17d_pack_transport_settings_need_a_pack(values: dict[str, Any]) -> None:
     rejects_with(
         values,
-        "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack is empty: these "
-        "settings only apply to a pack pull. Set dataPack to the pack's OCI reference, or drop them.",
+        "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and aicrReleaseRef are "
+        "empty: these settings only apply to a pull from a registry. Set dataPack to the pack's OCI reference "
+        "(or aicrReleaseRef to the aicr release's), or drop them.",
+    )
+
+
+RELEASE_REF = "mirror.example:5000/aicr/nvidia/aicr/release:v0.11.1"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"dataPackSecret": "regcred"},
+        {"dataPackPlainHTTP": True, "dataPackInsecureTLS": True},
+        {"dataPackAuth": {"dockerconfigjson": AUTH}},
+    ],
+    ids=["secret", "transport", "chart-created-secret"],
+)
+def test_g12_g17d_the_aicr_release_from_a_registry_is_a_consumer_of_the_pack_transport(values: dict[str, Any]) -> None:
+    rendered = renders({"aicrReleaseRef": RELEASE_REF, **values})
+    [settings] = [d for d in rendered.docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-settings")]
+    assert settings["data"]["AICR_RUNNER_AICR__RELEASE_REF"] == RELEASE_REF
+    if "dataPackPlainHTTP" not in values:  # a credential: mounted as the file the registry pull reads
+        assert "/etc/aicr-runner/pack-auth/config.json" in rendered.stdout
+
+
+def test_c17_the_aicr_release_comes_from_one_place() -> None:
+    rejects_with(
+        {"aicrReleaseRef": RELEASE_REF, "aicrReleaseBaseUrl": "https://mirror.example/aicr"},
+        f"aicrReleaseRef={RELEASE_REF} and aicrReleaseBaseUrl=https://mirror.example/aicr are both set: the aicr "
+        "release comes from one place. Unset aicrReleaseBaseUrl to fetch it from the registry, or aicrReleaseRef "
+        "to fetch it over HTTP.",
     )
 
 

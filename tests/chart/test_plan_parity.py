@@ -40,6 +40,15 @@ INPUTS: dict[str, str] = {
     "a nameOverride too long for a label (C-16)": "nameOverride: " + "n" * 64 + "\n",
     "a nameOverride no object name may hold (C-16)": "nameOverride: GPU_stack\n",
     "a fullnameOverride that is not a string": "fullnameOverride: 12\n",
+    "the aicr release from a registry, with the pack's credential and transport": (
+        "aicrReleaseRef: mirror.example:5000/aicr/nvidia/aicr/release:v0.11.1\ndataPackSecret: regcred\n"
+        "dataPackPlainHTTP: true\n"
+    ),
+    "the pack's transport with neither a pack nor the release from a registry (G-17d)": "dataPackPlainHTTP: true\n",
+    "the aicr release from a registry and an HTTP folder (C-17)": (
+        "aicrReleaseRef: mirror.example:5000/aicr/nvidia/aicr/release:v0.11.1\n"
+        "aicrReleaseBaseUrl: https://mirror.example/aicr\n"
+    ),
 }
 
 

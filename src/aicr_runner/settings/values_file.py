@@ -232,6 +232,7 @@ def _check_guards(document: dict[str, Any], where: str) -> None:
     """The chart's template guards on values plan otherwise ignores (``helm template``
     fails on them, so plan refuses them too, in the chart's words)."""
     _check_names(document, where)
+    _check_release_source(document, where)
     snapshot = document.get("snapshot")
     tolerations = snapshot.get("tolerations") if isinstance(snapshot, dict) else None
     for index, toleration in enumerate(tolerations if isinstance(tolerations, list) else []):
@@ -290,6 +291,32 @@ def _check_names(document: dict[str, Any], where: str) -> None:
                     f"{why}. Shorten it."
                 ]
             )
+
+
+def _check_release_source(document: dict[str, Any], where: str) -> None:
+    """G-17d and C-17 (chart/templates/_validate-pack.tpl): the pack's transport
+    settings need a pull from a registry; the aicr release comes from a registry
+    (aicrReleaseRef) or an HTTP folder (aicrReleaseBaseUrl), not both."""
+    from aicr_runner.settings.checks import DEFAULT_RELEASE_BASE_URL
+
+    ref, base = document.get("aicrReleaseRef"), document.get("aicrReleaseBaseUrl")
+    transport = any(document.get(key) for key in ("dataPackSecret", "dataPackPlainHTTP", "dataPackInsecureTLS"))
+    if transport and not document.get("dataPack") and not ref:  # G-17d
+        raise ConfigError(
+            [
+                f"{where}: dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and "
+                "aicrReleaseRef are empty: these settings only apply to a pull from a registry. Set dataPack to the "
+                "pack's OCI reference (or aicrReleaseRef to the aicr release's), or drop them."
+            ]
+        )
+    if ref and base is not None and str(base) != DEFAULT_RELEASE_BASE_URL:
+        raise ConfigError(
+            [
+                f"{where}: aicrReleaseRef={ref} and aicrReleaseBaseUrl={base} are both set: the aicr release comes "
+                "from one place. Unset aicrReleaseBaseUrl to fetch it from the registry, or aicrReleaseRef to fetch "
+                "it over HTTP."
+            ]
+        )
 
 
 def _go_quoted(value: Any) -> str:
