@@ -34,12 +34,12 @@ from aicr_runner.settings.checks import (
 
 __all__ = [
     "AICR_RELEASE_IDENTITY",
+    "CHART_DEFAULT",
     "GITHUB_ACTIONS_ISSUER",
     "AicrSettings",
     "BundleSettings",
     "Criteria",
     "DeploySettings",
-    "EnvironmentSettings",
     "Group",
     "Into",
     "PackSettings",
@@ -63,25 +63,32 @@ __all__ = [
 #: ``valueFrom``) or the chart does not set it.
 Into = Literal["pod", "configmap"]
 
+#: The key ``setting`` records a chart default under when the chart's differs from the runtime's.
+CHART_DEFAULT = "chart_default"
+
 
 def setting(
     default: Any = ...,
     *,
     doc: str,
     chart: str | None = None,
+    chart_doc: str | None = None,
+    chart_default: Any = ...,
     into: Into | None = None,
     render: str | None = None,
     **field: Any,
 ) -> Any:
-    """A setting's one definition: its default, its description (the environment table in
-    docs/configuration.md), its chart value (``chart``: a dotted values path; ``plan --values``
-    maps it unless it is cluster-only) and where the chart renders it (``into``), by default
-    from its value and type (``render``: a template expression instead).
-    ``scripts/gen-settings.py`` writes the environment table and the chart's env map
-    (``chart/templates/_env.tpl``) from these; ``default`` left out (``...``): the field has
-    none or a ``default_factory``; ``**field``: ``Field``'s own arguments."""
-    facts = (("chart", chart), ("into", into), ("render", render))
+    """A setting's one definition: default, description (``doc``: the environment table),
+    chart value (``chart``: a dotted values path, which ``plan --values`` maps unless it is
+    cluster-only) with its chart/values.yaml ``# --`` description (``chart_doc``, else
+    ``doc``) and default (``chart_default``, else ``default``), and where the chart renders
+    it (``into``), from its value by type or by ``render`` (a template expression).
+    ``scripts/gen-settings.py`` writes the tables, the env map and values.yaml from these.
+    ``default`` left out: none, or ``default_factory``; ``**field``: ``Field``'s own."""
+    facts = (("chart", chart), ("chart_doc", chart_doc), ("into", into), ("render", render))
     extra: dict[str, Any] = {key: value for key, value in facts if value}
+    if chart_default is not ...:
+        extra[CHART_DEFAULT] = chart_default
     return Field(default, description=doc, json_schema_extra=extra or None, **field)
 
 
@@ -127,19 +134,50 @@ class Criteria(Group):
             "recipe `--service` (aks, eks, gke, k0s, ..., a pack-registered value, or `any`); empty leaves the flag out"
         ),
         chart="service",
+        chart_doc=(
+            "Cloud or distribution (`aicr recipe --service`): aks, bcm, cks, eks, generic, gke, k0s, kind, lke, "
+            "metal3, mk8s, nvke, ocp, oke, rke2, a value your data pack registers (e.g. acme), or `any`. "
+            "`self-managed`, `self` and `vanilla` are rejected: aicr maps them to `generic`, which has no recipe for "
+            "most accelerators."
+        ),
+        chart_default="any",
         into="pod",
     )
     accelerator: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--accelerator` (h100, h200, gb200, ...); `any` is refused", chart="accelerator", into="pod"
+        "",
+        doc="recipe `--accelerator` (h100, h200, gb200, ...); `any` is refused",
+        chart="accelerator",
+        chart_doc=(
+            "GPU (`--accelerator`): h100, h200, gb200, gb300, b200, b300, a100, l40, l40s, rtx-pro-6000, vr200. Empty "
+            "leaves the flag out. There is deliberately no default; `any` is rejected."
+        ),
+        into="pod",
     )
     intent: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--intent` (training, inference); needs a concrete service", chart="intent", into="pod"
+        "",
+        doc="recipe `--intent` (training, inference); needs a concrete service",
+        chart="intent",
+        chart_doc=(
+            "Workload intent (`--intent`): training or inference. Empty leaves the flag out. A stated intent needs a "
+            "concrete service whose overlays declare it (not `any`)."
+        ),
+        into="pod",
     )
     os: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--os` (ubuntu, rhel, rocky, cos, ...)", chart="os", into="pod"
+        "",
+        doc="recipe `--os` (ubuntu, rhel, rocky, cos, ...)",
+        chart="os",
+        chart_doc=(
+            "Node OS (`--os`): ubuntu, rhel, rocky, cos, amazonlinux, ol, sles, talos. Empty leaves the flag out."
+        ),
+        into="pod",
     )
     platform: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--platform` (kubeflow, dynamo, nim, ...)", chart="platform", into="pod"
+        "",
+        doc="recipe `--platform` (kubeflow, dynamo, nim, ...)",
+        chart="platform",
+        chart_doc="Platform (`--platform`): kubeflow, dynamo, kueue, nim, runai, slurm. Empty leaves the flag out.",
+        into="pod",
     )
 
     #: The bash chart's flag order (docs/migration.md): service, accelerator, os, intent, platform.
@@ -157,6 +195,7 @@ class Sha256Pins(Group):
         "",
         doc="strict sha256 pin of the amd64 release tarball (the checksums file is verified regardless)",
         chart="aicrSha256.amd64",
+        chart_doc="sha256 of `aicr_<version>_linux_amd64.tar.gz` (64 hex characters) or empty.",
         into="pod",
         render='{{ toString (default "" (default dict $v.aicrSha256).amd64) | quote }}',
     )
@@ -164,6 +203,7 @@ class Sha256Pins(Group):
         "",
         doc="strict sha256 pin of the arm64 release tarball; never inherits the amd64 pin",
         chart="aicrSha256.arm64",
+        chart_doc="sha256 of `aicr_<version>_linux_arm64.tar.gz` (64 hex characters) or empty.",
         into="pod",
         render='{{ toString (default "" (default dict $v.aicrSha256).arm64) | quote }}',
     )
@@ -186,6 +226,11 @@ class ProvenanceSettings(Group):
             "binary without an attestation needs `warn` or `off`"
         ),
         chart="aicrProvenance.mode",
+        chart_doc=(
+            "Verify aicr's Sigstore provenance (`aicr-attestation.sigstore.json`, SLSA v1, signed by NVIDIA's release "
+            "workflow) offline before aicr runs: `require` (exit 29 unless it verifies), `warn` (report and run "
+            "anyway) or `off`. A preinstalled aicrBinary.path without the attestation beside it needs `warn` or `off`."
+        ),
         into="pod",
     )
     #: Exact certificate identity (SAN URI); empty: NVIDIA's release workflow at
@@ -198,16 +243,29 @@ class ProvenanceSettings(Group):
             "replaced by the pinned tag"
         ),
         chart="aicrProvenance.identity",
+        chart_doc=(
+            "Exact signer identity (certificate SAN). Empty means "
+            "`https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/<aicrVersion>`; `{version}` is "
+            "replaced by aicrVersion."
+        ),
         into="pod",
     )
     issuer: Annotated[str, checked(checks.issuer)] = setting(
-        GITHUB_ACTIONS_ISSUER, doc="OIDC issuer of the signing certificate", chart="aicrProvenance.issuer", into="pod"
+        GITHUB_ACTIONS_ISSUER,
+        doc="OIDC issuer of the signing certificate",
+        chart="aicrProvenance.issuer",
+        chart_doc="OIDC issuer of the signing certificate.",
+        into="pod",
     )
     #: A Sigstore trusted_root.json; empty: the public-good root shipped with the runner.
     trusted_root: Annotated[str, checked(absolute_path())] = setting(
         "",
         doc="Sigstore `trusted_root.json` (private Sigstore or a refreshed root); empty: the shipped public-good root",
         chart="aicrProvenance.trustedRoot",
+        chart_doc=(
+            "Path, inside the container, of a Sigstore `trusted_root.json` (private Sigstore or a refreshed root; "
+            "mount it with a custom image or job.extraVolumes). Empty uses the public-good root shipped in the image."
+        ),
         into="pod",
     )
 
@@ -223,12 +281,22 @@ class AicrSettings(Group):
         names.PINNED_AICR_VERSION,
         doc="pinned aicr release tag; the leading `v` is optional",
         chart="aicrVersion",
+        chart_doc=(
+            'aicr release tag to download and run (the leading "v" is optional). The criteria catalog in files/ is for '
+            "v1.2.0; another version skips the chart's catalog check."
+        ),
         into="pod",
     )
     arch: Annotated[Arch, checked(checks.arch)] = setting(
         default_factory=checks.host_arch,
         doc="release architecture, `amd64` or `arm64`; empty or unset: this machine's",
         chart="aicrArch",
+        chart_doc=(
+            "Architecture of the aicr release tarball: amd64, arm64, or empty for the architecture of the node the Job "
+            "lands on (the image is multi-arch). Selects the tarball and the aicrSha256 entry. To pin the Job to one "
+            "architecture, set job.nodeSelector (see its example)."
+        ),
+        chart_default="",
         into="pod",
     )
     sha256: Sha256Pins = Field(default_factory=Sha256Pins)
@@ -239,15 +307,27 @@ class AicrSettings(Group):
             "clusters); http(s), no user or password in it"
         ),
         chart="aicrReleaseBaseUrl",
+        chart_doc=(
+            "Base URL of the aicr releases; the runtime downloads `<base>/<tag>/<tarball>` and `aicr_checksums.txt`. "
+            "Point it at a mirror for restricted networks."
+        ),
         into="pod",
     )
     #: A preinstalled aicr to use instead of downloading one.
     binary: Annotated[str, checked(absolute_path())] = setting(
-        "", doc="use this preinstalled aicr instead of downloading one", chart="aicrBinary.path", into="pod"
+        "",
+        doc="use this preinstalled aicr instead of downloading one",
+        chart="aicrBinary.path",
+        chart_doc="Absolute path of an aicr binary preinstalled in a custom image. When set, nothing is downloaded.",
+        into="pod",
     )
     #: sha256 of ``binary``; when set the binary must match it.
     binary_sha256: Annotated[str, checked(checks.sha256_or_empty)] = setting(
-        "", doc="sha256 the preinstalled binary must match", chart="aicrBinary.sha256", into="pod"
+        "",
+        doc="sha256 the preinstalled binary must match",
+        chart="aicrBinary.sha256",
+        chart_doc="sha256 the preinstalled binary must match (64 hex characters). Requires aicrBinary.path.",
+        into="pod",
     )
     download_attempts: WholeNumber = setting(
         5,
@@ -255,6 +335,7 @@ class AicrSettings(Group):
         le=20,
         doc="download attempts for transient failures (timeouts, resets, 408/429/5xx)",
         chart="aicrDownload.attempts",
+        chart_doc="Download attempts for the aicr release (1-20); only transient errors are retried.",
         into="configmap",
     )
     download_timeout_seconds: Seconds = setting(
@@ -263,6 +344,7 @@ class AicrSettings(Group):
         le=3600,
         doc="per-request timeout",
         chart="aicrDownload.timeoutSeconds",
+        chart_doc="Timeout of one download attempt, in seconds.",
         into="configmap",
     )
     #: Upper bound on the whole download step, retries and back-off included.
@@ -275,6 +357,10 @@ class AicrSettings(Group):
             "included; exit 20 past it)"
         ),
         chart="aicrDownload.budgetSeconds",
+        chart_doc=(
+            "Wall-clock bound on the whole download step, in seconds: retries, back-off, slow bodies, stalled TLS and "
+            "redirects included; past it the run ends with exit 20."
+        ),
         into="configmap",
     )
     provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings)
@@ -300,6 +386,12 @@ class PackSettings(Group):
             "enforced)"
         ),
         chart="dataPack",
+        chart_doc=(
+            "OCI reference, without a scheme, of your organisation's data pack (`aicr ... --data`), e.g. "
+            "`ghcr.io/acme/aicr-pack:1.0.0` or `...@sha256:...`. The runtime pulls and verifies it. With a pack set, "
+            "the chart's criteria catalog check is skipped (the pack may register new values) and the runtime checks "
+            "the criteria instead."
+        ),
         into="pod",
     )
     #: Path to a dockerconfigjson file (a mounted Secret's config.json).
@@ -313,12 +405,17 @@ class PackSettings(Group):
         ),
     )
     plain_http: bool = setting(
-        False, doc="pull the pack over plain HTTP (lab registries)", chart="dataPackPlainHTTP", into="pod"
+        False,
+        doc="pull the pack over plain HTTP (lab registries)",
+        chart="dataPackPlainHTTP",
+        chart_doc="Pull the data pack over plain HTTP (lab registries only).",
+        into="pod",
     )
     insecure_tls: bool = setting(
         False,
         doc="skip TLS verification for the pack registry (lab registries)",
         chart="dataPackInsecureTLS",
+        chart_doc="Skip TLS verification when pulling the data pack (lab registries only).",
         into="pod",
     )
     #: Wall-clock bound on the whole pack pull, however slowly the registry answers.
@@ -328,6 +425,10 @@ class PackSettings(Group):
         le=7200,
         doc="wall-clock bound on the whole pack pull, however slowly the registry answers (exit 22 past it)",
         chart="dataPackPullBudgetSeconds",
+        chart_doc=(
+            "Wall-clock bound on the whole data pack pull, in seconds, however slowly the registry answers; past it "
+            "the run ends with exit 22."
+        ),
         into="configmap",
     )
 
@@ -346,18 +447,29 @@ class RecipeExpectations(Group):
         le=100_000,
         doc="stop before bundle when fewer components resolve (0: no check)",
         chart="recipe.expect.minComponents",
+        chart_doc=(
+            "Fail the run (exit 25) before bundling when the resolved recipe has fewer components than this. 0 turns "
+            "the check off. Guards against a silently thin recipe from under-stated criteria."
+        ),
         into="pod",
     )
     components: Annotated[list[str], checked(checks.json_list(checks.plain_text))] = setting(
         default_factory=list,
         doc="JSON array of component names that must resolve",
         chart="recipe.expect.components",
+        chart_doc=(
+            "Component names the resolved recipe must contain (e.g. gpu-operator); exit 25 before bundling otherwise."
+        ),
         into="pod",
     )
     overlays: Annotated[list[str], checked(checks.json_list(checks.plain_text))] = setting(
         default_factory=list,
         doc="JSON array of overlay names that must be applied",
         chart="recipe.expect.overlays",
+        chart_doc=(
+            "Overlay names the resolution must apply (e.g. h100-eks-ubuntu-training); exit 25 before bundling "
+            "otherwise."
+        ),
         into="pod",
     )
 
@@ -371,18 +483,27 @@ class RecipeSettings(StepArgs):
         "",
         doc="legacy extra `aicr recipe` flags, split on whitespace only (no quotes, no globs)",
         chart="recipeFlags",
+        chart_doc="Legacy extra `aicr recipe` flags, split on whitespace (no quoting). Prefer recipeArgs.",
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `aicr recipe` arguments as a JSON array, one argv entry each, after the flags",
         chart="recipeArgs",
+        chart_doc=(
+            "Extra `aicr recipe` arguments, one argv entry per element (quote numbers and booleans). Placed after "
+            "recipeFlags."
+        ),
         into="pod",
     )
     configmap: Annotated[str, checked(checks.k8s_name())] = setting(
         "aicr-recipe",
         doc="ConfigMap for `summary.txt` and `recipe.yaml`; empty turns the capture off",
         chart="recipeConfigMap",
+        chart_doc=(
+            "ConfigMap that receives the recipe capture (`summary.txt`, `recipe.yaml`, or binaryData `recipe.yaml.gz` "
+            "when over the ConfigMap budget). Empty turns the capture off."
+        ),
         into="pod",
     )
     expect: RecipeExpectations = Field(default_factory=RecipeExpectations)
@@ -390,16 +511,28 @@ class RecipeSettings(StepArgs):
 
 class BundleSettings(StepArgs):
     flags: Annotated[str, checked(checks.flags)] = setting(
-        "", doc="legacy extra `aicr bundle` flags, split on whitespace only", chart="bundleFlags", into="pod"
+        "",
+        doc="legacy extra `aicr bundle` flags, split on whitespace only",
+        chart="bundleFlags",
+        chart_doc="Legacy extra `aicr bundle` flags, split on whitespace. Prefer bundleArgs.",
+        into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `aicr bundle` arguments (JSON array), after the flags and the driver profile",
         chart="bundleArgs",
+        chart_doc=(
+            'Extra `aicr bundle` arguments, one argv entry per element, e.g. `["--accelerated-node-toleration", '
+            '"nvidia.com/gpu=present:NoSchedule"]`. Placed after bundleFlags and the environment profile, so they win.'
+        ),
         into="pod",
     )
     storage_class: Annotated[str, checked(checks.k8s_subdomain())] = setting(
-        "", doc="`aicr bundle --storage-class`", chart="storageClass", into="pod"
+        "",
+        doc="`aicr bundle --storage-class`",
+        chart="storageClass",
+        chart_doc="Storage class passed to `aicr bundle --storage-class`; empty leaves the flag out.",
+        into="pod",
     )
 
 
@@ -408,16 +541,28 @@ class DeploySettings(StepArgs):
         "--best-effort --no-wait",
         doc="legacy `deploy.sh` flags, split on whitespace only",
         chart="deployFlags",
+        chart_doc=(
+            'Legacy `deploy.sh` flags, split on whitespace: `--best-effort`, `--no-wait`, `--retries N`. Set to "" to '
+            "drop the default when using deployArgs; drop `--no-wait` when validating after the install."
+        ),
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `deploy.sh` arguments (JSON array), after the flags",
         chart="deployArgs",
+        chart_doc="Extra `deploy.sh` arguments, one argv entry per element, placed after deployFlags.",
         into="pod",
     )
     enabled: bool = setting(
-        True, doc="`false` gives an assert-only run: no bundle, verify or deploy", chart="deploy.enabled", into="pod"
+        True,
+        doc="`false` gives an assert-only run: no bundle, verify or deploy",
+        chart="deploy.enabled",
+        chart_doc=(
+            "Bundle, verify and deploy. false gives an assert-only run (pack, recipe and capture, then validation), "
+            "which needs validate.enabled."
+        ),
+        into="pod",
     )
     #: A run whose deploy.sh reported failed components fails (exit 1) even under --best-effort.
     fail_on_component_failure: bool = setting(
@@ -427,6 +572,13 @@ class DeploySettings(StepArgs):
             "such a run exits 0 with phase `SucceededWithFailures`"
         ),
         chart="deploy.failOnComponentFailure",
+        chart_doc=(
+            "Fail the Job (exit 1, after validation and the captures) when deploy.sh reports failed components. false "
+            "keeps the bash chart's semantics: under `--best-effort` such a run still completes, with phase "
+            "`SucceededWithFailures` in the status ConfigMap and the termination message, a Warning Event on the Job "
+            "and the Job annotation `aicr.nvidia.com/outcome`. A runtime setting: changing it does not re-run the "
+            "install."
+        ),
         into="configmap",
     )
 
@@ -435,12 +587,3 @@ class DeploySettings(StepArgs):
         """``--best-effort`` in either the flags string or the args list (the bash chart's
         deploy gate reads it from both; docs/migration.md)."""
         return "--best-effort" in self.flags.split() or "--best-effort" in self.args
-
-
-class EnvironmentSettings(Group):
-    preinstalled_driver: bool = setting(
-        False,
-        doc="nodes have a host driver: adds the three driver-ownership `--set` overrides before user flags",
-        chart="environment.preinstalledDriver",
-        into="pod",
-    )
