@@ -23,7 +23,7 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
 )
 
-from aicr_runner.settings import checks, names
+from aicr_runner.settings import addresses, checks, names
 from aicr_runner.settings.checks import (
     DEFAULT_RELEASE_BASE_URL,
     ENV_PREFIX,
@@ -250,7 +250,7 @@ class ProvenanceSettings(Group):
         ),
         into="pod",
     )
-    issuer: Annotated[str, checked(checks.issuer)] = setting(
+    issuer: Annotated[str, checked(addresses.issuer)] = setting(
         GITHUB_ACTIONS_ISSUER,
         doc="OIDC issuer of the signing certificate",
         chart="aicrProvenance.issuer",
@@ -300,7 +300,7 @@ class AicrSettings(Group):
         into="pod",
     )
     sha256: Sha256Pins = Field(default_factory=Sha256Pins)
-    release_base_url: Annotated[str, checked(checks.url(("http", "https"), _MIRROR_HINT))] = setting(
+    release_base_url: Annotated[str, checked(addresses.url(("http", "https"), _MIRROR_HINT))] = setting(
         DEFAULT_RELEASE_BASE_URL,
         doc=(
             "where releases are served: `<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz` (a mirror for air-gapped "
@@ -379,7 +379,7 @@ class AicrSettings(Group):
 
 class PackSettings(Group):
     #: OCI reference without scheme: host/repo:tag or host/repo@sha256:...
-    ref: Annotated[str, checked(checks.pack_reference)] = setting(
+    ref: Annotated[str, checked(addresses.pack_reference)] = setting(
         "",
         doc=(
             "OCI reference of the org data pack, without scheme (`host/repo:tag` or `@sha256:` digest, which is then "

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from pydantic import Field, WrapValidator
 from pydantic.fields import FieldInfo
 
-from aicr_runner.settings import checks
+from aicr_runner.settings import addresses, checks
 from aicr_runner.settings.checks import (
     Phase,
     PublishMode,
@@ -107,7 +107,7 @@ class PublishSettings(Group):
         ),
         into="pod",
     )
-    ref: Annotated[str, checked(checks.oci_reference)] = setting(
+    ref: Annotated[str, checked(addresses.oci_reference)] = setting(
         "",
         doc="OCI push target for the evidence",
         chart="validate.publish.ref",
