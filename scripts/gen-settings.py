@@ -36,6 +36,7 @@ import importlib.util
 import json
 import re
 import sys
+import textwrap
 import typing
 from enum import Enum
 from pathlib import Path
@@ -244,7 +245,7 @@ def _doc_start(lines: list[str], index: int) -> int:
 def value_entry(lines: list[str], chart: str, doc: str, default: object) -> list[str]:
     """values.yaml's ``lines`` with ``chart``'s `# --` description ``doc`` and default ``default``."""
     index, end, indent = _place(lines, chart)
-    current = yaml.safe_load("".join(lines[index:end]).lstrip() or "{}") if index < end else {}
+    current = yaml.safe_load(textwrap.dedent("".join(lines[index:end])) or "{}") if index < end else {}
     leaf = chart.rpartition(".")[2]
     entry = lines[index:end]
     if not isinstance(current, dict) or leaf not in current or current[leaf] != default:
