@@ -159,7 +159,7 @@ class RunnerError(Exception):
 class InputProblem(NamedTuple):
     """One problem of the input: ``line`` says it; ``name`` is the variable (or flag) it is
     about, by which the command line says where the value came from (``""``: it names none).
-    A named tuple, not a dataclass: the entry point imports this module before anything else."""
+    A named tuple: no ``dataclasses`` import on the command line's start-up path."""
 
     line: str
     name: str = ""
