@@ -494,10 +494,9 @@ def _bad_input(exc: ConfigError, origins: Mapping[str, str] | None = None) -> in
             file=sys.stderr,
         )
         return int(ExitCode.BAD_INPUT)
-    for problem in exc.problems[:MAX_PROBLEMS]:
-        name = problem.split("=", 1)[0].split(":", 1)[0]
-        origin = (origins or {}).get(name)
-        print(f"aicr-runner: invalid setting: {problem}{f' (from {origin})' if origin else ''}", file=sys.stderr)
+    for problem in exc.items[:MAX_PROBLEMS]:
+        origin = (origins or {}).get(problem.name)
+        print(f"aicr-runner: invalid setting: {problem.line}{f' (from {origin})' if origin else ''}", file=sys.stderr)
     if len(exc.problems) > MAX_PROBLEMS:
         print(f"aicr-runner: ... and {len(exc.problems) - MAX_PROBLEMS} more problems", file=sys.stderr)
     return int(ExitCode.BAD_INPUT)

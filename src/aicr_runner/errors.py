@@ -32,7 +32,9 @@ The tree (exit code in brackets)::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
+from typing import NamedTuple
 
 __all__ = [
     "AicrContractError",
@@ -44,6 +46,7 @@ __all__ = [
     "DownloadError",
     "ExitCode",
     "HelmReleasePendingError",
+    "InputProblem",
     "InterruptedRun",
     "LeaseError",
     "PackAuthError",
@@ -153,17 +156,28 @@ class RunnerError(Exception):
         return self.message
 
 
+class InputProblem(NamedTuple):
+    """One problem of the input: ``line`` says it; ``name`` is the variable (or flag) it is
+    about, by which the command line says where the value came from (``""``: it names none).
+    A named tuple: no ``dataclasses`` import on the command line's start-up path."""
+
+    line: str
+    name: str = ""
+
+
 class ConfigError(RunnerError):
-    """One or more settings are invalid. ``problems`` holds one line each.
+    """One or more settings are invalid. ``items`` holds each problem as a fact (its line
+    and the input it is about), ``problems`` its line.
 
     ``report``: the lines are one report (a heading and its items, such as Helm's
     schema report), printed as they are rather than one "invalid setting" each."""
 
     exit_code = ExitCode.BAD_INPUT
 
-    def __init__(self, problems: list[str], *, report: bool = False) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
+    def __init__(self, problems: Sequence[str | InputProblem], *, report: bool = False) -> None:
+        self.items = [item if isinstance(item, InputProblem) else InputProblem(item) for item in problems]
+        self.problems = [item.line for item in self.items]
+        super().__init__("; ".join(self.problems))
         self.report = report
 
 

@@ -262,3 +262,24 @@ def test_no_function_in_the_package_is_over_the_limit() -> None:
     check = [sys.executable, str(ROOT / "scripts" / "check-function-length.py")]
     result = subprocess.run(check, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    """``module: from other import _name``: a module reaching into another's private names."""
+    found = []
+    for name, path in modules(package).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aicr_runner"):
+                hidden = [
+                    alias.name for alias in node.names if alias.name.startswith("_") and alias.name != "__version__"
+                ]
+                found += [f"{name}: from {node.module} import {item}" for item in hidden]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names(tmp_path: Path) -> None:
+    assert private_imports() == []
+    planted = tmp_path / "aicr_runner" / "settings"
+    planted.mkdir(parents=True)
+    (planted / "x.py").write_text("from aicr_runner.settings.checks import Invalid, _text\n")
+    assert private_imports(tmp_path / "aicr_runner") == ["settings.x: from aicr_runner.settings.checks import _text"]

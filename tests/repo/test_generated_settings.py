@@ -1,6 +1,7 @@
 """Every file generated from the settings model is current (scripts/gen-settings.py --check):
 the environment table, the values table, the chart's env map (chart/templates/_env.tpl),
-the settings' bounds and choices in the chart's schema, and the runtime's copy of it."""
+the settings' bounds and choices in the chart's schema, the runtime's copy of it, and each
+setting's default and `# --` description in chart/values.yaml."""
 
 from __future__ import annotations
 
@@ -40,6 +41,50 @@ def test_a_stale_generated_file_fails_the_check_and_is_left_alone(
     assert gen.main() == 1
     assert "stale" in capsys.readouterr().err
     assert stale.read_text() == "edited by hand\n"
+
+
+@pytest.mark.parametrize(
+    ("given", "edited"),
+    [
+        ("dataPackPullBudgetSeconds: 600\n", "dataPackPullBudgetSeconds: 900\n"),
+        ("  attempts: 5\n", "  attempts: 6\n"),
+        ("# -- Runtime log format: `console` (readable)", "# -- Runtime log format: `console` (pretty)"),
+        ("  # -- Timeout of one download attempt, in seconds.\n", "  # -- Timeout.\n"),
+    ],
+    ids=["default", "nested default", "description", "nested description"],
+)
+def test_a_hand_edit_of_a_settings_value_in_values_yaml_fails_the_check(
+    given: str,
+    edited: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = gen.VALUES.read_text()
+    assert text.count(given) == 1
+    values = tmp_path / "values.yaml"
+    values.write_text(text.replace(given, edited))
+    monkeypatch.setattr(gen, "VALUES", values)
+    monkeypatch.setattr(sys, "argv", ["gen-settings.py", "--check"])
+    assert gen.main() == 1
+    assert "values.yaml" in capsys.readouterr().err
+    # Without --check the model's default and description are written back, nothing else.
+    monkeypatch.setattr(sys, "argv", ["gen-settings.py"])
+    assert gen.main() == 0
+    assert values.read_text() == text
+
+
+def test_values_yaml_keeps_a_settings_value_as_the_chart_writes_it() -> None:
+    text = gen.VALUES.read_text()
+    # Seconds are floats in the model, whole numbers in the chart; block lists stay blocks.
+    assert gen.values_file(text) == text
+    lines = text.splitlines(keepends=True)
+    moved = gen.value_entry(lines, "validate.phases", "Phases.", ["deployment", "performance"])
+    assert '  phases: ["deployment", "performance"]\n' in moved
+    assert "    - deployment\n" not in moved
+    added = gen.value_entry(lines, "recipe.expect.maxComponents", "A cap.", 0)
+    at = added.index("    overlays: []\n")
+    assert added[at + 1 : at + 3] == ["    # -- A cap.\n", "    maxComponents: 0\n"]
 
 
 def test_the_env_map_renders_each_setting_from_its_chart_value_by_its_type() -> None:

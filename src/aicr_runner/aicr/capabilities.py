@@ -272,4 +272,4 @@ def criteria_refusals(settings: RunnerSettings, version: AicrVersion) -> list[st
     preinstalled binary (settings cannot know its version; a release's tag is
     checked when the settings load)."""
     label = "this aicr (no release version)" if version.probe is not None else f"aicr {version.text}"
-    return version_guards(settings.criteria.stated(), version.numbers, label)
+    return [problem.line for problem in version_guards(settings.criteria.stated(), version.numbers, label)]

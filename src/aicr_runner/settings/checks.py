@@ -2,9 +2,9 @@
 ``Invalid`` saying what is allowed; the enums; and the message helpers that
 show a value (cut, escaped, a URL's user and password masked).
 
-Only what pydantic does not check: text, patterns, hosts, URLs, credentials, JSON
-lists, numbers as plain text. Bounds, choices and booleans are pydantic's (worded in
-``settings.problems``).
+Only what pydantic does not check: text, patterns, JSON lists, numbers as plain
+text (hosts, URLs, references and the credentials in them: ``settings.addresses``).
+Bounds, choices and booleans are pydantic's (worded in ``settings.problems``).
 
 Standard library only: what needs only a name, an enum or a check (the log
 format, a values file refused before any setting is read, the command line's
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from enum import Enum, StrEnum
 from typing import Any, TypeVar
 
-from aicr_runner.masking import mask_userinfo, userinfo_span
+from aicr_runner.masking import mask_userinfo
 from aicr_runner.settings import names
 from aicr_runner.settings.criteria_catalog import SERVICE_ALIASES
 
@@ -48,6 +48,7 @@ __all__ = [
     "ReportsApi",
     "UnknownPolicy",
     "absolute_path",
+    "bounded_text",
     "escaped",
     "problem_line",
     "shown",
@@ -85,9 +86,6 @@ _SHA256 = r"[0-9a-fA-F]{64}"
 _VERSION = r"v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?"
 _INTEGER = r"[+-]?[0-9]{1,12}"
 _NUMBER = r"[+-]?([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?"
-_HOST_LABEL = r"[A-Za-z0-9_]([-A-Za-z0-9_]{0,61}[A-Za-z0-9_])?"
-_IPV4 = r"[0-9]{1,3}(\.[0-9]{1,3}){3}"
-_PORT = r"[0-9]{1,5}"
 #: C0 and C1 controls and DEL; a line break in a one-line value is the usual one.
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 _CONTROL_BUT_SPACE = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
@@ -199,7 +197,7 @@ def problem_line(name: str, raw: object, exc: Invalid) -> str:
 # -- checks ---------------------------------------------------------------------------------
 
 
-def _text(value: object, *, limit: int = MAX_TEXT_CHARS, whitespace: bool = False) -> str:
+def bounded_text(value: object, *, limit: int = MAX_TEXT_CHARS, whitespace: bool = False) -> str:
     """A string of at most ``limit`` characters, valid UTF-8, no control characters
     (``whitespace``: tabs and line breaks allowed, as between flags)."""
     if not isinstance(value, str):
@@ -218,7 +216,7 @@ def _text(value: object, *, limit: int = MAX_TEXT_CHARS, whitespace: bool = Fals
 
 def _pattern(regex: str, allowed: str, *, limit: int = MAX_TEXT_CHARS) -> Callable[[object], str]:
     def check(value: object) -> str:
-        text = _text(value, limit=limit)
+        text = bounded_text(value, limit=limit)
         if text and (len(text) > limit or not re.fullmatch(regex, text)):
             raise Invalid(f"must be empty or {allowed}")
         return text
@@ -253,7 +251,7 @@ _MOVE_ALLOWED = (
 
 
 def acknowledged_move(value: object) -> str:
-    text = _text(value, limit=320)
+    text = bounded_text(value, limit=320)
     if not re.fullmatch(_MOVE, text):
         raise Invalid(f"must be {_MOVE_ALLOWED}")
     return text
@@ -266,32 +264,32 @@ def criterion(value: object) -> str:
 
 
 def sha256_or_empty(value: object) -> str:
-    text = _text(value)
+    text = bounded_text(value)
     if text and not re.fullmatch(_SHA256, text):
         raise Invalid("must be empty or 64 hex characters (a sha256 digest)")
     return text.lower()
 
 
 def version(value: object) -> str:
-    text = _text(value, limit=128)
+    text = bounded_text(value, limit=128)
     if not re.fullmatch(_VERSION, text):
         raise Invalid("must be a release tag such as v1.2.0 (the leading 'v' is optional)")
     return text if text.startswith("v") else f"v{text}"
 
 
 def plain_text(value: object) -> str:
-    return _text(value)
+    return bounded_text(value)
 
 
 def flags(value: object) -> str:
-    return _text(value, limit=MAX_FLAGS_CHARS, whitespace=True)
+    return bounded_text(value, limit=MAX_FLAGS_CHARS, whitespace=True)
 
 
 def absolute_path(*, required: bool = False) -> Callable[[object], str]:
     """The check of a path setting: UTF-8, one line, absolute (``required``: not empty)."""
 
     def check(value: object) -> str:
-        text = _text(value)
+        text = bounded_text(value)
         if not text and not required:
             return text
         if not text.startswith("/"):
@@ -301,123 +299,6 @@ def absolute_path(*, required: bool = False) -> Callable[[object], str]:
         return text
 
     return check
-
-
-def _host(host: str) -> None:
-    """A registry or server host name, IPv4 or [IPv6] address, as a client would resolve it."""
-    if host.startswith("["):
-        import ipaddress
-
-        try:
-            ipaddress.IPv6Address(host[1:-1] if host.endswith("]") else "")
-        except ValueError:
-            raise Invalid(f"{host!r} is not a valid [IPv6] address") from None
-        return
-    if re.fullmatch(_IPV4, host):
-        if any(int(part) > 255 for part in host.split(".")):
-            raise Invalid(f"{host!r} is not a valid IPv4 address")
-        return
-    if not host.isascii() or any(label.lower().startswith("xn--") for label in host.split(".")):
-        # What the HTTP client does with it (httpx encodes with the idna package).
-        import idna
-
-        try:
-            host = idna.encode(host.lower()).decode("ascii")
-        except idna.IDNAError as exc:
-            raise Invalid(f"the host is not a valid internationalised domain name ({exc})") from None
-    labels = host.removesuffix(".").split(".")
-    if len(host) > 253 or not all(re.fullmatch(_HOST_LABEL, label) for label in labels):
-        raise Invalid("the host must be a DNS name (letters, digits, '-' per label, at most 63 characters each)")
-
-
-def _port(text: str) -> None:
-    if not re.fullmatch(_PORT, text) or not 1 <= int(text) <= 65535:
-        raise Invalid(f"port {text!r} must be a number from 1 to 65535")
-
-
-def _refuse_credentials(value: object, what: str, hint: str, *, elsewhere: str) -> None:
-    """Refuse a value with a user or password (``masking``: an ``@`` before the
-    end) before any other check: with a password holding '/', '?' or '#', a
-    parser takes a part of it for the host, port or tag, and its reason would
-    quote that part. ``elsewhere``: what an ``@`` past the host part may be."""
-    if not isinstance(value, str) or (span := userinfo_span(value)) is None:
-        return
-    refused = f"credentials in the {what} are refused (they would show in logs and reports); {hint}"
-    if any(c in "/?#" for c in value[span[0] : span[1]]):
-        refused = f"an '@' after a '/', '?' or '#': a password holding one of them, or {elsewhere}; {refused}"
-    raise Invalid(refused)
-
-
-def url(schemes: tuple[str, ...], credentials_hint: str) -> Callable[[object], str]:
-    def check(value: object) -> str:
-        _refuse_credentials(value, "URL", credentials_hint, elsewhere="an '@' in the path (write it %40)")
-        text = _text(value)
-        allowed = " or ".join(f"{s}://" for s in schemes)
-        if " " in text:
-            raise Invalid(f"a space at position {text.index(' ')}; a URL has none (percent-encode it as %20)")
-        scheme, sep, rest = text.partition("://")
-        if not sep or scheme.lower() not in schemes:
-            raise Invalid(f"must be an {allowed} URL")
-        authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-        if "?" in rest or "#" in rest:
-            raise Invalid("must have no query ('?') or fragment ('#')")
-        host, port = authority, ""
-        if match := re.fullmatch(r"(\[[^\]]*\]|[^:]*)(?::(.*))?", authority):
-            host, port = match.group(1), match.group(2) or ""
-        if not host:
-            raise Invalid(f"must name a host ({allowed}host/...)")
-        _host(host)
-        if port or authority.endswith(":"):
-            _port(port)
-        return text.rstrip("/")
-
-    return check
-
-
-#: What an '@' after the host of a reference may be.
-_DIGEST_AT = "a digest not written as @sha256:<64 lowercase hex characters> at the end"
-
-
-def oci_reference(value: object) -> str:
-    """An OCI push/pull target without a scheme: ``host[:port]/path[:tag|@digest]``."""
-    _refuse_credentials(
-        value,
-        "reference",
-        f"give a dockerconfigjson directory ({ENV_PREFIX}VALIDATE__PUBLISH__REGISTRY_CONFIG_DIR; chart: "
-        "validate.publish.registrySecret)",
-        elsewhere=_DIGEST_AT,
-    )
-    text = _text(value)
-    if not text:
-        return text
-    if "://" in text:
-        raise Invalid("must be an OCI reference without a scheme, like registry.example.com/org/name")
-    authority, slash, path = text.partition("/")
-    if not slash or not path or any(c.isspace() for c in path):
-        raise Invalid("must be host/path, like registry.example.com/org/name (no spaces)")
-    host, colon, port = authority.partition(":") if not authority.startswith("[") else (authority, "", "")
-    _host(host)
-    if colon:
-        _port(port)
-    return text
-
-
-def pack_reference(value: object) -> str:
-    _refuse_credentials(
-        value,
-        "reference",
-        f"give a dockerconfigjson file ({ENV_PREFIX}PACK__CREDENTIALS_FILE; chart: dataPackSecret)",
-        elsewhere=_DIGEST_AT,
-    )
-    text = _text(value)
-    if text:
-        from aicr_runner.net.reference import InvalidReference, PackReference
-
-        try:
-            PackReference.parse(text)
-        except InvalidReference as exc:
-            raise Invalid(str(exc)) from None
-    return text
 
 
 class ItemRefused(Invalid):
@@ -498,19 +379,36 @@ _JSON_KINDS: dict[type, str] = {
 }
 
 
+class _NotJson(ValueError):
+    """What Python's json reads and JSON has not (NaN, Infinity), or a number Python will not
+    convert; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
+    raise _NotJson(f"{name} is not JSON")
+
+
+def _json_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # longer than Python converts (sys.get_int_max_str_digits())
+        raise _NotJson(f"a number of {len(text.lstrip('-'))} digits, too long to read") from None
 
 
 def _json_array(text: str) -> Any:
     """``text`` parsed as JSON, refused unless it is an array (its items are checked by the caller)."""
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, parse_int=_json_int)
     except RecursionError:
         raise Invalid("nested too deeply; list values are flat JSON arrays of strings") from None
-    except ValueError as exc:
+    except (json.JSONDecodeError, _NotJson) as exc:
         # Python's reason helps inside an array or object; for a bare word it says only "Expecting value".
-        why = f" ({str(exc).split(':')[0]})" if text.lstrip().startswith(("[", "{")) else ""
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else exc.reason
+        why = f" ({reason})" if text.lstrip().startswith(("[", "{")) else ""
         raise Invalid(f"not valid JSON{why}; {_LIST_EXAMPLE}") from None
     if not isinstance(value, list):
         kind = "null" if value is None else _JSON_KINDS.get(type(value), type(value).__name__)
@@ -524,7 +422,7 @@ def json_list(item: Callable[[object], _T]) -> Callable[[object], list[_T]]:
 
     def check(value: object) -> list[_T]:
         if isinstance(value, str):
-            value = _json_array(_text(value, limit=MAX_LIST_CHARS, whitespace=True))
+            value = _json_array(bounded_text(value, limit=MAX_LIST_CHARS, whitespace=True))
         if not isinstance(value, list | tuple):
             raise Invalid("must be a JSON array of strings")
         if len(value) > MAX_LIST_ITEMS:
@@ -557,10 +455,6 @@ def argument(value: object) -> str:
     return value
 
 
-def issuer(value: object) -> str:
-    return url(("https",), "an OIDC issuer needs none")(value)
-
-
 #: A snapshot agent's ``--node-selector`` (``key=value``, aicr's own form).
 _NODE_SELECTOR = r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?=[A-Za-z0-9._-]*"
 #: A snapshot agent's ``--toleration`` (``key=value:Effect`` or ``key:Effect``, aicr's own form).
@@ -588,7 +482,7 @@ def toleration(value: object) -> str:
 
 def _whole(value: object, regex: str, allowed: str, *, limit: int) -> str:
     """A list item that must match ``regex`` (an empty one too: it is not "unset")."""
-    text = _text(value, limit=limit)
+    text = bounded_text(value, limit=limit)
     if not re.fullmatch(regex, text):
         raise Invalid(f"must be {allowed}")
     return text

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aicr_runner.errors import InputProblem
 from aicr_runner.settings.names import CRITERIA_DIMENSIONS, ENV_PREFIX
 
 __all__ = [
@@ -123,15 +124,15 @@ def release_numbers(tag: str) -> tuple[int, int, int] | None:
     return int(head[0]), int(head[1]), int(head[2])
 
 
-def version_guards(criteria: Mapping[str, str], version: tuple[int, int, int], label: str) -> list[str]:
+def version_guards(criteria: Mapping[str, str], version: tuple[int, int, int], label: str) -> list[InputProblem]:
     """Criteria values aicr reads as something other than what they say, refused
     with what ``version`` (named ``label``, e.g. ``aicr v0.11.1``) does with them:
     1.x answers ``accelerator=any`` with "no criteria provided" and maps the
     self-managed aliases to ``generic``; 0.x reads ``any`` as no accelerator and
-    maps the aliases to ``any``."""
+    maps the aliases to ``any``. Each problem names its variable."""
     prefix = f"{ENV_PREFIX}CRITERIA__"
     one_x = version >= (1, 0, 0)
-    found: list[str] = []
+    found: list[InputProblem] = []
     if criteria.get("accelerator") == "any":
         does = (
             f"{label} answers 'no criteria provided'"
@@ -139,10 +140,11 @@ def version_guards(criteria: Mapping[str, str], version: tuple[int, int, int], l
             else f"{label} reads it as no accelerator and resolves the other criteria alone, without any "
             "accelerator overlay ('no criteria provided' when nothing else is stated)"
         )
-        found.append(
+        line = (
             f"{prefix}ACCELERATOR='any': 'any' is not an accelerator ({does}); leave it empty or name a real "
             "accelerator such as h100"
         )
+        found.append(InputProblem(line, f"{prefix}ACCELERATOR"))
     service = criteria.get("service", "")
     if service in SERVICE_ALIASES:
         does = (
@@ -152,5 +154,5 @@ def version_guards(criteria: Mapping[str, str], version: tuple[int, int, int], l
             else f"{label} maps this alias to 'any', so no service overlay applies; say service=any (the same "
             "thing, stated plainly) or name the service (aks, eks, gke, kind, oke)"
         )
-        found.append(f"{prefix}SERVICE={service!r}: {does}")
+        found.append(InputProblem(f"{prefix}SERVICE={service!r}: {does}", f"{prefix}SERVICE"))
     return found

@@ -1,6 +1,6 @@
 """The settings groups of the install's inputs (criteria, aicr, pack, the steps' arguments),
-and ``setting``: the one definition of a setting (default, description, chart value, where
-the chart renders it). ``settings.model`` holds the other groups and the root.
+each field defined once by ``settings.fields.setting`` (re-exported here). ``settings.model``
+holds the other groups, ``settings.runner`` the root.
 
 Each field carries its check from ``settings.checks`` as a before-validator: the check
 gets the raw value (a string from the environment, or a value given in code),
@@ -10,20 +10,13 @@ into the one line a bad value gets. Groups are frozen and refuse unknown fields.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
-    ValidationError,
-    ValidatorFunctionWrapHandler,
 )
 
-from aicr_runner.settings import checks, names
+from aicr_runner.settings import addresses, checks, names
 from aicr_runner.settings.checks import (
     DEFAULT_RELEASE_BASE_URL,
     ENV_PREFIX,
@@ -31,15 +24,26 @@ from aicr_runner.settings.checks import (
     ProvenanceMode,
     absolute_path,
 )
+from aicr_runner.settings.fields import (
+    CHART_DEFAULT,
+    Group,
+    Into,
+    Seconds,
+    SecondsOrZero,
+    WholeNumber,
+    checked,
+    items_as_one,
+    setting,
+)
 
 __all__ = [
     "AICR_RELEASE_IDENTITY",
+    "CHART_DEFAULT",
     "GITHUB_ACTIONS_ISSUER",
     "AicrSettings",
     "BundleSettings",
     "Criteria",
     "DeploySettings",
-    "EnvironmentSettings",
     "Group",
     "Into",
     "PackSettings",
@@ -57,67 +61,6 @@ __all__ = [
 ]
 
 
-#: Where the chart puts a setting: the Job's pod template (``pod``: part of the install's
-#: identity, a change renames the Job) or the runner-settings ConfigMap (``configmap``:
-#: may change without a new Job). Neither: the pod template sets it by hand (a
-#: ``valueFrom``) or the chart does not set it.
-Into = Literal["pod", "configmap"]
-
-
-def setting(
-    default: Any = ...,
-    *,
-    doc: str,
-    chart: str | None = None,
-    into: Into | None = None,
-    render: str | None = None,
-    **field: Any,
-) -> Any:
-    """A setting's one definition: its default, its description (the environment table in
-    docs/configuration.md), its chart value (``chart``: a dotted values path; ``plan --values``
-    maps it unless it is cluster-only) and where the chart renders it (``into``), by default
-    from its value and type (``render``: a template expression instead).
-    ``scripts/gen-settings.py`` writes the environment table and the chart's env map
-    (``chart/templates/_env.tpl``) from these; ``default`` left out (``...``): the field has
-    none or a ``default_factory``; ``**field``: ``Field``'s own arguments."""
-    facts = (("chart", chart), ("into", into), ("render", render))
-    extra: dict[str, Any] = {key: value for key, value in facts if value}
-    return Field(default, description=doc, json_schema_extra=extra or None, **field)
-
-
-def checked(check: Callable[[object], Any]) -> BeforeValidator:
-    """``check`` on the raw value, before pydantic's own type validation."""
-    return BeforeValidator(check)
-
-
-def items_as_one(value: object, handler: ValidatorFunctionWrapHandler) -> Any:
-    """A list's validation, an item's error raised on the whole list (``checks.ItemRefused``):
-    its message shows the list as given, from the environment or from code alike."""
-    try:
-        return handler(value)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        context = dict(error.get("ctx") or {})
-        if isinstance(context.get("error"), checks.Invalid):
-            raise context["error"] from None
-        item = next((part for part in error["loc"] if isinstance(part, int)), None)
-        raise checks.ItemRefused(error["type"], context, item) from None
-
-
-#: Numbers: read from plain decimal text by the check, bounded by the field's ``ge``/``le``
-#: (``setting(..., ge=1, le=20)``), what they allow worded by ``settings.problems``.
-WholeNumber = Annotated[int, checked(checks.whole_number)]
-Seconds = Annotated[float, checked(checks.decimal_seconds)]
-#: Seconds with ``ge=0``: 0 turns it off; otherwise at least ``MIN_SECONDS``.
-SecondsOrZero = Annotated[float, checked(checks.decimal_seconds), AfterValidator(checks.zero_or_measurable)]
-
-
-class Group(BaseModel):
-    """A frozen group of settings; its variables are ``<GROUP>__<NAME>``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 class Criteria(Group):
     """Recipe criteria. Empty leaves the flag out."""
 
@@ -127,19 +70,50 @@ class Criteria(Group):
             "recipe `--service` (aks, eks, gke, k0s, ..., a pack-registered value, or `any`); empty leaves the flag out"
         ),
         chart="service",
+        chart_doc=(
+            "Cloud or distribution (`aicr recipe --service`): aks, bcm, cks, eks, generic, gke, k0s, kind, lke, "
+            "metal3, mk8s, nvke, ocp, oke, rke2, a value your data pack registers (e.g. acme), or `any`. "
+            "`self-managed`, `self` and `vanilla` are rejected: aicr maps them to `generic`, which has no recipe for "
+            "most accelerators."
+        ),
+        chart_default="any",
         into="pod",
     )
     accelerator: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--accelerator` (h100, h200, gb200, ...); `any` is refused", chart="accelerator", into="pod"
+        "",
+        doc="recipe `--accelerator` (h100, h200, gb200, ...); `any` is refused",
+        chart="accelerator",
+        chart_doc=(
+            "GPU (`--accelerator`): h100, h200, gb200, gb300, b200, b300, a100, l40, l40s, rtx-pro-6000, vr200. Empty "
+            "leaves the flag out. There is deliberately no default; `any` is rejected."
+        ),
+        into="pod",
     )
     intent: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--intent` (training, inference); needs a concrete service", chart="intent", into="pod"
+        "",
+        doc="recipe `--intent` (training, inference); needs a concrete service",
+        chart="intent",
+        chart_doc=(
+            "Workload intent (`--intent`): training or inference. Empty leaves the flag out. A stated intent needs a "
+            "concrete service whose overlays declare it (not `any`)."
+        ),
+        into="pod",
     )
     os: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--os` (ubuntu, rhel, rocky, cos, ...)", chart="os", into="pod"
+        "",
+        doc="recipe `--os` (ubuntu, rhel, rocky, cos, ...)",
+        chart="os",
+        chart_doc=(
+            "Node OS (`--os`): ubuntu, rhel, rocky, cos, amazonlinux, ol, sles, talos. Empty leaves the flag out."
+        ),
+        into="pod",
     )
     platform: Annotated[str, checked(checks.criterion)] = setting(
-        "", doc="recipe `--platform` (kubeflow, dynamo, nim, ...)", chart="platform", into="pod"
+        "",
+        doc="recipe `--platform` (kubeflow, dynamo, nim, ...)",
+        chart="platform",
+        chart_doc="Platform (`--platform`): kubeflow, dynamo, kueue, nim, runai, slurm. Empty leaves the flag out.",
+        into="pod",
     )
 
     #: The bash chart's flag order (docs/migration.md): service, accelerator, os, intent, platform.
@@ -157,6 +131,7 @@ class Sha256Pins(Group):
         "",
         doc="strict sha256 pin of the amd64 release tarball (the checksums file is verified regardless)",
         chart="aicrSha256.amd64",
+        chart_doc="sha256 of `aicr_<version>_linux_amd64.tar.gz` (64 hex characters) or empty.",
         into="pod",
         render='{{ toString (default "" (default dict $v.aicrSha256).amd64) | quote }}',
     )
@@ -164,6 +139,7 @@ class Sha256Pins(Group):
         "",
         doc="strict sha256 pin of the arm64 release tarball; never inherits the amd64 pin",
         chart="aicrSha256.arm64",
+        chart_doc="sha256 of `aicr_<version>_linux_arm64.tar.gz` (64 hex characters) or empty.",
         into="pod",
         render='{{ toString (default "" (default dict $v.aicrSha256).arm64) | quote }}',
     )
@@ -186,6 +162,11 @@ class ProvenanceSettings(Group):
             "binary without an attestation needs `warn` or `off`"
         ),
         chart="aicrProvenance.mode",
+        chart_doc=(
+            "Verify aicr's Sigstore provenance (`aicr-attestation.sigstore.json`, SLSA v1, signed by NVIDIA's release "
+            "workflow) offline before aicr runs: `require` (exit 29 unless it verifies), `warn` (report and run "
+            "anyway) or `off`. A preinstalled aicrBinary.path without the attestation beside it needs `warn` or `off`."
+        ),
         into="pod",
     )
     #: Exact certificate identity (SAN URI); empty: NVIDIA's release workflow at
@@ -198,16 +179,29 @@ class ProvenanceSettings(Group):
             "replaced by the pinned tag"
         ),
         chart="aicrProvenance.identity",
+        chart_doc=(
+            "Exact signer identity (certificate SAN). Empty means "
+            "`https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/<aicrVersion>`; `{version}` is "
+            "replaced by aicrVersion."
+        ),
         into="pod",
     )
-    issuer: Annotated[str, checked(checks.issuer)] = setting(
-        GITHUB_ACTIONS_ISSUER, doc="OIDC issuer of the signing certificate", chart="aicrProvenance.issuer", into="pod"
+    issuer: Annotated[str, checked(addresses.issuer)] = setting(
+        GITHUB_ACTIONS_ISSUER,
+        doc="OIDC issuer of the signing certificate",
+        chart="aicrProvenance.issuer",
+        chart_doc="OIDC issuer of the signing certificate.",
+        into="pod",
     )
     #: A Sigstore trusted_root.json; empty: the public-good root shipped with the runner.
     trusted_root: Annotated[str, checked(absolute_path())] = setting(
         "",
         doc="Sigstore `trusted_root.json` (private Sigstore or a refreshed root); empty: the shipped public-good root",
         chart="aicrProvenance.trustedRoot",
+        chart_doc=(
+            "Path, inside the container, of a Sigstore `trusted_root.json` (private Sigstore or a refreshed root; "
+            "mount it with a custom image or job.extraVolumes). Empty uses the public-good root shipped in the image."
+        ),
         into="pod",
     )
 
@@ -223,27 +217,41 @@ class AicrSettings(Group):
         names.PINNED_AICR_VERSION,
         doc="pinned aicr release tag; the leading `v` is optional",
         chart="aicrVersion",
+        chart_doc=(
+            'aicr release tag to download and run (the leading "v" is optional). The criteria catalog in files/ is for '
+            "v1.2.0; another version skips the chart's catalog check."
+        ),
         into="pod",
     )
     arch: Annotated[Arch, checked(checks.arch)] = setting(
         default_factory=checks.host_arch,
         doc="release architecture, `amd64` or `arm64`; empty or unset: this machine's",
         chart="aicrArch",
+        chart_doc=(
+            "Architecture of the aicr release tarball: amd64, arm64, or empty for the architecture of the node the Job "
+            "lands on (the image is multi-arch). Selects the tarball and the aicrSha256 entry. To pin the Job to one "
+            "architecture, set job.nodeSelector (see its example)."
+        ),
+        chart_default="",
         into="pod",
     )
     sha256: Sha256Pins = Field(default_factory=Sha256Pins)
-    release_base_url: Annotated[str, checked(checks.url(("http", "https"), _MIRROR_HINT))] = setting(
+    release_base_url: Annotated[str, checked(addresses.url(("http", "https"), _MIRROR_HINT))] = setting(
         DEFAULT_RELEASE_BASE_URL,
         doc=(
             "where releases are served: `<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz` (a mirror for air-gapped "
             "clusters); http(s), no user or password in it"
         ),
         chart="aicrReleaseBaseUrl",
+        chart_doc=(
+            "Base URL of the aicr releases; the runtime downloads `<base>/<tag>/<tarball>` and `aicr_checksums.txt`. "
+            "Point it at a mirror for restricted networks."
+        ),
         into="pod",
     )
     #: The release as the OCI artifact ``aicr-runner mirror --to`` pushes (``aicr.release_oci``),
     #: reached with the pack's registry settings; empty: the HTTP folder of ``release_base_url``.
-    release_ref: Annotated[str, checked(checks.pack_reference)] = setting(
+    release_ref: Annotated[str, checked(addresses.pack_reference)] = setting(
         "",
         doc=(
             "the release as an OCI artifact, without scheme (`host/prefix/nvidia/aicr/release:<tag>`, an `@sha256:` "
@@ -251,15 +259,29 @@ class AicrSettings(Group):
             "settings (credentials file, plain HTTP, TLS); empty: the HTTP folder of the release base URL"
         ),
         chart="aicrReleaseRef",
+        chart_doc=(
+            "The aicr release as an OCI artifact, without scheme (`<registry>/<prefix>/nvidia/aicr/release:<tag>`, "
+            "pushed by `aicr-runner mirror --to`; an `@sha256:` digest is enforced), reached with the dataPack "
+            "registry settings (dataPackSecret, dataPackPlainHTTP, dataPackInsecureTLS). Empty: the HTTP folder of "
+            "aicrReleaseBaseUrl. Leave aicrReleaseBaseUrl at its default when set."
+        ),
         into="configmap",
     )
     #: A preinstalled aicr to use instead of downloading one.
     binary: Annotated[str, checked(absolute_path())] = setting(
-        "", doc="use this preinstalled aicr instead of downloading one", chart="aicrBinary.path", into="pod"
+        "",
+        doc="use this preinstalled aicr instead of downloading one",
+        chart="aicrBinary.path",
+        chart_doc="Absolute path of an aicr binary preinstalled in a custom image. When set, nothing is downloaded.",
+        into="pod",
     )
     #: sha256 of ``binary``; when set the binary must match it.
     binary_sha256: Annotated[str, checked(checks.sha256_or_empty)] = setting(
-        "", doc="sha256 the preinstalled binary must match", chart="aicrBinary.sha256", into="pod"
+        "",
+        doc="sha256 the preinstalled binary must match",
+        chart="aicrBinary.sha256",
+        chart_doc="sha256 the preinstalled binary must match (64 hex characters). Requires aicrBinary.path.",
+        into="pod",
     )
     download_attempts: WholeNumber = setting(
         5,
@@ -267,6 +289,7 @@ class AicrSettings(Group):
         le=20,
         doc="download attempts for transient failures (timeouts, resets, 408/429/5xx)",
         chart="aicrDownload.attempts",
+        chart_doc="Download attempts for the aicr release (1-20); only transient errors are retried.",
         into="configmap",
     )
     download_timeout_seconds: Seconds = setting(
@@ -275,6 +298,7 @@ class AicrSettings(Group):
         le=3600,
         doc="per-request timeout",
         chart="aicrDownload.timeoutSeconds",
+        chart_doc="Timeout of one download attempt, in seconds.",
         into="configmap",
     )
     #: Upper bound on the whole download step, retries and back-off included.
@@ -287,6 +311,10 @@ class AicrSettings(Group):
             "included; exit 20 past it)"
         ),
         chart="aicrDownload.budgetSeconds",
+        chart_doc=(
+            "Wall-clock bound on the whole download step, in seconds: retries, back-off, slow bodies, stalled TLS and "
+            "redirects included; past it the run ends with exit 20."
+        ),
         into="configmap",
     )
     provenance: ProvenanceSettings = Field(default_factory=ProvenanceSettings)
@@ -305,13 +333,19 @@ class AicrSettings(Group):
 
 class PackSettings(Group):
     #: OCI reference without scheme: host/repo:tag or host/repo@sha256:...
-    ref: Annotated[str, checked(checks.pack_reference)] = setting(
+    ref: Annotated[str, checked(addresses.pack_reference)] = setting(
         "",
         doc=(
             "OCI reference of the org data pack, without scheme (`host/repo:tag` or `@sha256:` digest, which is then "
             "enforced)"
         ),
         chart="dataPack",
+        chart_doc=(
+            "OCI reference, without a scheme, of your organisation's data pack (`aicr ... --data`), e.g. "
+            "`ghcr.io/acme/aicr-pack:1.0.0` or `...@sha256:...`. The runtime pulls and verifies it. With a pack set, "
+            "the chart's criteria catalog check is skipped (the pack may register new values) and the runtime checks "
+            "the criteria instead."
+        ),
         into="pod",
     )
     #: Path to a dockerconfigjson file (a mounted Secret's config.json).
@@ -325,12 +359,17 @@ class PackSettings(Group):
         ),
     )
     plain_http: bool = setting(
-        False, doc="pull the pack over plain HTTP (lab registries)", chart="dataPackPlainHTTP", into="pod"
+        False,
+        doc="pull the pack over plain HTTP (lab registries)",
+        chart="dataPackPlainHTTP",
+        chart_doc="Pull the data pack over plain HTTP (lab registries only).",
+        into="pod",
     )
     insecure_tls: bool = setting(
         False,
         doc="skip TLS verification for the pack registry (lab registries)",
         chart="dataPackInsecureTLS",
+        chart_doc="Skip TLS verification when pulling the data pack (lab registries only).",
         into="pod",
     )
     #: Wall-clock bound on the whole pack pull, however slowly the registry answers.
@@ -340,6 +379,10 @@ class PackSettings(Group):
         le=7200,
         doc="wall-clock bound on the whole pack pull, however slowly the registry answers (exit 22 past it)",
         chart="dataPackPullBudgetSeconds",
+        chart_doc=(
+            "Wall-clock bound on the whole data pack pull, in seconds, however slowly the registry answers; past it "
+            "the run ends with exit 22."
+        ),
         into="configmap",
     )
 
@@ -358,18 +401,29 @@ class RecipeExpectations(Group):
         le=100_000,
         doc="stop before bundle when fewer components resolve (0: no check)",
         chart="recipe.expect.minComponents",
+        chart_doc=(
+            "Fail the run (exit 25) before bundling when the resolved recipe has fewer components than this. 0 turns "
+            "the check off. Guards against a silently thin recipe from under-stated criteria."
+        ),
         into="pod",
     )
     components: Annotated[list[str], checked(checks.json_list(checks.plain_text))] = setting(
         default_factory=list,
         doc="JSON array of component names that must resolve",
         chart="recipe.expect.components",
+        chart_doc=(
+            "Component names the resolved recipe must contain (e.g. gpu-operator); exit 25 before bundling otherwise."
+        ),
         into="pod",
     )
     overlays: Annotated[list[str], checked(checks.json_list(checks.plain_text))] = setting(
         default_factory=list,
         doc="JSON array of overlay names that must be applied",
         chart="recipe.expect.overlays",
+        chart_doc=(
+            "Overlay names the resolution must apply (e.g. h100-eks-ubuntu-training); exit 25 before bundling "
+            "otherwise."
+        ),
         into="pod",
     )
 
@@ -383,18 +437,27 @@ class RecipeSettings(StepArgs):
         "",
         doc="legacy extra `aicr recipe` flags, split on whitespace only (no quotes, no globs)",
         chart="recipeFlags",
+        chart_doc="Legacy extra `aicr recipe` flags, split on whitespace (no quoting). Prefer recipeArgs.",
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `aicr recipe` arguments as a JSON array, one argv entry each, after the flags",
         chart="recipeArgs",
+        chart_doc=(
+            "Extra `aicr recipe` arguments, one argv entry per element (quote numbers and booleans). Placed after "
+            "recipeFlags."
+        ),
         into="pod",
     )
     configmap: Annotated[str, checked(checks.k8s_name())] = setting(
         "aicr-recipe",
         doc="ConfigMap for `summary.txt` and `recipe.yaml`; empty turns the capture off",
         chart="recipeConfigMap",
+        chart_doc=(
+            "ConfigMap that receives the recipe capture (`summary.txt`, `recipe.yaml`, or binaryData `recipe.yaml.gz` "
+            "when over the ConfigMap budget). Empty turns the capture off."
+        ),
         into="pod",
     )
     expect: RecipeExpectations = Field(default_factory=RecipeExpectations)
@@ -402,16 +465,28 @@ class RecipeSettings(StepArgs):
 
 class BundleSettings(StepArgs):
     flags: Annotated[str, checked(checks.flags)] = setting(
-        "", doc="legacy extra `aicr bundle` flags, split on whitespace only", chart="bundleFlags", into="pod"
+        "",
+        doc="legacy extra `aicr bundle` flags, split on whitespace only",
+        chart="bundleFlags",
+        chart_doc="Legacy extra `aicr bundle` flags, split on whitespace. Prefer bundleArgs.",
+        into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `aicr bundle` arguments (JSON array), after the flags and the driver profile",
         chart="bundleArgs",
+        chart_doc=(
+            'Extra `aicr bundle` arguments, one argv entry per element, e.g. `["--accelerated-node-toleration", '
+            '"nvidia.com/gpu=present:NoSchedule"]`. Placed after bundleFlags and the environment profile, so they win.'
+        ),
         into="pod",
     )
     storage_class: Annotated[str, checked(checks.k8s_subdomain())] = setting(
-        "", doc="`aicr bundle --storage-class`", chart="storageClass", into="pod"
+        "",
+        doc="`aicr bundle --storage-class`",
+        chart="storageClass",
+        chart_doc="Storage class passed to `aicr bundle --storage-class`; empty leaves the flag out.",
+        into="pod",
     )
 
 
@@ -420,16 +495,28 @@ class DeploySettings(StepArgs):
         "--best-effort --no-wait",
         doc="legacy `deploy.sh` flags, split on whitespace only",
         chart="deployFlags",
+        chart_doc=(
+            'Legacy `deploy.sh` flags, split on whitespace: `--best-effort`, `--no-wait`, `--retries N`. Set to "" to '
+            "drop the default when using deployArgs; drop `--no-wait` when validating after the install."
+        ),
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `deploy.sh` arguments (JSON array), after the flags",
         chart="deployArgs",
+        chart_doc="Extra `deploy.sh` arguments, one argv entry per element, placed after deployFlags.",
         into="pod",
     )
     enabled: bool = setting(
-        True, doc="`false` gives an assert-only run: no bundle, verify or deploy", chart="deploy.enabled", into="pod"
+        True,
+        doc="`false` gives an assert-only run: no bundle, verify or deploy",
+        chart="deploy.enabled",
+        chart_doc=(
+            "Bundle, verify and deploy. false gives an assert-only run (pack, recipe and capture, then validation), "
+            "which needs validate.enabled."
+        ),
+        into="pod",
     )
     #: A run whose deploy.sh reported failed components fails (exit 1) even under --best-effort.
     fail_on_component_failure: bool = setting(
@@ -439,6 +526,13 @@ class DeploySettings(StepArgs):
             "such a run exits 0 with phase `SucceededWithFailures`"
         ),
         chart="deploy.failOnComponentFailure",
+        chart_doc=(
+            "Fail the Job (exit 1, after validation and the captures) when deploy.sh reports failed components. false "
+            "keeps the bash chart's semantics: under `--best-effort` such a run still completes, with phase "
+            "`SucceededWithFailures` in the status ConfigMap and the termination message, a Warning Event on the Job "
+            "and the Job annotation `aicr.nvidia.com/outcome`. A runtime setting: changing it does not re-run the "
+            "install."
+        ),
         into="configmap",
     )
 
@@ -447,12 +541,3 @@ class DeploySettings(StepArgs):
         """``--best-effort`` in either the flags string or the args list (the bash chart's
         deploy gate reads it from both; docs/migration.md)."""
         return "--best-effort" in self.flags.split() or "--best-effort" in self.args
-
-
-class EnvironmentSettings(Group):
-    preinstalled_driver: bool = setting(
-        False,
-        doc="nodes have a host driver: adds the three driver-ownership `--set` overrides before user flags",
-        chart="environment.preinstalledDriver",
-        into="pod",
-    )

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource, SettingsError
 
-from aicr_runner.errors import ConfigError
+from aicr_runner.errors import ConfigError, InputProblem
 from aicr_runner.settings import rules
 from aicr_runner.settings.checks import ENV_PREFIX, escaped
 from aicr_runner.settings.problems import rule_violations, settings_error_lines, validation_error_lines
@@ -62,21 +62,22 @@ class _Environment(PydanticBaseSettingsSource):
         return data
 
 
-def _unknown(key: str) -> str:
+def _unknown(key: str) -> InputProblem:
     import difflib
 
     guess = difflib.get_close_matches(key.upper(), _ORDER, n=1, cutoff=0.85)
     hint = f" (did you mean {guess[0]}?)" if guess else ""
-    return f"{escaped(key)}: unknown setting{hint}; see docs/configuration.md 'Environment' for the names"
+    line = f"{escaped(key)}: unknown setting{hint}; see docs/configuration.md 'Environment' for the names"
+    return InputProblem(line, key)
 
 
-def _names(env: Mapping[str, str]) -> tuple[dict[str, str], list[str], list[tuple[int, str]]]:
+def _names(env: Mapping[str, str]) -> tuple[dict[str, str], list[InputProblem], list[tuple[int, InputProblem]]]:
     """The known variables (each under its name in capitals, first spelling kept),
     the unknown ones, and the ones set twice in two spellings."""
     known: dict[str, str] = {}
     spelled: dict[str, str] = {}
-    unknown: list[str] = []
-    twice: list[tuple[int, str]] = []
+    unknown: list[InputProblem] = []
+    twice: list[tuple[int, InputProblem]] = []
     for key, raw in env.items():
         upper = key.upper()
         if not upper.startswith(ENV_PREFIX):
@@ -84,7 +85,8 @@ def _names(env: Mapping[str, str]) -> tuple[dict[str, str], list[str], list[tupl
         if upper not in _ORDER:
             unknown.append(_unknown(key))
         elif upper in spelled:
-            twice.append((_ORDER[upper], f"{upper}: set twice, as {spelled[upper]} and {key}; set it once"))
+            line = f"{upper}: set twice, as {spelled[upper]} and {key}; set it once"
+            twice.append((_ORDER[upper], InputProblem(line, upper)))
         else:
             spelled[upper] = key
             known[upper] = raw
@@ -93,7 +95,7 @@ def _names(env: Mapping[str, str]) -> tuple[dict[str, str], list[str], list[tupl
 
 def _validated(
     known: Mapping[str, str], *, local_pack: bool
-) -> tuple[RunnerSettings | None, list[str], list[tuple[int, str]]]:
+) -> tuple[RunnerSettings | None, list[InputProblem], list[tuple[int, InputProblem]]]:
     """The settings, or the rules they break, or their problems (by the environment table's order)."""
     context = {rules.RULES: True, rules.LOCAL_PACK: local_pack}
     try:
@@ -105,7 +107,7 @@ def _validated(
         lines = validation_error_lines(exc, known)
     except SettingsError as exc:  # not expected from a mapping of strings; still one line, never a traceback
         lines = settings_error_lines(exc)
-    return None, [], [(_ORDER.get(name, len(_ORDER)), line) for name, line in lines]
+    return None, [], [(_ORDER.get(name, len(_ORDER)), InputProblem(line, name)) for name, line in lines]
 
 
 def load(environ: Mapping[str, str] | None = None, *, local_pack: bool = False) -> RunnerSettings:
@@ -117,7 +119,7 @@ def load(environ: Mapping[str, str] | None = None, *, local_pack: bool = False) 
     """
     known, unknown, twice = _names(os.environ if environ is None else environ)
     settings, broken, found = _validated(known, local_pack=local_pack)
-    problems = sorted(unknown) + [line for _, line in sorted(twice + found)]
+    problems = sorted(unknown) + [problem for _, problem in sorted(twice + found)]
     if problems or broken or settings is None:
         raise ConfigError(problems or broken)
     return settings

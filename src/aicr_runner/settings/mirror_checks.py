@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from aicr_runner.settings.checks import Invalid, _host, _port, _refuse_credentials, _text, url
+from aicr_runner.settings.addresses import host, port, refuse_credentials, url
+from aicr_runner.settings.checks import Invalid, bounded_text
 
 __all__ = ["mirror_chart_repository", "mirror_registry"]
 
@@ -14,17 +15,17 @@ _HINT = "give the registry's credentials to helm and the nodes' runtime, not in 
 
 def mirror_registry(value: object) -> str:
     """``host[:port][/path]``, no scheme, no tag: where the mirrored charts and images live."""
-    _refuse_credentials(value, "registry", _HINT, elsewhere="an '@' in the path")
-    text = _text(value).rstrip("/")
+    refuse_credentials(value, "registry", _HINT, elsewhere="an '@' in the path")
+    text = bounded_text(value).rstrip("/")
     if not text:
         return text
     if "://" in text:
         raise Invalid("must be a registry without a scheme, like mirror.example.com:5000/aicr (charts are oci://)")
     authority, _, path = text.partition("/")
-    host, colon, port = authority.partition(":") if not authority.startswith("[") else (authority, "", "")
-    _host(host)
+    name, colon, number = authority.partition(":") if not authority.startswith("[") else (authority, "", "")
+    host(name)
     if colon:
-        _port(port)
+        port(number)
     if path and not _PATH.fullmatch(path):
         raise Invalid(f"the path {path!r} must be lowercase repository path components (a-z, 0-9, '.', '_', '-')")
     return text

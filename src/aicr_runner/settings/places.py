@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aicr_runner.errors import ConfigError
+from aicr_runner.errors import ConfigError, InputProblem
 from aicr_runner.settings.checks import Invalid, absolute_path, problem_line
 from aicr_runner.settings.names import ENV_PREFIX
 
@@ -31,12 +31,12 @@ def check_places(settings: RunnerSettings, output: Path | None, flag: str) -> No
     places: list[tuple[str, str]] = [(f"{ENV_PREFIX}WORK_DIR", settings.work_dir)]
     if output is not None:
         places.append((flag, str(output)))
-    problems: list[str] = []
+    problems: list[InputProblem] = []
     for name, place in places:
         try:
             _writable_directory(place)
         except Invalid as exc:
-            problems.append(problem_line(name, place, exc))
+            problems.append(InputProblem(problem_line(name, place, exc), name))
     if output is not None and not problems:
         problems.extend(_result_places(settings, flag, output))
     problems.extend(_trusted_root_problem(settings))
@@ -44,7 +44,7 @@ def check_places(settings: RunnerSettings, output: Path | None, flag: str) -> No
         raise ConfigError(problems)
 
 
-def _result_places(settings: RunnerSettings, flag: str, output: Path) -> list[str]:
+def _result_places(settings: RunnerSettings, flag: str, output: Path) -> list[InputProblem]:
     """The results directory's subdirectories (one per result, named as its
     ConfigMap would be): one already there must be a directory that takes a
     file, or the run would end without its report after all its work."""
@@ -54,7 +54,7 @@ def _result_places(settings: RunnerSettings, flag: str, output: Path) -> list[st
         "VALIDATE__RESULT_CONFIGMAP": settings.validate.result_configmap,
         "VALIDATE__EVIDENCE_CONFIGMAP": settings.validate.evidence_configmap,
     }
-    problems: list[str] = []
+    problems: list[InputProblem] = []
     for setting, name in results.items():
         place = output / name
         if not name or not (place.exists() or place.is_symlink()):
@@ -66,11 +66,11 @@ def _result_places(settings: RunnerSettings, flag: str, output: Path) -> list[st
                 f"{name}/ in it {exc.reason}; the results {ENV_PREFIX}{setting} names go there: remove it or "
                 f"choose another {flag}"
             )
-            problems.append(problem_line(flag, str(output), Invalid(why)))
+            problems.append(InputProblem(problem_line(flag, str(output), Invalid(why)), flag))
     return problems
 
 
-def _trusted_root_problem(settings: RunnerSettings) -> list[str]:
+def _trusted_root_problem(settings: RunnerSettings) -> list[InputProblem]:
     """A Sigstore trusted root that is given must be a file (when provenance is checked at all)."""
     provenance = settings.aicr.provenance
     path = Path(provenance.trusted_root)
@@ -78,7 +78,8 @@ def _trusted_root_problem(settings: RunnerSettings) -> list[str]:
         return []
     state = "is a directory" if path.is_dir() else "exists but is not a file" if path.exists() else "does not exist"
     reason = f"{state}; give a Sigstore trusted_root.json file, or leave it empty for the shipped public-good root"
-    return [problem_line(f"{ENV_PREFIX}AICR__PROVENANCE__TRUSTED_ROOT", provenance.trusted_root, Invalid(reason))]
+    name = f"{ENV_PREFIX}AICR__PROVENANCE__TRUSTED_ROOT"
+    return [InputProblem(problem_line(name, provenance.trusted_root, Invalid(reason)), name)]
 
 
 def _writable_directory(place: str) -> None:

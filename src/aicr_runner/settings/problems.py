@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
+from aicr_runner.errors import InputProblem
 from aicr_runner.masking import mask_userinfo
 from aicr_runner.settings.checks import (
     ENV_PREFIX,
@@ -104,15 +105,15 @@ def validation_error_lines(error: ValidationError, given: Mapping[str, str]) -> 
     return lines
 
 
-def rule_violations(error: ValidationError) -> list[str] | None:
-    """The lines of the rules between settings a valid set of them breaks
+def rule_violations(error: ValidationError) -> list[InputProblem] | None:
+    """The rules between settings a valid set of them breaks
     (``settings.rules.RuleViolations``), or None when ``error`` is about the values."""
     from aicr_runner.settings.rules import RuleViolations
 
     found = error.errors(include_url=False)
     context = found[0].get("ctx") if len(found) == 1 else None
     cause = context.get("error") if isinstance(context, Mapping) else None
-    return list(cause.lines) if isinstance(cause, RuleViolations) else None
+    return list(cause.problems) if isinstance(cause, RuleViolations) else None
 
 
 def settings_error_lines(error: SettingsError) -> list[tuple[str, str]]:

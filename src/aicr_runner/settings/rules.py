@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from aicr_runner.errors import InputProblem
 from aicr_runner.settings.checks import DEFAULT_RELEASE_BASE_URL, ENV_PREFIX, NON_CONCRETE_SERVICES, PublishMode
 from aicr_runner.settings.criteria_catalog import release_numbers, version_guards
 
@@ -23,15 +24,20 @@ LOCAL_PACK = "local_pack"
 
 
 class RuleViolations(ValueError):
-    """The rules a valid set of settings breaks, one line each (pydantic carries it as the
+    """The rules a valid set of settings breaks, one problem each (pydantic carries it as the
     ``error`` of a ``value_error``)."""
 
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("; ".join(lines))
-        self.lines = lines
+    def __init__(self, problems: list[InputProblem]) -> None:
+        super().__init__("; ".join(problem.line for problem in problems))
+        self.problems = problems
 
 
-def problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
+def _about(name: str, rest: str) -> InputProblem:
+    """A broken rule's line, opened by the variable ``ENV_PREFIX + name`` it is about."""
+    return InputProblem(f"{ENV_PREFIX}{name}{rest}", f"{ENV_PREFIX}{name}")
+
+
+def problems(s: RunnerSettings, *, local_pack: bool = False) -> list[InputProblem]:
     """The chart's render-time guards, repeated so ``docker run`` users get them too.
 
     ``local_pack``: ``plan --pack-dir`` supplies a pack without a ref.
@@ -46,19 +52,22 @@ def problems(s: RunnerSettings, *, local_pack: bool = False) -> list[str]:
     ]
 
 
-def _release_problems(s: RunnerSettings) -> list[str]:
+def _release_problems(s: RunnerSettings) -> list[InputProblem]:
     """One source of the aicr release: a registry artifact or an HTTP folder, never both."""
     p, aicr = ENV_PREFIX, s.aicr
     if aicr.release_ref and aicr.release_base_url != DEFAULT_RELEASE_BASE_URL:
         return [
-            f"{p}AICR__RELEASE_REF={aicr.release_ref!r} with {p}AICR__RELEASE_BASE_URL={aicr.release_base_url!r}: "
-            "the release comes from one place; unset the base URL (chart aicrReleaseBaseUrl) to fetch it from the "
-            "registry, or the ref (aicrReleaseRef) to fetch it over HTTP"
+            _about(
+                "AICR__RELEASE_REF",
+                f"={aicr.release_ref!r} with {p}AICR__RELEASE_BASE_URL={aicr.release_base_url!r}: the release comes "
+                "from one place; unset the base URL (chart aicrReleaseBaseUrl) to fetch it from the registry, or the "
+                "ref (aicrReleaseRef) to fetch it over HTTP",
+            )
         ]
     return []
 
 
-def _snapshot_problems(s: RunnerSettings) -> list[str]:
+def _snapshot_problems(s: RunnerSettings) -> list[InputProblem]:
     """The snapshot agent's namespace: stated, and never the runner's own (aicr
     deletes the ServiceAccount ``aicr`` and its Role there when it is done)."""
     p, snap = ENV_PREFIX, s.snapshot
@@ -66,22 +75,27 @@ def _snapshot_problems(s: RunnerSettings) -> list[str]:
         return []
     if not snap.namespace:
         return [
-            f"{p}SNAPSHOT__NAMESPACE='': name the namespace of the snapshot agent (default aicr-validation); "
-            "aicr creates it"
+            _about(
+                "SNAPSHOT__NAMESPACE",
+                "='': name the namespace of the snapshot agent (default aicr-validation); aicr creates it",
+            )
         ]
     if snap.namespace == s.namespace:
         return [
-            f"{p}SNAPSHOT__NAMESPACE={snap.namespace!r} is the runner's own namespace ({p}NAMESPACE): aicr deletes "
-            "the agent's ServiceAccount and Role there when it is done; use a namespace of its own"
+            _about(
+                "SNAPSHOT__NAMESPACE",
+                f"={snap.namespace!r} is the runner's own namespace ({p}NAMESPACE): aicr deletes "
+                "the agent's ServiceAccount and Role there when it is done; use a namespace of its own",
+            )
         ]
     return []
 
 
-def _criteria_problems(s: RunnerSettings, *, local_pack: bool) -> list[str]:
+def _criteria_problems(s: RunnerSettings, *, local_pack: bool) -> list[InputProblem]:
     """Criteria aicr would refuse or misread."""
     p = ENV_PREFIX
     c = s.criteria
-    problems: list[str] = []
+    problems: list[InputProblem] = []
     numbers = release_numbers(s.aicr.version)
     if not s.aicr.binary and numbers is not None:
         # The release's tag says what aicr does with these values; a preinstalled
@@ -89,78 +103,101 @@ def _criteria_problems(s: RunnerSettings, *, local_pack: bool) -> list[str]:
         problems += version_guards(c.stated(), numbers, f"aicr {s.aicr.version}")
     concrete_service = c.service not in NON_CONCRETE_SERVICES
     if not c.accelerator and not (s.pack.ref or local_pack) and not (concrete_service and c.intent):
-        problems.append(
+        line = (
             f"{p}CRITERIA__*: no criteria stated (service={c.service!r}, accelerator='', intent="
             f"{c.intent!r}, pack ref=''); set an accelerator, a pack ref, or a concrete service "
             "together with an intent (e.g. service=bcm, intent=inference)"
         )
+        problems.append(InputProblem(line))  # about every criterion: no one variable's origin
     if c.intent and c.service in ("any", ""):
         problems.append(
-            f"{p}CRITERIA__INTENT={c.intent!r} with {p}CRITERIA__SERVICE={c.service!r}: a stated "
-            "intent needs a service whose overlays declare it (aks, eks, gke, k0s, oke, ...); "
-            "name the service or leave the intent empty"
+            _about(
+                "CRITERIA__INTENT",
+                f"={c.intent!r} with {p}CRITERIA__SERVICE={c.service!r}: a stated "
+                "intent needs a service whose overlays declare it (aks, eks, gke, k0s, oke, ...); "
+                "name the service or leave the intent empty",
+            )
         )
     return problems
 
 
-def _run_problems(s: RunnerSettings) -> list[str]:
+def _run_problems(s: RunnerSettings) -> list[InputProblem]:
     """What the run does: deploy, validate, or both."""
     p = ENV_PREFIX
-    problems: list[str] = []
+    problems: list[InputProblem] = []
     v = s.validate
     if not s.deploy.enabled and not v.enabled:
         problems.append(
-            f"{p}DEPLOY__ENABLED=false needs {p}VALIDATE__ENABLED=true: a run that neither deploys "
-            "nor validates does nothing"
+            _about(
+                "DEPLOY__ENABLED",
+                f"=false needs {p}VALIDATE__ENABLED=true: a run that neither deploys nor validates does nothing",
+            )
         )
     if v.enabled and not v.phases:
         problems.append(
-            f"{p}VALIDATE__PHASES=[]: name at least one phase (deployment, performance, conformance); "
-            "an empty list makes aicr run every phase, performance included"
+            _about(
+                "VALIDATE__PHASES",
+                "=[]: name at least one phase (deployment, performance, conformance); "
+                "an empty list makes aicr run every phase, performance included",
+            )
         )
     return problems
 
 
-def _publish_problems(s: RunnerSettings) -> list[str]:
+def _publish_problems(s: RunnerSettings) -> list[InputProblem]:
     """Publishing the evidence needs a validation with evidence, a target and, signed, a token."""
     p = ENV_PREFIX
-    problems: list[str] = []
+    problems: list[InputProblem] = []
     v = s.validate
     pub = v.publish
     if pub.enabled:
         if not v.enabled:
             problems.append(
-                f"{p}VALIDATE__PUBLISH__ENABLED=true needs {p}VALIDATE__ENABLED=true: publishing "
-                "needs a validation run to produce the evidence bundle"
+                _about(
+                    "VALIDATE__PUBLISH__ENABLED",
+                    f"=true needs {p}VALIDATE__ENABLED=true: publishing "
+                    "needs a validation run to produce the evidence bundle",
+                )
             )
         if not v.emit_evidence:
             problems.append(
-                f"{p}VALIDATE__PUBLISH__ENABLED=true needs {p}VALIDATE__EMIT_EVIDENCE=true: without "
-                "--emit-attestation there is no bundle to publish"
+                _about(
+                    "VALIDATE__PUBLISH__ENABLED",
+                    f"=true needs {p}VALIDATE__EMIT_EVIDENCE=true: without "
+                    "--emit-attestation there is no bundle to publish",
+                )
             )
         if not pub.ref:
             problems.append(
-                f"{p}VALIDATE__PUBLISH__REF='': publishing needs an OCI push target such as ghcr.io/org/aicr-evidence"
+                _about(
+                    "VALIDATE__PUBLISH__REF",
+                    "='': publishing needs an OCI push target such as ghcr.io/org/aicr-evidence",
+                )
             )
         if pub.mode is PublishMode.SIGNED and not pub.identity_token_file:
             problems.append(
-                f"{p}VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE='' with mode=signed: mount a short-lived "
-                "OIDC token and give its path, or use mode=unsigned and sign later with "
-                "'aicr evidence sign <pointer> --relocate'"
+                _about(
+                    "VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE",
+                    "='' with mode=signed: mount a short-lived "
+                    "OIDC token and give its path, or use mode=unsigned and sign later with "
+                    "'aicr evidence sign <pointer> --relocate'",
+                )
             )
     return problems
 
 
-def _input_problems(s: RunnerSettings) -> list[str]:
+def _input_problems(s: RunnerSettings) -> list[InputProblem]:
     """Settings that need another one: the binary's hash, the pack's transport, k0s's aicr."""
     p = ENV_PREFIX
     c = s.criteria
-    problems: list[str] = []
+    problems: list[InputProblem] = []
+    # "X is set but Y is empty": the line names two settings, so no one origin follows it.
     if s.aicr.binary_sha256 and not s.aicr.binary:
-        problems.append(
+        line = (
             f"{p}AICR__BINARY_SHA256 is set but {p}AICR__BINARY is empty: the hash pins a "
             "preinstalled binary; give its path or drop the hash"
         )
+        problems.append(InputProblem(line))
     transport = [
         f"{p}PACK__{name.upper()}"
         for name in ("plain_http", "insecure_tls", "credentials_file")
@@ -168,14 +205,17 @@ def _input_problems(s: RunnerSettings) -> list[str]:
     ]
     # The release artifact (aicr.release_ref) is reached with the pack's transport too.
     if transport and not s.pack.ref and not s.aicr.release_ref:
-        problems.append(
+        line = (
             f"{' and '.join(transport)} {'is' if len(transport) == 1 else 'are'} set but {p}PACK__REF is empty: "
             f"pack transport settings need a pack (or aicr's release from a registry, {p}AICR__RELEASE_REF)"
         )
+        problems.append(InputProblem(line))
     if c.service == "k0s" and _version_tuple(s.aicr.version) < (0, 22, 0):
         problems.append(
-            f"{p}CRITERIA__SERVICE='k0s' with {p}AICR__VERSION={s.aicr.version!r}: service k0s needs "
-            "aicr v0.22.0 or later"
+            _about(
+                "CRITERIA__SERVICE",
+                f"='k0s' with {p}AICR__VERSION={s.aicr.version!r}: service k0s needs aicr v0.22.0 or later",
+            )
         )
     return problems
 

@@ -25,7 +25,6 @@ from aicr_runner.settings.groups import (
     BundleSettings,
     Criteria,
     DeploySettings,
-    EnvironmentSettings,
     PackSettings,
     RecipeSettings,
     Seconds,
@@ -33,6 +32,7 @@ from aicr_runner.settings.groups import (
     setting,
 )
 from aicr_runner.settings.model import (
+    EnvironmentSettings,
     LeaseSettings,
     MirrorSettings,
     ReportsSettings,
@@ -98,6 +98,10 @@ with warnings.catch_warnings():
             "aicr-run-status",
             doc="ConfigMap with the live run report (`report.json`, `summary.txt`); empty turns it off",
             chart="statusConfigMap",
+            chart_doc=(
+                "ConfigMap the runtime writes its run report to (`report.json`, `summary.txt`) after every step. Empty "
+                "turns it off."
+            ),
             into="pod",
         )
         #: Namespace of the result ConfigMaps; empty: the pod's.
@@ -117,7 +121,11 @@ with warnings.catch_warnings():
             render="/work",
         )
         log_format: LogFormat = setting(
-            LogFormat.CONSOLE, doc="`console` (readable) or `json`", chart="logFormat", into="configmap"
+            LogFormat.CONSOLE,
+            doc="`console` (readable) or `json`",
+            chart="logFormat",
+            chart_doc="Runtime log format: `console` (readable) or `json` (one object per line, for log pipelines).",
+            into="configmap",
         )
         #: Empty outside a pod (the chart sets /dev/termination-log): a local run writes
         #: only under its work and results directories.
@@ -156,6 +164,13 @@ with warnings.catch_warnings():
                 "through; after SIGTERM every call gets at most 5 s"
             ),
             chart="kubeWriteBudgetSeconds",
+            chart_doc=(
+                "Seconds one Kubernetes API call (a result ConfigMap write, a read) may take, retrying an API server "
+                "that answers 429 or 5xx, cannot be reached or does not answer (an upgrade, a blip), honouring "
+                "Retry-After, before the run fails with exit 26. Each request is bounded on its own too (15 s, connect "
+                "5 s); once a call ran out of this budget, later calls get 15 s until one gets through; SIGTERM stops "
+                "a call in flight."
+            ),
             into="configmap",
         )
 

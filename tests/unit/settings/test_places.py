@@ -141,6 +141,9 @@ def test_a_type_error_in_a_values_file_names_the_value(
         ("--nodes 4", "not valid JSON; list values are JSON arrays"),
         ("[NaN]", "not valid JSON (NaN is not JSON)"),
         ('["a",]', "not valid JSON (Expecting value)"),
+        # The decoder's own reason, its position left out, whatever it holds (a ':' too).
+        ('[{"a" 1}]', "not valid JSON (Expecting ':' delimiter)"),
+        ("[1" + "0" * 5000 + "]", "not valid JSON (a number of 5001 digits, too long to read)"),
     ],
 )
 def test_json_that_is_not_an_array_is_not_called_invalid_json(
