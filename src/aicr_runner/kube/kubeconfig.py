@@ -96,7 +96,8 @@ def _problem(path: Path, what: str) -> ConfigError:
 
 
 def _shown(text: str) -> str:
-    return text.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")[:300]
+    """``text`` on one printable ASCII line: control characters and non-ASCII escaped."""
+    return text.encode("unicode_escape").decode("ascii")[:300]
 
 
 def _load(path: Path) -> Mapping[str, Any]:
@@ -186,7 +187,7 @@ def _entry(path: Path, section: str, body_key: str, index: int, entry: Any) -> t
     if body is None:
         body = {}
     if not isinstance(body, Mapping):
-        raise _problem(path, f"{section}[{name}].{body_key} is not a mapping")
+        raise _problem(path, f"{_shown(f'{section}[{name}]')}.{body_key} is not a mapping")
     return name, dict(body)
 
 
