@@ -21,13 +21,13 @@ per content and found by later sessions (CI builds it once).
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 
 from e2e.agent_image import base_image_tar
+from e2e.testdata import shared_folder
 from tests.support.podman import PODMAN
 
 __all__ = [
@@ -58,17 +58,7 @@ class GpuOperatorMissing(RuntimeError):
 
 
 def gpu_operator_root() -> Path:
-    value = os.environ.get(GPU_OPERATOR_ENV, "")
-    if value:
-        return Path(value)
-    releases = os.environ.get("AICR_TEST_RELEASES_DIR", "")
-    if not releases:
-        raise GpuOperatorMissing(
-            f"neither {GPU_OPERATOR_ENV} nor AICR_TEST_RELEASES_DIR is set: the GPU Operator tests need "
-            f"{OPERATOR_VERSION}/{ARCHIVE}; scripts/test.sh sets {GPU_OPERATOR_ENV} to "
-            "<repo>/../shared/testdata/gpu-operator"
-        )
-    return Path(releases).parent / "gpu-operator"
+    return shared_folder(GPU_OPERATOR_ENV, "gpu-operator", f"{OPERATOR_VERSION}/{ARCHIVE}", GpuOperatorMissing)
 
 
 def gpu_operator_archive() -> Path:

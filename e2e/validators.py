@@ -23,7 +23,6 @@ session's control plane does not run: ``deployment_controllers`` starts them.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import tarfile
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.controllers import start_controller_manager
+from e2e.testdata import shared_folder
 from tests.support.podman import PODMAN
 
 __all__ = [
@@ -100,16 +100,7 @@ class ValidatorsMissing(RuntimeError):
 def validators_root() -> Path:
     """``AICR_TEST_VALIDATORS_DIR``; unset, ``aicr-validators`` next to the
     ``AICR_TEST_RELEASES_DIR`` folder (the shared test data's layout)."""
-    value = os.environ.get(VALIDATORS_ENV, "")
-    if value:
-        return Path(value)
-    releases = os.environ.get("AICR_TEST_RELEASES_DIR", "")
-    if not releases:
-        raise ValidatorsMissing(
-            f"neither {VALIDATORS_ENV} nor AICR_TEST_RELEASES_DIR is set: the real-validator tests need "
-            f"v0.11.1/{ARCHIVE}; scripts/test.sh sets {VALIDATORS_ENV} to <repo>/../shared/testdata/aicr-validators"
-        )
-    return Path(releases).parent / "aicr-validators"
+    return shared_folder(VALIDATORS_ENV, "aicr-validators", f"v0.11.1/{ARCHIVE}", ValidatorsMissing)
 
 
 def validator_archive() -> Path:

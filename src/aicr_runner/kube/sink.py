@@ -94,14 +94,12 @@ class Sink(Protocol):
         ...
 
 
-class ConfigMapSink:
-    #: What one ConfigMap holds (``put`` refuses more).
-    budget = CONFIGMAP_BUDGET_BYTES
+class _Budgeted:
+    """A sink's budget and its one way to fit a payload into it: a results directory
+    holds what the ConfigMap of a Job run would (a plan shows what a Job stores)."""
 
-    def __init__(self, api: KubeApi, namespace: str, labels: Mapping[str, str] | None = None) -> None:
-        self._api = api
-        self.namespace = namespace
-        self._labels = {**RESULT_LABELS, **(labels or {})}
+    #: What one ConfigMap holds (``ConfigMapSink.put`` refuses more).
+    budget = CONFIGMAP_BUDGET_BYTES
 
     def fit(
         self,
@@ -111,6 +109,13 @@ class ConfigMapSink:
         archives: Mapping[str, Path] | None = None,
     ) -> Fitted:
         return fit_payload(data, large=large, archives=archives, budget=self.budget)
+
+
+class ConfigMapSink(_Budgeted):
+    def __init__(self, api: KubeApi, namespace: str, labels: Mapping[str, str] | None = None) -> None:
+        self._api = api
+        self.namespace = namespace
+        self._labels = {**RESULT_LABELS, **(labels or {})}
 
     def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
         size = payload_size(data, binary_data)
@@ -134,23 +139,11 @@ class ConfigMapSink:
         return (self._api.get_configmap_binary(self.namespace, name) or {}).get(key)
 
 
-class DirectorySink:
+class DirectorySink(_Budgeted):
     """Writes ``<root>/<name>/<key>``; each file is replaced atomically."""
-
-    #: A results directory holds what the ConfigMap of a Job run would (a plan shows what a Job stores).
-    budget = CONFIGMAP_BUDGET_BYTES
 
     def __init__(self, root: Path) -> None:
         self.root = root
-
-    def fit(
-        self,
-        data: Mapping[str, str],
-        *,
-        large: Mapping[str, bytes] | None = None,
-        archives: Mapping[str, Path] | None = None,
-    ) -> Fitted:
-        return fit_payload(data, large=large, archives=archives, budget=self.budget)
 
     def put(self, name: str, *, data: Mapping[str, str], binary_data: Mapping[str, bytes] | None = None) -> None:
         target = self.root / name
