@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,7 +28,7 @@ from aicr_runner.errors import InterruptedRun, RunnerError
 from aicr_runner.kube.sink import Sink
 from aicr_runner.run.invocation import Mode
 from aicr_runner.run.machine import State
-from aicr_runner.run.report import RunReport
+from aicr_runner.run.report import RunReport, utcnow
 from aicr_runner.settings.config import RunnerSettings
 
 if TYPE_CHECKING:
@@ -202,6 +203,8 @@ class RunExternals:
     report_target: ReportTarget | None = None
     #: The snapshot agent's ConfigMap reader; None outside a cluster.
     read_configmap: ConfigMapReader | None = None
+    #: The time the steps record (the verdict history, the verdict report, the snapshot).
+    clock: Callable[[], datetime] = utcnow
 
 
 @dataclass(frozen=True)

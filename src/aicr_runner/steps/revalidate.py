@@ -20,7 +20,6 @@ from aicr_runner.aicr import history, recipe
 from aicr_runner.aicr.classify import CtrfVerdict
 from aicr_runner.errors import ExitCode, RecipeFormatError, RunnerError
 from aicr_runner.run.machine import StepResult
-from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import Mode, RunContext
 from aicr_runner.steps.upgrade import INSTALLED_KEY
 from aicr_runner.text import cut_bytes, one_line, printable
@@ -154,7 +153,9 @@ def record_history(ctx: RunContext, ctrf: bytes) -> tuple[bytes, VerdictChange]:
     past, kept = _past(ctx, stored)
     version = ctx.findings.aicr_version.text if ctx.findings.aicr_version else ctx.report.aicr_version
     by = f"{'install' if ctx.mode is Mode.RUN else 'revalidate'} {ctx.report.run_by}".strip()
-    entry = history.entry_of(verdict, when=utcnow().isoformat(), run_by=by, aicr_version=version, recipe_digest=digest)
+    entry = history.entry_of(
+        verdict, when=ctx.externals.clock().isoformat(), run_by=by, aicr_version=version, recipe_digest=digest
+    )
     change = history.change_since(history.previous_of(past, digest), entry)
     entries, dropped = history.within_bytes(history.append(past, entry, ctx.settings.validate.history_limit))
     if dropped:

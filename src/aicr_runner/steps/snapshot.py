@@ -31,7 +31,6 @@ from aicr_runner.aicr import argv as commands
 from aicr_runner.aicr import recipe, snapshot_diff
 from aicr_runner.errors import RunnerError
 from aicr_runner.run.machine import State, StepResult
-from aicr_runner.run.report import utcnow
 from aicr_runner.steps.context import RunContext
 from aicr_runner.text import cut_bytes, printable
 
@@ -172,7 +171,7 @@ def _kept(
     """This snapshot in ``snapshot.configmap``: its facts always (and a damaged
     ``facts.json`` kept aside), the document when it fits."""
     name = ctx.settings.snapshot.configmap
-    record = {"time": utcnow().isoformat(), "source": ctx.findings.snapshot, "facts": found}
+    record = {"time": ctx.externals.clock().isoformat(), "source": ctx.findings.snapshot, "facts": found}
     data = {**(aside or {}), "facts.json": json.dumps(record, indent=2, sort_keys=True)}
     fitted = ctx.sink.fit(data, large={"snapshot.yaml": text.encode()})
     try:

@@ -18,7 +18,7 @@ from aicr_runner.aicr.ctrf import CtrfVerdict
 from aicr_runner.kube import openreports, report_writer
 from aicr_runner.kube.openreports import Entry, RunFacts
 from aicr_runner.run.machine import State, StepResult
-from aicr_runner.run.report import StepRecord, StepStatus, utcnow
+from aicr_runner.run.report import StepRecord, StepStatus
 from aicr_runner.settings.config import ReportsApi
 from aicr_runner.steps import upgrade
 from aicr_runner.steps.context import RunContext
@@ -99,7 +99,7 @@ def facts_of(ctx: RunContext, namespace: str, *, evidence_stored: bool) -> RunFa
         recipe=", ".join(f"{key}={value}" for key, value in report.criteria.items() if value),
         run_by=report.run_by,
         evidence_configmap=s.validate.evidence_configmap if evidence_stored else "",
-        when=utcnow(),
+        when=ctx.externals.clock(),
         regressed=ctx.findings.regressed,
         upgrade_blocked=upgrade.blocked(ctx),
     )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -551,8 +553,11 @@ def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp
     api = FakeKubeApi()
     told: list[tuple[list[str], list[str]]] = []
     base = context(tmp_path, StubProcesses(), sink=ConfigMapSink(api, "ns"))
+    moments = (datetime(2026, 1, day, tzinfo=UTC) for day in itertools.count(1))
     ctx = rewired(
-        base, on_verdict_change=lambda regressed, recovered, since: told.append((list(regressed), list(recovered)))
+        base,
+        on_verdict_change=lambda regressed, recovered, since: told.append((list(regressed), list(recovered))),
+        clock=lambda: next(moments),
     )
     resolved(ctx, b"kind: RecipeResult\n")
     for status in ("passed", "failed"):
@@ -567,6 +572,8 @@ def test_the_verdict_history_lives_in_its_configmap_and_a_regression_is_told(tmp
     entries = json.loads(api.objects[("ns", "aicr-validate-result-history")]["data"]["history.json"])  # type: ignore[index]
     assert [e["checks"] for e in entries] == [{"passed": ["operator-health"]}, {"failed": ["operator-health"]}]
     assert entries[0]["recipeDigest"].startswith("sha256:")
+    # The time each entry records is the run's clock (RunExternals.clock), not the host's.
+    assert [e["time"] for e in entries] == ["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00"]
     captured = json.loads(api.objects[("ns", "aicr-validate-result")]["data"]["ctrf.json"])  # type: ignore[index]
     assert captured["baseline"]["extra"]["checks"] == {"passed": ["operator-health"]}
 
