@@ -172,9 +172,24 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "drop-pack-transport-guard",
         "templates/_validate-pack.tpl",
-        "{{- if and (not $v.dataPack) (or $v.dataPackSecret $v.dataPackPlainHTTP $v.dataPackInsecureTLS) -}}",
-        "{{- if and (not $v.dataPack) $v.dataPackSecret -}}",
+        "{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) (or $v.dataPackSecret $v.dataPackPlainHTTP "
+        "$v.dataPackInsecureTLS) -}}",
+        "{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) $v.dataPackSecret -}}",
         "test_guards.py::test_g17d_pack_transport_settings_need_a_pack",
+    ),
+    m(
+        "pack-transport-guard-ignores-the-release-ref",
+        "templates/_validate-pack.tpl",
+        "{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) (or $v.dataPackSecret",
+        "{{- if and (not $v.dataPack) (or $v.dataPackSecret",
+        "test_guards.py::test_g12_g17d_the_aicr_release_from_a_registry_is_a_consumer_of_the_pack_transport",
+    ),
+    m(
+        "drop-one-release-source-guard",
+        "templates/_validate-pack.tpl",
+        "{{- if and $v.aicrReleaseRef (ne (toString $v.aicrReleaseBaseUrl)",
+        "{{- if and false (ne (toString $v.aicrReleaseBaseUrl)",
+        "test_guards.py::test_c17_the_aicr_release_comes_from_one_place",
     ),
     m(
         "allow-credentials-in-extra-env",
