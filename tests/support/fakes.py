@@ -88,9 +88,11 @@ class FakeKubeApi:
         stored = self.objects.get((namespace, name))
         return None if stored is None else dict(stored["data"])  # type: ignore[call-overload]
 
-    def get_configmap_binary(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+    def get_configmap_payload(self, namespace: str, name: str) -> tuple[Mapping[str, str], Mapping[str, bytes]] | None:
         stored = self.objects.get((namespace, name))
-        return None if stored is None else dict(stored["binaryData"])  # type: ignore[call-overload]
+        if stored is None:
+            return None
+        return dict(stored["data"]), dict(stored["binaryData"])  # type: ignore[call-overload]
 
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
         return self.job_labels.get((namespace, name))

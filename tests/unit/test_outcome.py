@@ -29,8 +29,8 @@ class NoSink:
     def get_data(self, name: str) -> dict[str, str]:
         return {}
 
-    def get_binary(self, name: str, key: str) -> bytes | None:
-        return None
+    def get_payload(self, name: str) -> tuple[dict[str, str], dict[str, bytes]]:
+        return {}, {}
 
 
 def report(exit_code: int, phase: RunPhase, message: str) -> RunReport:

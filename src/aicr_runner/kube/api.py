@@ -179,8 +179,8 @@ class KubeApi(Protocol):
         """The ConfigMap's ``data``; None when it does not exist."""
         ...
 
-    def get_configmap_binary(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
-        """The ConfigMap's ``binaryData``, decoded; None when it does not exist."""
+    def get_configmap_payload(self, namespace: str, name: str) -> tuple[Mapping[str, str], Mapping[str, bytes]] | None:
+        """The ConfigMap's ``data`` and ``binaryData`` (decoded), one read; None when it does not exist."""
         ...
 
     def get_job_labels(self, namespace: str, name: str) -> Mapping[str, str] | None:
@@ -467,9 +467,9 @@ class ClientKubeApi:
         body = self._read_configmap(namespace, name)
         return None if body is None else data_of(body)
 
-    def get_configmap_binary(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+    def get_configmap_payload(self, namespace: str, name: str) -> tuple[Mapping[str, str], Mapping[str, bytes]] | None:
         body = self._read_configmap(namespace, name)
-        return None if body is None else binary_of(body, f"ConfigMap {namespace}/{name}")
+        return None if body is None else (data_of(body), binary_of(body, f"ConfigMap {namespace}/{name}"))
 
     def _read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         body: dict[str, Any] | None = self.request(

@@ -88,9 +88,9 @@ class Sink(Protocol):
         """Every text key an earlier run wrote to ``name`` (empty when none): one read."""
         ...
 
-    def get_binary(self, name: str, key: str) -> bytes | None:
-        """What an earlier run wrote to ``name``'s binary ``key`` (a payload stored
-        compressed); None when there is none."""
+    def get_payload(self, name: str) -> tuple[Mapping[str, str], Mapping[str, bytes]]:
+        """Every text and binary key (payloads stored compressed) an earlier run wrote
+        to ``name`` (empty when none): one read."""
         ...
 
 
@@ -135,8 +135,8 @@ class ConfigMapSink(_Budgeted):
     def get_data(self, name: str) -> Mapping[str, str]:
         return self._api.get_configmap_data(self.namespace, name) or {}
 
-    def get_binary(self, name: str, key: str) -> bytes | None:
-        return (self._api.get_configmap_binary(self.namespace, name) or {}).get(key)
+    def get_payload(self, name: str) -> tuple[Mapping[str, str], Mapping[str, bytes]]:
+        return self._api.get_configmap_payload(self.namespace, name) or ({}, {})
 
 
 class DirectorySink(_Budgeted):
@@ -166,12 +166,13 @@ class DirectorySink(_Budgeted):
         except OSError as exc:
             raise CaptureError(f"reading {path} failed: {exc.strerror or exc}") from exc
 
-    def get_binary(self, name: str, key: str) -> bytes | None:
-        path = self.root / name / key
+    def get_payload(self, name: str) -> tuple[Mapping[str, str], Mapping[str, bytes]]:
+        folder = self.root / name
         try:
-            return path.read_bytes() if path.is_file() else None
+            binary = {p.name: p.read_bytes() for p in sorted(folder.glob("*.gz")) if p.is_file()}
         except OSError as exc:
-            raise CaptureError(f"reading {path} failed: {exc.strerror or exc}") from exc
+            raise CaptureError(f"reading {folder} failed: {exc.strerror or exc}") from exc
+        return self.get_data(name), binary
 
     def get_data(self, name: str) -> Mapping[str, str]:
         folder = self.root / name

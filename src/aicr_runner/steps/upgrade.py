@@ -79,15 +79,15 @@ def read_installed(ctx: RunContext) -> None:
 
 
 def _recorded(sink: Sink, name: str) -> bytes | None:
-    """The kept installed recipe, else ``recipe.yaml``: each as text, or gzip-compressed
+    """The kept installed recipe, else ``recipe.yaml`` (in that order: a refused
+    upgrade's recipe.yaml is not what is installed), each as text or gzip-compressed
     under ``<key>.gz`` (a recipe over the ConfigMap's budget); None on a first install."""
-    data = sink.get_data(name)
+    data, binary = sink.get_payload(name)
     for key in (INSTALLED_KEY, "recipe.yaml"):
         if data.get(key):
             return data[key].encode()
-        blob = sink.get_binary(name, f"{key}.gz")
-        if blob:
-            return recipe.inflate_recorded(blob, f"{sink.describe(name)} {key}.gz")
+        if binary.get(f"{key}.gz"):
+            return recipe.inflate_recorded(binary[f"{key}.gz"], f"{sink.describe(name)} {key}.gz")
     return None
 
 

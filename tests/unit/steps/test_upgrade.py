@@ -393,7 +393,7 @@ def test_a_recorded_recipe_the_api_does_not_give_fails_the_check_with_the_apis_e
     def unanswered(namespace: str, name: str) -> None:
         raise CaptureError(f"reading ConfigMap {namespace}/{name} failed: gave up after 1 attempt(s)")
 
-    monkeypatch.setattr(release.api, "get_configmap_data", unanswered)
+    monkeypatch.setattr(release.api, "get_configmap_payload", unanswered)
     ctx = release.install(NEW, SAFE)
     status, code, message = outcome(ctx)
     # Retried by the Job (26 is no FailJob code), never deployed as a first install.
