@@ -28,9 +28,11 @@ import tarfile
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Self
+
+from tests.support.loopback import LoopbackServer
 
 __all__ = [
     "DRIP_INTERVAL",
@@ -67,8 +69,7 @@ class _LoopbackHttp:
     _stop: threading.Event
 
     def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = LoopbackServer(handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property

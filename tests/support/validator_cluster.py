@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tests.support.loopback import LoopbackServer
 
 __all__ = ["Validators", "validator_cluster"]
 
@@ -141,9 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
 def validator_cluster(validators: Validators, directory: Path) -> Iterator[Path]:
     """Serve on a free loopback port; yields a kubeconfig (for ``KUBECONFIG``)."""
     handler = type("Handler", (_Handler,), {"validators": validators})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = LoopbackServer(handler).start()
     kubeconfig = directory / "kubeconfig.yaml"
     config = {
         "apiVersion": "v1",
@@ -158,6 +157,4 @@ def validator_cluster(validators: Validators, directory: Path) -> Iterator[Path]
     try:
         yield kubeconfig
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        server.stop()

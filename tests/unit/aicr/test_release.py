@@ -16,7 +16,7 @@ import tarfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError, ExitC
 from aicr_runner.net.retry import parse_retry_after
 from aicr_runner.settings.config import AicrSettings, Arch, LogFormat, Sha256Pins
 from tests.support.hostile_server import self_signed_certificate
+from tests.support.loopback import LoopbackServer
 
 BASE = "https://releases.example.test/NVIDIA/aicr/releases/download"
 AMD64_URL = f"{BASE}/v1.2.0/aicr_1.2.0_linux_amd64.tar.gz"
@@ -684,11 +685,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _ScriptedServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _ScriptedServer(LoopbackServer):
     def __init__(self, script: dict[str, list[Behaviour]]) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.script = script
         self.requests: list[str] = []
         self.connections = 0
@@ -811,7 +810,7 @@ def test_the_lazily_loaded_ca_bundle_still_refuses_an_untrusted_https_server(tmp
             return
 
     cert, key = self_signed_certificate(tmp_path)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    server = LoopbackServer(Ok)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)

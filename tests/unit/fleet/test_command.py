@@ -28,6 +28,7 @@ from aicr_runner.fleet.rows import (
     rows_from_reports,
 )
 from aicr_runner.kube.openreports import LAST_RUN_ANNOTATION, REGRESSED_ANNOTATION, RELEASE_LABEL
+from tests.support.loopback import serving
 
 
 def report(namespace: str, release: str, summary: dict[str, int]) -> dict[str, Any]:
@@ -76,14 +77,8 @@ class _Cluster(http.server.BaseHTTPRequestHandler):
 
 def serve(answers: dict[str, tuple[int, Any]]) -> Iterator[str]:
     handler = type("Handler", (_Cluster,), {"answers": answers})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handler) as server:
+        yield server.url
 
 
 def _items(*items: dict[str, Any]) -> tuple[int, Any]:

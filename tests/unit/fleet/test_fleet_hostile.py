@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import yaml
 from aicr_runner import cli
 from aicr_runner.errors import ExitCode
 from tests.support.hostile_server import BlackHole, HostileKubeApi, StalledListener
+from tests.support.loopback import serving
 from tests.unit.fleet import test_command
 from tests.unit.fleet.test_command import kubeconfig, refused_address, report
 
@@ -228,14 +228,8 @@ class _Raw(http.server.BaseHTTPRequestHandler):
 def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Any:
     @contextlib.contextmanager
     def running() -> Iterator[str]:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}"
-        finally:
-            server.shutdown()
-            server.server_close()
+        with serving(handler) as server:
+            yield server.url
 
     return running()
 

@@ -19,6 +19,7 @@ from kubernetes.config import kube_config
 from aicr_runner.errors import ApiConflictError, CaptureError, LeaseError, RunnerError
 from aicr_runner.kube import api as kube
 from aicr_runner.kube.api import ClientKubeApi, LeaseRecord
+from tests.support.loopback import LoopbackServer, serving
 
 
 @dataclass
@@ -63,14 +64,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[str, Script]]:
     script = Script([(200, {})])
     handler = type("Handler", (_Handler,), {"script": script})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", script
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(handler) as httpd:
+        yield httpd.url, script
 
 
 def api_for(url: str, budget: float = 30.0) -> ClientKubeApi:
@@ -104,11 +99,11 @@ def test_connection_refused_until_the_server_is_back() -> None:
         port = probe.getsockname()[1]
     script = Script([(200, {})])
     handler = type("Handler", (_Handler,), {"script": script})
-    started: list[http.server.ThreadingHTTPServer] = []
+    started: list[LoopbackServer] = []
 
     def start_later() -> None:
         time.sleep(2.0)
-        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        httpd = LoopbackServer(handler, port)
         started.append(httpd)
         httpd.serve_forever()
 
@@ -117,8 +112,7 @@ def test_connection_refused_until_the_server_is_back() -> None:
         api_for(f"http://127.0.0.1:{port}").apply_configmap("ns", "x", data={"k": "v"})
     finally:
         for httpd in started:
-            httpd.shutdown()
-            httpd.server_close()
+            httpd.stop()
     assert len(script.seen) == 1
 
 

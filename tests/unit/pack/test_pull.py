@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from aicr_runner.pack.oci import ANNOTATION_TITLE, MAX_PARALLEL_FETCHES, OCI_MAN
 from aicr_runner.pack.pull import PackLayer, Placement, pull_pack
 from aicr_runner.pack.registry import RegistryClient
 from aicr_runner.settings.config import PackSettings, load, shown
+from tests.support import loopback
 
 REF = "registry.example.test/acme/pack:1.0"
 HOST = "registry.example.test"
@@ -735,14 +736,9 @@ class _RegistryHandler(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def serving(state: Served) -> Iterator[Served]:
     handler = type("Handler", (_RegistryHandler,), {"state": state})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with loopback.serving(handler) as server:
+        state.port = server.server_address[1]
+        yield state
 
 
 @pytest.fixture
