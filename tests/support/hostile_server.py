@@ -93,7 +93,8 @@ class ReleaseServer(_LoopbackHttp):
     def __init__(self, root: Path) -> None:
         self.root = root
         self.requests: list[str] = []
-        #: Set when a client of ``/stall/`` closed its connection.
+        #: Set when ``/stall/`` has sent its byte, and when its client closed the connection.
+        self.stall_started = threading.Event()
         self.stalled_client_left = threading.Event()
         self._stop = threading.Event()
         server = self
@@ -140,6 +141,7 @@ class ReleaseServer(_LoopbackHttp):
                 self.end_headers()
                 self.wfile.write(b"x")
                 self.wfile.flush()
+                server.stall_started.set()
                 self.close_connection = True
                 while not server._stop.is_set():
                     readable, _, _ = select.select([self.connection], [], [], 0.05)

@@ -128,7 +128,9 @@ def _with_release(items: list[Item], copier: OrasCopier, release: _ReleaseFiles,
     """The release files as one artifact item, its OCI layout a source of ``copier``."""
     from aicr_runner.mirror.release_artifact import with_release_artifact
 
-    listed, sources = with_release_artifact(items, release.settings, release.version, workdir, copier)
+    listed, sources = with_release_artifact(
+        items, release.settings, release.version, workdir, copier, interrupted=copier.interrupted
+    )
     copier.sources = {**copier.sources, **sources}
     return listed
 

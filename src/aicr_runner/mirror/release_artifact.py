@@ -15,7 +15,7 @@ its item's reference ``nvidia/aicr/release:<tag>``, so it lands at
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -31,6 +31,7 @@ from aicr_runner.errors import ChecksumError, DownloadError
 from aicr_runner.mirror.errors import CopyError, MirrorExit
 from aicr_runner.mirror.items import Item, Kind
 from aicr_runner.mirror.oras_copier import LAYOUT
+from aicr_runner.net import deadline
 from aicr_runner.net.digests import sha256_file
 from aicr_runner.settings.config import AicrSettings
 
@@ -52,17 +53,25 @@ def release_reference(version: str) -> str:
 
 
 def with_release_artifact(
-    items: Sequence[Item], settings: AicrSettings, version: str, workdir: Path, pusher: LayoutPusher
+    items: Sequence[Item],
+    settings: AicrSettings,
+    version: str,
+    workdir: Path,
+    pusher: LayoutPusher,
+    *,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> tuple[list[Item], dict[str, str]]:
     """The list with its release files replaced by one artifact item, and that item's
-    source (reference -> its OCI layout) for the copier. No files: the list as it is."""
+    source (reference -> its OCI layout) for the copier. No files: the list as it is.
+    Each download ends within the fetch step's download budget, and at once (its
+    socket shut) when ``interrupted()`` turns true: ``InterruptedRun``."""
     files = [item for item in items if item.kind is Kind.FILE]
     if not files:
         return list(items), {}
     reference = release_reference(version)
     folder = workdir / "files"
     folder.mkdir(parents=True, exist_ok=True)
-    fetched = {_fetched(item, settings, folder): item for item in files}
+    fetched = {_fetched(item, settings, folder, interrupted): item for item in files}
     names = list(fetched)
     _check_archives(fetched, folder)
     layout = f"{LAYOUT}{workdir / 'layout'}:{reference.rsplit(':', 1)[1]}"
@@ -79,13 +88,22 @@ def with_release_artifact(
     return [*(item for item in items if item.kind is not Kind.FILE), artifact], {reference: layout}
 
 
-def _fetched(item: Item, settings: AicrSettings, folder: Path) -> str:
+def _fetched(item: Item, settings: AicrSettings, folder: Path, interrupted: Callable[[], bool]) -> str:
     """The file of ``item`` (a URL) downloaded into ``folder``, checked against the
     sha256 the list recorded for it (if any); its name."""
     name = item.reference.rsplit("/", 1)[1]
     limit = MAX_CHECKSUMS_BYTES if name == CHECKSUMS_NAME else MAX_ARCHIVE_BYTES
+    budget = settings.download_budget_seconds
     try:
-        sha256 = download_file(settings, item.reference, folder / name, max_bytes=limit)
+        sha256 = deadline.bounded(
+            lambda cancelled: download_file(
+                settings, item.reference, folder / name, max_bytes=limit, cancelled=cancelled
+            ),
+            budget_seconds=budget,
+            interrupted=interrupted,
+            over_budget=lambda: DownloadError(f"not downloaded within the {budget:g}s download budget"),
+            what=f"the download of {name}",
+        )
     except DownloadError as exc:
         raise CopyError(MirrorExit.SOURCE_UNAVAILABLE, item.reference, exc.message) from exc
     if item.digest and item.digest != f"sha256:{sha256}":

@@ -14,9 +14,11 @@ import pytest
 import respx
 
 from aicr_runner.aicr.release_oci import ARCHIVE_MEDIA_TYPE, ARTIFACT_TYPE, CHECKSUMS_MEDIA_TYPE
+from aicr_runner.errors import InterruptedRun
 from aicr_runner.mirror.errors import CopyError, MirrorExit
 from aicr_runner.mirror.items import Item, Kind
 from aicr_runner.mirror.release_artifact import release_reference, with_release_artifact
+from tests.support.hostile_server import ReleaseServer
 from tests.unit.aicr.test_release import AMD64_TAR, AMD64_URL, ARM64_TAR, ARM64_URL, SUMS_URL, goreleaser_sums, settings
 
 DIGEST = "sha256:" + "ab" * 32
@@ -111,3 +113,21 @@ def test_a_list_without_the_checksums_file_is_refused(served: respx.MockRouter, 
     with pytest.raises(CopyError, match="no checksums file") as caught:
         with_release_artifact(files()[:2], settings(), "1.2.0", tmp_path, FakePusher())
     assert caught.value.reason is MirrorExit.NOT_FOUND
+
+
+def test_a_shutdown_stops_a_download_the_server_stalls(tmp_path: Path) -> None:
+    """SIGTERM during the release download (a server that sends a byte and falls
+    silent): the download's socket is shut and the mirror stops at once, naming it."""
+    (tmp_path / "srv").mkdir()
+    with ReleaseServer(tmp_path / "srv") as server:
+        stalled = Item(Kind.FILE, f"{server.url}/stall/{AMD64_URL.rsplit('/', 1)[1]}", ("aicr-runner fetch step",))
+        with pytest.raises(InterruptedRun, match="the download of"):
+            with_release_artifact(
+                [stalled],
+                settings(download_budget_seconds=600),
+                "v0.11.1",
+                tmp_path / "work",
+                FakePusher(),
+                interrupted=server.stall_started.is_set,  # the SIGTERM arrives once the server has gone silent
+            )
+        assert server.stalled_client_left.wait(10), "the stalled connection was left open"
