@@ -35,8 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from e2e.harness.podman import image_exists, podman_build
 from e2e.tools import REPO_ROOT
-from tests.support.podman import PODMAN
 from tests.support.real_aicr import extract_binary
 
 __all__ = ["AGENT_IMAGE", "GPU", "NVIDIA_SMI", "OS_RELEASE", "agent_image", "base_image_tar"]
@@ -141,12 +141,9 @@ def agent_image(releases_dir: Path) -> str:
         for part in (binary, context / "base.tar"):
             digest.update(hashlib.sha256(part.read_bytes()).digest())
         tag = f"localhost/aicr-snapshot-agent:{digest.hexdigest()[:16]}"
-        if subprocess.run([*PODMAN, "image", "exists", tag], check=False).returncode == 0:
+        if image_exists(tag):
             return tag
         (context / "Containerfile").write_text(LAYOUT)
         shutil.rmtree(context / "inputs")
-        build = [*PODMAN, "build", "--quiet", "--tag", tag, "--file", str(context / "Containerfile"), str(context)]
-        proc = subprocess.run(build, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"podman build of the agent image (exit {proc.returncode}): {proc.stderr[-3000:]}")
+        podman_build(context, tag)
     return tag

@@ -21,14 +21,13 @@ per content and found by later sessions (CI builds it once).
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 
 from e2e.agent_image import base_image_tar
+from e2e.harness.podman import image_exists, podman_build
 from e2e.testdata import shared_folder
-from tests.support.podman import PODMAN
 
 __all__ = [
     "GPU_OPERATOR_ENV",
@@ -86,17 +85,12 @@ def gpu_operator_image(archive: Path) -> str:
         for part in (archive, context / "base.tar"):
             digest.update(hashlib.sha256(part.read_bytes()).digest())
         tag = f"localhost/gpu-operator:{digest.hexdigest()[:16]}"
-        if subprocess.run([*PODMAN, "image", "exists", tag], check=False).returncode == 0:
+        if image_exists(tag):
             return tag
         tree = context / "tree"
         tree.mkdir()
         with tarfile.open(archive) as tar:
             tar.extractall(tree, filter="data")
         (context / "Containerfile").write_text(LAYOUT)
-        build = [*PODMAN, "build", "--quiet", "--tag", tag, "--file", str(context / "Containerfile"), str(context)]
-        proc = subprocess.run(build, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"podman build of the GPU Operator image (exit {proc.returncode}): {proc.stderr[-3000:]}"
-            )
+        podman_build(context, tag)
     return tag

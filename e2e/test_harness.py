@@ -855,3 +855,15 @@ def test_a_second_node_on_another_slot_is_undone_by_teardown(
     assert {name: after.sysctls[name] for name in KUBELET_SYSCTL_VALUES} == KUBELET_SYSCTL_VALUES
     assert (STATE_DIR / "sysctls.json").read_text() == recorded
     assert any(r.startswith("-N KUBE-") for r in after.iptables["filter"])
+
+
+def test_a_podman_call_that_does_not_end_fails_naming_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every harness podman call has a deadline: a wedged podman (here a stand-in
+    process that sleeps) fails its caller instead of holding the e2e run."""
+    from e2e.harness import podman as podman_module
+
+    monkeypatch.setattr(podman_module, "PODMAN", ("sh", "-c", "sleep 60", "podman"))
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"podman image inspect x did not end within 0.5s"):
+        podman_module.podman("image", "inspect", "x", timeout=0.5)
+    assert time.monotonic() - started < 30

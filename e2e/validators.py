@@ -23,7 +23,6 @@ session's control plane does not run: ``deployment_controllers`` starts them.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -32,8 +31,8 @@ from pathlib import Path
 
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.controllers import start_controller_manager
+from e2e.harness.podman import image_exists, podman_build
 from e2e.testdata import shared_folder
-from tests.support.podman import PODMAN
 
 __all__ = [
     "GPU_OPERATOR_TEMPLATE",
@@ -130,15 +129,12 @@ def validator_image(archive: Path) -> str:
         with tarfile.open(archive) as tar:
             tar.extractall(context, members=[m for m in tar.getmembers() if m.name != "LICENSE"], filter="data")
         (Path(context) / "Containerfile").write_text(layout)
-        build = [*PODMAN, "build", "--quiet", "--tag", tag, "--file", str(Path(context) / "Containerfile"), context]
-        proc = subprocess.run(build, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"podman build of the validator image (exit {proc.returncode}): {proc.stderr[-3000:]}")
+        podman_build(Path(context), tag)
     return tag
 
 
 def _podman_exists(tag: str) -> bool:
-    return subprocess.run([*PODMAN, "image", "exists", tag], check=False).returncode == 0
+    return image_exists(tag)
 
 
 @contextmanager

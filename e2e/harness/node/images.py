@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from e2e.harness.node.containerd import Containerd
-from e2e.harness.podman import PODMAN
+from e2e.harness.podman import BUILD_SECONDS, CALL_SECONDS, image_exists, podman
 
 __all__ = ["derive_image", "load_image", "write_pause_archive"]
 
@@ -93,10 +93,7 @@ def write_pause_archive(path: Path, binary: Path, name: str) -> Path:
 
 
 def _podman(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*PODMAN, *args], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"podman {' '.join(args)} (exit {proc.returncode}): {proc.stderr.strip()[-3000:]}")
-    return proc
+    return podman(*args, timeout=BUILD_SECONDS if args[0] == "build" else CALL_SECONDS)
 
 
 def derive_image(base: str, files: Mapping[str, Path], env: Mapping[str, str] | None = None) -> str:
@@ -115,7 +112,7 @@ def derive_image(base: str, files: Mapping[str, Path], env: Mapping[str, str] | 
             digest.update(str(path.stat().st_mode & 0o777).encode())
     digest.update(json.dumps(dict(env or {}), sort_keys=True).encode())
     tag = f"localhost/aicr-runner-e2e:{digest.hexdigest()[:16]}"
-    if subprocess.run([*PODMAN, "image", "exists", tag], check=False).returncode == 0:
+    if image_exists(tag):
         return tag
     with tempfile.TemporaryDirectory(prefix="e2e-image-") as context:
         lines = [f"FROM {base}"]
