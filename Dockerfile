@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1.7
 #
 # The aicr-runner image: the Python runtime plus what aicr's deploy.sh needs
-# (bash, helm, kubectl, jq) and cosign (aicr's provenance). Non-root (65532), made
+# (bash, helm, kubectl, jq), cosign (aicr's provenance) and oras (`aicr-runner
+# mirror` copies with it). Non-root (65532), made
 # for a read-only root file system: the chart mounts emptyDirs at /tmp, /work and
 # /home/aicr.
 #
@@ -12,7 +13,7 @@
 #   base-<arch>.tar        Debian <IMAGE_DEBIAN_SUITE> made with mmdebstrap (python3,
 #                          bash, ca-certificates, jq, tini; no apt, pip, perl, docs
 #                          or locales)
-#   tools/<arch>/image-tools  helm, kubectl and cosign in one Go binary, built from
+#   tools/<arch>/image-tools  helm, kubectl, cosign and oras in one Go binary, built from
 #                          their pinned Go modules (go.sum-verified), -trimpath, -s -w
 #   wheels/<arch>/         the wheels of requirements.lock (sha256-pinned; pip among
 #                          them) and of aicr-runner itself
@@ -82,11 +83,11 @@ RUN python3 -m venv --without-pip /opt/venv \
  && mv "${site}/aicr_runner" "${site}"/aicr_runner-*.dist-info "/app${site}/" \
  && mv /opt/venv/bin/aicr-runner /app/opt/venv/bin/
 
-# --- tools: the binary and its three names, as the runtime stage copies them ----------
+# --- tools: the binary and its four names, as the runtime stage copies them -----------
 FROM base AS tools
 ARG TARGETARCH
 COPY tools/${TARGETARCH}/image-tools /out/usr/local/bin/image-tools
-RUN for tool in helm kubectl cosign; do ln /out/usr/local/bin/image-tools "/out/usr/local/bin/${tool}"; done
+RUN for tool in helm kubectl cosign oras; do ln /out/usr/local/bin/image-tools "/out/usr/local/bin/${tool}"; done
 
 # --- runtime -------------------------------------------------------------------------
 FROM base
@@ -102,15 +103,15 @@ LABEL org.opencontainers.image.title="aicr-runner" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.base.name="${BASE_NAME}"
-# helm, kubectl and cosign for aicr's deploy.sh and the provenance check: hard
-# links to the one binary that holds all three (it picks the tool by the name it
+# helm, kubectl and cosign for aicr's deploy.sh and the provenance check, oras for
+# the mirror: hard links to the one binary that holds all four (it picks the tool by the name it
 # runs as), one layer. Hard, not symbolic: a file mounted over /usr/local/bin/helm
-# (a wrapper) then replaces helm alone, not the binary kubectl and cosign share.
+# (a wrapper) then replaces helm alone, not the binary the others share.
 COPY --from=tools /out/ /
 # bash, jq (deploy.sh's webhook and APIService pre-flight checks) and tini (PID 1:
 # forwards signals, reaps) come with the base; the check fails the build if not.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN command -v bash jq tini python3 helm kubectl cosign >/dev/null \
+RUN command -v bash jq tini python3 helm kubectl cosign oras >/dev/null \
  && mkdir -p /home/aicr /work \
  && chown 65532:65532 /home/aicr /work
 COPY --from=venv /opt/venv /opt/venv

@@ -163,7 +163,7 @@ def node(control_plane: ControlPlane, host_network: HostNetwork, e2e_workdir: Pa
 @pytest.fixture(scope="session")
 def e2e_image(node: RealNode) -> str:
     """The image scripts/build-image.sh builds, plus the test material pods use
-    (the fake aicr at FAKE_AICR_PATH with its package, the Go oras at E2E_ORAS),
+    (the fake aicr at FAKE_AICR_PATH with its package; the image's own oras is E2E_ORAS),
     loaded into the node under the chart's default image name as well."""
     started = time.monotonic()
     image = test_image()

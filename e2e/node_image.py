@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from e2e.harness.node import derive_image
-from e2e.tools import REPO_ROOT, tool
+from e2e.tools import REPO_ROOT
 
 __all__ = [
     "CHART_DEFAULT_IMAGE",
@@ -28,8 +28,9 @@ __all__ = [
 FAKE_AICR_PATH = "/usr/local/bin/aicr"
 #: ...its package (the launcher runs it with the image's Python)...
 FAKE_AICR_PACKAGE = "/opt/fake-aicr/fake_aicr"
-#: ...and the pinned Go oras (the fake's evidence publish pushes with it: FAKE_AICR_ORAS).
-E2E_ORAS = "/opt/e2e-tools/oras"
+#: ...and the pinned Go oras (the fake's evidence publish pushes with it: FAKE_AICR_ORAS):
+#: the image's own (a name of its tools binary, as the mirror runs it).
+E2E_ORAS = "/usr/local/bin/oras"
 
 
 def _chart_default_image() -> str:
@@ -62,5 +63,5 @@ def test_image() -> str:
     launcher = pod_fake_aicr_launcher(Path(tempfile.mkdtemp(prefix="e2e-fake-aicr-")))
     return derive_image(
         built_image(),
-        {FAKE_AICR_PATH: launcher, FAKE_AICR_PACKAGE: PACKAGE_DIR, E2E_ORAS: tool("oras")},
+        {FAKE_AICR_PATH: launcher, FAKE_AICR_PACKAGE: PACKAGE_DIR},
     )

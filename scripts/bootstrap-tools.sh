@@ -37,7 +37,7 @@ log() { printf 'bootstrap: %s\n' "$*" >&2; }
 # a half busy, and its module downloads and single-threaded link leave the rest
 # idle). A lock per tool in the cache directory: two bootstraps (the test script's
 # two lanes, parallel pytest sessions) never build the same tool twice, and one
-# that needs only oras never waits for an API server to compile.
+# that needs only helm3 never waits for an API server to compile.
 jobs=${BOOTSTRAP_JOBS:-2}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { log "BOOTSTRAP_JOBS must be a whole number from 1, not '$jobs'"; exit 2; }
 # Debug information is stripped at link time (-s -w); not generating it at compile
@@ -173,12 +173,12 @@ kube_ldflags() { # [VERSION] (default KUBERNETES_VERSION)
   printf '%s' "${out% }"
 }
 
-# helm, kubectl and cosign as one binary for the image (tools/image-tools/main.go):
-# the three share most of their code, which one binary holds once. One wrapper
-# module requires the three pinned modules (go.sum-verified against the checksum
+# helm, kubectl, cosign and oras as one binary for the image (tools/image-tools/main.go):
+# the four share most of their code, which one binary holds once. One wrapper
+# module requires the four pinned modules (go.sum-verified against the checksum
 # database, as every build here); kubectl's staging modules are pinned to its
 # release as for the API server, and Go's minimal version selection picks one
-# version of every shared dependency (the newest any of the three requires). The
+# version of every shared dependency (the newest any of the four requires). The
 # version stamps are those of each tool's release build.
 image_tools() {
   local arch=${IMAGE_TOOLS_ARCH:-$(go env GOARCH)}
@@ -186,14 +186,14 @@ image_tools() {
     amd64 | arm64) ;;
     *) log "image-tools: IMAGE_TOOLS_ARCH must be amd64 or arm64, not '$arch'"; exit 2 ;;
   esac
-  local version="helm-$HELM_VERSION.kubectl-$KUBERNETES_VERSION.cosign-$COSIGN_VERSION"
+  local version="helm-$HELM_VERSION.kubectl-$KUBERNETES_VERSION.cosign-$COSIGN_VERSION.oras-$ORAS_VERSION"
   local xflags
   xflags="$(helm_ldflags v4 "$HELM_VERSION") $(kube_ldflags) -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
   local recipe
   recipe=$(recipe_id "$xflags $(sha256sum "$root/tools/image-tools/main.go" | cut -c1-64) linux/$arch")
   local dest="$root/.tools/image/linux-$arch" cached
   cached=$(cache_name image-tools "$version" "$recipe")
-  # helm, kubectl and cosign's links and the image build all ask for it: one build.
+  # helm, kubectl, cosign and oras's links and the image build all ask for it: one build.
   exec 7>"$cache/.lock.image-tools-$arch"
   flock 7
   if [[ -x "$dest/image-tools" && "$(cat "$dest/.image-tools.recipe" 2>/dev/null || true)" == "$version $recipe" ]]; then
@@ -213,7 +213,8 @@ image_tools() {
       gomod=$(go mod download -json "$KUBERNETES_MODULE@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
       sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\1#p' "$gomod" |
         while read -r m; do echo "replace $m => $m v0.${KUBERNETES_VERSION#v1.}"; done >>go.mod
-      go get "$HELM_MODULE@$HELM_VERSION" "$KUBERNETES_MODULE@$KUBERNETES_VERSION" "$COSIGN_MODULE@$COSIGN_VERSION" >/dev/null
+      go get "$HELM_MODULE@$HELM_VERSION" "$KUBERNETES_MODULE@$KUBERNETES_VERSION" "$COSIGN_MODULE@$COSIGN_VERSION" \
+        "$ORAS_MODULE@$ORAS_VERSION" >/dev/null
       GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w $xflags" -o "$work/image-tools" .
       cp "$work/image-tools" "$cached.tmp" && mv "$cached.tmp" "$cached"
       log "image-tools linux/$arch built in $((SECONDS - started))s"
@@ -223,7 +224,7 @@ image_tools() {
   printf '%s' "$version $recipe" >"$dest/.image-tools.recipe"
 }
 
-# helm, kubectl and cosign for the tests are the image's own binary (image-tools
+# helm, kubectl, cosign and oras for the tests are the image's own binary (image-tools
 # for this machine's architecture), hard-linked under each name: the tests run
 # exactly the tools the image ships, and a cold bootstrap compiles their shared
 # code once instead of four times (about 13 minutes on 2 cores).
@@ -460,7 +461,7 @@ done
 # job_of TARGET: the job that provides it (several targets share one build).
 job_of() {
   case "$1" in
-    helm | kubectl | cosign) echo image-tool-links ;;
+    helm | kubectl | cosign | oras) echo image-tool-links ;;
     kube-apiserver | kube-controller-manager | kubelet | kube-scheduler) echo kube ;;
     *) echo "$1" ;;
   esac
@@ -472,6 +473,7 @@ run_job() {
       image_tool helm "$HELM_VERSION"
       image_tool kubectl "$KUBERNETES_VERSION"
       image_tool cosign "$COSIGN_VERSION"
+      image_tool oras "$ORAS_VERSION"
       ;;
     kube) kube_family ;;
     helm3)
@@ -491,7 +493,6 @@ run_job() {
     report-crds) report_crds ;;
     sveltos-crds) sveltos_crds ;;
     npm) npm_material ;;
-    oras) go_build oras "$ORAS_MODULE" "$ORAS_VERSION" "$ORAS_PACKAGE" ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
     kube-state-metrics)
       go_build kube-state-metrics "$KUBE_STATE_METRICS_MODULE" "$KUBE_STATE_METRICS_VERSION" "$KUBE_STATE_METRICS_MODULE"
@@ -509,7 +510,7 @@ run_job() {
 
 # The longest builds first, so the last job to start is a short one.
 job_order=(kube image-tool-links image-tools kube-apiserver-floor source-controller kube-state-metrics helm-controller
-  helm3 promtool etcd oras actionlint debian pause aicr npm flux-crds argocd-crds report-crds sveltos-crds)
+  helm3 promtool etcd actionlint debian pause aicr npm flux-crds argocd-crds report-crds sveltos-crds)
 declare -A wanted=()
 for t in "${want[@]}"; do
   if [[ " $all_targets " != *" $t "* ]]; then

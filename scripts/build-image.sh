@@ -4,7 +4,7 @@
 # makes), with no container registry and nothing downloaded during the build.
 #
 #   base    Debian IMAGE_DEBIAN_SUITE made with mmdebstrap (cached per recipe)
-#   tools   helm, kubectl and cosign in one binary, built from their pinned Go
+#   tools   helm, kubectl, cosign and oras in one binary, built from their pinned Go
 #           modules (tools/versions.env) by scripts/bootstrap-tools.sh image-tools
 #   wheels  requirements.lock's wheels (PyPI or pip's cache, sha256-checked) and
 #           the aicr-runner wheel of this checkout

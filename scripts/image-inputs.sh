@@ -17,7 +17,7 @@
 #           per recipe, so Debian's security updates arrive when the recipe
 #           changes or the cache is cleared (the release runner starts empty).
 #           A foreign architecture needs binfmt (qemu) on the host.
-#   tools   DIR/tools/<arch>/image-tools: helm, kubectl and cosign in one binary
+#   tools   DIR/tools/<arch>/image-tools: helm, kubectl, cosign and oras in one binary
 #           (scripts/bootstrap-tools.sh image-tools; Go cross-compiles, no qemu).
 #   wheels  DIR/wheels/<arch>/: every wheel of requirements.lock for CPython
 #           IMAGE_PYTHON on manylinux <arch>, downloaded with --require-hashes,

@@ -107,7 +107,7 @@ def versions() -> dict[str, str]:
     return dict(re.findall(r"^([A-Z0-9_]+)=\"?([^\"\n]*)\"?$", text, re.M))
 
 
-def test_the_tools_binary_is_helm_kubectl_and_cosign_at_their_pins() -> None:
+def test_the_tools_binary_is_helm_kubectl_cosign_and_oras_at_their_pins() -> None:
     main = (ROOT / "tools" / "image-tools" / "main.go").read_text()
     tools = re.search(r"^var tools = map\[string\]func\(\)\{(.*)\}$", main, re.M)
     assert tools is not None
@@ -115,13 +115,15 @@ def test_the_tools_binary_is_helm_kubectl_and_cosign_at_their_pins() -> None:
         ("helm", "helm"),
         ("kubectl", "kubectl"),
         ("cosign", "cosign"),
+        ("oras", "oras"),
     ]
-    assert re.search(r"for tool in helm kubectl cosign; do ln /out/usr/local/bin/image-tools ", DOCKERFILE)
+    assert re.search(r"for tool in helm kubectl cosign oras; do ln /out/usr/local/bin/image-tools ", DOCKERFILE)
     assert "COPY --from=tools /out/ /" in DOCKERFILE
     bootstrap = (ROOT / "scripts" / "bootstrap-tools.sh").read_text()
     assert '"$HELM_MODULE@$HELM_VERSION" "$KUBERNETES_MODULE@$KUBERNETES_VERSION" "$COSIGN_MODULE@$COSIGN_VERSION"' in (
         bootstrap
     )
+    assert '"$ORAS_MODULE@$ORAS_VERSION"' in bootstrap
     assert 'go build -trimpath -ldflags "-s -w $xflags" -o "$work/image-tools" .' in bootstrap
 
 
@@ -215,7 +217,7 @@ def test_runtime_is_non_root_with_tini_and_the_runner_entrypoint() -> None:
     assert re.search(r"^USER 65532:65532$", DOCKERFILE, re.M)
     assert 'ENTRYPOINT ["tini", "--", "aicr-runner"]' in DOCKERFILE
     assert 'CMD ["run"]' in DOCKERFILE
-    assert "RUN command -v bash jq tini python3 helm kubectl cosign >/dev/null" in DOCKERFILE
+    assert "RUN command -v bash jq tini python3 helm kubectl cosign oras >/dev/null" in DOCKERFILE
     inputs = (ROOT / "scripts" / "image-inputs.sh").read_text()
     assert re.search(r"^base_packages=python3,bash,ca-certificates,jq,tini,libstdc\+\+6$", inputs, re.M)
     for label in ("title", "description", "licenses", "version", "revision", "created", "base.name"):

@@ -110,24 +110,27 @@ def test_the_image_has_no_time_zone_database_and_parses_api_timestamps_without_o
     assert proc.stdout.splitlines() == ["None []", "2026-12-05T15:10:08+00:00"]
 
 
-def test_the_image_runs_as_65532_with_the_pinned_helm_kubectl_cosign_and_tini(image: str) -> None:
+def test_the_image_runs_as_65532_with_the_pinned_helm_kubectl_cosign_oras_and_tini(image: str) -> None:
     """The stripped tools still run, report the pinned versions, and are hard links
     to one binary (one inode: a file mounted over one of them replaces only that one)."""
     script = (
         "id -u; id -g; helm version --short; kubectl version --client -o yaml | sed -n 's/^  gitVersion: //p'; "
         "cosign version 2>&1 | sed -n 's/^GitVersion: *//p'; "
+        "oras version | sed -n 's/^Version: *//p'; "
         "stat -c %i /usr/local/bin/image-tools /usr/local/bin/helm /usr/local/bin/kubectl /usr/local/bin/cosign "
+        "/usr/local/bin/oras "
         "| sort -u | wc -l; "
         'command -v tini jq bash aicr-runner; echo "$HOME $PATH"'
     )
     proc = podman("run", "--rm", "--read-only", *RUN_LIMITS, "--entrypoint", "bash", image, "-c", script)
     assert proc.returncode == 0, proc.stderr
-    uid, gid, helm, kubectl, cosign, inodes, tini, jq, bash, runner, env = proc.stdout.strip().splitlines()
+    uid, gid, helm, kubectl, cosign, oras, inodes, tini, jq, bash, runner, env = proc.stdout.strip().splitlines()
     assert (uid, gid) == ("65532", "65532")
     versions = pins()
     assert helm.split("+")[0] == versions["HELM_VERSION"]
     assert kubectl == versions["KUBERNETES_VERSION"]
     assert cosign == versions["COSIGN_VERSION"]
+    assert f"v{oras}" == versions["ORAS_VERSION"]
     assert inodes == "1"
     assert (tini, jq, bash) == ("/usr/bin/tini", "/usr/bin/jq", "/usr/bin/bash")
     assert runner == "/opt/venv/bin/aicr-runner"
@@ -157,10 +160,11 @@ def test_the_tools_binary_names_the_tool_it_was_started_as_or_refuses(image: str
                          "--client", "-o", "json")  # fmt: skip
     assert as_argument.returncode == 0, as_argument.stderr
     assert f'"gitVersion": "{pins()["KUBERNETES_VERSION"]}"' in as_argument.stdout
-    unknown = podman("run", "--rm", *RUN_LIMITS, "--entrypoint", "image-tools", image, "oras", "version")
+    unknown = podman("run", "--rm", *RUN_LIMITS, "--entrypoint", "image-tools", image, "crane", "version")
     assert unknown.returncode == 2
-    assert "start me as helm, kubectl or cosign (a link named so, or 'image-tools <tool> ...'), not \"oras\"" in (
-        unknown.stderr
+    assert (
+        "start me as helm, kubectl, cosign or oras (a link named so, or 'image-tools <tool> ...'), not \"crane\""
+        in (unknown.stderr)
     )
 
 

@@ -227,10 +227,9 @@ def test_an_interrupted_copy_resumes_sending_only_what_is_missing(
     assert [c.sent for c in resumed.copied] == [False, True, True, True]
 
 
-def test_an_archive_carries_everything_across_and_the_inside_needs_no_upstream(
-    tmp_path: Path, local_registry: LocalRegistry, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """--to-archive on the outside; upstream stopped; --from-archive --to on the inside (the CLI, no plan)."""
+def _archive_of_a_stopped_upstream(tmp_path: Path) -> tuple[Upstream, list[Item], list[str | None]]:
+    """--to-archive on the outside (``tmp_path / "air.tar"``), then the upstream stopped:
+    the upstream, its items and the digests it served for the first three."""
     home = tmp_path / "home"
     home.mkdir()
     process, up_host = _serve_registry(tmp_path / "upstream")
@@ -249,6 +248,24 @@ def test_an_archive_carries_everything_across_and_the_inside_needs_no_upstream(
     finally:
         process.terminate()
         process.wait(timeout=10)
+    return up, items, upstream_digests
+
+
+def _assert_landed(
+    up: Upstream, items: list[Item], digests: list[str | None], target: LocalRegistry, prefix: str
+) -> None:
+    inside = _copier(up, target)
+    assert [inside.digest(target_of(i, prefix), source_side=False) for i in items[:3]] == digests
+    cert_manager = component_charts_dir() / "cert-manager-v1.17.2.tgz"
+    assert inside.chart_digest(target_of(items[3], prefix)) == sha256_of(cert_manager)
+
+
+def test_an_archive_carries_everything_across_and_the_inside_needs_no_upstream(
+    tmp_path: Path, local_registry: LocalRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--to-archive on the outside; upstream stopped; --from-archive --to on the inside (the CLI, no plan)."""
+    up, items, upstream_digests = _archive_of_a_stopped_upstream(tmp_path)
+    up_host, home = up.host, up.home
     assert not (tmp_path / "air.tar.partial").exists()
     prefix = _prefix(local_registry)
     env = {**os.environ, "HOME": str(home), "PATH": f"{ROOT / '.tools' / 'bin'}:{os.environ.get('PATH', '')}"}
@@ -263,10 +280,29 @@ def test_an_archive_carries_everything_across_and_the_inside_needs_no_upstream(
     (hosts,) = (tmp_path / "certs.d").glob("*/hosts.toml")
     assert hosts.parent.name == up_host
     assert f'[host."http://{local_registry.host}/v2/{prefix.split("/", 3)[3]}/127.0.0.1_' in hosts.read_text()
-    inside = _copier(up, local_registry)
-    assert [inside.digest(target_of(i, prefix), source_side=False) for i in items[:3]] == upstream_digests
-    cert_manager = component_charts_dir() / "cert-manager-v1.17.2.tgz"
-    assert inside.chart_digest(target_of(items[3], prefix)) == sha256_of(cert_manager)
+    _assert_landed(up, items, upstream_digests, local_registry, prefix)
+
+
+def test_the_images_own_mirror_loads_the_archive_inside(tmp_path: Path, local_registry: LocalRegistry) -> None:
+    """The inside of the gap with nothing but the runner image (docker run): its
+    ``mirror --from-archive`` copies with the image's own oras and helm."""
+    from tests.support.podman import PODMAN, RUN_LIMITS, built_image
+
+    up, items, upstream_digests = _archive_of_a_stopped_upstream(tmp_path)
+    prefix = _prefix(local_registry)
+    config = tmp_path / "config.json"  # readable by the image's user (65532), as a mounted Secret is
+    config.write_bytes(local_registry.credentials.read_bytes())
+    config.chmod(0o644)
+    mounts = ["-v", f"{tmp_path / 'air.tar'}:/in/air.tar:ro", "-v", f"{config}:/in/config.json:ro"]
+    argv = ["mirror", "--from-archive", "/in/air.tar", "--to", prefix, "--registry-config", "/in/config.json"]
+    argv += ["--plain-http", local_registry.host]
+    run = [*PODMAN, "run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--tmpfs", "/home/aicr"]
+    proc = subprocess.run(
+        [*run, *RUN_LIMITS, *mounts, built_image(), *argv], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"4 items in {prefix} by digest (4 copied, 0 already there)" in proc.stdout
+    _assert_landed(up, items, upstream_digests, local_registry, prefix)
 
 
 def test_a_tampered_archive_is_refused(tmp_path: Path, local_registry: LocalRegistry, upstream: Upstream) -> None:

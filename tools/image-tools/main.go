@@ -1,8 +1,10 @@
-// Command image-tools is helm, kubectl and cosign in one binary, for the
-// aicr-runner image: the three share most of their code (client-go, the
-// Kubernetes API types, cobra, protobuf, the registry clients), and one binary
-// holds it once. /usr/local/bin/helm, kubectl and cosign are links to it; the
-// name it is started under picks the tool ("image-tools TOOL ARGS..." works too).
+// Command image-tools is helm, kubectl, cosign and oras in one binary, for the
+// aicr-runner image: the four share most of their code (client-go, the
+// Kubernetes API types, cobra, protobuf, the registry clients: oras-go is also
+// helm's), and one binary holds it once. /usr/local/bin/helm, kubectl, cosign
+// and oras are links to it; the name it is started under picks the tool
+// ("image-tools TOOL ARGS..." works too). oras is there for `aicr-runner mirror`
+// run from the image, which copies with it.
 //
 // Each tool's function below is its upstream main at the version pinned in
 // tools/versions.env, unchanged but for the name (and cosign's deprecated-flag
@@ -12,11 +14,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 
@@ -30,11 +34,13 @@ import (
 	cosigncli "github.com/sigstore/cosign/v3/cmd/cosign/cli"
 	cosignError "github.com/sigstore/cosign/v3/cmd/cosign/errors"
 
+	orasroot "oras.land/oras/cmd/oras/root"
+
 	// Import to initialize client auth plugins (helm's and kubectl's main both do).
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 )
 
-var tools = map[string]func(){"helm": helm, "kubectl": kubectl, "cosign": cosign}
+var tools = map[string]func(){"helm": helm, "kubectl": kubectl, "cosign": cosign, "oras": oras}
 
 func main() {
 	name := filepath.Base(os.Args[0])
@@ -45,7 +51,7 @@ func main() {
 	}
 	run, ok := tools[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "image-tools: start me as helm, kubectl or cosign (a link named so, or 'image-tools <tool> ...'), not %q\n", name)
+		fmt.Fprintf(os.Stderr, "image-tools: start me as helm, kubectl, cosign or oras (a link named so, or 'image-tools <tool> ...'), not %q\n", name)
 		os.Exit(2)
 	}
 	run()
@@ -118,4 +124,13 @@ func cosign() {
 
 func warnf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "WARNING: "+format+"\n", args...)
+}
+
+// oras: oras.land/oras/cmd/oras/main.go.
+func oras() {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer cancel()
+	if err := orasroot.New().ExecuteContext(ctx); err != nil {
+		os.Exit(1)
+	}
 }

@@ -19,15 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aicr_runner.errors import ArchiveError
 from aicr_runner.mirror.copy import source_of
 from aicr_runner.mirror.errors import CopyError, MirrorExit
 from aicr_runner.mirror.items import Item, Kind
 from aicr_runner.mirror.oras_copier import LAYOUT, OrasCopier, sha256_of
+from aicr_runner.net.archive import safe_extract_all
 
 __all__ = ["MANIFEST", "ArchiveContents", "read_archive", "write_archive"]
 
 MANIFEST = "aicr-mirror.json"
 _FORMAT = 1
+#: Files and directories an archive may hold: an OCI layout's blobs (a few per
+#: image) and chart archives; a recipe's whole list is a few hundred.
+_MAX_MEMBERS = 200_000
 
 
 @dataclass(frozen=True)
@@ -112,10 +117,17 @@ def _item_of(data: dict[str, Any]) -> Item:
 def read_archive(archive: Path, into: Path) -> ArchiveContents:
     """Unpack ``archive`` into ``into`` (a directory of its own) and read what it holds."""
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(into, filter="data")  # no absolute paths, links out or devices
+        # Regular files and directories only, each checked before it is written (no
+        # absolute paths, links or devices), on any Python the image may carry:
+        # Debian 12's 3.11.2 predates tarfile's extraction filters. The archive is
+        # an uncompressed tar, so what it unpacks to is never larger than itself.
+        safe_extract_all(archive, into, max_total_bytes=archive.stat().st_size, max_members=_MAX_MEMBERS)
         manifest = json.loads((into / MANIFEST).read_text())
-    except (OSError, tarfile.TarError, ValueError) as exc:
+    except ArchiveError as exc:
+        raise CopyError(
+            MirrorExit.NOT_FOUND, str(archive), f"not an aicr-runner mirror archive ({exc.message})"
+        ) from exc
+    except (OSError, ValueError) as exc:
         raise CopyError(MirrorExit.NOT_FOUND, str(archive), f"not an aicr-runner mirror archive ({exc})") from exc
     if manifest.get("format") != _FORMAT:
         raise CopyError(MirrorExit.NOT_FOUND, str(archive), f"archive format {manifest.get('format')!r}, expected 1")
