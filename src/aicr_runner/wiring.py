@@ -262,6 +262,7 @@ def _run_machine(ctx: RunContext, on_change: Callable[[RunReport], None], shutdo
         on_change=on_change,
         interrupted=shutdown.requested,
         transitions=ROUTES[ctx.mode],
+        clock=ctx.externals.clock,
     )
     machine.run()
     code = machine.finish(

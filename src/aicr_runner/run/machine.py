@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from aicr_runner.run.invocation import Mode
 from aicr_runner.run.report import (
@@ -25,6 +26,9 @@ from aicr_runner.run.report import (
     utcnow,
     warning_line,
 )
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 __all__ = [
     "INCONCLUSIVE",
@@ -292,6 +296,7 @@ class Machine:
         on_change: Callable[[RunReport], None],
         interrupted: Callable[[], bool],
         transitions: dict[State, tuple[State, State]] = TRANSITIONS,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         missing = set(transitions) - set(steps)
         if missing:
@@ -301,6 +306,8 @@ class Machine:
         self.report = report
         self._on_change = on_change
         self._interrupted = interrupted
+        #: The time each step's record and the report's end carry (the run's clock).
+        self._clock = clock
         #: Set when a shutdown request stopped the run between two steps.
         self.interrupted_before: State | None = None
 
@@ -343,10 +350,10 @@ class Machine:
             return self._steps[state]()
         record = self.report.step(state.value)
         record.status = StepStatus.RUNNING
-        record.started_at = utcnow()
+        record.started_at = self._clock()
         self._on_change(self.report)
         result = self._steps[state]()
-        record.ended_at = utcnow()
+        record.ended_at = self._clock()
         record.status = result.status
         record.exit_code = result.exit_code
         record.classification = result.classification
@@ -375,7 +382,7 @@ class Machine:
         )
         self.report.exit_code = code
         self.report.message = run_message(message)
-        self.report.ended_at = utcnow()
+        self.report.ended_at = self._clock()
         interrupted = self.interrupted_before is not None or any(
             r.status is StepStatus.INTERRUPTED for r in self.report.steps
         )

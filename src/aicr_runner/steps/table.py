@@ -16,7 +16,6 @@ import functools
 import shutil
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 from structlog.contextvars import bound_contextvars
@@ -38,7 +37,7 @@ from aicr_runner.errors import (
 from aicr_runner.mirror import rewrite as mirror_sources
 from aicr_runner.net import deadline
 from aicr_runner.run.machine import UNRECORDED, State, StepResult
-from aicr_runner.run.report import StepStatus, utcnow
+from aicr_runner.run.report import StepStatus
 from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
 from aicr_runner.steps import captures, evidence, revalidate, snapshot, upgrade, verdict_report
@@ -112,7 +111,9 @@ class Steps:
                 outcome=result.status.value,
                 exit_code=result.exit_code,
                 reason=result.reason,
-                duration_s=None if started is None else round(_elapsed(started), 3),
+                duration_s=None
+                if started is None
+                else round((self.ctx.externals.clock() - started).total_seconds(), 3),
             )
             return result
 
@@ -441,7 +442,3 @@ class Steps:
     @step(State.VERDICT_REPORT)
     def report_verdict(self) -> StepResult:
         return verdict_report.written(self.ctx)
-
-
-def _elapsed(started: datetime) -> float:
-    return (utcnow() - started).total_seconds()

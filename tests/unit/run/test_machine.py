@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -307,3 +308,20 @@ def test_final_exit_prefers_the_terminal_step_over_gates() -> None:
     report.step("validate").status = StepStatus.FAILED
     report.step("validate").exit_code = 8
     assert final_exit(report, validate_gate=True, publish_gate=True) == (1, "deploy failed: x")
+
+
+def test_each_step_and_the_run_end_carry_the_time_of_the_runs_clock() -> None:
+    """The machine's own timestamps come from the clock it is given (the run's
+    externals), not the wall: a clock that ticks a minute per reading."""
+    ticks = iter(datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n) for n in range(1000))
+    report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={"accelerator": "h100"})
+    steps = dict.fromkeys(ROUTE, StepResult.ok)
+    machine = Machine(steps, report, on_change=lambda r: None, interrupted=lambda: False, clock=lambda: next(ticks))
+    machine.run()
+    machine.finish(validate_gate=True, publish_gate=True)
+    first = report.steps[0]
+    assert (first.started_at, first.ended_at) == (
+        datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 1, tzinfo=UTC),
+    )
+    assert report.ended_at == datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=2 * len(report.steps))
