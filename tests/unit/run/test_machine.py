@@ -315,7 +315,11 @@ def test_each_step_and_the_run_end_carry_the_time_of_the_runs_clock() -> None:
     externals), not the wall: a clock that ticks a minute per reading."""
     ticks = iter(datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n) for n in range(1000))
     report = Machine.new_report(runner_version="t", aicr_version="v1.2.0", criteria={"accelerator": "h100"})
-    steps = dict.fromkeys(ROUTE, StepResult.ok)
+
+    def ok() -> StepResult:
+        return StepResult.ok()
+
+    steps: dict[State, Callable[[], StepResult]] = dict.fromkeys(ROUTE, ok)
     machine = Machine(steps, report, on_change=lambda r: None, interrupted=lambda: False, clock=lambda: next(ticks))
     machine.run()
     machine.finish(validate_gate=True, publish_gate=True)
