@@ -16,6 +16,7 @@ read from another thread (the status writer): every access holds its lock.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 import threading
@@ -237,7 +238,10 @@ class ProgressPublisher:
         self._dirty = self._urgent = self._closed = False
         self._last = float("-inf")
         self.writes = 0
-        self._thread = threading.Thread(target=self._run, name="progress-publisher", daemon=True)
+        # In the starter's context: its events carry the step that started it (bound by the step runner).
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run, args=(self._run,), name="progress-publisher", daemon=True
+        )
 
     def __enter__(self) -> ProgressPublisher:
         self._thread.start()

@@ -29,6 +29,7 @@ half-installed cluster, and an install never waits for a validation.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import json
 import threading
@@ -253,7 +254,10 @@ class InstallLease:
                         on_lost(exc.message)
                         return
 
-        self._thread = threading.Thread(target=renew, name="lease-renewal", daemon=True)
+        # In the acquiring step's context: the renewal's events carry that step.
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run, args=(renew,), name="lease-renewal", daemon=True
+        )
         self._thread.start()
 
     def _update(self, change: Callable[[LeaseRecord], LeaseRecord]) -> None:

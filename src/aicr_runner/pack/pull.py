@@ -24,6 +24,7 @@ The registry client is ``pack.registry``; the vocabulary and limits are
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import os
 import shutil
@@ -286,7 +287,10 @@ class _Assembler:
                     return
 
         workers = [
-            threading.Thread(target=worker, name=f"pack fetch {index}", daemon=True)
+            # Each in a copy of the pulling step's context: the fetchers' events carry its step.
+            threading.Thread(
+                target=contextvars.copy_context().run, args=(worker,), name=f"pack fetch {index}", daemon=True
+            )
             for index in range(min(MAX_PARALLEL_FETCHES, len(wanted)))
         ]
         for thread in workers:

@@ -14,7 +14,7 @@ import re
 import tarfile
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -1289,3 +1289,21 @@ def test_the_credential_goes_to_an_https_realm_only_and_the_token_is_redacted(tm
     assert "Authorization" not in token_requests[0].headers
     assert dict(token_requests[0].url.params) == {"service": "registry", "scope": "repository:acme/pack:pull"}
     assert redact(f"Bearer {token}") != f"Bearer {token}"
+
+
+def test_the_blob_fetchers_events_carry_the_step_that_pulls(
+    tmp_path: Path, served: Served, log_events: list[MutableMapping[str, Any]]
+) -> None:
+    """A blob's retry is logged on a fetcher thread; it still names the pulling step
+    (the step runner binds ``step`` in its context, and each fetcher runs in a copy)."""
+    import structlog
+
+    served.auth = "none"
+    # Two layers: a pull of one fetches it on its own thread, of more on the fetchers'.
+    served.push("acme/pack", "1.0", [file_layer("registry.yaml", REGISTRY_YAML), file_layer("extra.yaml", b"a: 1\n")])
+    served.blob_fail_with = [503]
+    with structlog.contextvars.bound_contextvars(step="pack"):
+        local_pull(tmp_path, served, sleeps=Sleeps())
+    retried = [e for e in log_events if e["event"] == "pack registry retry" and "/blobs/" in e["url"]]
+    assert retried, log_events
+    assert {e.get("step") for e in log_events} == {"pack"}
