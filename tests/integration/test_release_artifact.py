@@ -19,7 +19,7 @@ import pytest
 
 from aicr_runner.aicr.release_oci import ARTIFACT_TYPE, fetch_aicr_from_registry
 from aicr_runner.cli import main
-from aicr_runner.errors import ChecksumError, ExitCode
+from aicr_runner.errors import ChecksumError, DownloadError, ExitCode
 from aicr_runner.mirror.archive import read_archive, write_archive
 from aicr_runner.mirror.copy import copy_all
 from aicr_runner.mirror.items import Item, Kind
@@ -196,3 +196,16 @@ def test_the_release_crosses_the_gap_in_the_archive(local_registry: LocalRegistr
     ref = f"{target}/nvidia/aicr/release:{TAG}"
     binary = fetch_aicr_from_registry(_aicr(release_ref=ref), _transport(local_registry), tmp_path / "aicr-release")
     assert binary.tarball_sha256 == hashlib.sha256((release_dir() / ARCHIVE).read_bytes()).hexdigest()
+
+
+def test_a_release_the_registry_does_not_hold_is_named_as_the_release(
+    local_registry: LocalRegistry, tmp_path: Path
+) -> None:
+    """The registry client names what it fetches: a missing release artifact is an
+    aicr release download failure (exit 20) in the release's words, not the pack's."""
+    ref = f"{local_registry.host}/absent{time.monotonic_ns()}/nvidia/aicr/release:{TAG}"
+    with pytest.raises(DownloadError) as caught:
+        fetch_aicr_from_registry(_aicr(release_ref=ref), _transport(local_registry), tmp_path / "aicr-release")
+    assert caught.value.exit_code == ExitCode.DOWNLOAD_FAILED
+    assert caught.value.message.startswith(f"aicr release {ref} (registry {local_registry.host})"), caught.value.message
+    assert "pack" not in caught.value.message

@@ -35,7 +35,7 @@ from aicr_runner.errors import ChecksumError, DownloadError, PackError, PackInte
 from aicr_runner.net.deadline import Cancellation
 from aicr_runner.net.reference import DIGEST
 from aicr_runner.pack.oci import ANNOTATION_TITLE, INDEX_MEDIA_TYPES, MAX_LAYERS, parse_ref
-from aicr_runner.pack.registry import RegistryClient
+from aicr_runner.pack.registry import AICR_RELEASE, RegistryClient
 
 if TYPE_CHECKING:
     from aicr_runner.aicr.binary import AicrBinary
@@ -76,6 +76,7 @@ def fetch_aicr_from_registry(
             transport.model_copy(update={"ref": ref}),
             attempts=settings.download_attempts,
             timeout_seconds=settings.download_timeout_seconds,
+            subject=AICR_RELEASE,
         )
     cancelled = cancelled or Cancellation()
     forget = cancelled.on_cancel(registry.abort)
@@ -83,10 +84,10 @@ def fetch_aicr_from_registry(
     name = archive_name(settings)
     try:
         archive_path, actual, expected = _download(registry, ref, name, dest_dir, cancelled)
-    except PackIntegrityError as exc:
-        raise ChecksumError(f"aicr release {ref}: {exc.message}") from exc
+    except PackIntegrityError as exc:  # the registry client names the release itself (AICR_RELEASE)
+        raise ChecksumError(exc.message) from exc
     except PackError as exc:
-        raise DownloadError(f"aicr release {ref}: {exc.message}") from exc
+        raise DownloadError(exc.message) from exc
     finally:
         forget()
         if owned is not None:

@@ -25,6 +25,7 @@ import ssl
 import threading
 import weakref
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ from aicr_runner.text import cut
 if TYPE_CHECKING:
     from aicr_runner.settings.config import PackSettings
 
-__all__ = ["RegistryClient"]
+__all__ = ["AICR_RELEASE", "PACK", "RegistryClient", "Subject"]
 
 #: The pack's retry: 1 s, then 2 s, ... (no jitter: a pull runs once per Job).
 _BACKOFF_MAX_SECONDS = 30.0
@@ -61,6 +62,19 @@ _MAX_ERROR_BODY_BYTES = 64 * 1024
 _TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 log = logs.get_logger()
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What the client fetches, as its messages and its retry event name it."""
+
+    name: str
+    retry_event: str
+
+
+PACK = Subject("pack", "pack registry retry")
+#: The aicr release as an OCI artifact (``aicr.releaseRef``), fetched with the pack's transport.
+AICR_RELEASE = Subject("aicr release", "aicr release registry retry")
 
 
 class RegistryClient:
@@ -80,8 +94,10 @@ class RegistryClient:
         sleep: Callable[[float], object] | None = None,
         timeout_seconds: float = 60.0,
         client: httpx.Client | None = None,
+        subject: Subject = PACK,
     ) -> None:
         self._ref = parse_ref(settings.ref)
+        self._subject = subject
         self._credentials_file = Path(settings.credentials_file) if settings.credentials_file else None
         credential = (
             load_registry_credential(self._credentials_file, self._ref.registry) if self._credentials_file else None
@@ -190,7 +206,7 @@ class RegistryClient:
 
     def _before_retry(self, url: str, note: RetryNote) -> None:
         log.warning(
-            "pack registry retry",
+            self._subject.retry_event,
             attempt=note.attempt,
             max_attempts=self._attempts,
             url=url,
@@ -203,7 +219,7 @@ class RegistryClient:
     # -- answers --
 
     def _where(self, ref: str) -> str:
-        return f"pack {ref} (registry {self._ref.registry})"
+        return f"{self._subject.name} {ref} (registry {self._ref.registry})"
 
     def _same_registry(self, ref: str) -> PackReference:
         parsed = parse_ref(ref)

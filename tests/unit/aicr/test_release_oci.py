@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -193,14 +194,17 @@ def test_two_layers_with_one_title_are_refused(tmp_path: Path) -> None:
     ("fault", "exit_code"),
     [
         (
-            PackNotFoundError("pack x (registry y): registry y is unreachable after 5 attempt(s)"),
+            PackNotFoundError(f"aicr release {REF} (registry y): registry y is unreachable after 5 attempt(s)"),
             ExitCode.DOWNLOAD_FAILED,
         ),
-        (PackAuthError("pack x (registry y): registry y refused the blob (HTTP 401)"), ExitCode.DOWNLOAD_FAILED),
+        (
+            PackAuthError(f"aicr release {REF} (registry y): registry y refused the blob (HTTP 401)"),
+            ExitCode.DOWNLOAD_FAILED,
+        ),
     ],
 )
 def test_registry_faults_are_download_failures(tmp_path: Path, fault: Exception, exit_code: ExitCode) -> None:
-    with pytest.raises(DownloadError, match=f"aicr release {REF}: pack x") as caught:
+    with pytest.raises(DownloadError, match=f"^aicr release {re.escape(REF)} \\(registry y\\): registry y") as caught:
         fetch(tmp_path, FakeRegistry(blob_error=fault))
     assert caught.value.exit_code == exit_code
 
