@@ -3,7 +3,8 @@
 Two shapes of use:
 
 * ``extract_members`` takes a few named files out of a release archive (the aicr
-  binary and its attestation). Every member is inspected, not only the named ones,
+  binary and its attestation), from a file or, in one pass, from a stream (the
+  download itself). Every member is inspected, not only the named ones,
   because an archive that carries a link, a device or a ``..`` path was not built
   by the release pipeline and is refused as a whole.
 * ``safe_extract_all`` unpacks a data pack directory in one pass over the
@@ -19,15 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tarfile
-from collections.abc import Set
+from collections.abc import MutableMapping, Set
 from pathlib import Path, PurePosixPath
-from typing import cast
+from typing import IO, Protocol, cast
 
 from aicr_runner.errors import ArchiveError, RunnerError
 
-__all__ = ["extract_members", "safe_extract_all"]
+__all__ = ["Readable", "extract_members", "safe_extract_all"]
 
 _COPY_CHUNK_BYTES = 1 << 20
 
@@ -90,41 +90,59 @@ class _Checker:
         return name
 
 
-def _open(tar_path: Path, label: str, error_type: type[RunnerError], mode: str = "r:*") -> tarfile.TarFile:
+class Readable(Protocol):
+    """What a streamed archive is read through (a file object, or a download's body)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def _open(source: Path | Readable, label: str, error_type: type[RunnerError], mode: str = "r:*") -> tarfile.TarFile:
+    """``source`` opened as tar or tar.gz: a path with ``mode``, a file object as a stream."""
     try:
-        return cast(tarfile.TarFile, tarfile.open(tar_path, mode=mode))  # type: ignore[call-overload]
+        if isinstance(source, Path):
+            return cast(tarfile.TarFile, tarfile.open(source, mode=mode))  # type: ignore[call-overload]
+        return tarfile.open(fileobj=cast(IO[bytes], source), mode="r|*")
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise error_type(f"{label} cannot be read as tar or tar.gz: {exc}") from exc
 
 
 def extract_members(
-    tar_path: Path,
+    source: Path | Readable,
     dest: Path,
     allowed: Set[str],
     max_member_bytes: int,
     *,
     error_type: type[RunnerError] = ArchiveError,
+    label: str | None = None,
+    hashes: MutableMapping[str, str] | None = None,
 ) -> dict[str, Path]:
     """Extract the regular-file members named in ``allowed`` into ``dest``.
 
-    Names are matched after dropping a leading ``./``. Members not in ``allowed``
+    ``source`` is the archive's path, or a file object read once, front to back
+    (a download, unpacked as it arrives). Names are matched after dropping a
+    leading ``./``. Members not in ``allowed``
     are skipped but still checked: any link, device, fifo, unsafe path, duplicate
     or oversized member fails the whole archive. Returns name -> extracted path for
     the members found; the caller decides which of them are required. Extracted
     files get mode 0644 (the caller sets the executable bit where it belongs).
+    ``hashes``, when given, receives each extracted file's sha256, computed as it
+    is written (no second read of the file). ``label`` names the archive in
+    refusals (default ``archive <file name>``).
     """
     dest.mkdir(parents=True, exist_ok=True)
-    label = f"archive {tar_path.name}"
+    label = label or f"archive {source.name if isinstance(source, Path) else 'stream'}"
     checker = _Checker(label, error_type)
     extracted: dict[str, Path] = {}
     try:
-        with _open(tar_path, label, error_type) as tar:
+        with _open(source, label, error_type) as tar:
             for member in tar:
                 name = checker.check(member, max_member_bytes=max_member_bytes)
                 if name not in allowed:
                     continue
                 checker.require_regular_file(member)
-                extracted[name] = _write_member(tar, member, dest / name, checker)
+                extracted[name], digest = _write_member(tar, member, dest / name, checker, hashed=hashes is not None)
+                if hashes is not None and digest is not None:
+                    hashes[name] = digest
     except BaseException as exc:
         # All or nothing: a binary from an archive that turned out bad must not stay.
         for path in extracted.values():
@@ -135,7 +153,12 @@ def extract_members(
     return extracted
 
 
-def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, checker: _Checker) -> Path:
+def _write_member(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, checker: _Checker, *, hashed: bool = False
+) -> tuple[Path, str | None]:
+    """The member written to ``target``, and (``hashed``) the sha256 of what was written."""
+    import hashlib  # OpenSSL's bindings: only a run that extracts loads them
+
     source = tar.extractfile(member)
     if source is None:
         raise checker.fail(member.name, "has no readable content")
@@ -144,10 +167,14 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, c
     partial.unlink(missing_ok=True)
     # O_EXCL|O_NOFOLLOW: never write through a link someone planted in dest.
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    digest = hashlib.sha256() if hashed else None
     with source, os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(source, out, _COPY_CHUNK_BYTES)
+        while chunk := source.read(_COPY_CHUNK_BYTES):
+            if digest is not None:
+                digest.update(chunk)
+            out.write(chunk)
     partial.replace(target)
-    return target
+    return target, digest.hexdigest() if digest is not None else None
 
 
 def safe_extract_all(
@@ -236,7 +263,7 @@ class _Extraction:
             # setuid/setgid/sticky, no group or other write, owner read/write).
             target.mkdir(parents=True, exist_ok=True)
         else:
-            _write_member(tar, member, target, self._checker).chmod((member.mode & 0o755) | 0o600)
+            _write_member(tar, member, target, self._checker)[0].chmod((member.mode & 0o755) | 0o600)
 
     def _check(self, member: tarfile.TarInfo) -> str:
         self._members += 1
