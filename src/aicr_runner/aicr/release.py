@@ -1,13 +1,11 @@
 """Download and verify the aicr release, fail closed.
 
-``aicr_checksums.txt`` is fetched first; the release archive is then hashed and
-unpacked in one pass as it streams in (never held in memory, never written to
-disk whole), into a staging directory beside the destination. Nothing unpacked
-is used unless the whole archive's sha256 matches its line in the checksums file
-(which must exist exactly once) and the reviewed per-arch pin (when set): only
-then are the files moved into place; otherwise the staging directory is removed.
-Only ``aicr`` and its attestation sidecar are extracted, and the binary is hashed
-as it is written.
+The release archive and ``aicr_checksums.txt`` are streamed to disk and hashed
+while they stream; the archive is never held in memory. The archive's own line
+in the checksums file must exist exactly once and match, and the reviewed
+per-arch pin (when set) must match too. Only ``aicr`` and its attestation sidecar
+are extracted, and the binary is hashed as it is written (the run's one read of it:
+the provenance check is handed that digest).
 
 Transient failures (timeouts, connection resets, 408/429/5xx) are retried with
 exponential back-off and jitter, honouring ``Retry-After``, within both an
@@ -21,13 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import IO
 
 import httpx
 
@@ -121,19 +116,13 @@ def fetch_aicr(
     # A back-off between attempts ends early on cancel; the next attempt then stops.
     downloader = _Downloader(settings, client, sleep=sleep or cancelled.wait, clock=clock, cancelled=cancelled)
     try:
-        expected = _expected_digest(downloader, dest_dir, archive_url, checksums_url)
-        unpacked = downloader.fetch(archive_url, _Unpack(dest_dir, archive_name(settings)), max_bytes=MAX_ARCHIVE_BYTES)
+        archive_path, actual, expected = _download_archive(downloader, dest_dir, archive_url, checksums_url)
     finally:
         downloader.close()
-    try:
-        _verify(settings, unpacked.sha256, expected, archive_url, checksums_url)
-        if unpacked.error is not None:
-            raise unpacked.error
-        found = {name: path.replace(dest_dir / name) for name, path in _required(unpacked.found, archive_url).items()}
-    finally:
-        # Verified or not, nothing stays in staging: a rejected archive's files are never used.
-        shutil.rmtree(unpacked.staging, ignore_errors=True)
-    return _installed(settings, found, tarball_sha256=unpacked.sha256, source_url=archive_url, hashes=unpacked.hashes)
+
+    return install_verified(
+        settings, archive_path, actual=actual, expected=expected, source=archive_url, checksums_source=checksums_url
+    )
 
 
 def install_verified(
@@ -150,7 +139,7 @@ def install_verified(
         # Verified or not, the archive has served its purpose; a rejected one must
         # not stay where something could pick it up.
         archive_path.unlink(missing_ok=True)
-    return _installed(settings, found, tarball_sha256=actual, source_url=source, hashes=hashes)
+    return _installed(settings, found, tarball_sha256=actual, source_url=source, binary_sha256=hashes[BINARY_NAME])
 
 
 def download_file(
@@ -161,19 +150,18 @@ def download_file(
     cancelled = cancelled or Cancellation()
     downloader = _Downloader(settings, None, sleep=cancelled.wait, clock=time.monotonic, cancelled=cancelled)
     try:
-        return downloader.fetch(url, _ToFile(dest), max_bytes=max_bytes)
+        return downloader.download(url, dest, max_bytes=max_bytes)
     finally:
         downloader.close()
 
 
 def _installed(
-    settings: AicrSettings, found: dict[str, Path], *, tarball_sha256: str, source_url: str, hashes: dict[str, str]
+    settings: AicrSettings, found: dict[str, Path], *, tarball_sha256: str, source_url: str, binary_sha256: str
 ) -> AicrBinary:
     """The unpacked, verified release as the run uses it (the binary made executable;
-    ``hashes``: each file's sha256, taken as it was written)."""
+    ``binary_sha256`` taken as it was written)."""
     binary = found[BINARY_NAME]
     binary.chmod(0o755)
-    binary_sha256 = hashes[BINARY_NAME]
     remember_digest(binary, "sha256", binary_sha256)  # the provenance check's digest, already taken
     attestation = found.get(ATTESTATION_NAME)
     log.info(
@@ -193,22 +181,25 @@ def _installed(
     )
 
 
-def _expected_digest(downloader: _Downloader, dest_dir: Path, archive_url: str, checksums_url: str) -> str:
-    """The checksums file (kept in ``dest_dir``): the sha256 it lists for the archive."""
+def _download_archive(
+    downloader: _Downloader, dest_dir: Path, archive_url: str, checksums_url: str
+) -> tuple[Path, str, str]:
+    """The checksums file, then the archive: the archive's path, its sha256, and
+    the sha256 the checksums file lists for it."""
+    archive_name = archive_url.rsplit("/", 1)[1]
     checksums_path = dest_dir / CHECKSUMS_NAME
-    downloader.fetch(checksums_url, _ToFile(checksums_path), max_bytes=MAX_CHECKSUMS_BYTES)
-    return expected_sha256(checksums_path.read_text(errors="replace"), archive_url.rsplit("/", 1)[1], checksums_url)
+    downloader.download(checksums_url, checksums_path, max_bytes=MAX_CHECKSUMS_BYTES)
+    expected = expected_sha256(checksums_path.read_text(errors="replace"), archive_name, checksums_url)
+
+    archive_path = dest_dir / archive_name
+    actual = downloader.download(archive_url, archive_path, max_bytes=MAX_ARCHIVE_BYTES)
+    return archive_path, actual, expected
 
 
 def _unpack(archive_path: Path, dest_dir: Path, archive_url: str, hashes: dict[str, str]) -> dict[str, Path]:
     """The binary and its attestation from the archive's root; no binary, nothing kept."""
     allowed = {BINARY_NAME, ATTESTATION_NAME}
     found = extract_members(archive_path, dest_dir, allowed, max_member_bytes=MAX_BINARY_BYTES, hashes=hashes)
-    return _required(found, archive_url)
-
-
-def _required(found: dict[str, Path], archive_url: str) -> dict[str, Path]:
-    """``found`` when it has the binary; otherwise nothing of it is kept."""
     if BINARY_NAME not in found:
         for stray in found.values():
             stray.unlink()
@@ -255,113 +246,6 @@ def _names_file(line: str, name: str) -> bool:
     return len(fields) >= 2 and fields[-1].lstrip("*") == name
 
 
-# --- where a download goes: a file, or unpacked as it streams ----------------------------
-
-_T = TypeVar("_T")
-_T_co = TypeVar("_T_co", covariant=True)
-
-
-class _Body:
-    """A response body's checked chunks, hashed as they arrive; read by a file
-    writer (``chunks``) or, as a file object, by tarfile (``read``)."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._digest = hashlib.sha256()
-        self._pending = memoryview(b"")
-
-    def chunks(self) -> Iterator[bytes]:
-        for chunk in self._chunks:
-            self._digest.update(chunk)
-            yield chunk
-
-    def read(self, size: int = -1) -> bytes:
-        if size < 0:
-            rest, self._pending = bytes(self._pending), memoryview(b"")
-            return rest + b"".join(self.chunks())
-        if not self._pending:
-            self._pending = memoryview(next(self.chunks(), b""))
-        taken, self._pending = self._pending[:size], self._pending[size:]
-        return bytes(taken)
-
-    def drain(self) -> None:
-        """Read (and hash) whatever the reader left: the digest covers the whole body."""
-        self._pending = memoryview(b"")
-        for _ in self.chunks():
-            pass
-
-    def hexdigest(self) -> str:
-        return self._digest.hexdigest()
-
-
-class _Sink(Protocol, Generic[_T_co]):
-    def consume(self, body: _Body) -> _T_co: ...
-
-    def discard(self) -> None:
-        """Remove what a failed attempt left."""
-
-
-class _ToFile:
-    """The body into ``dest`` (through a partial file); its sha256."""
-
-    def __init__(self, dest: Path) -> None:
-        self._dest = dest
-        self._partial = dest.with_name(f".{dest.name}.partial")
-
-    def consume(self, body: _Body) -> str:
-        with self._partial.open("wb") as out:
-            for chunk in body.chunks():
-                out.write(chunk)
-        self._partial.replace(self._dest)
-        return body.hexdigest()
-
-    def discard(self) -> None:
-        self._partial.unlink(missing_ok=True)
-
-
-@dataclass
-class _Unpacked:
-    """A release archive unpacked into ``staging``, not yet verified: the
-    archive's sha256, the files found (and their sha256), and the refusal of an
-    unsafe archive, raised only once the digest is known to match."""
-
-    staging: Path
-    sha256: str
-    found: dict[str, Path] = field(default_factory=dict)
-    hashes: dict[str, str] = field(default_factory=dict)
-    error: ArchiveError | None = None
-
-
-class _Unpack:
-    """The release archive unpacked as it streams in, into a fresh staging
-    directory beside ``dest_dir`` on every attempt."""
-
-    def __init__(self, dest_dir: Path, archive_name: str) -> None:
-        self._dest_dir = dest_dir
-        self._label = f"archive {archive_name}"
-        self._staging: Path | None = None
-
-    def consume(self, body: _Body) -> _Unpacked:
-        self.discard()
-        staging = self._staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=self._dest_dir))
-        unpacked = _Unpacked(staging, sha256="")
-        allowed = {BINARY_NAME, ATTESTATION_NAME}
-        try:
-            unpacked.found = extract_members(
-                body, staging, allowed, MAX_BINARY_BYTES, label=self._label, hashes=unpacked.hashes
-            )
-        except ArchiveError as exc:
-            unpacked.error = exc  # a tampered archive is a checksum failure first: judged after the digest
-        body.drain()
-        unpacked.sha256 = body.hexdigest()
-        return unpacked
-
-    def discard(self) -> None:
-        if self._staging is not None:
-            shutil.rmtree(self._staging, ignore_errors=True)
-            self._staging = None
-
-
 # --- the retrying downloader ----------------------------------------------------------
 
 
@@ -390,8 +274,8 @@ class _Downloader:
     def _remaining(self) -> float:
         return self._deadline - self._clock()
 
-    def fetch(self, url: str, sink: _Sink[_T], *, max_bytes: int) -> _T:
-        """Stream ``url`` into ``sink`` with retries (each attempt from byte 0); what the sink made of it."""
+    def download(self, url: str, dest: Path, *, max_bytes: int) -> str:
+        """Stream ``url`` to ``dest`` with retries; return the sha256 of what landed."""
         attempts = self._settings.download_attempts
         budget = self._settings.download_budget_seconds
         retry = BudgetedRetry(
@@ -403,7 +287,7 @@ class _Downloader:
             on_retry=lambda note: self._log_retry(url, note),
         )
         try:
-            return retry.call(lambda: self._attempt(url, sink, max_bytes))
+            return retry.call(lambda: self._attempt(url, dest, max_bytes))
         except Transient as exc:
             raise DownloadError(
                 f"download of {url} failed after {attempts} attempt(s) within the {budget:g}s budget"
@@ -426,7 +310,7 @@ class _Downloader:
             wait=round(note.wait, 3),
         )
 
-    def _attempt(self, url: str, sink: _Sink[_T], max_bytes: int) -> _T:
+    def _attempt(self, url: str, dest: Path, max_bytes: int) -> str:
         if self._cancelled():
             raise DownloadError(f"download of {url} was stopped before it started")
         remaining = self._remaining()
@@ -436,27 +320,30 @@ class _Downloader:
                 f"{_BUDGET_SETTING} is used up"
             )
         timeout = min(self._settings.download_timeout_seconds, remaining)
+        partial = dest.with_name(f".{dest.name}.partial")
         try:
             with self._client.stream("GET", url, timeout=timeout, follow_redirects=True) as response:
                 forget = self._cancelled.on_cancel(lambda: shut_down_response(response))
                 try:
                     self._check_status(url, response)
-                    # A fresh body (and hasher) on every attempt: a retry starts at byte 0.
-                    result = sink.consume(_Body(self._chunks(url, response, max_bytes)))
+                    # A fresh file and hasher on every attempt: a retry starts at byte 0.
+                    with partial.open("wb") as out:
+                        digest = self._stream(url, response, out, max_bytes)
                 finally:
                     forget()
         except httpx.HTTPError as exc:
-            sink.discard()
+            partial.unlink(missing_ok=True)
             if self._cancelled():  # the read was broken on purpose: not a fault to retry
                 raise DownloadError(f"download of {url} was stopped") from exc
             raise self._translate(url, exc) from exc
         except (httpx.InvalidURL, UnicodeError) as exc:  # UnicodeError: a host IDNA cannot encode
-            sink.discard()
+            partial.unlink(missing_ok=True)
             raise DownloadError(f"download of {url} failed: invalid URL ({exc}); not retried") from exc
         except BaseException:
-            sink.discard()
+            partial.unlink(missing_ok=True)
             raise
-        return result
+        partial.replace(dest)
+        return digest
 
     def _check_status(self, url: str, response: httpx.Response) -> None:
         status = response.status_code
@@ -469,8 +356,8 @@ class _Downloader:
             )
         raise DownloadError(f"download of {url} failed: HTTP {status} from {response.url}; not retried")
 
-    def _chunks(self, url: str, response: httpx.Response, max_bytes: int) -> Iterator[bytes]:
-        """The body's chunks, each checked against the size limit, the budget and a cancel."""
+    def _stream(self, url: str, response: httpx.Response, out: IO[bytes], max_bytes: int) -> str:
+        digest = hashlib.sha256()
         received = 0
         # No chunk size: each chunk is what one read returned, so a server that
         # drips bytes cannot keep this loop from seeing the budget or a cancel.
@@ -486,7 +373,9 @@ class _Downloader:
                     f"{self._settings.download_budget_seconds:g}s download budget{_BUDGET_SETTING} "
                     f"({received} bytes received)"
                 )
-            yield chunk
+            digest.update(chunk)
+            out.write(chunk)
+        return digest.hexdigest()
 
     @staticmethod
     def _translate(url: str, exc: httpx.HTTPError) -> Exception:

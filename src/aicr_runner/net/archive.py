@@ -3,8 +3,7 @@
 Two shapes of use:
 
 * ``extract_members`` takes a few named files out of a release archive (the aicr
-  binary and its attestation), from a file or, in one pass, from a stream (the
-  download itself). Every member is inspected, not only the named ones,
+  binary and its attestation). Every member is inspected, not only the named ones,
   because an archive that carries a link, a device or a ``..`` path was not built
   by the release pipeline and is refused as a whole.
 * ``safe_extract_all`` unpacks a data pack directory in one pass over the
@@ -23,11 +22,11 @@ import os
 import tarfile
 from collections.abc import MutableMapping, Set
 from pathlib import Path, PurePosixPath
-from typing import IO, Protocol, cast
+from typing import cast
 
 from aicr_runner.errors import ArchiveError, RunnerError
 
-__all__ = ["Readable", "extract_members", "safe_extract_all"]
+__all__ = ["extract_members", "safe_extract_all"]
 
 _COPY_CHUNK_BYTES = 1 << 20
 
@@ -90,51 +89,38 @@ class _Checker:
         return name
 
 
-class Readable(Protocol):
-    """What a streamed archive is read through (a file object, or a download's body)."""
-
-    def read(self, size: int = -1, /) -> bytes: ...
-
-
-def _open(source: Path | Readable, label: str, error_type: type[RunnerError], mode: str = "r:*") -> tarfile.TarFile:
-    """``source`` opened as tar or tar.gz: a path with ``mode``, a file object as a stream."""
+def _open(tar_path: Path, label: str, error_type: type[RunnerError], mode: str = "r:*") -> tarfile.TarFile:
     try:
-        if isinstance(source, Path):
-            return cast(tarfile.TarFile, tarfile.open(source, mode=mode))  # type: ignore[call-overload]
-        return tarfile.open(fileobj=cast(IO[bytes], source), mode="r|*")
+        return cast(tarfile.TarFile, tarfile.open(tar_path, mode=mode))  # type: ignore[call-overload]
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise error_type(f"{label} cannot be read as tar or tar.gz: {exc}") from exc
 
 
 def extract_members(
-    source: Path | Readable,
+    tar_path: Path,
     dest: Path,
     allowed: Set[str],
     max_member_bytes: int,
     *,
     error_type: type[RunnerError] = ArchiveError,
-    label: str | None = None,
     hashes: MutableMapping[str, str] | None = None,
 ) -> dict[str, Path]:
     """Extract the regular-file members named in ``allowed`` into ``dest``.
 
-    ``source`` is the archive's path, or a file object read once, front to back
-    (a download, unpacked as it arrives). Names are matched after dropping a
-    leading ``./``. Members not in ``allowed``
+    Names are matched after dropping a leading ``./``. Members not in ``allowed``
     are skipped but still checked: any link, device, fifo, unsafe path, duplicate
     or oversized member fails the whole archive. Returns name -> extracted path for
     the members found; the caller decides which of them are required. Extracted
     files get mode 0644 (the caller sets the executable bit where it belongs).
     ``hashes``, when given, receives each extracted file's sha256, computed as it
-    is written (no second read of the file). ``label`` names the archive in
-    refusals (default ``archive <file name>``).
+    is written (no second read of the file).
     """
     dest.mkdir(parents=True, exist_ok=True)
-    label = label or f"archive {source.name if isinstance(source, Path) else 'stream'}"
+    label = f"archive {tar_path.name}"
     checker = _Checker(label, error_type)
     extracted: dict[str, Path] = {}
     try:
-        with _open(source, label, error_type) as tar:
+        with _open(tar_path, label, error_type) as tar:
             for member in tar:
                 name = checker.check(member, max_member_bytes=max_member_bytes)
                 if name not in allowed:

@@ -245,9 +245,8 @@ def test_checksum_mismatch_names_url_and_both_digests(
 def test_an_archive_that_does_not_match_leaves_nothing_unpacked(
     tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
 ) -> None:
-    """The archive is unpacked as it streams in, before its digest is known: a
-    mismatch must leave neither its files nor the staging directory behind, and
-    must not touch a binary already in place."""
+    """A mismatch leaves none of the archive's files behind, and does not touch a
+    binary already in place (nothing is unpacked before the digest matches)."""
     dest = tmp_path / "aicr"
     dest.mkdir()
     (dest / "aicr").write_bytes(b"the binary of an earlier run")
@@ -265,8 +264,8 @@ def test_an_archive_that_does_not_match_leaves_nothing_unpacked(
 def test_an_unsafe_archive_that_does_not_match_is_a_checksum_failure(
     tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
 ) -> None:
-    """The digest is judged first, as when the archive was verified before it was
-    opened: an archive that is both tampered and unsafe is a checksum mismatch."""
+    """The digest is judged before the archive is opened: an archive that is both
+    tampered and unsafe is a checksum mismatch, and nothing of it is written."""
     unsafe = release_tar(("../../etc/cron.d/aicr", b"* * * * * root sh"))
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
     mock.get(AMD64_URL).respond(200, content=unsafe)
@@ -278,10 +277,10 @@ def test_an_unsafe_archive_that_does_not_match_is_a_checksum_failure(
     assert sorted(p.name for p in (tmp_path / "aicr").iterdir()) == ["aicr_checksums.txt"]
 
 
-def test_a_retried_archive_leaves_no_staging_behind(
+def test_a_retried_archive_leaves_only_the_release_behind(
     tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
 ) -> None:
-    big = release_tar(("padding.bin", bytes(range(256)) * 4096))  # the reset comes after the binary is unpacked
+    big = release_tar(("padding.bin", bytes(range(256)) * 4096))  # broken off halfway
     mock.get(SUMS_URL).respond(200, content=goreleaser_sums(amd64=big))
     mock.get(AMD64_URL).side_effect = [
         httpx.Response(200, stream=ResettingStream(big, chunks=len(big) // 128, chunk_size=64)),
