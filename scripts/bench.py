@@ -37,7 +37,7 @@ the medians (runner / shell):
   podman store and run ``aicr-runner version``, against the same for its bare
   Debian base (its first layer alone) running ``python3 -c``.
 
-Usage: scripts/bench.py [--quick] [--markdown] [--relay-mib 100,1024] [--repeat N]
+Usage: scripts/bench.py [--quick] [--markdown] [--relay-mib 100,1024] [--repeat N] [--runtime-venv DIR]
 
 ``--quick`` runs small sizes in under a minute (CI runs it as a smoke test,
 without thresholds). Load average and core count are printed with the table:
@@ -47,6 +47,13 @@ The runner's Python modules are compiled once, into a bytecode cache of the
 benchmark's own (``PYTHONPYCACHEPREFIX``), before anything is timed: the image
 ships them compiled, so a run that compiled them would time the build, not
 the runner.
+
+``--runtime-venv DIR`` runs the whole benchmark on a venv holding only
+requirements.lock (what the image installs; made in DIR when it is not there,
+with pip and the lock's hashes) instead of the development venv. The test extras
+change what the runner's libraries import: with click, rich and pygments
+installed, ``import httpx`` also loads httpx's command line client and structlog
+loads rich for its tracebacks; the image has none of them.
 """
 
 from __future__ import annotations
@@ -1083,8 +1090,32 @@ def render(rows: Sequence[Row], markdown: bool) -> str:
     return "\n".join("  ".join(cells) for cells in [header, *body])
 
 
+def _runtime_venv(venv: Path) -> Path:
+    """A venv with requirements.lock only (the image's packages) and an
+    ``aicr-runner`` entrypoint on this tree's sources; its Python."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([PYTHON, "-m", "venv", str(venv)], check=True)
+        lock = ["--no-deps", "--require-hashes", "--only-binary=:all:", "-r", str(ROOT / "requirements.lock")]
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *lock], check=True)
+    entrypoint = venv / "bin" / "aicr-runner"
+    if not entrypoint.exists():
+        # What pip writes for the project's console script; the sources come from PYTHONPATH.
+        entrypoint.write_text(
+            f"#!{python}\nimport sys\nfrom aicr_runner.cli import main\nif __name__ == '__main__':\n"
+            "    sys.exit(main())\n"
+        )
+        entrypoint.chmod(0o755)
+    return python
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if "--runtime-venv" in args_list:
+        at = args_list.index("--runtime-venv")
+        python = _runtime_venv(Path(args_list[at + 1]).resolve())
+        rest = args_list[:at] + args_list[at + 2 :]
+        return subprocess.run([str(python), __file__, *rest], check=False).returncode
     if args_list[:1] == ["_relay"]:
         relay_harness(int(args_list[1]), args_list[2], Path(args_list[3]), Path(args_list[4]))
         return 0
@@ -1100,6 +1131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, help="pairs for the other metrics (default 7; quick 2)")
     parser.add_argument("--only", help="comma separated: relay,call,startup,plan,upgrade,pack,release,image,mirror")
     parser.add_argument("--image", help="the image to measure (default: what scripts/build-image.sh builds)")
+    parser.add_argument(
+        "--runtime-venv", metavar="DIR", help="run on a venv of requirements.lock only (made if missing)"
+    )
     args = parser.parse_args(args_list)
     quick = args.quick
     relay_sizes = [float(s) for s in (args.relay_mib or ("1,8" if quick else "100,1024")).split(",")]

@@ -4,7 +4,8 @@ The release archive and ``aicr_checksums.txt`` are streamed to disk and hashed
 while they stream; the archive is never held in memory. The archive's own line
 in the checksums file must exist exactly once and match, and the reviewed
 per-arch pin (when set) must match too. Only ``aicr`` and its attestation sidecar
-are extracted.
+are extracted, and the binary is hashed as it is written (the run's one read of it:
+the provenance check is handed that digest).
 
 Transient failures (timeouts, connection resets, 408/429/5xx) are retried with
 exponential back-off and jitter, honouring ``Retry-After``, within both an
@@ -30,7 +31,7 @@ from aicr_runner.aicr.binary import ATTESTATION_NAME, AicrBinary
 from aicr_runner.errors import ArchiveError, ChecksumError, DownloadError
 from aicr_runner.net.archive import extract_members
 from aicr_runner.net.deadline import Cancellation
-from aicr_runner.net.digests import sha256_file
+from aicr_runner.net.digests import remember_digest
 from aicr_runner.net.http import client as http_client
 from aicr_runner.net.http import is_certificate_verification_failure, shut_down_response
 from aicr_runner.net.retry import (
@@ -130,14 +131,15 @@ def install_verified(
     """The downloaded archive (sha256 ``actual``) checked against its checksums line
     (``expected``) and the reviewed pin, then unpacked beside it: the same for a
     release from an HTTP folder and from a registry (``aicr.release_oci``)."""
+    hashes: dict[str, str] = {}
     try:
         _verify(settings, actual, expected, source, checksums_source)
-        found = _unpack(archive_path, archive_path.parent, source)
+        found = _unpack(archive_path, archive_path.parent, source, hashes)
     finally:
         # Verified or not, the archive has served its purpose; a rejected one must
         # not stay where something could pick it up.
         archive_path.unlink(missing_ok=True)
-    return _installed(settings, found, tarball_sha256=actual, source_url=source)
+    return _installed(settings, found, tarball_sha256=actual, source_url=source, binary_sha256=hashes[BINARY_NAME])
 
 
 def download_file(
@@ -153,10 +155,14 @@ def download_file(
         downloader.close()
 
 
-def _installed(settings: AicrSettings, found: dict[str, Path], *, tarball_sha256: str, source_url: str) -> AicrBinary:
-    """The unpacked, verified release as the run uses it (the binary made executable)."""
+def _installed(
+    settings: AicrSettings, found: dict[str, Path], *, tarball_sha256: str, source_url: str, binary_sha256: str
+) -> AicrBinary:
+    """The unpacked, verified release as the run uses it (the binary made executable;
+    ``binary_sha256`` taken as it was written)."""
     binary = found[BINARY_NAME]
     binary.chmod(0o755)
+    remember_digest(binary, "sha256", binary_sha256)  # the provenance check's digest, already taken
     attestation = found.get(ATTESTATION_NAME)
     log.info(
         "aicr release verified",
@@ -171,7 +177,7 @@ def _installed(settings: AicrSettings, found: dict[str, Path], *, tarball_sha256
         version=settings.version,
         tarball_sha256=tarball_sha256,
         source_url=source_url,
-        binary_sha256=sha256_file(binary),
+        binary_sha256=binary_sha256,
     )
 
 
@@ -190,9 +196,10 @@ def _download_archive(
     return archive_path, actual, expected
 
 
-def _unpack(archive_path: Path, dest_dir: Path, archive_url: str) -> dict[str, Path]:
+def _unpack(archive_path: Path, dest_dir: Path, archive_url: str, hashes: dict[str, str]) -> dict[str, Path]:
     """The binary and its attestation from the archive's root; no binary, nothing kept."""
-    found = extract_members(archive_path, dest_dir, {BINARY_NAME, ATTESTATION_NAME}, max_member_bytes=MAX_BINARY_BYTES)
+    allowed = {BINARY_NAME, ATTESTATION_NAME}
+    found = extract_members(archive_path, dest_dir, allowed, max_member_bytes=MAX_BINARY_BYTES, hashes=hashes)
     if BINARY_NAME not in found:
         for stray in found.values():
             stray.unlink()

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tarfile
-from collections.abc import Set
+from collections.abc import MutableMapping, Set
 from pathlib import Path, PurePosixPath
 from typing import cast
 
@@ -104,6 +103,7 @@ def extract_members(
     max_member_bytes: int,
     *,
     error_type: type[RunnerError] = ArchiveError,
+    hashes: MutableMapping[str, str] | None = None,
 ) -> dict[str, Path]:
     """Extract the regular-file members named in ``allowed`` into ``dest``.
 
@@ -112,6 +112,8 @@ def extract_members(
     or oversized member fails the whole archive. Returns name -> extracted path for
     the members found; the caller decides which of them are required. Extracted
     files get mode 0644 (the caller sets the executable bit where it belongs).
+    ``hashes``, when given, receives each extracted file's sha256, computed as it
+    is written (no second read of the file).
     """
     dest.mkdir(parents=True, exist_ok=True)
     label = f"archive {tar_path.name}"
@@ -124,7 +126,9 @@ def extract_members(
                 if name not in allowed:
                     continue
                 checker.require_regular_file(member)
-                extracted[name] = _write_member(tar, member, dest / name, checker)
+                extracted[name], digest = _write_member(tar, member, dest / name, checker, hashed=hashes is not None)
+                if hashes is not None and digest is not None:
+                    hashes[name] = digest
     except BaseException as exc:
         # All or nothing: a binary from an archive that turned out bad must not stay.
         for path in extracted.values():
@@ -135,7 +139,12 @@ def extract_members(
     return extracted
 
 
-def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, checker: _Checker) -> Path:
+def _write_member(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, checker: _Checker, *, hashed: bool = False
+) -> tuple[Path, str | None]:
+    """The member written to ``target``, and (``hashed``) the sha256 of what was written."""
+    import hashlib  # OpenSSL's bindings: only a run that extracts loads them
+
     source = tar.extractfile(member)
     if source is None:
         raise checker.fail(member.name, "has no readable content")
@@ -144,10 +153,14 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, c
     partial.unlink(missing_ok=True)
     # O_EXCL|O_NOFOLLOW: never write through a link someone planted in dest.
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    digest = hashlib.sha256() if hashed else None
     with source, os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(source, out, _COPY_CHUNK_BYTES)
+        while chunk := source.read(_COPY_CHUNK_BYTES):
+            if digest is not None:
+                digest.update(chunk)
+            out.write(chunk)
     partial.replace(target)
-    return target
+    return target, digest.hexdigest() if digest is not None else None
 
 
 def safe_extract_all(
@@ -236,7 +249,7 @@ class _Extraction:
             # setuid/setgid/sticky, no group or other write, owner read/write).
             target.mkdir(parents=True, exist_ok=True)
         else:
-            _write_member(tar, member, target, self._checker).chmod((member.mode & 0o755) | 0o600)
+            _write_member(tar, member, target, self._checker)[0].chmod((member.mode & 0o755) | 0o600)
 
     def _check(self, member: tarfile.TarInfo) -> str:
         self._members += 1

@@ -242,6 +242,81 @@ def test_checksum_mismatch_names_url_and_both_digests(
     assert fake_time.sleeps == []  # a mismatch is never retried
 
 
+def test_an_archive_that_does_not_match_leaves_nothing_unpacked(
+    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
+) -> None:
+    """A mismatch leaves none of the archive's files behind, and does not touch a
+    binary already in place (nothing is unpacked before the digest matches)."""
+    dest = tmp_path / "aicr"
+    dest.mkdir()
+    (dest / "aicr").write_bytes(b"the binary of an earlier run")
+    tampered = release_tar(binary=b"evil")
+    mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
+    mock.get(AMD64_URL).respond(200, content=tampered)
+
+    with pytest.raises(ChecksumError, match="sha256 mismatch"):
+        fetch(tmp_path, fake_time)
+
+    assert sorted(p.name for p in dest.iterdir()) == ["aicr", "aicr_checksums.txt"]
+    assert (dest / "aicr").read_bytes() == b"the binary of an earlier run"
+
+
+def test_an_unsafe_archive_that_does_not_match_is_a_checksum_failure(
+    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
+) -> None:
+    """The digest is judged before the archive is opened: an archive that is both
+    tampered and unsafe is a checksum mismatch, and nothing of it is written."""
+    unsafe = release_tar(("../../etc/cron.d/aicr", b"* * * * * root sh"))
+    mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
+    mock.get(AMD64_URL).respond(200, content=unsafe)
+
+    with pytest.raises(ChecksumError, match="sha256 mismatch"):
+        fetch(tmp_path, fake_time)
+
+    assert not (tmp_path.parent / "etc").exists()
+    assert sorted(p.name for p in (tmp_path / "aicr").iterdir()) == ["aicr_checksums.txt"]
+
+
+def test_a_retried_archive_leaves_only_the_release_behind(
+    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
+) -> None:
+    big = release_tar(("padding.bin", bytes(range(256)) * 4096))  # broken off halfway
+    mock.get(SUMS_URL).respond(200, content=goreleaser_sums(amd64=big))
+    mock.get(AMD64_URL).side_effect = [
+        httpx.Response(200, stream=ResettingStream(big, chunks=len(big) // 128, chunk_size=64)),
+        httpx.Response(200, content=big),
+    ]
+
+    got = fetch(tmp_path, fake_time)
+
+    assert got.tarball_sha256 == sha256(big)
+    assert got.path.read_bytes() == BINARY
+    assert sorted(p.name for p in (tmp_path / "aicr").iterdir()) == [
+        "aicr",
+        "aicr-attestation.sigstore.json",
+        "aicr_checksums.txt",
+    ]
+
+
+def test_the_provenance_check_reuses_the_digest_taken_while_unpacking(
+    tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aicr_runner.net import digests
+
+    mock.get(SUMS_URL).respond(200, content=goreleaser_sums())
+    mock.get(AMD64_URL).respond(200, content=AMD64_TAR)
+    got = fetch(tmp_path, fake_time)
+
+    def no_second_read(path: Path, algorithm: str) -> str:
+        raise AssertionError(f"{path} read again for its {algorithm}")
+
+    monkeypatch.setattr(digests, "file_digest", no_second_read)
+    assert digests.binary_digest(got.path) == sha256(BINARY)
+    got.path.chmod(0o700)  # a changed file is hashed afresh
+    with pytest.raises(AssertionError, match="read again"):
+        digests.binary_digest(got.path)
+
+
 def test_missing_line_fails_before_the_archive_is_downloaded(
     tmp_path: Path, fake_time: FakeTime, mock: respx.MockRouter
 ) -> None:
