@@ -133,9 +133,7 @@ applied by "nvidia-aicr.compat" (_compat.tpl).
 
 def renamed_map() -> str:
     """chart/templates/_renamed.tpl: the renamed values the compatibility layer honours."""
-    rows = [
-        f"- {{old: {item.old}, new: {item.new}, default: {json.dumps(item.default)}}}" for item in renamed_values()
-    ]
+    rows = [f"- {{old: {item.old}, new: {item.new}, default: {json.dumps(item.default)}}}" for item in renamed_values()]
     return RENAMED_HEADER + '{{- define "nvidia-aicr.renamedValues" -}}\n' + "\n".join(rows) + "\n{{- end -}}\n"
 
 

@@ -147,6 +147,7 @@ def test_the_new_names_render_the_same_as_the_earlier_ones(case: str) -> None:
     assert render(moved).stdout == render(CASES[case]).stdout
 
 
+#: (earlier name, its value, the new name's value, the two as the message shows them)
 C18 = [
     ("aicrVersion", "v1.1.0", "v1.0.0", '"v1.1.0"', '"v1.0.0"'),
     ("deployArgs", ["--retries", "1"], ["--retries", "2"], '["--retries","1"]', '["--retries","2"]'),
@@ -161,10 +162,11 @@ def c18_message(old: str, new: str, old_text: str, new_text: str) -> str:
     )
 
 
-@pytest.mark.parametrize(("old", "old_value", "new_value", "old_text", "new_text"), C18)
+@pytest.mark.parametrize("case", C18, ids=[case[0] for case in C18])
 def test_c18_an_earlier_name_and_its_new_name_set_apart_fail(
-    old: str, old_value: Any, new_value: Any, old_text: str, new_text: str, tmp_path: Path
+    case: tuple[str, Any, Any, str, str], tmp_path: Path
 ) -> None:
+    old, old_value, new_value, old_text, new_text = case
     [item] = [item for item in renamed_values() if item.old == old]
     values = merge(nested(old, old_value), nested(item.new, new_value))
     message = c18_message(old, item.new, old_text, new_text)
@@ -177,10 +179,9 @@ def test_c18_an_earlier_name_and_its_new_name_set_apart_fail(
     assert caught.value.problems == [f"--values {path}: {message}"]
 
 
-@pytest.mark.parametrize(("old", "value", "_new_value", "_old_text", "_new_text"), C18)
-def test_an_earlier_name_and_its_new_name_may_agree(
-    old: str, value: Any, _new_value: Any, _old_text: str, _new_text: str
-) -> None:
+@pytest.mark.parametrize("case", C18, ids=[case[0] for case in C18])
+def test_an_earlier_name_and_its_new_name_may_agree(case: tuple[str, Any, Any, str, str]) -> None:
+    old, value = case[:2]
     [item] = [item for item in renamed_values() if item.old == old]
     both = render(merge(nested(old, value), nested(item.new, value)))
     assert both.ok, both.stderr

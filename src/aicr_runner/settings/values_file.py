@@ -24,7 +24,15 @@ from typing import Any
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings.config import ENV_PREFIX
 
-__all__ = ["CLUSTER_ONLY_VALUES", "Renamed", "env_from_values", "load_values_file", "regrouped", "renamed_values", "value_to_env"]
+__all__ = [
+    "CLUSTER_ONLY_VALUES",
+    "Renamed",
+    "env_from_values",
+    "load_values_file",
+    "regrouped",
+    "renamed_values",
+    "value_to_env",
+]
 
 #: Chart values (a key and everything under it) that mean something only in a
 #: cluster; ``plan --values`` accepts and ignores them.
@@ -112,7 +120,7 @@ def regrouped(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             continue
         _drop(document, renamed.old)
         found, new = _lookup(document, renamed.new)
-        if found and new != renamed.default and new != old:
+        if found and new not in (renamed.default, old):
             raise ConfigError(
                 [
                     f"{where}: {renamed.old}={_json(old)} and {renamed.new}={_json(new)} are both set: "
