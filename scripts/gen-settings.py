@@ -179,9 +179,21 @@ def _deprecate(document: dict[str, Any]) -> None:
         parent = _node(document, old_parent, item.old) if old_parent else document
         moved = copy.deepcopy(_node(document, item.new, item.new))
         moved["description"] = f"Deprecated: the earlier name of {item.new} (still honoured). {moved['description']}"
+        moved["type"] = _nullable(moved["type"])
+        if "enum" in moved and None not in moved["enum"]:
+            moved["enum"] = [*moved["enum"], None]
         parent["properties"][old_leaf] = moved
         if old_parent:
             parent["description"] = f"Deprecated: the earlier name of {new_parent} (still honoured)."
+            parent["type"] = _nullable(parent["type"])
+
+
+def _nullable(kind: str | list[str]) -> list[str]:
+    """A type that also takes null. Helm drops a key the user sets to null when the chart
+    has a default for it, before the schema sees it: an earlier name had one, so null
+    was allowed there, and the compatibility layer gives its new name the same nil."""
+    kinds = [kind] if isinstance(kind, str) else list(kind)
+    return kinds if "null" in kinds else [*kinds, "null"]
 
 
 def _accepts(field: FieldInfo, value: object) -> bool:
