@@ -82,6 +82,43 @@ EXTRA_ENV = """        {{- with $v.job.extraEnv }}
 """
 
 MUTATIONS: tuple[Mutation, ...] = (
+    # -- the compatibility layer of the values regrouping ---------------------------------------------------
+    m(
+        "renamed-values-not-honoured",
+        "templates/_compat.tpl",
+        "{{- if $set -}}",
+        "{{- if false -}}",
+        "test_renamed_values.py::test_an_upgrade_with_unchanged_values_renders_what_the_chart_rendered_before",
+        "test_renamed_values.py::test_an_earlier_name_renders_what_its_new_name_renders",
+    ),
+    m(
+        "renamed-value-dropped-from-the-list",
+        "templates/_renamed.tpl",
+        '- {old: deployFlags, new: deploy.flags, default: "--best-effort --no-wait"}\n',
+        "",
+        "test_renamed_values.py::test_an_earlier_name_renders_what_its_new_name_renders[helm4-deployFlags]",
+    ),
+    m(
+        "drop-renamed-value-conflict-guard",
+        "templates/_compat.tpl",
+        "{{- else if ne (toJson $new) (toJson $old) -}}",
+        "{{- else if false -}}",
+        "test_renamed_values.py::test_c18_an_earlier_name_and_its_new_name_set_apart_fail",
+    ),
+    m(
+        "an-earlier-name-wins-over-a-set-new-name",
+        "templates/_compat.tpl",
+        "{{- if eq (toJson $new) (toJson $entry.default) -}}",
+        "{{- if true -}}",
+        "test_renamed_values.py::test_c18_an_earlier_name_and_its_new_name_set_apart_fail",
+    ),
+    m(
+        "g01-earlier-name-unchecked",
+        "templates/_validate-removed.tpl",
+        '{{- if and (hasKey $v "aicrSha256") (not (kindIs "map" $v.aicrSha256)) -}}',
+        "{{- if false -}}",
+        "test_guards.py::test_g01_scalar_aicr_sha256_is_rejected",
+    ),
     # -- guards ------------------------------------------------------------------------------------------
     m(
         "drop-no-criteria-guard",
@@ -116,7 +153,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "every-aicr-version-gets-the-1x-guard-texts",
         "templates/_validate-criteria.tpl",
-        '{{- $zeroX := semverCompare "< 1.0.0-0" (toString $v.aicrVersion) -}}',
+        '{{- $zeroX := semverCompare "< 1.0.0-0" (toString $v.aicr.version) -}}',
         "{{- $zeroX := false -}}",
         "test_guards.py::test_g03_and_g17b_say_what_an_0x_aicrversion_does_with_the_value",
     ),
@@ -144,7 +181,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "drop-k0s-version-floor",
         "templates/_validate-criteria.tpl",
-        '(semverCompare "< 0.22.0-0" (toString $v.aicrVersion))',
+        '(semverCompare "< 0.22.0-0" (toString $v.aicr.version))',
         "false",
         "test_guards.py::test_g17c_k0s_needs_aicr_v0_22",
     ),
@@ -172,23 +209,23 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "drop-pack-transport-guard",
         "templates/_validate-pack.tpl",
-        "{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) (or $v.dataPackSecret $v.dataPackPlainHTTP "
+        "{{- if and (not $v.dataPack) (not $v.aicr.releaseRef) (or $v.dataPackSecret $v.dataPackPlainHTTP "
         "$v.dataPackInsecureTLS) -}}",
-        "{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) $v.dataPackSecret -}}",
+        "{{- if and (not $v.dataPack) (not $v.aicr.releaseRef) $v.dataPackSecret -}}",
         "test_guards.py::test_g17d_pack_transport_settings_need_a_pack",
     ),
     m(
         "pack-transport-guard-ignores-the-release-ref",
         "templates/_validate-pack.tpl",
-        "{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) (or $v.dataPackSecret",
+        "{{- if and (not $v.dataPack) (not $v.aicr.releaseRef) (or $v.dataPackSecret",
         "{{- if and (not $v.dataPack) (or $v.dataPackSecret",
         "test_guards.py::test_g12_g17d_the_aicr_release_from_a_registry_is_a_consumer_of_the_pack_transport",
     ),
     m(
         "drop-one-release-source-guard",
         "templates/_validate-pack.tpl",
-        "{{- if and $v.aicrReleaseRef (ne (toString $v.aicrReleaseBaseUrl)",
-        "{{- if and false (ne (toString $v.aicrReleaseBaseUrl)",
+        "{{- if and $v.aicr.releaseRef (ne (toString $v.aicr.releaseBaseUrl)",
+        "{{- if and false (ne (toString $v.aicr.releaseBaseUrl)",
         "test_guards.py::test_c17_the_aicr_release_comes_from_one_place",
     ),
     m(
@@ -287,7 +324,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "check-ignores-the-catalog-version",
         "templates/_criteria.tpl",
-        '{{- if eq (trimPrefix "v" $catalogVersion) (trimPrefix "v" (toString $v.aicrVersion)) -}}',
+        '{{- if eq (trimPrefix "v" $catalogVersion) (trimPrefix "v" (toString $v.aicr.version)) -}}',
         "{{- if true -}}",
         "test_criteria.py::test_another_aicr_version_skips_the_catalog_check",
     ),
@@ -444,7 +481,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "runtime-setting-not-rendered",
         "templates/_env.tpl",
-        "AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.storageClass | quote }}\n",
+        "AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.bundle.storageClass | quote }}\n",
         "",
         "test_contract.py::test_every_runtime_setting_is_rendered_and_nothing_else",
     ),

@@ -21,21 +21,21 @@ guards against that at runtime).
 
 Skipped when dataPack is set (a pack may register values and overlays; the
 runtime then checks the criteria against the pack), when criteriaPreflight is
-false, when aicrVersion is not the catalog's version, and when aicrBinary.path
+false, when aicr.version is not the catalog's version, and when aicr.binary.path
 is set (a preinstalled aicr may be any version; aicr itself decides, and the
 runtime lists what that aicr supports). The catalog says where it comes from
 (its "source"); the refusal names it.
 */}}
 {{- define "nvidia-aicr.criteriaSupported" -}}
 {{- $v := .Values -}}
-{{- $binary := default dict $v.aicrBinary -}}
+{{- $binary := default dict $v.aicr.binary -}}
 {{- if and $v.criteriaPreflight (not $v.dataPack) (not $binary.path) -}}
 {{- $catalog := .Files.Get "files/criteria-catalog.json" | fromJson -}}
 {{- if or (hasKey $catalog "Error") (not (kindIs "slice" $catalog.entries)) -}}
 {{- fail "chart files/criteria-catalog.json is missing or not a catalog; regenerate it with scripts/gen-catalog.py." -}}
 {{- end -}}
 {{- $catalogVersion := toString $catalog.aicrVersion -}}
-{{- if eq (trimPrefix "v" $catalogVersion) (trimPrefix "v" (toString $v.aicrVersion)) -}}
+{{- if eq (trimPrefix "v" $catalogVersion) (trimPrefix "v" (toString $v.aicr.version)) -}}
 {{- $dims := list "service" "accelerator" "intent" "os" "platform" -}}
 {{- $query := dict -}}
 {{- $stated := list -}}

@@ -23,32 +23,32 @@ AICR_RUNNER_PACK__REF: {{ toString $v.dataPack | quote }}
 AICR_RUNNER_PACK__CREDENTIALS_FILE: {{ ternary "/etc/aicr-runner/pack-auth/config.json" "" (ne (include "nvidia-aicr.packSecretName" .) "") | quote }}
 AICR_RUNNER_PACK__PLAIN_HTTP: {{ include "nvidia-aicr.bool" $v.dataPackPlainHTTP | quote }}
 AICR_RUNNER_PACK__INSECURE_TLS: {{ include "nvidia-aicr.bool" $v.dataPackInsecureTLS | quote }}
-AICR_RUNNER_AICR__VERSION: {{ toString $v.aicrVersion | quote }}
-AICR_RUNNER_AICR__ARCH: {{ toString $v.aicrArch | quote }}
-AICR_RUNNER_AICR__SHA256__AMD64: {{ toString (default "" (default dict $v.aicrSha256).amd64) | quote }}
-AICR_RUNNER_AICR__SHA256__ARM64: {{ toString (default "" (default dict $v.aicrSha256).arm64) | quote }}
-AICR_RUNNER_AICR__RELEASE_BASE_URL: {{ toString $v.aicrReleaseBaseUrl | quote }}
-AICR_RUNNER_AICR__BINARY: {{ toString $v.aicrBinary.path | quote }}
-AICR_RUNNER_AICR__BINARY_SHA256: {{ toString $v.aicrBinary.sha256 | quote }}
-AICR_RUNNER_AICR__PROVENANCE__MODE: {{ toString $v.aicrProvenance.mode | quote }}
-AICR_RUNNER_AICR__PROVENANCE__IDENTITY: {{ toString $v.aicrProvenance.identity | quote }}
-AICR_RUNNER_AICR__PROVENANCE__ISSUER: {{ toString $v.aicrProvenance.issuer | quote }}
-AICR_RUNNER_AICR__PROVENANCE__TRUSTED_ROOT: {{ toString $v.aicrProvenance.trustedRoot | quote }}
-AICR_RUNNER_RECIPE__FLAGS: {{ toString $v.recipeFlags | quote }}
-AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipeArgs) | quote }}
-AICR_RUNNER_RECIPE__CONFIGMAP: {{ toString $v.recipeConfigMap | quote }}
+AICR_RUNNER_AICR__VERSION: {{ toString $v.aicr.version | quote }}
+AICR_RUNNER_AICR__ARCH: {{ toString $v.aicr.arch | quote }}
+AICR_RUNNER_AICR__SHA256__AMD64: {{ toString (default "" (default dict $v.aicr.sha256).amd64) | quote }}
+AICR_RUNNER_AICR__SHA256__ARM64: {{ toString (default "" (default dict $v.aicr.sha256).arm64) | quote }}
+AICR_RUNNER_AICR__RELEASE_BASE_URL: {{ toString $v.aicr.releaseBaseUrl | quote }}
+AICR_RUNNER_AICR__BINARY: {{ toString $v.aicr.binary.path | quote }}
+AICR_RUNNER_AICR__BINARY_SHA256: {{ toString $v.aicr.binary.sha256 | quote }}
+AICR_RUNNER_AICR__PROVENANCE__MODE: {{ toString $v.aicr.provenance.mode | quote }}
+AICR_RUNNER_AICR__PROVENANCE__IDENTITY: {{ toString $v.aicr.provenance.identity | quote }}
+AICR_RUNNER_AICR__PROVENANCE__ISSUER: {{ toString $v.aicr.provenance.issuer | quote }}
+AICR_RUNNER_AICR__PROVENANCE__TRUSTED_ROOT: {{ toString $v.aicr.provenance.trustedRoot | quote }}
+AICR_RUNNER_RECIPE__FLAGS: {{ toString $v.recipe.flags | quote }}
+AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipe.args) | quote }}
+AICR_RUNNER_RECIPE__CONFIGMAP: {{ toString $v.recipe.configMap | quote }}
 AICR_RUNNER_RECIPE__EXPECT__MIN_COMPONENTS: {{ int64 $v.recipe.expect.minComponents | toString | quote }}
 AICR_RUNNER_RECIPE__EXPECT__COMPONENTS: {{ toJson (default list $v.recipe.expect.components) | quote }}
 AICR_RUNNER_RECIPE__EXPECT__OVERLAYS: {{ toJson (default list $v.recipe.expect.overlays) | quote }}
-AICR_RUNNER_BUNDLE__FLAGS: {{ toString $v.bundleFlags | quote }}
-AICR_RUNNER_BUNDLE__ARGS: {{ toJson (default list $v.bundleArgs) | quote }}
-AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.storageClass | quote }}
-AICR_RUNNER_DEPLOY__FLAGS: {{ toString $v.deployFlags | quote }}
-AICR_RUNNER_DEPLOY__ARGS: {{ toJson (default list $v.deployArgs) | quote }}
+AICR_RUNNER_BUNDLE__FLAGS: {{ toString $v.bundle.flags | quote }}
+AICR_RUNNER_BUNDLE__ARGS: {{ toJson (default list $v.bundle.args) | quote }}
+AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.bundle.storageClass | quote }}
+AICR_RUNNER_DEPLOY__FLAGS: {{ toString $v.deploy.flags | quote }}
+AICR_RUNNER_DEPLOY__ARGS: {{ toJson (default list $v.deploy.args) | quote }}
 AICR_RUNNER_DEPLOY__ENABLED: {{ include "nvidia-aicr.bool" $v.deploy.enabled | quote }}
 AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER: {{ include "nvidia-aicr.bool" $v.environment.preinstalledDriver | quote }}
-AICR_RUNNER_VALIDATE__FLAGS: {{ toString $v.validateFlags | quote }}
-AICR_RUNNER_VALIDATE__ARGS: {{ toJson (default list $v.validateArgs) | quote }}
+AICR_RUNNER_VALIDATE__FLAGS: {{ toString $v.validate.flags | quote }}
+AICR_RUNNER_VALIDATE__ARGS: {{ toJson (default list $v.validate.args) | quote }}
 AICR_RUNNER_VALIDATE__ENABLED: {{ include "nvidia-aicr.bool" $v.validate.enabled | quote }}
 AICR_RUNNER_VALIDATE__PHASES: {{ include "nvidia-aicr.phases" . | quote }}
 AICR_RUNNER_VALIDATE__FAIL_ON_ERROR: {{ include "nvidia-aicr.bool" $v.validate.failOnError | quote }}
@@ -75,10 +75,10 @@ AICR_RUNNER_TERMINATION_MESSAGE_PATH: /dev/termination-log
 {{- define "nvidia-aicr.runnerSettingsEnv" -}}
 {{- $v := .Values -}}
 AICR_RUNNER_PACK__PULL_BUDGET_SECONDS: {{ $v.dataPackPullBudgetSeconds | toString | quote }}
-AICR_RUNNER_AICR__RELEASE_REF: {{ toString $v.aicrReleaseRef | quote }}
-AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS: {{ int64 $v.aicrDownload.attempts | toString | quote }}
-AICR_RUNNER_AICR__DOWNLOAD_TIMEOUT_SECONDS: {{ $v.aicrDownload.timeoutSeconds | toString | quote }}
-AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS: {{ $v.aicrDownload.budgetSeconds | toString | quote }}
+AICR_RUNNER_AICR__RELEASE_REF: {{ toString $v.aicr.releaseRef | quote }}
+AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS: {{ int64 $v.aicr.download.attempts | toString | quote }}
+AICR_RUNNER_AICR__DOWNLOAD_TIMEOUT_SECONDS: {{ $v.aicr.download.timeoutSeconds | toString | quote }}
+AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS: {{ $v.aicr.download.budgetSeconds | toString | quote }}
 AICR_RUNNER_DEPLOY__FAIL_ON_COMPONENT_FAILURE: {{ include "nvidia-aicr.bool" $v.deploy.failOnComponentFailure | quote }}
 AICR_RUNNER_LEASE__DURATION_SECONDS: {{ int64 $v.lease.durationSeconds | toString | quote }}
 AICR_RUNNER_LEASE__WAIT_SECONDS: {{ int64 $v.lease.waitSeconds | toString | quote }}

@@ -100,7 +100,7 @@ to a repository without one.
 
 {{/*
 The snapshot agent's image: snapshot.image, else aicr's own
-(ghcr.io/nvidia/aicr:v<aicrVersion>, one "v" whether aicrVersion has it or not,
+(ghcr.io/nvidia/aicr:v<aicr.version>, one "v" whether aicr.version has it or not,
 as aicr tags its images and as the runtime derives it) with global.imageRegistry
 applied as to image.repository.
 */}}
@@ -110,7 +110,7 @@ applied as to image.repository.
 {{- else -}}
 {{- $image := dict "repository" "ghcr.io/nvidia/aicr" -}}
 {{- $repository := include "nvidia-aicr.imageRepository" (dict "Values" (dict "image" $image "global" .Values.global)) -}}
-{{- printf "%s:v%s" $repository (trimPrefix "v" (toString .Values.aicrVersion)) -}}
+{{- printf "%s:v%s" $repository (trimPrefix "v" (toString .Values.aicr.version)) -}}
 {{- end -}}
 {{- end -}}
 

@@ -19,8 +19,8 @@ Guards G-11, G-13, G-12, C-03, G-17d, C-17 (_validate.tpl says how the guards wo
 {{- end -}}
 
 {{- /* G-12: the chart-created Secret needs a consumer (the pack pull, or the aicr release's from a registry). */ -}}
-{{- if and $packAuth (not $v.dataPack) (not $v.aicrReleaseRef) -}}
-{{- fail "dataPackAuth.dockerconfigjson is set but dataPack and aicrReleaseRef are empty: the Secret would have no consumer. Set dataPack to the pack's OCI reference (or aicrReleaseRef to the aicr release's), or drop dataPackAuth." -}}
+{{- if and $packAuth (not $v.dataPack) (not $v.aicr.releaseRef) -}}
+{{- fail "dataPackAuth.dockerconfigjson is set but dataPack and aicr.releaseRef are empty: the Secret would have no consumer. Set dataPack to the pack's OCI reference (or aicr.releaseRef to the aicr release's), or drop dataPackAuth." -}}
 {{- end -}}
 
 {{- /* C-03: the chart-created Secret must hold a dockerconfigjson. */ -}}
@@ -32,12 +32,12 @@ Guards G-11, G-13, G-12, C-03, G-17d, C-17 (_validate.tpl says how the guards wo
 {{- end -}}
 
 {{- /* G-17d: pack transport settings need a pull from a registry (the pack, or the aicr release). */ -}}
-{{- if and (not $v.dataPack) (not $v.aicrReleaseRef) (or $v.dataPackSecret $v.dataPackPlainHTTP $v.dataPackInsecureTLS) -}}
-{{- fail "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and aicrReleaseRef are empty: these settings only apply to a pull from a registry. Set dataPack to the pack's OCI reference (or aicrReleaseRef to the aicr release's), or drop them." -}}
+{{- if and (not $v.dataPack) (not $v.aicr.releaseRef) (or $v.dataPackSecret $v.dataPackPlainHTTP $v.dataPackInsecureTLS) -}}
+{{- fail "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and aicr.releaseRef are empty: these settings only apply to a pull from a registry. Set dataPack to the pack's OCI reference (or aicr.releaseRef to the aicr release's), or drop them." -}}
 {{- end -}}
 
 {{- /* C-17: the aicr release comes from one place. */ -}}
-{{- if and $v.aicrReleaseRef (ne (toString $v.aicrReleaseBaseUrl) "https://github.com/NVIDIA/aicr/releases/download") -}}
-{{- fail (printf "aicrReleaseRef=%s and aicrReleaseBaseUrl=%s are both set: the aicr release comes from one place. Unset aicrReleaseBaseUrl to fetch it from the registry, or aicrReleaseRef to fetch it over HTTP." (toString $v.aicrReleaseRef) (toString $v.aicrReleaseBaseUrl)) -}}
+{{- if and $v.aicr.releaseRef (ne (toString $v.aicr.releaseBaseUrl) "https://github.com/NVIDIA/aicr/releases/download") -}}
+{{- fail (printf "aicr.releaseRef=%s and aicr.releaseBaseUrl=%s are both set: the aicr release comes from one place. Unset aicr.releaseBaseUrl to fetch it from the registry, or aicr.releaseRef to fetch it over HTTP." (toString $v.aicr.releaseRef) (toString $v.aicr.releaseBaseUrl)) -}}
 {{- end -}}
 {{- end -}}

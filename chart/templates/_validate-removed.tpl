@@ -8,7 +8,7 @@ Guards C-01, G-14, G-01 (_validate.tpl says how the guards work).
 
 {{- /* C-01: values removed in 0.4.0 (schema admits them only for this message). */ -}}
 {{- if hasKey $v "runtimeImage" -}}
-{{- fail "runtimeImage was removed in chart 0.4.0: the Job runs the aicr-runner image, which carries python, bash, helm and kubectl. Delete runtimeImage; to change the image set image.repository / image.tag / image.digest (and aicrBinary.path for a custom image with aicr preinstalled)." -}}
+{{- fail "runtimeImage was removed in chart 0.4.0: the Job runs the aicr-runner image, which carries python, bash, helm and kubectl. Delete runtimeImage; to change the image set image.repository / image.tag / image.digest (and aicr.binary.path for a custom image with aicr preinstalled)." -}}
 {{- end -}}
 {{- if hasKey $v "orasImage" -}}
 {{- fail "orasImage was removed in chart 0.4.0: the runtime pulls and verifies the data pack itself, there is no oras initContainer. Delete orasImage; dataPack, dataPackSecret, dataPackPlainHTTP and dataPackInsecureTLS work as before." -}}
@@ -23,8 +23,15 @@ Guards C-01, G-14, G-01 (_validate.tpl says how the guards work).
 {{- end -}}
 {{- end -}}
 
-{{- /* G-01: aicrSha256 is a per-arch map since 0.3.0. */ -}}
-{{- if not (kindIs "map" $v.aicrSha256) -}}
-{{- fail (printf "aicrSha256 must be a map of per-architecture pins, not %q. Move the value under the key for aicrArch (%s), e.g. aicrSha256: {%s: <64 hex>}; an empty entry skips the strict pin for that architecture." (toString $v.aicrSha256) (toString (default "the node's architecture" $v.aicrArch)) (toString (default "arm64" $v.aicrArch))) -}}
+{{- /* G-01: aicrSha256 (now aicr.sha256) is a per-arch map since 0.3.0; the
+old name is checked first (a scalar there never reaches aicr.sha256). */ -}}
+{{- $pinsKey := "aicr.sha256" -}}
+{{- $pins := $v.aicr.sha256 -}}
+{{- if and (hasKey $v "aicrSha256") (not (kindIs "map" $v.aicrSha256)) -}}
+{{- $pinsKey = "aicrSha256" -}}
+{{- $pins = $v.aicrSha256 -}}
+{{- end -}}
+{{- if not (kindIs "map" $pins) -}}
+{{- fail (printf "%s must be a map of per-architecture pins, not %q. Move the value under the key for aicr.arch (%s), e.g. aicr.sha256: {%s: <64 hex>}; an empty entry skips the strict pin for that architecture." $pinsKey (toString $pins) (toString (default "the node's architecture" $v.aicr.arch)) (toString (default "arm64" $v.aicr.arch))) -}}
 {{- end -}}
 {{- end -}}

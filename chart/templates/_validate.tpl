@@ -21,6 +21,8 @@ anchor left to runtime; C-* are new. One file per concern, run in this order
   _validate-cluster.tpl   C-12 C-13 C-14             RBAC, the snapshot agent
   _validate-names.tpl     C-15 C-16                  fullnameOverride, nameOverride
   _criteria.tpl           C-07                       the combination at the pinned aicr
+Before them, every template applies _compat.tpl (C-18: a renamed value set under
+its earlier name and its new name to different values).
 */}}
 {{- define "nvidia-aicr.validate" -}}
 {{- include "nvidia-aicr.validate.removed" . -}}

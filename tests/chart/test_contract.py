@@ -66,10 +66,10 @@ def test_the_runtime_parses_what_the_chart_renders(name: str) -> None:
     assert settings.validate.publish.enabled is validate.get("publish", {}).get("enabled", False)
     assert settings.namespace == NAMESPACE
     assert settings.work_dir == "/work"
-    assert settings.recipe.args == values.get("recipeArgs", [])
-    assert settings.deploy.args == values.get("deployArgs", [])
-    assert settings.validate.args == values.get("validateArgs", [])
-    assert settings.bundle.args == values.get("bundleArgs", [])
+    assert settings.recipe.args == values.get("recipe", {}).get("args", [])
+    assert settings.deploy.args == values.get("deploy", {}).get("args", [])
+    assert settings.validate.args == validate.get("args", [])
+    assert settings.bundle.args == values.get("bundle", {}).get("args", [])
 
 
 def test_defaults_mean_the_runtime_defaults_except_where_the_chart_decides() -> None:

@@ -73,7 +73,7 @@ def test_catalog_pins_the_same_aicr_as_the_chart() -> None:
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert catalog()["aicrVersion"] == values["aicrVersion"] == chart["annotations"]["aicr.run/aicr-version"]
+    assert catalog()["aicrVersion"] == values["aicr"]["version"] == chart["annotations"]["aicr.run/aicr-version"]
 
 
 def test_catalog_is_what_gen_catalog_produces_from_aicr(aicr: Path, tmp_path: Path) -> None:

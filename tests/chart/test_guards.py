@@ -116,8 +116,8 @@ def test_g17a_intent_with_service_any_is_rejected_even_with_an_accelerator() -> 
 def test_g17c_k0s_needs_aicr_v0_22() -> None:
     rejects_with(
         {"service": "k0s", "aicrVersion": "v0.21.3"},
-        "service=k0s with aicrVersion=v0.21.3: aicr knows service k0s from v0.22.0 ('invalid service type: "
-        "k0s' before). Raise aicrVersion (the chart default is v1.2.0) or, on an older aicr, use service: "
+        "service=k0s with aicr.version=v0.21.3: aicr knows service k0s from v0.22.0 ('invalid service type: "
+        "k0s' before). Raise aicr.version (the chart default is v1.2.0) or, on an older aicr, use service: "
         "any with a pack that carries the k0s containerd settings.",
     )
     renders({"service": "k0s", "aicrVersion": "0.22.0", "criteriaPreflight": False})
@@ -131,7 +131,7 @@ def test_g01_scalar_aicr_sha256_is_rejected() -> None:
     rejects_with(
         {"aicrSha256": "ab" * 32, "aicrArch": "arm64"},
         f'aicrSha256 must be a map of per-architecture pins, not "{"ab" * 32}". Move the value under the key '
-        "for aicrArch (arm64), e.g. aicrSha256: {arm64: <64 hex>}; an empty entry skips the strict pin for "
+        "for aicr.arch (arm64), e.g. aicr.sha256: {arm64: <64 hex>}; an empty entry skips the strict pin for "
         "that architecture.",
     )
 
@@ -158,7 +158,7 @@ def test_c01_runtime_and_oras_images_were_replaced() -> None:
         {"runtimeImage": "alpine/k8s:1.34.0"},
         "runtimeImage was removed in chart 0.4.0: the Job runs the aicr-runner image, which carries python, "
         "bash, helm and kubectl. Delete runtimeImage; to change the image set image.repository / image.tag / "
-        "image.digest (and aicrBinary.path for a custom image with aicr preinstalled).",
+        "image.digest (and aicr.binary.path for a custom image with aicr preinstalled).",
     )
     rejects_with(
         {"orasImage": "ghcr.io/oras-project/oras:v1.2.0"},
@@ -171,9 +171,9 @@ def test_c01_runtime_and_oras_images_were_replaced() -> None:
 def test_c02_binary_hash_needs_a_binary() -> None:
     rejects_with(
         {"aicrBinary": {"sha256": "a" * 64}},
-        "aicrBinary.sha256 is set but aicrBinary.path is empty: the hash pins a preinstalled aicr in a "
-        "custom image. Give its path in aicrBinary.path, or drop aicrBinary.sha256 (downloads are pinned "
-        "with aicrSha256).",
+        "aicr.binary.sha256 is set but aicr.binary.path is empty: the hash pins a preinstalled aicr in a "
+        "custom image. Give its path in aicr.binary.path, or drop aicr.binary.sha256 (downloads are pinned "
+        "with aicr.sha256).",
     )
 
 
@@ -195,8 +195,8 @@ def test_g11_scalar_data_pack_auth_is_rejected() -> None:
 def test_g12_data_pack_auth_needs_a_pack() -> None:
     rejects_with(
         {"dataPackAuth": {"dockerconfigjson": AUTH}},
-        "dataPackAuth.dockerconfigjson is set but dataPack and aicrReleaseRef are empty: the Secret would have "
-        "no consumer. Set dataPack to the pack's OCI reference (or aicrReleaseRef to the aicr release's), or "
+        "dataPackAuth.dockerconfigjson is set but dataPack and aicr.releaseRef are empty: the Secret would have "
+        "no consumer. Set dataPack to the pack's OCI reference (or aicr.releaseRef to the aicr release's), or "
         "drop dataPackAuth.",
     )
 
@@ -227,9 +227,9 @@ def test_c03_data_pack_auth_must_be_a_dockerconfigjson(auth: str) -> None:
 def test_g17d_pack_transport_settings_need_a_pack(values: dict[str, Any]) -> None:
     rejects_with(
         values,
-        "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and aicrReleaseRef are "
+        "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and aicr.releaseRef are "
         "empty: these settings only apply to a pull from a registry. Set dataPack to the pack's OCI reference "
-        "(or aicrReleaseRef to the aicr release's), or drop them.",
+        "(or aicr.releaseRef to the aicr release's), or drop them.",
     )
 
 
@@ -256,8 +256,8 @@ def test_g12_g17d_the_aicr_release_from_a_registry_is_a_consumer_of_the_pack_tra
 def test_c17_the_aicr_release_comes_from_one_place() -> None:
     rejects_with(
         {"aicrReleaseRef": RELEASE_REF, "aicrReleaseBaseUrl": "https://mirror.example/aicr"},
-        f"aicrReleaseRef={RELEASE_REF} and aicrReleaseBaseUrl=https://mirror.example/aicr are both set: the aicr "
-        "release comes from one place. Unset aicrReleaseBaseUrl to fetch it from the registry, or aicrReleaseRef "
+        f"aicr.releaseRef={RELEASE_REF} and aicr.releaseBaseUrl=https://mirror.example/aicr are both set: the aicr "
+        "release comes from one place. Unset aicr.releaseBaseUrl to fetch it from the registry, or aicr.releaseRef "
         "to fetch it over HTTP.",
     )
 
@@ -296,7 +296,7 @@ def test_g05_a_run_must_deploy_or_validate() -> None:
 def test_c05_captures_need_distinct_config_maps() -> None:
     rejects_with(
         {"statusConfigMap": "aicr-recipe"},
-        'recipeConfigMap and statusConfigMap are both "aicr-recipe": every capture needs its own ConfigMap '
+        'recipe.configMap and statusConfigMap are both "aicr-recipe": every capture needs its own ConfigMap '
         "or one overwrites the other. Give them different names (empty turns a capture off).",
     )
     rejects_with(

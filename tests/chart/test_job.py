@@ -974,9 +974,12 @@ def test_notes_say_whether_aicrs_provenance_is_enforced() -> None:
         "--set", "aicrProvenance.identity=https://github.com/acme/aicr/.github/workflows/r.yaml@refs/tags/{version}",
     )  # fmt: skip
     assert "(signer https://github.com/acme/aicr/.github/workflows/r.yaml@refs/tags/v1.3.0)" in acme
-    assert "WARNING: checked but not enforced (aicrProvenance.mode=warn)" in notes("--set", "aicrProvenance.mode=warn")
+    warn = notes("--set", "aicr.provenance.mode=warn")
+    assert "WARNING: checked but not enforced (aicr.provenance.mode=warn)" in warn
+    # The earlier name gives the same NOTES, in the new name's words.
+    assert notes("--set", "aicrProvenance.mode=warn") == warn
     off = notes("--set", "aicrProvenance.mode=off")
-    assert "WARNING: not checked (aicrProvenance.mode=off)" in off
+    assert "WARNING: not checked (aicr.provenance.mode=off)" in off
     assert "verified offline" not in off
 
 

@@ -57,7 +57,7 @@ def test_helm_show_readme_is_useful_on_its_own(packaged: Path) -> None:
     text = proc.stdout
     for heading in ("## Installing the chart", "## Values", "## aicr provenance", "## Which criteria?"):
         assert f"\n{heading}\n" in text, heading
-    assert "`aicrProvenance.mode` is `require` by default" in text
+    assert "`aicr.provenance.mode` is `require` by default" in text
     assert "helm upgrade --install aicr oci://" in text
 
 

@@ -82,7 +82,7 @@ def test_a_schedule_without_validation_or_a_recorded_recipe_is_refused() -> None
     )
     rejects_with(
         {**ON, "recipeConfigMap": ""},
-        'revalidate.schedule="0 */6 * * *" needs recipeConfigMap: re-validation reads the recipe the install '
+        'revalidate.schedule="0 */6 * * *" needs recipe.configMap: re-validation reads the recipe the install '
         "recorded there (it never resolves the recipe again)",
     )
 

@@ -92,7 +92,7 @@ def test_the_refusal_says_what_to_do_instead(tmp_path: Path, capsys: pytest.Capt
     assert capsys.readouterr().err == (
         "aicr-runner: invalid setting: AICR_RUNNER_AICR__RELEASE_BASE_URL='https://***@mirror.example/releases': "
         "credentials in the URL are refused (they would show in logs and reports); serve the release mirror "
-        "without a login inside the cluster, or give a preinstalled aicr (chart aicrBinary.path, env "
+        "without a login inside the cluster, or give a preinstalled aicr (chart aicr.binary.path, env "
         "AICR_RUNNER_AICR__BINARY, plan --aicr-binary)\n"
     )
 

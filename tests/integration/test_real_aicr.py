@@ -141,7 +141,7 @@ def test_the_default_provenance_mode_refuses_the_release_saying_how_to_opt_out(
     assert fetch["status"] == "failed"
     assert "no aicr-attestation.sigstore.json beside" in fetch["message"]
     assert (
-        "set AICR_RUNNER_AICR__PROVENANCE__MODE=warn or off explicitly (chart: aicrProvenance.mode)"
+        "set AICR_RUNNER_AICR__PROVENANCE__MODE=warn or off explicitly (chart: aicr.provenance.mode)"
         in (fetch["message"])
     )
     assert result.report()["provenance"]["status"] == "failed"

@@ -92,24 +92,43 @@ def test_the_env_map_renders_each_setting_from_its_chart_value_by_its_type() -> 
     assert "AICR_RUNNER_CRITERIA__SERVICE: {{ toString $v.service | quote }}" in lines
     assert 'AICR_RUNNER_DEPLOY__ENABLED: {{ include "nvidia-aicr.bool" $v.deploy.enabled | quote }}' in lines
     assert "AICR_RUNNER_SNAPSHOT__TIMEOUT_SECONDS: {{ int64 $v.snapshot.timeoutSeconds | toString | quote }}" in lines
-    assert "AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipeArgs) | quote }}" in lines
+    assert "AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipe.args) | quote }}" in lines
     assert "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS: {{ $v.kubeWriteBudgetSeconds | toString | quote }}" in lines
 
 
 def test_the_schema_takes_each_settings_bounds_and_choices_from_the_model() -> None:
     properties = json.loads(gen.schema())["properties"]
-    assert properties["aicrDownload"]["properties"]["attempts"] | {"description": ""} == {
+    download = properties["aicr"]["properties"]["download"]["properties"]
+    assert download["attempts"] | {"description": ""} == {
         "type": "integer",
         "description": "",
         "minimum": 1,
         "maximum": 20,
     }
     assert properties["recipe"]["properties"]["expect"]["properties"]["minComponents"]["maximum"] == 100_000
-    assert properties["aicrDownload"]["properties"]["budgetSeconds"]["maximum"] == 7200
+    assert download["budgetSeconds"]["maximum"] == 7200
     assert properties["logFormat"]["enum"] == ["console", "json"]
     # "" is the node's architecture: the setting takes it, so the schema does.
-    assert properties["aicrArch"]["enum"] == ["", "amd64", "arm64"]
+    assert properties["aicr"]["properties"]["arch"]["enum"] == ["", "amd64", "arm64"]
     assert properties["upgradeCheck"]["properties"]["requireAssessment"]["type"] == "boolean"
+    # An earlier name (legacy=) takes its new name's schema, marked deprecated.
+    earlier = properties["aicrDownload"]["properties"]["attempts"]
+    # null too: Helm dropped an earlier name's default for it, and its new name gets that nil.
+    assert earlier | {"description": ""} == download["attempts"] | {"description": "", "type": ["integer", "null"]}
+    deprecated = "Deprecated: the earlier name of aicr.download.attempts (still honoured). "
+    assert earlier["description"] == deprecated + download["attempts"]["description"]
+    assert properties["aicrDownload"]["description"].startswith("Deprecated: the earlier name of aicr.download ")
+
+
+def test_the_compatibility_layer_lists_each_renamed_value_with_its_chart_default() -> None:
+    rows = gen.renamed_map().splitlines()
+    assert '- {old: deployFlags, new: deploy.flags, default: "--best-effort --no-wait"}' in rows
+    assert "- {old: aicrDownload.budgetSeconds, new: aicr.download.budgetSeconds, default: 600}" in rows
+    assert "- {old: recipeArgs, new: recipe.args, default: []}" in rows
+    page = gen.renamed_table("a\n<!-- renamed-values:start -->\nold\n<!-- renamed-values:end -->\nb\n")
+    assert "| `aicrVersion` | `aicr.version` |" in page.splitlines()
+    assert page.startswith("a\n<!-- renamed-values:start -->\n")
+    assert page.endswith("<!-- renamed-values:end -->\nb\n")
 
 
 def test_every_setting_has_a_description_and_every_rendered_one_a_source() -> None:

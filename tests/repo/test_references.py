@@ -7,7 +7,8 @@ where nothing runs it; this reads them as a reader would follow them:
   top-level modules (``settings.checks.Invalid``, ``aicr_runner.net.retry``) and
   whose second part is a module of that folder or a name of that module must
   import and resolve attribute by attribute (a settings path such as
-  ``settings.provenance.mode`` names no module and is not a code reference);
+  ``settings.provenance.mode`` names no module and is not a code reference, nor is
+  a key of chart/values.yaml such as ``aicr.provenance.mode``);
 - a path ending in ``.py`` must exist: from the repository root, the package,
   ``src``, or the naming file's folder; a bare file name somewhere in the tree.
 
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "aicr_runner"
@@ -98,11 +100,28 @@ def _resolves(parts: list[str]) -> bool:
     return False
 
 
+def _chart_values() -> set[str]:
+    """Every dotted key of chart/values.yaml (``aicr.provenance.mode``): a chart value,
+    not the module ``aicr_runner.aicr.provenance``."""
+    found: set[str] = set()
+    stack: list[tuple[str, object]] = [("", yaml.safe_load((ROOT / "chart" / "values.yaml").read_text()))]
+    while stack:
+        prefix, node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                found.add(prefix + str(key))
+                stack.append((f"{prefix}{key}.", value))
+    return found
+
+
 def dangling_code_references(prose: list[tuple[Path, str]]) -> list[str]:
     units = _units()
+    chart_values = _chart_values()
     dangling = set()
     for path, text in prose:
         for match in DOTTED.finditer(text):
+            if match.group(1) in chart_values:
+                continue
             parts = match.group(1).removeprefix("aicr_runner.").split(".")
             if parts[-1] in FILE_SUFFIXES:
                 continue  # a file name (`text.py`), checked as a path

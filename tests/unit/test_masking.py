@@ -215,11 +215,18 @@ def test_a_schema_error_in_a_values_file_masks_the_value_it_quotes(
 
 
 @pytest.mark.parametrize(
-    ("key", "value"),
-    [("aicrReleaseBaseUrl", "https://user:pa/ss@mirror.example/r"), ("dataPack", "pa/ss@reg.example/org/p:1")],
+    ("values", "key"),
+    [
+        ({"aicr": {"releaseBaseUrl": "https://user:pa/ss@mirror.example/r"}}, "aicr.releaseBaseUrl"),
+        # An earlier name is read under its new one (docs/configuration.md "Renamed values").
+        ({"aicrReleaseBaseUrl": "https://user:pa/ss@mirror.example/r"}, "aicr.releaseBaseUrl"),
+        ({"dataPack": "pa/ss@reg.example/org/p:1"}, "dataPack"),
+    ],
 )
-def test_a_value_the_schema_takes_is_masked_when_the_settings_refuse_it(key: str, value: str, tmp_path: Path) -> None:
-    result = plan_with_values(tmp_path, {key: value})
+def test_a_value_the_schema_takes_is_masked_when_the_settings_refuse_it(
+    values: dict[str, object], key: str, tmp_path: Path
+) -> None:
+    result = plan_with_values(tmp_path, values)
     assert result.code == 2, result.text
     assert "pa/ss" not in result.text
     assert "'pa'" not in result.text

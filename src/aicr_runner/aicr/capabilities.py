@@ -165,7 +165,7 @@ class Feature:
 
 FEATURES: tuple[Feature, ...] = (
     Feature(
-        f"{ENV_PREFIX}BUNDLE__STORAGE_CLASS (storageClass)",
+        f"{ENV_PREFIX}BUNDLE__STORAGE_CLASS (bundle.storageClass)",
         "aicr bundle --storage-class",
         _v("1.0.0"),
         lambda s: bool(s.bundle.storage_class) and s.deploy.enabled,

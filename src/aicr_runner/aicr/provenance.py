@@ -491,7 +491,7 @@ def _present_attestation(binary: Path, attestation: Path | None) -> Path:
             f"aicr provenance: no aicr-attestation.sigstore.json beside {binary}; every aicr release archive "
             "carries one (a mirror must serve the archive unmodified). To run an aicr without NVIDIA's "
             "attestation anyway (a preinstalled binary, a release not built by NVIDIA's release workflow), "
-            f"set {_ENV_PREFIX}MODE=warn or off explicitly (chart: aicrProvenance.mode)"
+            f"set {_ENV_PREFIX}MODE=warn or off explicitly (chart: aicr.provenance.mode)"
         )
     return attestation
 

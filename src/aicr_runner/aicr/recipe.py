@@ -198,7 +198,7 @@ def read_recorded(path: Path) -> bytes:
         ) from exc
     raise RunnerError(
         f"--recipe {path}: no recorded recipe (nor {compressed.name if compressed else 'a .gz'}); validation "
-        "needs the recipe an install recorded (the recipe ConfigMap, recipeConfigMap): install first",
+        "needs the recipe an install recorded (the recipe ConfigMap, recipe.configMap): install first",
         exit_code=ExitCode.BAD_INPUT,
     )
 

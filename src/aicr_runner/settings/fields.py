@@ -49,6 +49,7 @@ def setting(
     *,
     doc: str,
     chart: str | None = None,
+    legacy: str | None = None,
     chart_doc: str | None = None,
     chart_default: Any = ...,
     into: Into | None = None,
@@ -60,9 +61,11 @@ def setting(
     cluster-only) with its chart/values.yaml ``# --`` description (``chart_doc``, else
     ``doc``) and default (``chart_default``, else ``default``), and where the chart renders
     it (``into``), from its value by type or by ``render`` (a template expression).
+    ``legacy``: the value's earlier chart path, still honoured (the chart's compatibility
+    layer and ``plan --values`` read it when ``chart`` is at its default; both set apart: refused).
     ``scripts/gen-settings.py`` writes the tables, the env map and values.yaml from these.
     ``default`` left out: none, or ``default_factory``; ``**field``: ``Field``'s own."""
-    facts = (("chart", chart), ("chart_doc", chart_doc), ("into", into), ("render", render))
+    facts = (("chart", chart), ("legacy", legacy), ("chart_doc", chart_doc), ("into", into), ("render", render))
     extra: dict[str, Any] = {key: value for key, value in facts if value}
     if chart_default is not ...:
         extra[CHART_DEFAULT] = chart_default

@@ -130,18 +130,20 @@ class Sha256Pins(Group):
     amd64: Annotated[str, checked(checks.sha256_or_empty)] = setting(
         "",
         doc="strict sha256 pin of the amd64 release tarball (the checksums file is verified regardless)",
-        chart="aicrSha256.amd64",
+        chart="aicr.sha256.amd64",
+        legacy="aicrSha256.amd64",
         chart_doc="sha256 of `aicr_<version>_linux_amd64.tar.gz` (64 hex characters) or empty.",
         into="pod",
-        render='{{ toString (default "" (default dict $v.aicrSha256).amd64) | quote }}',
+        render='{{ toString (default "" (default dict $v.aicr.sha256).amd64) | quote }}',
     )
     arm64: Annotated[str, checked(checks.sha256_or_empty)] = setting(
         "",
         doc="strict sha256 pin of the arm64 release tarball; never inherits the amd64 pin",
-        chart="aicrSha256.arm64",
+        chart="aicr.sha256.arm64",
+        legacy="aicrSha256.arm64",
         chart_doc="sha256 of `aicr_<version>_linux_arm64.tar.gz` (64 hex characters) or empty.",
         into="pod",
-        render='{{ toString (default "" (default dict $v.aicrSha256).arm64) | quote }}',
+        render='{{ toString (default "" (default dict $v.aicr.sha256).arm64) | quote }}',
     )
 
 
@@ -161,11 +163,12 @@ class ProvenanceSettings(Group):
             "aicr's Sigstore provenance: `require` (exit 29 unless it verifies), `warn` or `off`; a preinstalled "
             "binary without an attestation needs `warn` or `off`"
         ),
-        chart="aicrProvenance.mode",
+        chart="aicr.provenance.mode",
+        legacy="aicrProvenance.mode",
         chart_doc=(
             "Verify aicr's Sigstore provenance (`aicr-attestation.sigstore.json`, SLSA v1, signed by NVIDIA's release "
             "workflow) offline before aicr runs: `require` (exit 29 unless it verifies), `warn` (report and run "
-            "anyway) or `off`. A preinstalled aicrBinary.path without the attestation beside it needs `warn` or `off`."
+            "anyway) or `off`. A preinstalled aicr.binary.path without the attestation beside it needs `warn` or `off`."
         ),
         into="pod",
     )
@@ -178,18 +181,20 @@ class ProvenanceSettings(Group):
             "`https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/<aicr version>`; `{version}` is "
             "replaced by the pinned tag"
         ),
-        chart="aicrProvenance.identity",
+        chart="aicr.provenance.identity",
+        legacy="aicrProvenance.identity",
         chart_doc=(
             "Exact signer identity (certificate SAN). Empty means "
-            "`https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/<aicrVersion>`; `{version}` is "
-            "replaced by aicrVersion."
+            "`https://github.com/NVIDIA/aicr/.github/workflows/on-tag.yaml@refs/tags/<aicr.version>`; `{version}` is "
+            "replaced by aicr.version."
         ),
         into="pod",
     )
     issuer: Annotated[str, checked(addresses.issuer)] = setting(
         GITHUB_ACTIONS_ISSUER,
         doc="OIDC issuer of the signing certificate",
-        chart="aicrProvenance.issuer",
+        chart="aicr.provenance.issuer",
+        legacy="aicrProvenance.issuer",
         chart_doc="OIDC issuer of the signing certificate.",
         into="pod",
     )
@@ -197,7 +202,8 @@ class ProvenanceSettings(Group):
     trusted_root: Annotated[str, checked(absolute_path())] = setting(
         "",
         doc="Sigstore `trusted_root.json` (private Sigstore or a refreshed root); empty: the shipped public-good root",
-        chart="aicrProvenance.trustedRoot",
+        chart="aicr.provenance.trustedRoot",
+        legacy="aicrProvenance.trustedRoot",
         chart_doc=(
             "Path, inside the container, of a Sigstore `trusted_root.json` (private Sigstore or a refreshed root; "
             "mount it with a custom image or job.extraVolumes). Empty uses the public-good root shipped in the image."
@@ -208,7 +214,7 @@ class ProvenanceSettings(Group):
 
 _MIRROR_HINT = (
     "serve the release mirror without a login inside the cluster, or give a preinstalled aicr "
-    f"(chart aicrBinary.path, env {ENV_PREFIX}AICR__BINARY, plan --aicr-binary)"
+    f"(chart aicr.binary.path, env {ENV_PREFIX}AICR__BINARY, plan --aicr-binary)"
 )
 
 
@@ -216,7 +222,8 @@ class AicrSettings(Group):
     version: Annotated[str, checked(checks.version)] = setting(
         names.PINNED_AICR_VERSION,
         doc="pinned aicr release tag; the leading `v` is optional",
-        chart="aicrVersion",
+        chart="aicr.version",
+        legacy="aicrVersion",
         chart_doc=(
             'aicr release tag to download and run (the leading "v" is optional). The criteria catalog in files/ is for '
             "v1.2.0; another version skips the chart's catalog check."
@@ -226,10 +233,11 @@ class AicrSettings(Group):
     arch: Annotated[Arch, checked(checks.arch)] = setting(
         default_factory=checks.host_arch,
         doc="release architecture, `amd64` or `arm64`; empty or unset: this machine's",
-        chart="aicrArch",
+        chart="aicr.arch",
+        legacy="aicrArch",
         chart_doc=(
             "Architecture of the aicr release tarball: amd64, arm64, or empty for the architecture of the node the Job "
-            "lands on (the image is multi-arch). Selects the tarball and the aicrSha256 entry. To pin the Job to one "
+            "lands on (the image is multi-arch). Selects the tarball and the aicr.sha256 entry. To pin the Job to one "
             "architecture, set job.nodeSelector (see its example)."
         ),
         chart_default="",
@@ -242,7 +250,8 @@ class AicrSettings(Group):
             "where releases are served: `<base>/<tag>/aicr_<ver>_linux_<arch>.tar.gz` (a mirror for air-gapped "
             "clusters); http(s), no user or password in it"
         ),
-        chart="aicrReleaseBaseUrl",
+        chart="aicr.releaseBaseUrl",
+        legacy="aicrReleaseBaseUrl",
         chart_doc=(
             "Base URL of the aicr releases; the runtime downloads `<base>/<tag>/<tarball>` and `aicr_checksums.txt`. "
             "Point it at a mirror for restricted networks."
@@ -258,12 +267,13 @@ class AicrSettings(Group):
             "digest is then enforced; `aicr-runner mirror --to` pushes it), reached with the pack's registry "
             "settings (credentials file, plain HTTP, TLS); empty: the HTTP folder of the release base URL"
         ),
-        chart="aicrReleaseRef",
+        chart="aicr.releaseRef",
+        legacy="aicrReleaseRef",
         chart_doc=(
             "The aicr release as an OCI artifact, without scheme (`<registry>/<prefix>/nvidia/aicr/release:<tag>`, "
             "pushed by `aicr-runner mirror --to`; an `@sha256:` digest is enforced), reached with the dataPack "
             "registry settings (dataPackSecret, dataPackPlainHTTP, dataPackInsecureTLS). Empty: the HTTP folder of "
-            "aicrReleaseBaseUrl. Leave aicrReleaseBaseUrl at its default when set."
+            "aicr.releaseBaseUrl. Leave aicr.releaseBaseUrl at its default when set."
         ),
         into="configmap",
     )
@@ -271,7 +281,8 @@ class AicrSettings(Group):
     binary: Annotated[str, checked(absolute_path())] = setting(
         "",
         doc="use this preinstalled aicr instead of downloading one",
-        chart="aicrBinary.path",
+        chart="aicr.binary.path",
+        legacy="aicrBinary.path",
         chart_doc="Absolute path of an aicr binary preinstalled in a custom image. When set, nothing is downloaded.",
         into="pod",
     )
@@ -279,8 +290,9 @@ class AicrSettings(Group):
     binary_sha256: Annotated[str, checked(checks.sha256_or_empty)] = setting(
         "",
         doc="sha256 the preinstalled binary must match",
-        chart="aicrBinary.sha256",
-        chart_doc="sha256 the preinstalled binary must match (64 hex characters). Requires aicrBinary.path.",
+        chart="aicr.binary.sha256",
+        legacy="aicrBinary.sha256",
+        chart_doc="sha256 the preinstalled binary must match (64 hex characters). Requires aicr.binary.path.",
         into="pod",
     )
     download_attempts: WholeNumber = setting(
@@ -288,7 +300,8 @@ class AicrSettings(Group):
         ge=1,
         le=20,
         doc="download attempts for transient failures (timeouts, resets, 408/429/5xx)",
-        chart="aicrDownload.attempts",
+        chart="aicr.download.attempts",
+        legacy="aicrDownload.attempts",
         chart_doc="Download attempts for the aicr release (1-20); only transient errors are retried.",
         into="configmap",
     )
@@ -297,7 +310,8 @@ class AicrSettings(Group):
         ge=checks.MIN_SECONDS,
         le=3600,
         doc="per-request timeout",
-        chart="aicrDownload.timeoutSeconds",
+        chart="aicr.download.timeoutSeconds",
+        legacy="aicrDownload.timeoutSeconds",
         chart_doc="Timeout of one download attempt, in seconds.",
         into="configmap",
     )
@@ -310,7 +324,8 @@ class AicrSettings(Group):
             "wall-clock bound on the whole download (retries, back-off, slow bodies, stalled TLS and redirects "
             "included; exit 20 past it)"
         ),
-        chart="aicrDownload.budgetSeconds",
+        chart="aicr.download.budgetSeconds",
+        legacy="aicrDownload.budgetSeconds",
         chart_doc=(
             "Wall-clock bound on the whole download step, in seconds: retries, back-off, slow bodies, stalled TLS and "
             "redirects included; past it the run ends with exit 20."
@@ -436,24 +451,27 @@ class RecipeSettings(StepArgs):
     flags: Annotated[str, checked(checks.flags)] = setting(
         "",
         doc="legacy extra `aicr recipe` flags, split on whitespace only (no quotes, no globs)",
-        chart="recipeFlags",
-        chart_doc="Legacy extra `aicr recipe` flags, split on whitespace (no quoting). Prefer recipeArgs.",
+        chart="recipe.flags",
+        legacy="recipeFlags",
+        chart_doc="Legacy extra `aicr recipe` flags, split on whitespace (no quoting). Prefer recipe.args.",
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `aicr recipe` arguments as a JSON array, one argv entry each, after the flags",
-        chart="recipeArgs",
+        chart="recipe.args",
+        legacy="recipeArgs",
         chart_doc=(
             "Extra `aicr recipe` arguments, one argv entry per element (quote numbers and booleans). Placed after "
-            "recipeFlags."
+            "recipe.flags."
         ),
         into="pod",
     )
     configmap: Annotated[str, checked(checks.k8s_name())] = setting(
         "aicr-recipe",
         doc="ConfigMap for `summary.txt` and `recipe.yaml`; empty turns the capture off",
-        chart="recipeConfigMap",
+        chart="recipe.configMap",
+        legacy="recipeConfigMap",
         chart_doc=(
             "ConfigMap that receives the recipe capture (`summary.txt`, `recipe.yaml`, or binaryData `recipe.yaml.gz` "
             "when over the ConfigMap budget). Empty turns the capture off."
@@ -467,24 +485,27 @@ class BundleSettings(StepArgs):
     flags: Annotated[str, checked(checks.flags)] = setting(
         "",
         doc="legacy extra `aicr bundle` flags, split on whitespace only",
-        chart="bundleFlags",
-        chart_doc="Legacy extra `aicr bundle` flags, split on whitespace. Prefer bundleArgs.",
+        chart="bundle.flags",
+        legacy="bundleFlags",
+        chart_doc="Legacy extra `aicr bundle` flags, split on whitespace. Prefer bundle.args.",
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `aicr bundle` arguments (JSON array), after the flags and the driver profile",
-        chart="bundleArgs",
+        chart="bundle.args",
+        legacy="bundleArgs",
         chart_doc=(
             'Extra `aicr bundle` arguments, one argv entry per element, e.g. `["--accelerated-node-toleration", '
-            '"nvidia.com/gpu=present:NoSchedule"]`. Placed after bundleFlags and the environment profile, so they win.'
+            '"nvidia.com/gpu=present:NoSchedule"]`. Placed after bundle.flags and the environment profile, so they win.'
         ),
         into="pod",
     )
     storage_class: Annotated[str, checked(checks.k8s_subdomain())] = setting(
         "",
         doc="`aicr bundle --storage-class`",
-        chart="storageClass",
+        chart="bundle.storageClass",
+        legacy="storageClass",
         chart_doc="Storage class passed to `aicr bundle --storage-class`; empty leaves the flag out.",
         into="pod",
     )
@@ -494,18 +515,20 @@ class DeploySettings(StepArgs):
     flags: Annotated[str, checked(checks.flags)] = setting(
         "--best-effort --no-wait",
         doc="legacy `deploy.sh` flags, split on whitespace only",
-        chart="deployFlags",
+        chart="deploy.flags",
+        legacy="deployFlags",
         chart_doc=(
             'Legacy `deploy.sh` flags, split on whitespace: `--best-effort`, `--no-wait`, `--retries N`. Set to "" to '
-            "drop the default when using deployArgs; drop `--no-wait` when validating after the install."
+            "drop the default when using deploy.args; drop `--no-wait` when validating after the install."
         ),
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `deploy.sh` arguments (JSON array), after the flags",
-        chart="deployArgs",
-        chart_doc="Extra `deploy.sh` arguments, one argv entry per element, placed after deployFlags.",
+        chart="deploy.args",
+        legacy="deployArgs",
+        chart_doc="Extra `deploy.sh` arguments, one argv entry per element, placed after deploy.flags.",
         into="pod",
     )
     enabled: bool = setting(

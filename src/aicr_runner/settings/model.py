@@ -80,7 +80,7 @@ class EnvironmentSettings(Group):
         chart="environment.preinstalledDriver",
         chart_doc=(
             "The nodes already run an NVIDIA driver: disables the GPU Operator driver and sets the DRA driver root and "
-            "the NVSentinel labeler to match (bundle overrides applied before bundleFlags/bundleArgs)."
+            "the NVSentinel labeler to match (bundle overrides applied before bundle.flags/bundle.args)."
         ),
         into="pod",
     )
@@ -162,14 +162,16 @@ class ValidateSettings(StepArgs):
     flags: Annotated[str, checked(checks.flags)] = setting(
         "",
         doc="legacy extra `aicr validate` flags, split on whitespace only",
-        chart="validateFlags",
-        chart_doc="Legacy extra `aicr validate` flags, split on whitespace. Prefer validateArgs.",
+        chart="validate.flags",
+        legacy="validateFlags",
+        chart_doc="Legacy extra `aicr validate` flags, split on whitespace. Prefer validate.args.",
         into="pod",
     )
     args: Annotated[list[str], checked(checks.json_list(checks.argument))] = setting(
         default_factory=list,
         doc="extra `aicr validate` arguments (JSON array)",
-        chart="validateArgs",
+        chart="validate.args",
+        legacy="validateArgs",
         chart_doc=(
             'Extra `aicr validate` arguments, one argv entry per element, e.g. `["--namespace", "aicr", '
             '"--image-pull-secret", "regcred"]`.'

@@ -60,8 +60,8 @@ def _release_problems(s: RunnerSettings) -> list[InputProblem]:
             _about(
                 "AICR__RELEASE_REF",
                 f"={aicr.release_ref!r} with {p}AICR__RELEASE_BASE_URL={aicr.release_base_url!r}: the release comes "
-                "from one place; unset the base URL (chart aicrReleaseBaseUrl) to fetch it from the registry, or the "
-                "ref (aicrReleaseRef) to fetch it over HTTP",
+                "from one place; unset the base URL (chart aicr.releaseBaseUrl) to fetch it from the registry, or the "
+                "ref (aicr.releaseRef) to fetch it over HTTP",
             )
         ]
     return []

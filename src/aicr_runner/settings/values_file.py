@@ -12,16 +12,27 @@ values.yaml to one of the two lists, so a new chart value must be classified.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings.config import ENV_PREFIX
 
-__all__ = ["CLUSTER_ONLY_VALUES", "env_from_values", "load_values_file", "value_to_env"]
+__all__ = [
+    "CLUSTER_ONLY_VALUES",
+    "Renamed",
+    "env_from_values",
+    "load_values_file",
+    "regrouped",
+    "renamed_values",
+    "value_to_env",
+]
 
 #: Chart values (a key and everything under it) that mean something only in a
 #: cluster; ``plan --values`` accepts and ignores them.
@@ -65,6 +76,88 @@ def value_to_env() -> dict[str, str]:
     return {path: name for path, name in found if path and not _cluster_only(path)}
 
 
+@dataclass(frozen=True)
+class Renamed:
+    """A chart value that moved into a group: its earlier path ``old`` (``setting``'s
+    ``legacy=``), still honoured, its path ``new`` and the chart's default there."""
+
+    old: str
+    new: str
+    default: Any
+
+
+@functools.cache
+def renamed_values() -> tuple[Renamed, ...]:
+    """Every renamed chart value, in the settings model's order."""
+    from aicr_runner.settings.model import chart_default, chart_facts
+    from aicr_runner.settings.runner import leaves
+
+    found = ((chart_facts(field), field) for _name, field in leaves())
+    return tuple(
+        Renamed(facts["legacy"], facts["chart"], _chart_value(chart_default(field)))
+        for facts, field in found
+        if "legacy" in facts
+    )
+
+
+def _chart_value(value: Any) -> Any:
+    """A default as values.yaml writes it: enums by value, whole seconds as integers."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def regrouped(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``values`` with each renamed value's old key moved to its new one, by the chart's
+    rule (chart/templates/_compat.tpl): the new key absent or at its default takes the
+    old key's value; both set to different values is refused (C-18)."""
+    document = copy.deepcopy(dict(values))
+    for renamed in renamed_values():
+        present, old = _lookup(document, renamed.old)
+        if not present:
+            continue
+        _drop(document, renamed.old)
+        found, new = _lookup(document, renamed.new)
+        if found and new not in (renamed.default, old):
+            raise ConfigError(
+                [
+                    f"{where}: {renamed.old}={_json(old)} and {renamed.new}={_json(new)} are both set: "
+                    f"{renamed.old} is the earlier name of {renamed.new} (docs/configuration.md "
+                    f'"Renamed values"). Keep one: delete {renamed.old}, or set it to the same value.'
+                ]
+            )
+        _put(document, renamed.new, old)
+    return document
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _drop(document: dict[str, Any], dotted: str) -> None:
+    """Deletes ``dotted`` and the maps it leaves empty."""
+    *parents, leaf = dotted.split(".")
+    nodes = [document]
+    for part in parents:
+        nodes.append(nodes[-1][part])
+    del nodes[-1][leaf]
+    for node, part in zip(reversed(nodes[:-1]), reversed(parents), strict=True):
+        if node[part] == {}:
+            del node[part]
+
+
+def _put(document: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = document
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[leaf] = value
+
+
 def __getattr__(name: str) -> Any:
     """``VALUE_TO_ENV``: ``value_to_env()``, read from the settings model (with pydantic) when first asked for."""
     if name == "VALUE_TO_ENV":
@@ -104,7 +197,9 @@ def _as_env(value: Any) -> str:
 
 
 def env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
-    """The ``AICR_RUNNER_*`` variables for the keys ``values`` sets."""
+    """The ``AICR_RUNNER_*`` variables for the keys ``values`` sets, earlier names
+    of renamed values included (``regrouped``)."""
+    values = regrouped(values, "chart values")
     env: dict[str, str] = {}
     for dotted, name in value_to_env().items():
         present, value = _lookup(values, dotted)
@@ -186,7 +281,8 @@ def _yaml_problem(exc: Exception) -> str:
 
 def load_values_file(path: Path) -> dict[str, Any]:
     """The chart values in ``path``, checked against the chart's schema as
-    ``helm install -f`` checks them. Raises ``ConfigError``: one line for a file
+    ``helm install -f`` checks them, each renamed value under its new key
+    (``regrouped``). Raises ``ConfigError``: one line for a file
     that is not a values document, Helm's schema report otherwise."""
     import yaml
 
@@ -224,6 +320,7 @@ def load_values_file(path: Path) -> dict[str, Any]:
             [f"{where}: more than {MAX_VALUES_NODES} values once YAML aliases are expanded (an alias bomb?)"]
         )
     _check_schema(document, where)
+    document = regrouped(document, where)
     _check_guards(document, where)
     return document
 
@@ -296,24 +393,25 @@ def _check_names(document: dict[str, Any], where: str) -> None:
 def _check_release_source(document: dict[str, Any], where: str) -> None:
     """G-17d and C-17 (chart/templates/_validate-pack.tpl): the pack's transport
     settings need a pull from a registry; the aicr release comes from a registry
-    (aicrReleaseRef) or an HTTP folder (aicrReleaseBaseUrl), not both."""
+    (aicr.releaseRef) or an HTTP folder (aicr.releaseBaseUrl), not both."""
     from aicr_runner.settings.checks import DEFAULT_RELEASE_BASE_URL
 
-    ref, base = document.get("aicrReleaseRef"), document.get("aicrReleaseBaseUrl")
+    aicr = document.get("aicr")
+    ref, base = (aicr.get("releaseRef"), aicr.get("releaseBaseUrl")) if isinstance(aicr, dict) else (None, None)
     transport = any(document.get(key) for key in ("dataPackSecret", "dataPackPlainHTTP", "dataPackInsecureTLS"))
     if transport and not document.get("dataPack") and not ref:  # G-17d
         raise ConfigError(
             [
                 f"{where}: dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and "
-                "aicrReleaseRef are empty: these settings only apply to a pull from a registry. Set dataPack to the "
-                "pack's OCI reference (or aicrReleaseRef to the aicr release's), or drop them."
+                "aicr.releaseRef are empty: these settings only apply to a pull from a registry. Set dataPack to the "
+                "pack's OCI reference (or aicr.releaseRef to the aicr release's), or drop them."
             ]
         )
     if ref and base is not None and str(base) != DEFAULT_RELEASE_BASE_URL:
         raise ConfigError(
             [
-                f"{where}: aicrReleaseRef={ref} and aicrReleaseBaseUrl={base} are both set: the aicr release comes "
-                "from one place. Unset aicrReleaseBaseUrl to fetch it from the registry, or aicrReleaseRef to fetch "
+                f"{where}: aicr.releaseRef={ref} and aicr.releaseBaseUrl={base} are both set: the aicr release comes "
+                "from one place. Unset aicr.releaseBaseUrl to fetch it from the registry, or aicr.releaseRef to fetch "
                 "it over HTTP."
             ]
         )

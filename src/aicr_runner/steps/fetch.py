@@ -78,7 +78,7 @@ def _download(ctx: RunContext, dest: Path, budget: float) -> AicrBinary:
             f"the aicr download from {source} did not finish within the {budget:g}s "
             f"download budget ({ENV_PREFIX}AICR__DOWNLOAD_BUDGET_SECONDS); the server is slow or "
             f"stalled: use a mirror ({ENV_PREFIX}AICR__RELEASE_REF or {ENV_PREFIX}AICR__RELEASE_BASE_URL) or a "
-            "preinstalled aicr (--aicr-binary / aicrBinary.path)",
+            "preinstalled aicr (--aicr-binary / aicr.binary.path)",
             offers_local=True,
         ),
     )

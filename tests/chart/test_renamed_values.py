@@ -1,0 +1,218 @@
+"""The values regrouping's compatibility layer (chart/templates/_compat.tpl, the list
+in _renamed.tpl generated from each setting's ``legacy=``): every earlier, flat name
+(aicrVersion, recipeConfigMap, deployFlags, ...) still renders exactly what its new
+name renders, an upgrade with unchanged values renders byte for byte what the chart
+rendered before the regrouping (renamed-values.json: digests of that chart's
+``helm template`` output), and the two names set apart fail the render (C-18) and
+``plan --values`` alike. Every test renders with Helm 4 and Helm 3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aicr_runner.errors import ConfigError
+from aicr_runner.settings.values_file import load_values_file, renamed_values
+from tests.chart.helm import CHART, helm_major, merge, rejects_with, render
+
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE / "renamed-values.json"
+
+#: A value each earlier name is set to in these tests: valid, and not the chart's default.
+SAMPLES: dict[str, Any] = {
+    "aicrVersion": "v1.1.0",
+    "aicrArch": "arm64",
+    "aicrSha256.amd64": "a" * 64,
+    "aicrSha256.arm64": "b" * 64,
+    "aicrReleaseBaseUrl": "https://mirror.example/aicr",
+    "aicrReleaseRef": "mirror.example:5000/aicr/nvidia/aicr/release:v1.1.0",
+    "aicrBinary.path": "/opt/aicr/aicr",
+    "aicrBinary.sha256": "c" * 64,
+    "aicrDownload.attempts": 7,
+    "aicrDownload.timeoutSeconds": 30,
+    "aicrDownload.budgetSeconds": 900,
+    "aicrProvenance.mode": "warn",
+    "aicrProvenance.identity": "https://github.com/acme/aicr/.github/workflows/release.yaml@refs/tags/{version}",
+    "aicrProvenance.issuer": "https://issuer.example",
+    "aicrProvenance.trustedRoot": "/etc/sigstore/trusted_root.json",
+    "recipeFlags": "--recipe-flag",
+    "recipeArgs": ["--recipe-arg", "1"],
+    "recipeConfigMap": "my-recipe",
+    "bundleFlags": "--bundle-flag",
+    "bundleArgs": ["--accelerated-node-toleration", "nvidia.com/gpu=present:NoSchedule"],
+    "storageClass": "fast",
+    "deployFlags": "--best-effort",
+    "deployArgs": ["--retries", "1"],
+    "validateFlags": "--validate-flag",
+    "validateArgs": ["--namespace", "aicr"],
+}
+
+#: What an earlier name needs beside it to render (under its new names).
+NEEDS: dict[str, dict[str, Any]] = {
+    "aicrBinary.sha256": {"aicr": {"binary": {"path": "/opt/aicr/aicr"}}},
+}
+
+#: Values that exclude each other (the release from a registry or over HTTP; a
+#: downloaded aicr or a preinstalled one): the cases below set every earlier name
+#: between them.
+APART = {"aicrReleaseRef", "aicrBinary.path", "aicrBinary.sha256"}
+RUNS = {"validate": {"enabled": True}, "revalidate": {"schedule": "0 */6 * * *"}}
+
+
+def nested(dotted: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``a.b``."""
+    *parents, leaf = dotted.split(".")
+    out: dict[str, Any] = {leaf: value}
+    for part in reversed(parents):
+        out = {part: out}
+    return out
+
+
+def values_of(names: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in names:
+        out = merge(out, nested(name, SAMPLES[name]))
+    return out
+
+
+#: Values a release may have been installed with before the regrouping, in the earlier names.
+CASES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "every earlier name, release over HTTP": merge(RUNS, values_of([n for n in SAMPLES if n not in APART])),
+    "every earlier name, release from a registry": merge(
+        RUNS, values_of([n for n in SAMPLES if n not in APART and n != "aicrReleaseBaseUrl"] + ["aicrReleaseRef"])
+    ),
+    "every earlier name, preinstalled aicr": merge(
+        RUNS, values_of([n for n in SAMPLES if n != "aicrReleaseRef"] + ["aicrBinary.path", "aicrBinary.sha256"])
+    ),
+    # null drops a chart default: Helm dropped the earlier names' defaults before the
+    # regrouping, and the new names get the same nil now.
+    "earlier names set to null": {
+        "recipeConfigMap": None,
+        "deployArgs": None,
+        "aicrProvenance": {"mode": None},
+        "aicrDownload": {"attempts": None},
+    },
+}
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_every_renamed_value_has_a_sample() -> None:
+    """A new ``legacy=`` is covered here: its earlier name gets a sample value."""
+    assert sorted(item.old for item in renamed_values()) == sorted(SAMPLES)
+    covered = {name for values in CASES.values() for name in SAMPLES if _has(values, name)}
+    assert covered == set(SAMPLES)
+
+
+def _has(values: dict[str, Any], dotted: str) -> bool:
+    node: Any = values
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+@pytest.mark.parametrize("old", sorted(SAMPLES))
+def test_an_earlier_name_renders_what_its_new_name_renders(old: str) -> None:
+    [item] = [item for item in renamed_values() if item.old == old]
+    base = merge(RUNS, NEEDS.get(old, {}))
+    by_old = render(merge(base, nested(old, SAMPLES[old])))
+    by_new = render(merge(base, nested(item.new, SAMPLES[old])))
+    assert by_old.ok, by_old.stderr
+    assert by_new.ok, by_new.stderr
+    assert by_old.stdout == by_new.stdout
+    # Not vacuous: the sample changes what the chart renders.
+    assert by_old.stdout != render(base).stdout
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_upgrade_with_unchanged_values_renders_what_the_chart_rendered_before(case: str) -> None:
+    """The chart before the regrouping rendered these values (in the earlier names) to
+    exactly these bytes: the golden holds the digests of its ``helm template`` output."""
+    golden = json.loads(GOLDEN.read_text())["renders"][f"helm{helm_major()}"]
+    assert sorted(golden) == sorted(CASES)
+    rendered = render(CASES[case])
+    assert rendered.ok, rendered.stderr
+    assert rendered.job  # a real rendering, Job and all
+    assert digest(rendered.stdout) == golden[case]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("every earlier name")])
+def test_the_new_names_render_the_same_as_the_earlier_ones(case: str) -> None:
+    moved: dict[str, Any] = dict(RUNS)
+    for item in renamed_values():
+        if _has(CASES[case], item.old):
+            moved = merge(moved, nested(item.new, SAMPLES[item.old]))
+    assert render(moved).stdout == render(CASES[case]).stdout
+
+
+#: (earlier name, its value, the new name's value, the two as the message shows them)
+C18 = [
+    ("aicrVersion", "v1.1.0", "v1.0.0", '"v1.1.0"', '"v1.0.0"'),
+    ("deployArgs", ["--retries", "1"], ["--retries", "2"], '["--retries","1"]', '["--retries","2"]'),
+    ("aicrDownload.attempts", 7, 9, "7", "9"),
+]
+
+
+def c18_message(old: str, new: str, old_text: str, new_text: str) -> str:
+    return (
+        f"{old}={old_text} and {new}={new_text} are both set: {old} is the earlier name of {new} "
+        f'(docs/configuration.md "Renamed values"). Keep one: delete {old}, or set it to the same value.'
+    )
+
+
+@pytest.mark.parametrize("case", C18, ids=[case[0] for case in C18])
+def test_c18_an_earlier_name_and_its_new_name_set_apart_fail(
+    case: tuple[str, Any, Any, str, str], tmp_path: Path
+) -> None:
+    old, old_value, new_value, old_text, new_text = case
+    [item] = [item for item in renamed_values() if item.old == old]
+    values = merge(nested(old, old_value), nested(item.new, new_value))
+    message = c18_message(old, item.new, old_text, new_text)
+    rejects_with(values, message)
+    # plan --values refuses the same file in the same words.
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError) as caught:
+        load_values_file(path)
+    assert caught.value.problems == [f"--values {path}: {message}"]
+
+
+@pytest.mark.parametrize("case", C18, ids=[case[0] for case in C18])
+def test_an_earlier_name_and_its_new_name_may_agree(case: tuple[str, Any, Any, str, str]) -> None:
+    old, value = case[:2]
+    [item] = [item for item in renamed_values() if item.old == old]
+    both = render(merge(nested(old, value), nested(item.new, value)))
+    assert both.ok, both.stderr
+    assert both.stdout == render(nested(item.new, value)).stdout
+
+
+def test_plan_values_reads_the_earlier_names_under_the_new(tmp_path: Path) -> None:
+    old = CASES["every earlier name, release over HTTP"]
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps(old))
+    document = load_values_file(path)
+    for item in renamed_values():
+        if _has(old, item.old):
+            assert not _has(document, item.old)
+            assert _has(document, item.new)
+    assert document["aicr"]["version"] == "v1.1.0"
+    assert document["deploy"]["args"] == ["--retries", "1"]
+
+
+def test_the_schema_accepts_the_earlier_names_and_marks_them_deprecated() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for item in renamed_values():
+        node = schema
+        for part in item.old.split("."):
+            node = node["properties"][part]
+        assert node["description"].startswith(f"Deprecated: the earlier name of {item.new} "), item.old
