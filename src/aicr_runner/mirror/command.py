@@ -189,7 +189,7 @@ def _copy(items: list[Item], request: MirrorRequest, release: _ReleaseFiles | No
     release_ref = _release_of(items)
     print(f"chart values to install with: mirror.registry: {mirror}")
     if release_ref != "none":
-        print(f"aicrReleaseRef: {mirror}/{release_ref} (the aicr release from the registry)")
+        print(f"aicr.releaseRef: {mirror}/{release_ref} (the aicr release from the registry)")
     print(
         "images keep their names: the nodes pull them through the mirror (--hosts-toml); without that, "
         f"global.imageRegistry: {mirror}/ghcr.io serves the runner's own image"

@@ -80,7 +80,7 @@ def with_release_artifact(
     artifact = Item(
         Kind.ARTIFACT,
         reference,
-        ("aicr-runner fetch step (aicrReleaseRef)",),
+        ("aicr-runner fetch step (aicr.releaseRef)",),
         digest,
         sum((folder / name).stat().st_size for name in names),
         note=f"the aicr release files as one artifact: {', '.join(names)}",
