@@ -56,6 +56,7 @@ from e2e.harness.node import RealNode
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.recipe_upstream import (
+    STAND_IN_LABEL,
     ChartHost,
     TlsRegistry,
     UpstreamNetwork,
@@ -85,6 +86,8 @@ KNOWN_FAILURES = {
     # cannot run (its image is pinned by a digest no stand-in has) and Services have no proxy here.
     "skyhook-customizations": 'failed calling webhook "mutate-skyhook.nvidia.com"',
 }
+#: One image of the list the upstream holds as the stand-in.
+STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
 CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller")
 AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
 
@@ -391,6 +394,14 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         for ref in upstream.missing:
             assert f"not copied {ref}: not at its source, allowed by --allow-missing" in first, ref
         requests_before_stop = upstream.requests()
+        # The stand-ins say what they are; the operator is the real one.
+        env = _env(tmp_path, upstream.network.ca_file)
+        config = _ok(_run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{STAND_IN}"], env))
+        assert json.loads(config)["config"]["Labels"][STAND_IN_LABEL] == "true"
+        operator = _ok(
+            _run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{OPERATOR_IMAGE}"], env)
+        )
+        assert STAND_IN_LABEL not in (json.loads(operator)["config"].get("Labels") or {})
 
         # 2. The upstream goes away; the archive fills a second mirror with the same digests.
         upstream.stop()
