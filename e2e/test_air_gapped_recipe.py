@@ -1,0 +1,488 @@
+"""Air-gapped, on the real stack: the recipe eks/h100/training/ubuntu installed from a
+mirror that ``aicr-runner mirror`` filled, with the upstream stopped.
+
+The upstream (``e2e/recipe_upstream.py``) answers under the real names: the chart
+repositories of the recipe serve the real component charts (``component-charts/``;
+skyhook-operator's pinned v0.14.0 is its v0.13.1 stand-in repackaged under the pinned
+version), the registry holds the OCI charts (kai-scheduler, nvsentinel, the runner's
+own chart) and every image the mirror lists: the real GPU Operator image
+(``e2e/gpu_operator_image.py``) and ONE stand-in image (labelled) under every other
+name. Three images are pinned by digest in skyhook-operator's values; no stand-in
+can have those digests, so they are absent upstream and allowed missing.
+
+1. ``aicr-runner mirror --list``, ``--to oci://<mirror>/aicr --hosts-toml`` (twice:
+   into an empty registry, then again) and ``--to-archive``, each a real process from
+   the worktree's venv, in a mount namespace where the upstream names resolve to
+   loopback (no ``--resolve``, no ``--plain-http`` for the upstream). The plan inside
+   fetches the real aicr v0.11.1 from "github.com".
+2. The upstream is stopped. ``--from-archive --to oci://<second mirror>/aicr`` fills a
+   second registry: every item lands with the digest the first copy recorded.
+3. ``aicr-runner run --results-dir`` (the runner's whole install, outside a pod,
+   against the e2e API server; the Job path is not exercised here) with
+   ``mirror.registry`` and ``aicr.releaseRef``: the aicr release comes from the
+   mirror as the OCI artifact, the recipe is rewritten, the real deploy.sh (the
+   runner's default flags ``--best-effort --no-wait``: stand-in pods never become
+   Ready) installs every chart from the mirror, and the node's containerd pulls every
+   image through the mirror (the ``--hosts-toml`` output in its ``config_path``).
+
+The mirror is TLS (deploy.sh gives helm no ``--plain-http`` or CA flag): its CA is
+given to helm, oras and the runner by ``SSL_CERT_FILE``, and to containerd by a
+``ca`` line added to each written ``hosts.toml`` (the file names no CA itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.gpu_operator_image import OPERATOR_IMAGE, GpuOperatorMissing, gpu_operator_archive, gpu_operator_image
+from e2e.harness.apiserver import ControlPlane
+from e2e.harness.helm import Helm
+from e2e.harness.kube import KubeError
+from e2e.harness.node import RealNode
+from e2e.harness.pki import CertAuthority
+from e2e.harness.procs import wait_for
+from e2e.recipe_upstream import (
+    STAND_IN_LABEL,
+    ChartHost,
+    TlsRegistry,
+    UpstreamNetwork,
+    stand_in_image,
+    start_tls_registry,
+)
+from e2e.tools import REPO_ROOT, tool
+from e2e.validators import more_controllers
+from tests.support.podman import PODMAN
+from tests.support.real_aicr import RealAicrMissing, component_charts_dir, extract_binary
+
+pytestmark = pytest.mark.e2e
+
+CRITERIA = {"service": "eks", "accelerator": "h100", "intent": "training", "os": "ubuntu"}
+FLAGS = [word for name, value in CRITERIA.items() for word in (f"--{name}", value)]
+PREFIX = "aicr"
+TAG = "v0.11.1"
+#: Not the pinned version: the shared test data's stand-in chart, repackaged under it.
+NOT_PINNED = {"skyhook-operator": ("skyhook-operator-v0.13.1.tgz", "v0.14.0")}
+COMPONENT_NAMESPACES = ("cert-manager", "monitoring", "skyhook", "gpu-operator", "kai-scheduler", "nvidia-dra-driver",
+                        "nvsentinel")  # fmt: skip
+#: What the real charts and the recipe's values do here (e2e/README.md): not the mirror's doing.
+KNOWN_FAILURES = {
+    # Helm 4's server-side apply keeps the bundle's `storageSpec.emptyDir: null`; the CRD refuses it.
+    "kube-prometheus-stack": 'spec.storage.emptyDir: Invalid value: "null"',
+    # A Skyhook object needs skyhook-operator's mutating webhook (failurePolicy Fail), whose pod
+    # cannot run (its image is pinned by a digest no stand-in has) and Services have no proxy here.
+    "skyhook-customizations": 'failed calling webhook "mutate-skyhook.nvidia.com"',
+}
+#: One image of the list the upstream holds as the stand-in.
+STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
+CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller")
+AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
+
+
+@dataclass
+class Upstream:
+    charts: ChartHost
+    registry: TlsRegistry
+    network: UpstreamNetwork
+    ca: CertAuthority
+    refs: list[dict[str, Any]]
+    listed: list[dict[str, Any]]
+    #: Listed references absent upstream (pinned by a digest no stand-in has).
+    missing: list[str]
+
+    def requests(self) -> int:
+        return len(self.charts.requests) + len(self.registry.requests())
+
+    def stop(self) -> None:
+        self.charts.stop()
+        self.registry.process.stop()
+
+
+def _run(argv: list[str], env: Mapping[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, (
+        f"{proc.args[:12]} exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    )
+    return proc.stdout
+
+
+def _env(tmp_path: Path, ca_file: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AICR_RUNNER_", "FAKE_AICR_", "KUBERNETES_"))}
+    env.update(
+        {
+            "HOME": str(tmp_path / "home"),
+            "PATH": f"{REPO_ROOT / '.tools' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
+            "SSL_CERT_FILE": str(ca_file),
+            "AICR_RUNNER_LOG_FORMAT": "json",
+            "AICR_RUNNER_AICR__VERSION": TAG,
+            "AICR_RUNNER_AICR__ARCH": "amd64",
+            # The shared release carries no NVIDIA attestation (tests/support/real_aicr.py).
+            "AICR_RUNNER_AICR__PROVENANCE__MODE": "off",
+            **extra,
+        }
+    )
+    return env
+
+
+def _recipe_refs(release: Path, work: Path) -> list[dict[str, Any]]:
+    binary = extract_binary(work / "bin", {"AICR_TEST_RELEASES_DIR": str(release.parent)})
+    subprocess.run(
+        [str(binary), "recipe", *FLAGS, "--output", "recipe.yaml"], cwd=work, check=True, capture_output=True
+    )
+    return [r for r in yaml.safe_load((work / "recipe.yaml").read_text())["componentRefs"] if r.get("chart")]
+
+
+def _chart_archive(name: str, version: str, out: Path, helm: Helm) -> Path:
+    """The real chart archive; a not-pinned stand-in repackaged under the pinned version."""
+    charts = component_charts_dir()
+    for folder in (charts, charts / "not-pinned"):  # nvsentinel: not NVIDIA's v1.1.0 (the data's README)
+        if (folder / f"{name}-{version}.tgz").is_file():
+            return folder / f"{name}-{version}.tgz"
+    archive, pinned = NOT_PINNED[name]
+    unpacked = out / f"unpacked-{name}"
+    with tarfile.open(charts / "not-pinned" / archive) as tar:
+        tar.extractall(unpacked, filter="data")
+    helm.run("package", str(unpacked / name), "--version", pinned, "--destination", str(out))
+    return out / f"{name}-{pinned}.tgz"
+
+
+def _fill_charts(refs: list[dict[str, Any]], root: Path, local: Path, helm: Helm) -> None:
+    """Repository charts under ``<root>/<host>/<path>`` (indexed); every chart in ``local``
+    as ``<chart>-<version>.tgz`` too (the OCI ones are pushed once the registry runs)."""
+    local.mkdir(parents=True)
+    for ref in refs:
+        archive = _chart_archive(ref["chart"], ref["version"], root.parent, helm)
+        shutil.copy(archive, local / f"{ref['chart']}-{ref['version']}.tgz")
+        scheme, _, location = ref["source"].partition("://")
+        if scheme == "https":
+            folder = root / location.strip("/")
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy(archive, folder / f"{ref['chart']}-{ref['version']}.tgz")
+    for index_dir in {p.parent for p in root.rglob("*.tgz")}:
+        helm.run("repo", "index", str(index_dir))
+
+
+def _push_oci_charts(
+    refs: list[dict[str, Any]], local: Path, registry: str, helm: Helm, env: Mapping[str, str]
+) -> None:
+    """The OCI charts of the recipe, and the runner's own chart, pushed as their owners do."""
+    runner_chart = local.parent / "runner-chart"
+    helm.run("package", str(REPO_ROOT / "chart"), "--destination", str(runner_chart))
+    [packaged] = runner_chart.glob("*.tgz")
+    pushes = [(packaged, "nvidia-aicr/charts")]
+    for ref in refs:
+        if ref["source"].startswith("oci://"):
+            path = ref["source"].removeprefix("oci://").split("/", 1)[1]
+            pushes.append((local / f"{ref['chart']}-{ref['version']}.tgz", path))
+    for archive, path in pushes:
+        _ok(_run([str(helm.binary), "push", str(archive), f"oci://{registry}/{path}"], env))
+
+
+def _fill_images(images: list[str], registry: str, operator: str, env: Mapping[str, str]) -> None:
+    """The real operator under its name; the stand-in under every other one."""
+    stand_in = f"{registry}/e2e/stand-in:1"
+    for local, remote in ((stand_in_image(), stand_in), (operator, f"{registry}/nvidia/gpu-operator:v25.10.1")):
+        push = [*PODMAN, "push", "--quiet", "--tls-verify=false", local, f"docker://{remote}"]
+        subprocess.run(push, check=True, capture_output=True, timeout=600)
+
+    def one(image: str) -> None:
+        path = image.split("/", 1)[1]
+        _ok(_run([str(tool("oras")), "cp", stand_in, f"{registry}/{path}"], env, timeout=120))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(one, [i for i in images if i != OPERATOR_IMAGE]))
+
+
+@pytest.fixture
+def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: Any) -> Iterator[Upstream]:
+    try:
+        operator = gpu_operator_image(gpu_operator_archive())
+        refs = _recipe_refs(real_aicr_release, tmp_path / "recipe")
+    except (GpuOperatorMissing, RealAicrMissing) as exc:
+        pytest.fail(str(exc), pytrace=False)
+    ca = CertAuthority("aicr-e2e-upstream-ca")
+    chart_address, registry_address = f"127.38.{host_network.slot}.1", f"127.38.{host_network.slot}.2"
+    base = tmp_path / "upstream"
+    root, local = base / "charts", base / "chart-files"
+    _fill_charts(refs, root, local, helm)
+    release = root / "github.com" / "NVIDIA" / "aicr" / "releases" / "download" / TAG
+    release.mkdir(parents=True)
+    for part in real_aicr_release.iterdir():
+        (release / part.name).symlink_to(part)
+    chart_hosts = {p.name for p in root.iterdir()}
+    charts = ChartHost(root, chart_address, ca, sorted(chart_hosts))
+    registry: TlsRegistry | None = None
+    try:
+        # What to put in the registry: the list, its charts rendered from the local copies.
+        network = UpstreamNetwork.write(base, ca, {chart_address: chart_hosts})
+        listed = _mirror(tmp_path, network, "--list", "-o", "json", "--charts-dir", str(local), work="list-work")
+        items = json.loads(listed)["items"]
+        images = [i["reference"] for i in items if i["kind"] == "image"]
+        missing = [i for i in images if "@sha256:" in i]
+        registries = {i.split("/", 1)[0] for i in images} | {"ghcr.io"}
+        registries |= {"registry-1.docker.io"} if "docker.io" in registries else set()  # oras' and containerd's
+        registry = start_tls_registry(base / "registry", ca, sorted(registries), registry_address, 443)
+        env = _env(tmp_path, network.ca_file)
+        _push_oci_charts(refs, local, registry.host, helm, env)
+        _fill_images([i for i in images if i not in missing], registry.host, operator, env)
+        network = UpstreamNetwork.write(base, ca, {chart_address: chart_hosts, registry_address: registries})
+        charts.requests.clear()
+        yield Upstream(charts, registry, network, ca, refs, items, missing)
+    finally:
+        charts.stop()
+        if registry is not None:
+            registry.process.stop()
+
+
+def _mirror(tmp_path: Path, network: UpstreamNetwork, *args: str, work: str = "mirror-work", plan: bool = True) -> str:
+    """``aicr-runner mirror ARGS`` as a process, where the upstream names resolve to the upstream."""
+    argv = [str(AICR_RUNNER), "mirror", *args]
+    argv += ["--work-dir", str(tmp_path / work), *FLAGS] if plan else []
+    return _ok(_run(network.argv(argv), _env(tmp_path, network.ca_file), timeout=900))
+
+
+def _copied(output: str, registry: str) -> dict[str, str]:
+    """``copied|present <target> <digest>`` lines: the target's path (without its registry) -> digest."""
+    found = {}
+    for line in output.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] in ("copied", "present") and words[1].startswith(f"{registry}/"):
+            found[words[1].removeprefix(f"{registry}/")] = words[2]
+    return found
+
+
+def _install_hosts_toml(written: Path, certs_dir: Path, ca_file: Path) -> list[str]:
+    """The ``--hosts-toml`` output into containerd's config_path, each mirror entry given the CA."""
+    hosts = []
+    for source in sorted(written.glob("*/hosts.toml")):
+        text = source.read_text().replace("  override_path = true\n", f'  override_path = true\n  ca = "{ca_file}"\n')
+        (certs_dir / source.parent.name).mkdir(parents=True, exist_ok=True)
+        (certs_dir / source.parent.name / "hosts.toml").write_text(text)
+        hosts.append(source.parent.name)
+    return hosts
+
+
+def _pods(plane: ControlPlane, namespaces: set[str]) -> list[dict[str, Any]]:
+    return [p for p in plane.admin.get("/api/v1/pods")["items"] if p["metadata"]["namespace"] in namespaces]
+
+
+def _images(pod: dict[str, Any]) -> set[str]:
+    spec = pod["spec"]
+    return {c["image"] for c in [*spec.get("initContainers", []), *spec["containers"]]}
+
+
+def _cannot_pull(plane: ControlPlane, pod: dict[str, Any]) -> str:
+    """Why the kubelet never pulls this pod's images: unscheduled, or a volume it cannot mount; "" if none."""
+    if not pod["spec"].get("nodeName"):
+        return "not scheduled"
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    events = plane.admin.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=f"involvedObject.name={name}")
+    mounts = [e["message"] for e in events["items"] if e.get("reason") == "FailedMount"]
+    return f"FailedMount: {mounts[-1][:200]}" if mounts else ""
+
+
+def _settled(plane: ControlPlane, node: RealNode, namespaces: set[str], missing: set[str]) -> PullOutcome | None:
+    """Each pod's images on the node, or the pod named with why the kubelet cannot pull them."""
+    outcome = PullOutcome({}, {})
+    for pod in _pods(plane, namespaces):
+        images = _images(pod) - missing
+        found = {image: _node_digest(node, image) for image in images}
+        if all(found.values()):
+            outcome.pulled.update({i: d for i, d in found.items() if d})
+            continue
+        why = _cannot_pull(plane, pod)
+        if not why:
+            return None
+        outcome.stuck[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = why
+    return outcome
+
+
+@dataclass
+class PullOutcome:
+    #: image -> its digest on the node
+    pulled: dict[str, str]
+    #: pod -> why the kubelet cannot pull its images
+    stuck: dict[str, str]
+
+
+def _node_digest(node: RealNode, image: str) -> str | None:
+    lines = node.runtime.ctr("images", "list", f"name=={image}").splitlines()[1:]
+    return lines[0].split()[2] if lines else None
+
+
+@dataclass
+class Installed:
+    """What the test leaves behind: hosts.toml folders, and the images its pods run."""
+
+    hosts: list[str] = field(default_factory=list)
+    images: set[str] = field(default_factory=set)
+
+
+@pytest.fixture
+def recipe_removed_after(helm: Helm, control_plane: ControlPlane, node: RealNode) -> Iterator[Installed]:
+    """The releases the test installs, uninstalled after it (no hooks: stand-ins cannot run them),
+    their namespaces deleted, their pods gone (a container the node is still creating at the
+    session's end would hold its cgroup) and the hosts.toml files taken away."""
+    installed = Installed()
+    yield installed
+    for release in reversed(helm.list_releases()):
+        helm.run("uninstall", release["name"], "-n", release["namespace"], "--no-hooks", check=False, timeout=300)
+    for namespace in COMPONENT_NAMESPACES:
+        with contextlib.suppress(KubeError):
+            control_plane.admin.delete(f"/api/v1/namespaces/{namespace}")
+
+    def gone() -> bool | None:
+        pods = control_plane.admin.get("/api/v1/pods")["items"]
+        return True if not any(_images(p) & installed.images for p in pods) else None
+
+    try:
+        wait_for(gone, timeout=180, what="the recipe's pods gone")
+    finally:
+        for host in installed.hosts:
+            shutil.rmtree(node.runtime.certs_dir / host, ignore_errors=True)
+
+
+@pytest.mark.timeout(1800)
+def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_upstream_stopped(  # noqa: PLR0917 - one story
+    upstream: Upstream,
+    tmp_path: Path,
+    control_plane: ControlPlane,
+    node: RealNode,
+    helm: Helm,
+    recipe_removed_after: Installed,
+) -> None:
+    started = time.monotonic()
+    mirror = start_tls_registry(tmp_path / "mirror", upstream.ca, [], "127.0.0.1")
+    second = start_tls_registry(tmp_path / "mirror-2", upstream.ca, [], "127.0.0.1")
+    try:
+        target = f"oci://{mirror.host}/{PREFIX}"
+        allow = [word for ref in upstream.missing for word in ("--allow-missing", ref)]
+        timings: dict[str, float] = {}
+
+        def timed(name: str, *args: str, plan: bool = True) -> str:
+            begun = time.monotonic()
+            out = _mirror(tmp_path, upstream.network, *args, plan=plan)
+            timings[name] = time.monotonic() - begun
+            return out
+
+        # 1. The mirror command, as a process, against the upstream.
+        first = timed("empty", "--to", target, "--hosts-toml", str(tmp_path / "hosts"), *allow)
+        again = timed("again", "--to", target, *allow)
+        archive = tmp_path / "recipe-mirror.tar"
+        timed("archive", "--to-archive", str(archive), *allow)
+        copied = _copied(first, mirror.host)
+        assert _copied(again, mirror.host) == copied
+        assert "(0 copied, " in again, again[-600:]
+        listed = [i for i in upstream.listed if i["kind"] != "file"]
+        assert len(copied) == len(listed) - len(upstream.missing) + 1, (len(copied), len(listed))  # + the release
+        for ref in upstream.missing:
+            assert f"not copied {ref}: not at its source, allowed by --allow-missing" in first, ref
+        requests_before_stop = upstream.requests()
+        # The stand-ins say what they are; the operator is the real one.
+        env = _env(tmp_path, upstream.network.ca_file)
+        config = _ok(_run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{STAND_IN}"], env))
+        assert json.loads(config)["config"]["Labels"][STAND_IN_LABEL] == "true"
+        operator = _ok(
+            _run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{OPERATOR_IMAGE}"], env)
+        )
+        assert STAND_IN_LABEL not in (json.loads(operator)["config"].get("Labels") or {})
+
+        # 2. The upstream goes away; the archive fills a second mirror with the same digests.
+        upstream.stop()
+        from_archive = timed("from-archive", "--from-archive", str(archive), "--to", f"oci://{second.host}/{PREFIX}",
+                             plan=False)  # fmt: skip
+        assert _copied(from_archive, second.host) == copied
+
+        # 3. The install: the runner's, from the mirror alone.
+        recipe_removed_after.images.update(i["reference"] for i in upstream.listed if i["kind"] == "image")
+        certs_dir, ca_file = node.runtime.certs_dir, upstream.network.ca_file
+        recipe_removed_after.hosts.extend(_install_hosts_toml(tmp_path / "hosts", certs_dir, ca_file))
+        mirror_before = len(mirror.requests())
+        namespaces = {r["namespace"] for r in upstream.refs} | {"gpu-operator"}
+        with more_controllers(control_plane, tmp_path / "controllers", CONTROLLERS):
+            install_seconds, results = _install(tmp_path, upstream.network, control_plane, mirror.host)
+            releases = {r["name"]: r for r in helm.list_releases()}
+            missing = set(upstream.missing)
+            outcome = wait_for(
+                lambda: _settled(control_plane, node, namespaces, missing), timeout=300, what="every pod's images"
+            )
+        expected = _image_digests(copied)
+    finally:
+        mirror.process.stop()
+        second.process.stop()
+
+    # Every chart from the mirror, at its pinned version; what failed, failed for the known reasons.
+    report = {r["name"]: (r["chart"], r["status"]) for r in releases.values()}
+    want = {
+        r["name"]: (f"{r['chart']}-{r['version']}", "failed" if r["name"] in KNOWN_FAILURES else "deployed")
+        for r in upstream.refs
+    }
+    assert {n: report.get(n) for n in want} == want, json.dumps(results, indent=1)[-4000:]
+    assert sorted(results["failedComponents"]) == sorted(KNOWN_FAILURES), results["failedComponents"]
+    deploy_log = (tmp_path / "run-work" / "logs" / "deploy.log").read_text()
+    for component, why in KNOWN_FAILURES.items():
+        assert why in deploy_log, (component, deploy_log[-3000:])
+    assert "--repo" not in (tmp_path / "run-work" / "bundle" / "deploy.sh").read_text()
+    # Every pod image came from the mirror, asked for by the node's containerd, at the copied digest.
+    requests = mirror.requests()[mirror_before:]
+    for image, digest in sorted(outcome.pulled.items()):
+        assert digest == expected[image], (image, digest, expected[image])
+        name, tag = image.rsplit(":", 1)
+        path = f"/v2/{PREFIX}/{name}/manifests/{tag}"
+        assert any(r.endswith(path) for r in requests), image
+        assert any(a.startswith("containerd/") for a in mirror.user_agents(path)), image
+    assert upstream.requests() == requests_before_stop
+    print(
+        f"\nthe recipe from the mirror: {len(listed)} items listed ({len(copied)} copied, {len(upstream.missing)} "
+        f"allowed missing); mirror into an empty registry {timings['empty']:.1f}s, again {timings['again']:.1f}s, "
+        f"to-archive {timings['archive']:.1f}s ({archive.stat().st_size / 1e6:.1f} MB), from-archive "
+        f"{timings['from-archive']:.1f}s; upstream requests {requests_before_stop}; install {install_seconds:.1f}s, "
+        f"{len(outcome.pulled)} images pulled through the mirror, pods that cannot pull {outcome.stuck}; "
+        f"whole test {time.monotonic() - started:.1f}s"
+    )
+
+
+def _image_digests(copied: Mapping[str, str]) -> dict[str, str]:
+    """image reference (its upstream name) -> the digest copied into the mirror."""
+    return {path.removeprefix(f"{PREFIX}/"): digest for path, digest in copied.items()}
+
+
+def _install(
+    tmp_path: Path, network: UpstreamNetwork, plane: ControlPlane, mirror: str
+) -> tuple[float, dict[str, Any]]:
+    """``aicr-runner run`` outside a pod, against the e2e API server."""
+    results = tmp_path / "results"
+    env = _env(
+        tmp_path,
+        network.ca_file,
+        KUBECONFIG=str(plane.kubeconfig),
+        AICR_RUNNER_WORK_DIR=str(tmp_path / "run-work"),
+        AICR_RUNNER_MIRROR__REGISTRY=f"{mirror}/{PREFIX}",
+        AICR_RUNNER_AICR__RELEASE_REF=f"{mirror}/{PREFIX}/nvidia/aicr/release:{TAG}",
+        # The runner's default flags, and no retries: a failure is final (the backoff would add minutes).
+        AICR_RUNNER_DEPLOY__FLAGS="--best-effort --no-wait --retries 0",
+        **{f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()},
+    )
+    begun = time.monotonic()
+    proc = _run(network.argv([str(AICR_RUNNER), "run", "--results-dir", str(results)]), env, timeout=1500)
+    seconds = time.monotonic() - begun
+    reports = list(results.rglob("report.json"))
+    report = json.loads(reports[0].read_text()) if reports else {}
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    return seconds, report
