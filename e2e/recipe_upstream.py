@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
-import re
 import ssl
 import subprocess
 import sys
@@ -44,9 +43,10 @@ from typing import Any
 import yaml
 
 from e2e.harness.pki import CertAuthority
+from e2e.harness.podman import image_exists, podman_build
 from e2e.harness.procs import ManagedProcess, free_port
+from e2e.harness.registry import logged_requests, logged_user_agents
 from e2e.tools import tool
-from tests.support.podman import PODMAN
 
 __all__ = [
     "STAND_IN_LABEL",
@@ -76,7 +76,7 @@ def stand_in_image() -> str:
     """The stand-in image in podman's store (built once per input hash)."""
     digest = hashlib.sha256((_STAND_IN_C + _STAND_IN_LAYOUT).encode()).hexdigest()[:16]
     tag = f"localhost/aicr-e2e-stand-in:{digest}"
-    if subprocess.run([*PODMAN, "image", "exists", tag], check=False).returncode == 0:
+    if image_exists(tag):
         return tag
     with tempfile.TemporaryDirectory(prefix="e2e-stand-in-") as scratch:
         context = Path(scratch)
@@ -84,10 +84,7 @@ def stand_in_image() -> str:
         cc = ["gcc", "-nostdlib", "-static", "-Os", "-s", "-o", "stand-in", "stand-in.c"]
         subprocess.run(cc, cwd=context, check=True, capture_output=True, timeout=120)
         (context / "Containerfile").write_text(_STAND_IN_LAYOUT)
-        build = [*PODMAN, "build", "--quiet", "--tag", tag, "--file", str(context / "Containerfile"), str(context)]
-        proc = subprocess.run(build, capture_output=True, text=True, check=False, timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"podman build of the stand-in image (exit {proc.returncode}): {proc.stderr[-3000:]}")
+        podman_build(context, tag)
     return tag
 
 
@@ -101,14 +98,11 @@ class TlsRegistry:
 
     def requests(self) -> list[str]:
         """Every HTTP request it logged (method and path), in order."""
-        text = self.process.log_path.read_text(errors="replace")
-        return re.findall(r'"((?:GET|HEAD|PUT|POST|PATCH|DELETE) /v2/[^?\s]*)\S* HTTP/\d\.\d"', text)
+        return logged_requests(self.process.log_path)
 
     def user_agents(self, path: str) -> set[str]:
         """The User-Agent of each logged GET or HEAD of ``path``."""
-        text = self.process.log_path.read_text(errors="replace")
-        pattern = rf'"(?:GET|HEAD) {re.escape(path)}(?:\?\S*)? HTTP/\d\.\d" \d+ \d+ "[^"]*" "([^"]*)"'
-        return set(re.findall(pattern, text))
+        return logged_user_agents(self.process.log_path, path)
 
 
 def start_tls_registry(

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -64,6 +63,7 @@ from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.node import NODE_NAME, RealNode
 from e2e.harness.procs import ManagedProcess, free_port, wait_for
+from e2e.harness.registry import logged_requests, logged_user_agents
 from e2e.test_real_aicr import SNAPSHOT, snapshot_configmap
 from e2e.tools import tool
 from e2e.validators import (
@@ -99,13 +99,11 @@ class LocalRegistry:
 
     def requests(self) -> list[str]:
         """The HTTP requests it logged (method and path), in order."""
-        text = self.process.log_path.read_text(errors="replace")
-        return re.findall(r'"((?:GET|HEAD|PUT|POST|PATCH) /v2/[^?\s]*)\S* HTTP/1\.1"', text)
+        return logged_requests(self.process.log_path)
 
     def user_agents(self, path: str) -> set[str]:
         """Who asked for ``path`` (the User-Agent of each logged request for it)."""
-        text = self.process.log_path.read_text(errors="replace")
-        return set(re.findall(rf'"(?:GET|HEAD) {re.escape(path)}(?:\?\S*)? HTTP/1\.1" \d+ \d+ "[^"]*" "([^"]*)"', text))
+        return logged_user_agents(self.process.log_path, path)
 
 
 def start_plain_registry(workdir: Path) -> LocalRegistry:

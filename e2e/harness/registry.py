@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 import time
 import urllib.error
@@ -18,7 +19,26 @@ import yaml
 from e2e.harness.procs import ManagedProcess, StartupError, free_port, wait_for
 from e2e.harness.tools import tool
 
-__all__ = ["Registry", "docker_config", "start_registry", "write_docker_config"]
+__all__ = [
+    "Registry",
+    "docker_config",
+    "logged_requests",
+    "logged_user_agents",
+    "start_registry",
+    "write_docker_config",
+]
+
+
+def logged_requests(log: Path) -> list[str]:
+    """Every HTTP request a docker-registry access log holds (method and path), in order."""
+    text = log.read_text(errors="replace")
+    return re.findall(r'"((?:GET|HEAD|PUT|POST|PATCH|DELETE) /v2/[^?\s]*)\S* HTTP/\d\.\d"', text)
+
+
+def logged_user_agents(log: Path, path: str) -> set[str]:
+    """The User-Agent of each GET or HEAD of ``path`` in a docker-registry access log."""
+    text = log.read_text(errors="replace")
+    return set(re.findall(rf'"(?:GET|HEAD) {re.escape(path)}(?:\?\S*)? HTTP/\d\.\d" \d+ \d+ "[^"]*" "([^"]*)"', text))
 
 
 def docker_config(host: str, username: str, password: str) -> dict[str, object]:
