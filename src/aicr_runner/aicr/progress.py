@@ -16,7 +16,6 @@ read from another thread (the status writer): every access holds its lock.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import re
 import threading
@@ -28,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from aicr_runner import logs
+from aicr_runner.net.deadline import thread_in_context
 
 __all__ = ["ComponentLine", "ComponentTable", "LineKind", "ProgressPublisher", "component_line"]
 
@@ -239,9 +239,7 @@ class ProgressPublisher:
         self._last = float("-inf")
         self.writes = 0
         # In the starter's context: its events carry the step that started it (bound by the step runner).
-        self._thread = threading.Thread(
-            target=contextvars.copy_context().run, args=(self._run,), name="progress-publisher", daemon=True
-        )
+        self._thread = thread_in_context(self._run, name="progress-publisher")
 
     def __enter__(self) -> ProgressPublisher:
         self._thread.start()

@@ -29,7 +29,6 @@ half-installed cluster, and an install never waits for a validation.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import json
 import threading
@@ -40,6 +39,7 @@ from dataclasses import replace
 from aicr_runner import logs
 from aicr_runner.errors import ApiConflictError, InterruptedRun, LeaseError, RunnerError
 from aicr_runner.kube.api import KubeApi, LeaseRecord
+from aicr_runner.net.deadline import thread_in_context
 from aicr_runner.run.report import utcnow
 from aicr_runner.settings.config import LeaseSettings
 
@@ -255,9 +255,7 @@ class InstallLease:
                         return
 
         # In the acquiring step's context: the renewal's events carry that step.
-        self._thread = threading.Thread(
-            target=contextvars.copy_context().run, args=(renew,), name="lease-renewal", daemon=True
-        )
+        self._thread = thread_in_context(renew, name="lease-renewal")
         self._thread.start()
 
     def _update(self, change: Callable[[LeaseRecord], LeaseRecord]) -> None:

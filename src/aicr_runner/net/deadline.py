@@ -103,6 +103,13 @@ def _stop(cancellation: Cancellation, done: threading.Event) -> None:
     done.wait(_STOP_SECONDS)
 
 
+def thread_in_context(target: Callable[[], object], *, name: str) -> threading.Thread:
+    """A daemon thread (not started) running ``target`` in a copy of the caller's
+    context variables: what the caller bound for its events (the step) holds in the
+    thread's events too, and what the thread binds stays its own."""
+    return threading.Thread(target=contextvars.copy_context().run, args=(target,), name=name, daemon=True)
+
+
 def bounded(
     work: Callable[[Cancellation], T],
     *,
@@ -134,9 +141,7 @@ def bounded(
 
     deadline = clock() + budget_seconds
     # In the caller's context: what it bound for its events (the step) holds in the work's too.
-    thread = threading.Thread(
-        target=contextvars.copy_context().run, args=(worker,), name=f"bounded {what}", daemon=True
-    )
+    thread = thread_in_context(worker, name=f"bounded {what}")
     thread.start()
     while not done.wait(_POLL_SECONDS):
         if interrupted():

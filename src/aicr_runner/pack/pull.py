@@ -24,7 +24,6 @@ The registry client is ``pack.registry``; the vocabulary and limits are
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import os
 import shutil
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aicr_runner import logs
 from aicr_runner.errors import PackError, PackIntegrityError, RunnerError
 from aicr_runner.net.archive import safe_extract_all
-from aicr_runner.net.deadline import Cancellation
+from aicr_runner.net.deadline import Cancellation, thread_in_context
 from aicr_runner.net.reference import DIGEST
 from aicr_runner.pack.oci import (
     ANNOTATION_TITLE,
@@ -288,9 +287,7 @@ class _Assembler:
 
         workers = [
             # Each in a copy of the pulling step's context: the fetchers' events carry its step.
-            threading.Thread(
-                target=contextvars.copy_context().run, args=(worker,), name=f"pack fetch {index}", daemon=True
-            )
+            thread_in_context(worker, name=f"pack fetch {index}")
             for index in range(min(MAX_PARALLEL_FETCHES, len(wanted)))
         ]
         for thread in workers:

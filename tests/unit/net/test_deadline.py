@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from aicr_runner.errors import DownloadError, InterruptedRun
-from aicr_runner.net.deadline import Cancellation, bounded
+from aicr_runner.net.deadline import Cancellation, bounded, thread_in_context
 
 
 def over_budget() -> DownloadError:
@@ -128,3 +128,28 @@ def test_the_work_runs_in_the_callers_context() -> None:
     finally:
         step.reset(token)
     assert seen == "pack"
+
+
+def test_a_thread_in_context_sees_the_callers_bindings_and_keeps_its_own() -> None:
+    import contextvars
+
+    step = contextvars.ContextVar("step", default="none")
+    seen: list[str] = []
+
+    def work() -> None:
+        seen.append(step.get())
+        step.set("inside")
+        seen.append(step.get())
+
+    token = step.set("deploy")
+    try:
+        thread = thread_in_context(work, name="probe")
+        step.set("changed after the thread was made")
+        thread.start()
+        thread.join(timeout=30)
+        after = step.get()
+    finally:
+        step.reset(token)
+    assert (thread.daemon, thread.name) == (True, "probe")
+    assert seen == ["deploy", "inside"]
+    assert after == "changed after the thread was made"
