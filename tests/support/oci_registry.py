@@ -44,8 +44,13 @@ class Registry:
     send_digest: bool = True
     #: A PUT stores this instead of what was sent (a copy that lands something else).
     stores_instead: bytes | None = None
-    #: ``user:password`` the registry asks for with Basic auth; None: open.
+    #: ``user:password`` the registry asks for with Basic auth (or, with ``bearer``, its token service); None: open.
     login: str | None = None
+    #: Set: the registry asks for a Bearer token of its ``/token`` service (the distribution
+    #: spec's token auth, as nvcr.io and ghcr.io do), anonymous unless ``login`` is set.
+    bearer: bool = False
+    #: Each token the service handed out, with the scope it was asked for.
+    tokens: list[str] = field(default_factory=list)
     #: Set: every manifest request waits until ``released`` (never, unless a test sets it).
     stalls: bool = False
     arrived: threading.Event = field(default_factory=threading.Event)
@@ -63,20 +68,38 @@ def serve(registry: Registry) -> LoopbackServer:
         def log_message(self, *args: object) -> None:
             pass
 
-        def _allowed(self) -> bool:
-            if registry.login is None:
-                return True
+        def _basic_ok(self) -> bool:
             given = self.headers.get("Authorization", "")
-            if given == "Basic " + base64.b64encode(registry.login.encode()).decode():
+            return registry.login is None or given == "Basic " + base64.b64encode(registry.login.encode()).decode()
+
+        def _allowed(self) -> bool:
+            if registry.bearer:
+                if self.headers.get("Authorization", "") in {f"Bearer {t}" for t in registry.tokens}:
+                    return True
+                realm = f"http://{self.headers.get('Host')}/token"
+                challenge = f'Bearer realm="{realm}",service="fake",scope="repository:x:pull"'
+                # A HEAD's refusal without a length, as some registries send it (it has no body).
+                self._answer(401, b"", {"WWW-Authenticate": challenge}, length=self.command != "HEAD")
+                return False
+            if self._basic_ok():
                 return True
             self._answer(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}', {"WWW-Authenticate": 'Basic realm="r"'})
             return False
 
-        def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        def _token(self) -> None:
+            if not self._basic_ok():
+                self._answer(401, b"{}")
+                return
+            token = f"t{len(registry.tokens)}"
+            registry.tokens.append(token)
+            self._answer(200, json.dumps({"token": token}).encode())
+
+        def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None, length: bool = True) -> None:
             self.send_response(status)
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
+            if length:
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
@@ -91,6 +114,9 @@ def serve(registry: Registry) -> LoopbackServer:
         def do_GET(self) -> None:
             registry.requests.append(f"{self.command} {self.path}")
             registry.hosts.append(self.headers.get("Host", ""))
+            if self.path.startswith("/token"):
+                self._token()
+                return
             if not self._allowed():
                 return
             key = self._manifest_key()

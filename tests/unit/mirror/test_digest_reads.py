@@ -166,6 +166,46 @@ def test_the_credential_of_the_docker_config_is_sent_and_a_refusal_named(
     assert caught.value.exit_code == MirrorExit.AUTH_REFUSED
 
 
+def test_a_token_service_is_asked_for_a_token_with_the_credential(
+    registry: tuple[Registry, str], tmp_path: Path
+) -> None:
+    """The distribution spec's token auth (nvcr.io, ghcr.io): a HEAD refused with a Bearer
+    challenge (no length: a HEAD has no body), a token asked of the realm, the HEAD again."""
+    state, host = registry
+    state.bearer, state.login = True, "mirror:right-password"
+    body = manifest("behind a token")
+    state.put("nvidia/driver", "580", body)
+    _config(tmp_path / "config.json", host, state.login)
+    copier, _ = _copier(tmp_path, host)
+    assert copier.digest(f"{host}/nvidia/driver:580", source_side=True) == digest_of(body)
+    assert state.tokens == ["t0"]
+    assert [r.split("?")[0] for r in state.requests] == [
+        "HEAD /v2/nvidia/driver/manifests/580",
+        "GET /token",
+        "HEAD /v2/nvidia/driver/manifests/580",
+    ]
+    _config(tmp_path / "config.json", host, "mirror:wrong-password")
+    refused, _ = _copier(tmp_path, host)
+    with pytest.raises(CopyError) as caught:
+        refused.digest(f"{host}/nvidia/driver:580", source_side=False)
+    assert caught.value.exit_code == MirrorExit.AUTH_REFUSED
+    assert "wrong-password" not in caught.value.message
+
+
+def test_a_resolve_rule_reaches_a_plain_http_name_at_the_address(registry: tuple[Registry, str]) -> None:
+    """As the real GPU Operator's e2e copies: nvcr.io on plain HTTP, port 80, served on loopback."""
+    state, host = registry
+    body = manifest("nvcr.io on loopback")
+    state.put("nvidia/gpu-operator", "v25.10.1", body)
+    copier = OrasCopier(
+        registry_config=Path("/nonexistent/config.json"),
+        plain_http=frozenset({"nvcr.io"}),
+        resolve=(f"nvcr.io:80:{host}",),
+    )
+    assert copier.digest("nvcr.io/nvidia/gpu-operator:v25.10.1", source_side=True) == digest_of(body)
+    assert state.hosts == ["nvcr.io"]
+
+
 def test_a_registry_only_a_credential_helper_logs_in_to_is_read_by_oras(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"auths": {"b.example": {"auth": "dTpw"}}, "credHelpers": {"nvcr.io": "ngc"}}))
