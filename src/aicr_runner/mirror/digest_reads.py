@@ -152,9 +152,9 @@ class DigestReads:
 
         if self._interrupted():
             raise InterruptedRun(f"interrupted before the digest read of {reference}: {RESUME}")
-        client = self._client(reference)
 
         def run(cancellation: Cancellation) -> T:
+            client = self._client(reference)  # a credential it cannot read: a PackAuthError, translated below
             forget = cancellation.on_cancel(client.abort)  # a blocked read returns at once
             try:
                 return work(client)

@@ -159,6 +159,12 @@ def test_the_credential_of_the_docker_config_is_sent_and_a_refusal_named(
     assert caught.value.message.startswith(f"credentials refused: {host}/private/image:1: ")
     assert "HTTP 401" in caught.value.message
     assert "wrong-password" not in caught.value.message
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {host: {"auth": "not base64!"}}}))
+    unreadable, _ = _copier(tmp_path, host)
+    with pytest.raises(CopyError) as caught:
+        unreadable.digest(f"{host}/private/image:1", source_side=True)
+    assert caught.value.exit_code == MirrorExit.AUTH_REFUSED
+    assert "is not base64" in caught.value.message
     (tmp_path / "config.json").write_text("{}")  # no credential for it: anonymous, as oras goes
     anonymous, _ = _copier(tmp_path, host)
     with pytest.raises(CopyError) as caught:
