@@ -363,3 +363,30 @@ def test_a_reference_pinned_by_tag_and_digest_lands_by_its_digest(
     assert (done.sent, done.digest) == (True, digest)
     assert done.target.endswith(f"/packs/site:1@{digest}")
     assert copy_all([pinned], prefix, copier).sent == 0
+
+
+def test_a_target_holding_another_digest_under_the_tag_is_copied_again(
+    upstream: Upstream, local_registry: LocalRegistry, tmp_path: Path
+) -> None:
+    """The digests read in process decide what oras copies: a tag in the target that names
+    another manifest (a stale or tampered mirror) is copied over; the same one is left."""
+    copier = _copier(upstream, local_registry)
+    pack, prefix = _items(upstream)[1], _prefix(local_registry)
+    first = copy_all([pack], prefix, copier)
+    target = first.copied[0].target
+    (tmp_path / "other.txt").write_text("not the pack\n")
+    argv = [
+        str(ORAS),
+        "push",
+        "--plain-http",
+        "--registry-config",
+        str(local_registry.credentials),
+        target,
+        "other.txt",
+    ]
+    _tool(*argv, home=upstream.home, cwd=tmp_path)
+    assert copier.digest(target, source_side=False) not in (None, first.copied[0].digest)
+    again = copy_all([pack], prefix, copier)
+    assert (again.sent, again.copied[0].digest) == (1, first.copied[0].digest)
+    assert copier.digest(target, source_side=False) == first.copied[0].digest
+    assert copy_all([pack], prefix, copier).sent == 0

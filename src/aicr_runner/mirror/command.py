@@ -141,8 +141,11 @@ def _archive(items: list[Item], request: MirrorRequest, archive: Path, release: 
     from aicr_runner.children.process import ShutdownController
     from aicr_runner.mirror.archive import write_archive
 
-    with ShutdownController().installed() as shutdown, tempfile.TemporaryDirectory(prefix="aicr-release-") as tmp:
-        copier = _copier(request, shutdown.requested)
+    with (
+        ShutdownController().installed() as shutdown,
+        tempfile.TemporaryDirectory(prefix="aicr-release-") as tmp,
+        contextlib.closing(_copier(request, shutdown.requested)) as copier,
+    ):
         listed = _with_release(items, copier, release, Path(tmp))
         count = write_archive(listed, archive, copier, progress=print, allow_missing=request.allow_missing)
     print(f"{count} items in {archive} (the aicr release as the artifact {_release_of(listed)})")
@@ -162,8 +165,11 @@ def _copy(items: list[Item], request: MirrorRequest, release: _ReleaseFiles | No
     from aicr_runner.children.process import ShutdownController
     from aicr_runner.mirror.copy import copy_all
 
-    with ShutdownController().installed() as shutdown, tempfile.TemporaryDirectory(prefix="aicr-release-") as tmp:
-        copier = _copier(request, shutdown.requested, **archive)
+    with (
+        ShutdownController().installed() as shutdown,
+        tempfile.TemporaryDirectory(prefix="aicr-release-") as tmp,
+        contextlib.closing(_copier(request, shutdown.requested, **archive)) as copier,
+    ):
         if release is not None:
             items = _with_release(items, copier, release, Path(tmp))
         report = copy_all(
@@ -179,6 +185,12 @@ def _copy(items: list[Item], request: MirrorRequest, release: _ReleaseFiles | No
         f"{len(report.copied)} items in {request.to} by digest ({report.sent} copied, "
         f"{len(report.copied) - report.sent} already there); {len(report.not_copied)} not copied"
     )
+    _after_copy(items, request)
+    return 0
+
+
+def _after_copy(items: list[Item], request: MirrorRequest) -> None:
+    """containerd's hosts.toml when asked, and what to install with."""
     if request.hosts_toml is not None:
         from aicr_runner.mirror.hosts_toml import write_hosts_toml
 
@@ -194,7 +206,6 @@ def _copy(items: list[Item], request: MirrorRequest, release: _ReleaseFiles | No
         "images keep their names: the nodes pull them through the mirror (--hosts-toml); without that, "
         f"global.imageRegistry: {mirror}/ghcr.io serves the runner's own image"
     )
-    return 0
 
 
 def list_items(

@@ -124,6 +124,9 @@ _FILE_NOTE = "an HTTP file: serve the aicr release folder inside (AICR__RELEASE_
 
 def _copy_one(item: Item, target: str, copier: Copier) -> Copied:
     if item.kind is Kind.CHART and not item.chart_source.startswith("oci://"):
+        if item.digest and copier.chart_digest(target) == item.digest:
+            # The list pulled this archive and recorded its digest; the target holds it: no second pull.
+            return Copied(item, target, item.digest, sent=False)
         archive, sent = copier.push_chart(item.chart_source, item.chart_name, item.version, target)
         if item.digest and item.digest != archive:
             raise CopyError(

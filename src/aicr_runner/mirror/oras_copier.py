@@ -8,6 +8,12 @@ copies images only with ``--all`` for indexes and is not built for OCI
 artifacts such as charts. oras is a tool of the connected host (docs/air-gap.md):
 the runner image carries helm, not oras.
 
+oras moves the bytes; the digests are read in the runner's process
+(``mirror.digest_reads``: the source's, the target's, the final check's), so an item
+the target already holds by digest costs no process at all, and one it lacks costs
+one (``oras cp``). A registry only oras can log in to (a credential helper) has its
+digests read by ``oras manifest fetch``, as every read was before.
+
 Each call has a deadline; a tool's failure text is classified once
 (``mirror.errors.classify_tool_failure``).
 """
@@ -23,14 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from aicr_runner.errors import ToolError
+from aicr_runner.mirror.digest_reads import LAYOUT, DigestReads
 from aicr_runner.mirror.errors import CopyError, MirrorExit, classify_tool_failure
 from aicr_runner.mirror.tool_call import run_tool
 
 __all__ = ["LAYOUT", "OrasCopier", "sha256_of"]
 
 _CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
-#: A reference into an OCI image layout directory: ``oci-layout:DIR:TAG`` (oras' ``--oci-layout``).
-LAYOUT = "oci-layout:"
 _COPIED_DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.MULTILINE)
 #: oras stamps the push time into an artifact's manifest; a fixed one keeps its digest the files' alone.
 _CREATED = "1970-01-01T00:00:00Z"
@@ -75,6 +80,17 @@ class OrasCopier:
         #: address than its name's, as curl's ``--resolve``), for every oras call.
         self.resolve = tuple(resolve)
         self.timeout = timeout_seconds
+        self.reads = DigestReads(
+            registry_config=registry_config,
+            plain_http=plain_http,
+            resolve=self.resolve,
+            timeout_seconds=timeout_seconds,
+            interrupted=lambda: self.interrupted(),  # noqa: PLW0108 - read when asked: it may be replaced
+        )
+
+    def close(self) -> None:
+        """The digest reads' connections released (a dropped copier releases them too)."""
+        self.reads.close()
 
     def _run(self, argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """One tool call: it ends by its deadline, and at once on SIGTERM (the tool is
@@ -120,6 +136,8 @@ class OrasCopier:
 
     def digest(self, reference: str, *, source_side: bool) -> str | None:
         where = self._source(reference) if source_side else reference
+        if self.reads.serves(where):
+            return self.reads.digest(where, source_side=source_side)
         found = self._manifest(where, source_side=source_side, descriptor=True)
         return None if found is None else str(found["digest"])
 
@@ -167,7 +185,10 @@ class OrasCopier:
         return printed.group(1)
 
     def chart_digest(self, reference: str) -> str | None:
-        manifest = self._manifest(reference, source_side=False, descriptor=False)
+        if self.reads.serves(reference):
+            manifest = self.reads.manifest(reference, source_side=False)
+        else:
+            manifest = self._manifest(reference, source_side=False, descriptor=False)
         layers = manifest.get("layers") if manifest else None
         for layer in layers if isinstance(layers, list) else ():
             if isinstance(layer, dict) and layer.get("mediaType") == _CHART_LAYER:

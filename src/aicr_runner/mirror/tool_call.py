@@ -13,7 +13,10 @@ from subprocess import PIPE
 
 from aicr_runner.errors import InterruptedRun
 
-__all__ = ["run_tool", "stop_if_interrupted"]
+__all__ = ["RESUME", "run_tool", "stop_if_interrupted"]
+
+#: What an interrupted copy tells the operator (the digest reads in process say it too).
+RESUME = "run the same command again to resume (what the target holds is not sent again)"
 
 #: How often a running tool call looks at the shutdown flag and its deadline.
 _POLL_SECONDS = 0.2
@@ -31,10 +34,7 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 def stop_if_interrupted(argv: Sequence[str], interrupted: Callable[[], bool]) -> None:
     if interrupted():
-        raise InterruptedRun(
-            f"interrupted during {Path(argv[0]).name} {' '.join(argv[1:3])}: run the same command again to "
-            "resume (what the target holds is not sent again)"
-        )
+        raise InterruptedRun(f"interrupted during {Path(argv[0]).name} {' '.join(argv[1:3])}: {RESUME}")
 
 
 def run_tool(

@@ -18,6 +18,7 @@ from aicr_runner.errors import PackAuthError
 from aicr_runner.logs import register_dockerconfig_secrets, register_secret
 
 __all__ = [
+    "entry_for",
     "load_registry_credential",
 ]
 
@@ -43,6 +44,13 @@ def _config_key_host(key: str) -> str:
     return key.split("/", 1)[0].lower()
 
 
+def entry_for(entries: dict[str, Any], host: str) -> Any:
+    """The value of ``entries`` (a docker config's ``auths`` or ``credHelpers``) for ``host``,
+    by any of its aliases; None when there is none."""
+    wanted = _host_aliases(host)
+    return next((v for k, v in entries.items() if _config_key_host(str(k)) in wanted), None)
+
+
 def load_registry_credential(path: Path, host: str) -> str:
     """The base64 ``user:password`` for ``host`` from a dockerconfigjson file.
 
@@ -62,8 +70,7 @@ def load_registry_credential(path: Path, host: str) -> str:
     auths = document.get("auths") if isinstance(document, dict) else None
     if not isinstance(auths, dict):
         raise PackAuthError(f"registry {host}: credentials file {path} has no 'auths' object")
-    wanted = _host_aliases(host)
-    entry = next((v for k, v in auths.items() if _config_key_host(str(k)) in wanted), None)
+    entry = entry_for(auths, host)
     if entry is None:
         known = ", ".join(sorted(_config_key_host(str(k)) for k in auths)) or "none"
         raise PackAuthError(

@@ -1,7 +1,8 @@
 """``RegistryClient``: the pack ``Registry`` on the OCI distribution API, for one registry host.
 
-Two requests of the distribution spec, ``GET /v2/<name>/manifests/<reference>``
-and ``GET /v2/<name>/blobs/<digest>``, on the HTTP client the release download
+Requests of the distribution spec, ``GET /v2/<name>/manifests/<reference>``
+(``HEAD`` for a manifest's digest alone: the mirror's digest reads) and
+``GET /v2/<name>/blobs/<digest>``, on the HTTP client the release download
 uses (``net.http``), with the registry's challenges answered by
 ``pack.registry_auth`` and the credential read only from the runner's
 credentials file (``pack.credentials``). Every request has a timeout, every
@@ -11,7 +12,8 @@ which never retries an auth failure. Bodies are read as sent (no content
 coding asked for or undone: what is hashed is what the registry stores), the
 manifest up to ``MAX_MANIFEST_BYTES`` and a blob up to one byte past its
 declared size. Failures name the ref and the registry host: 401/403 ->
-``PackAuthError``, missing or unreachable -> ``PackNotFoundError``.
+``PackAuthError``, missing or unreachable -> ``PackNotFoundError``; a registry's
+answer rides along as the error's ``http_status`` (0: none came).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import weakref
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -35,7 +37,7 @@ from aicr_runner import logs
 from aicr_runner.errors import PackAuthError, PackError, PackIntegrityError, PackNotFoundError
 from aicr_runner.net.http import caused_by
 from aicr_runner.net.http import client as http_client
-from aicr_runner.net.reference import PackReference
+from aicr_runner.net.reference import DIGEST, PackReference
 from aicr_runner.net.retry import RETRYABLE_STATUS, BudgetedRetry, RetryNote, Transient, WaitPolicy, parse_retry_after
 from aicr_runner.pack.credentials import load_registry_credential
 from aicr_runner.pack.oci import ACCEPTED_MANIFEST_TYPES, MAX_MANIFEST_BYTES, parse_ref
@@ -43,10 +45,7 @@ from aicr_runner.pack.registry_auth import AuthFlowError, RegistryAuth, TokenRef
 from aicr_runner.pack.socket_watch import SocketWatch
 from aicr_runner.text import cut
 
-if TYPE_CHECKING:
-    from aicr_runner.settings.config import PackSettings
-
-__all__ = ["AICR_RELEASE", "PACK", "RegistryClient", "Subject"]
+__all__ = ["AICR_RELEASE", "MIRROR_ITEM", "PACK", "Reach", "RegistryClient", "Subject"]
 
 #: The pack's retry: 1 s, then 2 s, ... (no jitter: a pull runs once per Job).
 _BACKOFF_MAX_SECONDS = 30.0
@@ -66,15 +65,47 @@ log = logs.get_logger()
 
 @dataclass(frozen=True)
 class Subject:
-    """What the client fetches, as its messages and its retry event name it."""
+    """What the client fetches, as its messages and its retry event name it, and the
+    settings its messages point at (a TLS failure; a refusal without a credential)."""
 
     name: str
     retry_event: str
+    tls_hint: str = (
+        "A plain-HTTP registry needs AICR_RUNNER_PACK__PLAIN_HTTP=true; a private CA must be trusted by the image "
+        "(AICR_RUNNER_PACK__INSECURE_TLS=true skips verification, for lab registries only)"
+    )
+    no_credential: str = "no credential was given (set AICR_RUNNER_PACK__CREDENTIALS_FILE for a private pack)"
 
 
 PACK = Subject("pack", "pack registry retry")
 #: The aicr release as an OCI artifact (``aicr.releaseRef``), fetched with the pack's transport.
 AICR_RELEASE = Subject("aicr release", "aicr release registry retry")
+#: An image, chart or artifact of ``aicr-runner mirror --to``, its digest read at its source or in the target.
+MIRROR_ITEM = Subject(
+    "mirror item",
+    "mirror registry retry",
+    tls_hint="A plain-HTTP registry needs --plain-http HOST; a private CA goes in the system's CA store or "
+    "SSL_CERT_FILE (as for oras)",
+    no_credential="no credential for this registry was given (--registry-config, or the docker config oras reads)",
+)
+
+
+class Reach(Protocol):
+    """What the client reads of its settings: ``PackSettings``, or the mirror's own per registry."""
+
+    @property
+    def ref(self) -> str:
+        """A reference on the registry (the client serves every reference of its host)."""
+
+    @property
+    def credentials_file(self) -> str:
+        """A docker config holding the registry's credential; empty: anonymous."""
+
+    @property
+    def plain_http(self) -> bool: ...
+
+    @property
+    def insecure_tls(self) -> bool: ...
 
 
 class RegistryClient:
@@ -87,7 +118,7 @@ class RegistryClient:
 
     def __init__(
         self,
-        settings: PackSettings,
+        settings: Reach,
         *,
         attempts: int = 3,
         backoff_seconds: float = 1.0,
@@ -140,6 +171,19 @@ class RegistryClient:
             raise PackIntegrityError(f"{where}: the manifest is not a JSON object")
         return manifest, "sha256:" + hashlib.sha256(raw).hexdigest()
 
+    def manifest_digest(self, ref: str) -> str:
+        """The digest ``ref`` resolves to, by ``HEAD``: the registry's ``Docker-Content-Digest``.
+        A registry that sends none, or (for a ref pinned by digest) another one, has the
+        manifest fetched and its bytes hashed (``get_manifest``)."""
+        parsed = self._same_registry(ref)
+        url = f"{self._base}/v2/{parsed.repository}/manifests/{parsed.reference}"
+        accept = {"Accept": ", ".join(ACCEPTED_MANIFEST_TYPES)}
+        with contextlib.closing(self._get(url, ref, "manifest", accept, method="HEAD")) as response:
+            said = response.headers.get("Docker-Content-Digest", "")
+        if DIGEST.fullmatch(said) and parsed.digest in (None, said):
+            return str(said)
+        return self.get_manifest(ref)[1]
+
     def blob_chunks(self, ref: str, digest: str, size: int) -> Generator[bytes]:
         parsed = self._same_registry(ref)
         url = f"{self._base}/v2/{parsed.repository}/blobs/{digest}"
@@ -152,9 +196,9 @@ class RegistryClient:
         """One request as sent: streamed, timed out, its sockets watched, challenges answered."""
         return self._client.send(request, auth=self._auth, stream=True)
 
-    def _request(self, url: str, headers: dict[str, str]) -> httpx.Request:
+    def _request(self, url: str, headers: dict[str, str], method: str = "GET") -> httpx.Request:
         return self._client.build_request(
-            "GET",
+            method,
             url,
             # What is hashed must be the bytes the registry stores: no content coding.
             headers={"Accept-Encoding": "identity", **headers},
@@ -169,13 +213,13 @@ class RegistryClient:
                 raise TokenRefused(str(request.url.copy_with(query=None)), response.status_code)
             return _read_at_most(response, _MAX_TOKEN_BYTES)
 
-    def _retried(self, url: str, headers: dict[str, str]) -> httpx.Response:
+    def _retried(self, url: str, headers: dict[str, str], method: str = "GET") -> httpx.Response:
         """The request under the shared retry. The last retryable answer is returned
         for the caller to word; the last connection error is raised as httpx raised it."""
 
         def attempt() -> httpx.Response:
             try:
-                response = self._send(self._request(url, headers))
+                response = self._send(self._request(url, headers, method))
             except httpx.HTTPError as exc:
                 if self._aborted.is_set() or caused_by(exc, ssl.SSLError) or not isinstance(exc, _TRANSIENT_ERRORS):
                     raise  # an abort broke it on purpose; a certificate does not heal by waiting
@@ -229,17 +273,17 @@ class RegistryClient:
 
     def _credential_note(self) -> str:
         if self._credentials_file is None:
-            return "no credential was given (set AICR_RUNNER_PACK__CREDENTIALS_FILE for a private pack)"
+            return self._subject.no_credential
         return f"the credential from {self._credentials_file} was rejected"
 
     def _stopped(self, ref: str, what: str) -> PackError:
         return PackError(f"{self._where(ref)}: the {what} request to registry {self._ref.registry} was stopped")
 
-    def _get(self, url: str, ref: str, what: str, headers: dict[str, str]) -> httpx.Response:
+    def _get(self, url: str, ref: str, what: str, headers: dict[str, str], method: str = "GET") -> httpx.Response:
         if self._aborted.is_set():
             raise self._stopped(ref, what)
         try:
-            response = self._retried(url, headers)
+            response = self._retried(url, headers, method)
         except (httpx.HTTPError, AuthFlowError) as exc:
             if self._aborted.is_set():
                 raise self._stopped(ref, what) from exc
@@ -257,9 +301,8 @@ class RegistryClient:
             return self._challenge_failed(ref, what, exc)
         if caused_by(exc, ssl.SSLError):
             return PackNotFoundError(
-                f"{where}: TLS failure talking to registry {host} ({_short(exc)}); not retried. A plain-HTTP "
-                "registry needs AICR_RUNNER_PACK__PLAIN_HTTP=true; a private CA must be trusted by the image "
-                "(AICR_RUNNER_PACK__INSECURE_TLS=true skips verification, for lab registries only)"
+                f"{where}: TLS failure talking to registry {host} ({_short(exc)}); not retried. "
+                + self._subject.tls_hint
             )
         if isinstance(exc, httpx.TimeoutException):
             return PackNotFoundError(
@@ -276,7 +319,9 @@ class RegistryClient:
     def _challenge_failed(self, ref: str, what: str, exc: AuthFlowError) -> PackError:
         where = self._where(ref)
         if isinstance(exc, TokenRefused) and exc.status in (401, 403):
-            return PackAuthError(f"{where}: {exc.reason} for the {what}; {self._credential_note()}")
+            return PackAuthError(
+                f"{where}: {exc.reason} for the {what}; {self._credential_note()}", http_status=exc.status
+            )
         return PackError(
             f"{where}: registry {self._ref.registry}'s challenge for the {what} cannot be answered: {exc.reason}"
         )
@@ -285,10 +330,13 @@ class RegistryClient:
         where, host = self._where(ref), self._ref.registry
         detail = f"HTTP {status}{f' {code}' if code else ''}"
         if status in (401, 403):
-            return PackAuthError(f"{where}: registry {host} refused the {what} ({detail}); {self._credential_note()}")
+            return PackAuthError(
+                f"{where}: registry {host} refused the {what} ({detail}); {self._credential_note()}",
+                http_status=status,
+            )
         if status == 404:
-            return PackNotFoundError(f"{where}: {what} not found on registry {host} ({detail})")
-        return PackError(f"{where}: registry {host} answered {detail} for the {what}")
+            return PackNotFoundError(f"{where}: {what} not found on registry {host} ({detail})", http_status=status)
+        return PackError(f"{where}: registry {host} answered {detail} for the {what}", http_status=status)
 
     def _body(self, response: httpx.Response, ref: str, what: str, limit: int) -> Iterator[bytes]:
         """The body as it arrives, cut one byte past ``limit``: a body that runs on

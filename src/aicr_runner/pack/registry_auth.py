@@ -118,7 +118,9 @@ def _same_origin(url: httpx.URL, origin: httpx.URL) -> bool:
 
 def _check_readable(response: httpx.Response) -> None:
     """httpx reads a challenge's whole body before it sends the request again:
-    only one announced small enough is read."""
+    only one announced small enough is read (an answer to HEAD has none)."""
+    if response.request.method == "HEAD":
+        return
     length = response.headers.get("Content-Length", "")
     if not (length.isdigit() and int(length) <= MAX_CHALLENGE_BODY_BYTES):
         response.close()

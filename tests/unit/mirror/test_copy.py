@@ -123,3 +123,24 @@ def test_an_absent_item_the_user_allowed_is_reported_and_the_rest_copied() -> No
     with pytest.raises(CopyError) as caught:
         copy_all([absent], "oci://m", copier, allow_missing=frozenset({"nvcr.io/other:1"}))
     assert caught.value.exit_code == MirrorExit.NOT_FOUND
+
+
+def test_a_repository_chart_the_target_holds_by_its_recorded_digest_is_not_pulled_again() -> None:
+    recorded = Item(
+        Kind.CHART, "y", ("cm",), D2, chart_source="https://charts.jetstack.io", chart_name="cert-manager", version="v1"
+    )
+    copier = FakeCopier()
+    pulls: list[str] = []
+    push = copier.push_chart
+
+    def counted(source: str, chart: str, version: str, target: str) -> tuple[str, bool]:
+        pulls.append(target)
+        return push(source, chart, version, target)
+
+    copier.push_chart = counted  # type: ignore[method-assign]
+    assert copy_all([recorded], "oci://m", copier).sent == 1
+    assert copy_all([recorded], "oci://m", copier).sent == 0
+    assert len(pulls) == 1  # the second run read the target's digest and pulled nothing
+    copier.charts[target_of(recorded, "oci://m")] = D1  # the target holds another archive: pulled and pushed
+    assert copy_all([recorded], "oci://m", copier).sent == 1
+    assert len(pulls) == 2
