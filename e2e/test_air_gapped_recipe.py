@@ -1,37 +1,42 @@
-"""Air-gapped, on the real stack: the recipe eks/h100/training/ubuntu installed from a
-mirror that ``aicr-runner mirror`` filled, with the upstream stopped.
+"""Air-gapped, on the real stack: the recipe eks/h100/training/ubuntu installed by the
+chart's Job, under least privilege, from a mirror that ``aicr-runner mirror`` filled,
+with the upstream stopped.
 
 The upstream (``e2e/recipe_upstream.py``) answers under the real names: the chart
 repositories of the recipe serve the real component charts (``component-charts/``;
 skyhook-operator's pinned v0.14.0 is its v0.13.1 stand-in repackaged under the pinned
 version), the registry holds the OCI charts (kai-scheduler, nvsentinel, the runner's
 own chart) and every image the mirror lists: the real GPU Operator image
-(``e2e/gpu_operator_image.py``) and ONE stand-in image (labelled) under every other
-name. Three images are pinned by digest in skyhook-operator's values; no stand-in
-can have those digests, so they are absent upstream and allowed missing.
+(``e2e/gpu_operator_image.py``), the real deployment validator image
+(``e2e/validators.py``) and ONE stand-in image (labelled) under every other name.
+Three images are pinned by digest in skyhook-operator's values; no stand-in can have
+those digests, so they are absent upstream and allowed missing.
 
 1. ``aicr-runner mirror --list``, ``--to oci://<mirror>/aicr --hosts-toml`` (twice:
    into an empty registry, then again) and ``--to-archive``, each a real process from
-   the worktree's venv, in a mount namespace where the upstream names resolve to
-   loopback (no ``--resolve``, no ``--plain-http`` for the upstream). The plan inside
-   fetches the real aicr v0.11.1 from "github.com".
+   the worktree's venv with ``validate.enabled`` (the list names the validator), in a
+   mount namespace where the upstream names resolve to loopback (no ``--resolve``,
+   no ``--plain-http`` for the upstream). The plan inside fetches the real aicr
+   v0.11.1 from "github.com".
 2. The upstream is stopped. ``--from-archive --to oci://<second mirror>/aicr
-   --hosts-toml`` fills a second registry: every item lands with the digest the
-   first copy recorded.
-3. ``aicr-runner run --results-dir`` (the runner's whole install, outside a pod,
-   against the e2e API server; the Job path is not exercised here) with the values
-   ``--from-archive`` printed (``mirror.registry``, ``aicr.releaseRef``) and
-   validation of the deployment phase: the aicr release comes from the second
-   mirror as the OCI artifact, the recipe is rewritten, the real deploy.sh (the
-   runner's default flags ``--best-effort --no-wait``: stand-in pods never become
-   Ready) installs every chart from the mirror, the node's containerd pulls every
-   image through it (the ``--hosts-toml`` output in its ``config_path``), the real
-   GPU Operator's pod becomes Ready and the real ``aicr validate`` runs the real
-   deployment validator (upstream under its published name, mirrored) against it.
+   --hosts-toml`` fills a second registry (on the node's bridge address: pods reach
+   it): every item lands with the digest the first copy recorded.
+3. The chart's Job, run by the node's kubelet from the e2e image, with the values
+   ``--from-archive`` printed (``mirror.registry``, ``aicr.releaseRef``),
+   ``rbac.clusterAdmin=false`` plus ``EXTRA_RULES`` and validation of the deployment
+   phase: the aicr release comes from the second mirror as the OCI artifact, the
+   recipe is rewritten, the real deploy.sh (the runner's default flags ``--best-effort
+   --no-wait``: stand-in pods never become Ready) installs every chart from the
+   mirror, the node's containerd pulls every image through it (the ``--hosts-toml``
+   output in its ``config_path``), the real GPU Operator's pod becomes Ready and the
+   real ``aicr validate`` runs the real deployment checks against it. The API
+   server's audit log shows no request of the installer refused.
 
 The mirror is TLS (deploy.sh gives helm no ``--plain-http`` or CA flag): its CA is
-given to helm, oras and the runner by ``SSL_CERT_FILE``, and to containerd by a
-``ca`` line added to each written ``hosts.toml`` (the file names no CA itself).
+given to the mirror command's helm and oras by ``SSL_CERT_FILE``, to the Job by a
+ConfigMap mounted through ``job.extraVolumes`` and named by ``SSL_CERT_FILE`` in
+``job.extraEnv``, and to containerd by a ``ca`` line added to each written
+``hosts.toml`` (the file names no CA itself).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from e2e.gpu_operator_image import OPERATOR_IMAGE, GpuOperatorMissing, gpu_opera
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.node import NODE_NAME, RealNode
+from e2e.harness.node import NODE_NAME, Kubelet, RealNode
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.recipe_upstream import (
@@ -67,6 +72,7 @@ from e2e.recipe_upstream import (
     stand_in_image,
     start_tls_registry,
 )
+from e2e.scenarios import CHART, RELEASE, RunResults, extra_env
 from e2e.test_real_aicr import SNAPSHOT, snapshot_configmap
 from e2e.test_real_validators import CHECKS, evidence
 from e2e.tools import REPO_ROOT, tool
@@ -102,6 +108,26 @@ BUNDLE_ARGS = [
 ]  # fmt: skip
 #: One image of the list the upstream holds as the stand-in.
 STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
+#: rbac.extraRules: the custom resources the recipe's charts and bundle create at install
+#: time, beyond the chart's least-privilege ClusterRole (docs/installing.md "Permissions").
+EXTRA_RULES = [
+    {
+        "apiGroups": [group],
+        "resources": resources,
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    }
+    for group, resources in (
+        # kube-prometheus-stack, k8s-ephemeral-storage-metrics, nvsentinel
+        (
+            "monitoring.coreos.com",
+            ["alertmanagers", "prometheuses", "prometheusrules", "servicemonitors", "podmonitors"],
+        ),
+        ("nvidia.com", ["clusterpolicies"]),  # gpu-operator
+        ("kai.scheduler", ["configs", "schedulingshards"]),  # kai-scheduler
+        ("scheduling.run.ai", ["queues"]),  # kai-scheduler
+        ("skyhook.nvidia.com", ["skyhooks"]),  # skyhook-customizations (the bundle's manifest)
+    )
+]
 CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller")
 AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
 
@@ -391,6 +417,7 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
     helm: Helm,
     namespace: str,
     pod_host: str,
+    kubelet: Kubelet,
     recipe_removed_after: Installed,
 ) -> None:
     started = time.monotonic()
@@ -443,7 +470,9 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         }, from_archive[-2000:]
 
         # 3. The install from the second mirror alone, with validation of the deployment phase.
-        recipe_removed_after.images.update(i["reference"] for i in upstream.listed if i["kind"] == "image")
+        # The runner's own image is listed too; its pod runs the image loaded under that name.
+        listed_images = {i["reference"] for i in upstream.listed if i["kind"] == "image"}
+        recipe_removed_after.images.update(listed_images - {kubelet.image})
         certs_dir, ca_file = node.runtime.certs_dir, upstream.network.ca_file
         recipe_removed_after.hosts.extend(_install_hosts_toml(hosts, certs_dir, ca_file))
         # An earlier test of the session loads it under this name: here the node pulls it through the mirror.
@@ -452,7 +481,7 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         first_before, second_before = len(mirror.requests()), len(second.requests())
         namespaces = {r["namespace"] for r in upstream.refs} | {"gpu-operator"}
         with more_controllers(control_plane, tmp_path / "controllers", CONTROLLERS):
-            run = _install(tmp_path, upstream.network, control_plane, values, namespace)
+            run = _install(helm, kubelet, control_plane, values, namespace, upstream.ca.cert_pem)
             releases = {r["name"]: r for r in helm.list_releases()}
             missing = set(upstream.missing)
             outcome = wait_for(
@@ -476,6 +505,12 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         assert why in run.deploy_log, (component, run.deploy_log[-3000:])
     assert "--repo" not in run.deploy_sh
     assert f"oci://{second.host}/{PREFIX}/" in run.deploy_sh
+    # Least privilege: the installer bound to the chart's ClusterRole, never refused a request.
+    binding = control_plane.admin.get(
+        f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{namespace}-{RELEASE}-installer"
+    )
+    assert binding["roleRef"]["name"] == f"{namespace}-{RELEASE}-installer", binding["roleRef"]
+    assert run.refused == [], run.refused
     # The real GPU Operator Ready on the node, and the real deployment validator's verdict.
     assert (operator["spec"]["nodeName"], operator["spec"]["containers"][0]["image"]) == (NODE_NAME, OPERATOR_IMAGE)
     tests = _assert_verdict(run.ctrf, operator)
@@ -555,43 +590,89 @@ class InstallRun:
     ctrf: dict[str, Any]
     deploy_sh: str
     deploy_log: str
-    #: the runner's own output (its log lines)
+    #: the Job's pod log
     output: str
+    #: the installer's requests the API server refused (its audit log)
+    refused: list[str]
+    #: the Job's pod as it ended
+    pod: dict[str, Any]
 
 
-def _install(
-    tmp_path: Path, network: UpstreamNetwork, plane: ControlPlane, values: Mapping[str, str], namespace: str
+#: Where the Job's pod finds the mirror's CA (a ConfigMap mounted through job.extraVolumes).
+CA_DIR = "/etc/aicr-mirror-ca"
+
+
+def _install(  # noqa: PLR0917 - one install's inputs
+    helm: Helm, kubelet: Kubelet, plane: ControlPlane, printed: Mapping[str, str], namespace: str, ca_pem: bytes
 ) -> InstallRun:
-    """``aicr-runner run`` outside a pod, against the e2e API server, with the values the mirror printed."""
-    results = tmp_path / "results"
-    env = _env(
-        tmp_path,
-        network.ca_file,
-        KUBECONFIG=str(plane.kubeconfig),
-        AICR_RUNNER_WORK_DIR=str(tmp_path / "run-work"),
-        AICR_RUNNER_MIRROR__REGISTRY=values["mirror.registry"],
-        AICR_RUNNER_AICR__RELEASE_REF=values["aicr.releaseRef"],
-        # The runner's default flags, and no retries: a failure is final (the backoff would add minutes).
-        AICR_RUNNER_DEPLOY__FLAGS="--best-effort --no-wait --retries 0",
-        AICR_RUNNER_BUNDLE__ARGS=json.dumps(BUNDLE_ARGS),
-        AICR_RUNNER_VALIDATE__ENABLED="true",
-        AICR_RUNNER_VALIDATE__ARGS=json.dumps(["--snapshot", f"cm://{namespace}/{SNAPSHOT}"]),
-        **{f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()},
+    """The chart's Job, run by the node's kubelet: the values ``mirror`` printed,
+    ``rbac.clusterAdmin=false`` with the recipe's extra rules, the mirror's CA as
+    ``SSL_CERT_FILE`` (helm, oras and the runner's fetch read it)."""
+    plane.admin.create(
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        {"metadata": {"name": "mirror-ca"}, "data": {"ca.crt": ca_pem.decode()}},
     )
+    since = plane.audit_offset()
     begun = time.monotonic()
-    proc = _run(network.argv([str(AICR_RUNNER), "run", "--results-dir", str(results)]), env, timeout=1500)
+    helm.install(RELEASE, CHART, namespace, values=_chart_values(kubelet, printed, namespace))
+    kept: dict[str, str] = {}
+
+    def keep_deploy_files(line: str) -> bool:
+        # The kubelet removes the pod's emptyDir once it ends: read deploy.sh and its log when validate starts.
+        if not kept and "step started" in line and "step=validate" in line:
+            [pod] = plane.admin.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector="job-name")["items"]
+            work = kubelet.pod_volume(pod, "work")
+            kept.update(sh=(work / "bundle" / "deploy.sh").read_text(), log=(work / "logs" / "deploy.log").read_text())
+        return False
+
+    run = kubelet.run_job(RELEASE, namespace, timeout=1200, terminate_when=keep_deploy_files)
     seconds = time.monotonic() - begun
-    reports = list(results.rglob("report.json"))
-    report = json.loads(reports[0].read_text()) if reports else {}
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
-    work = tmp_path / "run-work"
+    results = RunResults(plane, namespace)
+    report = results.report()
+    assert run.exit_code == 0, run.describe()
+    assert kept, "validate never started"
+    user = f"system:serviceaccount:{namespace}:{run.pod['spec']['serviceAccountName']}"
+    refused = [
+        f"{e['verb']} {e['requestURI']}"
+        for e in plane.audit_events_until_now(since)
+        if e["user"]["username"] == user and e["responseStatus"]["code"] == 403
+    ]
     [validate] = [s for s in report["steps"] if s["state"] == "validate"]
+    ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])
     return InstallRun(
         seconds,
         float(validate["durationSeconds"]),
         report,
-        json.loads((work / "ctrf.json").read_text()),
-        (work / "bundle" / "deploy.sh").read_text(),
-        (work / "logs" / "deploy.log").read_text(),
-        proc.stdout + proc.stderr,
+        ctrf,
+        kept["sh"],
+        kept["log"],
+        run.output,
+        refused,
+        dict(run.pod),
     )
+
+
+def _chart_values(kubelet: Kubelet, printed: Mapping[str, str], namespace: str) -> dict[str, Any]:
+    return {
+        **CRITERIA,
+        **kubelet.image_values(),
+        "mirror": {"registry": printed["mirror.registry"]},
+        # The shared release carries no NVIDIA attestation (tests/support/real_aicr.py).
+        "aicr": {"version": TAG, "releaseRef": printed["aicr.releaseRef"], "provenance": {"mode": "off"}},
+        # The runner's default flags, and no retries: a failure is final (the backoff would add minutes).
+        "deploy": {"flags": "--best-effort --no-wait --retries 0"},
+        "bundle": {"args": BUNDLE_ARGS},
+        "validate": {"enabled": True, "phases": ["deployment"], "args": ["--snapshot", f"cm://{namespace}/{SNAPSHOT}"]},
+        "rbac": {"clusterAdmin": False, "extraRules": EXTRA_RULES},
+        "job": {
+            "backoffLimit": 0,
+            # The node's 2 CPUs hold the recipe's pods and the validator's (BUNDLE_ARGS).
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "256Mi"},
+                "limits": {"cpu": "1000m", "memory": "2048Mi"},
+            },
+            "extraVolumes": [{"name": "mirror-ca", "configMap": {"name": "mirror-ca"}}],
+            "extraVolumeMounts": [{"name": "mirror-ca", "mountPath": CA_DIR, "readOnly": True}],
+            "extraEnv": extra_env(SSL_CERT_FILE=f"{CA_DIR}/ca.crt"),
+        },
+    }
