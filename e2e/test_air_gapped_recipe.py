@@ -1,33 +1,42 @@
-"""Air-gapped, on the real stack: the recipe eks/h100/training/ubuntu installed from a
-mirror that ``aicr-runner mirror`` filled, with the upstream stopped.
+"""Air-gapped, on the real stack: the recipe eks/h100/training/ubuntu installed by the
+chart's Job, under least privilege, from a mirror that ``aicr-runner mirror`` filled,
+with the upstream stopped.
 
 The upstream (``e2e/recipe_upstream.py``) answers under the real names: the chart
 repositories of the recipe serve the real component charts (``component-charts/``;
 skyhook-operator's pinned v0.14.0 is its v0.13.1 stand-in repackaged under the pinned
 version), the registry holds the OCI charts (kai-scheduler, nvsentinel, the runner's
 own chart) and every image the mirror lists: the real GPU Operator image
-(``e2e/gpu_operator_image.py``) and ONE stand-in image (labelled) under every other
-name. Three images are pinned by digest in skyhook-operator's values; no stand-in
-can have those digests, so they are absent upstream and allowed missing.
+(``e2e/gpu_operator_image.py``), the real deployment validator image
+(``e2e/validators.py``) and ONE stand-in image (labelled) under every other name.
+Three images are pinned by digest in skyhook-operator's values; no stand-in can have
+those digests, so they are absent upstream and allowed missing.
 
 1. ``aicr-runner mirror --list``, ``--to oci://<mirror>/aicr --hosts-toml`` (twice:
    into an empty registry, then again) and ``--to-archive``, each a real process from
-   the worktree's venv, in a mount namespace where the upstream names resolve to
-   loopback (no ``--resolve``, no ``--plain-http`` for the upstream). The plan inside
-   fetches the real aicr v0.11.1 from "github.com".
-2. The upstream is stopped. ``--from-archive --to oci://<second mirror>/aicr`` fills a
-   second registry: every item lands with the digest the first copy recorded.
-3. ``aicr-runner run --results-dir`` (the runner's whole install, outside a pod,
-   against the e2e API server; the Job path is not exercised here) with
-   ``mirror.registry`` and ``aicr.releaseRef``: the aicr release comes from the
-   mirror as the OCI artifact, the recipe is rewritten, the real deploy.sh (the
-   runner's default flags ``--best-effort --no-wait``: stand-in pods never become
-   Ready) installs every chart from the mirror, and the node's containerd pulls every
-   image through the mirror (the ``--hosts-toml`` output in its ``config_path``).
+   the worktree's venv with ``validate.enabled`` (the list names the validator), in a
+   mount namespace where the upstream names resolve to loopback (no ``--resolve``,
+   no ``--plain-http`` for the upstream). The plan inside fetches the real aicr
+   v0.11.1 from "github.com".
+2. The upstream is stopped. ``--from-archive --to oci://<second mirror>/aicr
+   --hosts-toml`` fills a second registry (on the node's bridge address: pods reach
+   it): every item lands with the digest the first copy recorded.
+3. The chart's Job, run by the node's kubelet from the e2e image, with the values
+   ``--from-archive`` printed (``mirror.registry``, ``aicr.releaseRef``),
+   ``rbac.clusterAdmin=false`` plus ``EXTRA_RULES`` and validation of the deployment
+   phase: the aicr release comes from the second mirror as the OCI artifact, the
+   recipe is rewritten, the real deploy.sh (the runner's default flags ``--best-effort
+   --no-wait``: stand-in pods never become Ready) installs every chart from the
+   mirror, the node's containerd pulls every image through it (the ``--hosts-toml``
+   output in its ``config_path``), the real GPU Operator's pod becomes Ready and the
+   real ``aicr validate`` runs the real deployment checks against it. The API
+   server's audit log shows no request of the installer refused.
 
 The mirror is TLS (deploy.sh gives helm no ``--plain-http`` or CA flag): its CA is
-given to helm, oras and the runner by ``SSL_CERT_FILE``, and to containerd by a
-``ca`` line added to each written ``hosts.toml`` (the file names no CA itself).
+given to the mirror command's helm and oras by ``SSL_CERT_FILE``, to the Job by a
+ConfigMap mounted through ``job.extraVolumes`` and named by ``SSL_CERT_FILE`` in
+``job.extraEnv``, and to containerd by a ``ca`` line added to each written
+``hosts.toml`` (the file names no CA itself).
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from e2e.gpu_operator_image import OPERATOR_IMAGE, GpuOperatorMissing, gpu_opera
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.kube import KubeError
-from e2e.harness.node import RealNode
+from e2e.harness.node import NODE_NAME, Kubelet, RealNode
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.recipe_upstream import (
@@ -63,8 +72,11 @@ from e2e.recipe_upstream import (
     stand_in_image,
     start_tls_registry,
 )
+from e2e.scenarios import CHART, RELEASE, RunResults, extra_env
+from e2e.test_real_aicr import SNAPSHOT, snapshot_configmap
+from e2e.test_real_validators import CHECKS, evidence
 from e2e.tools import REPO_ROOT, tool
-from e2e.validators import more_controllers
+from e2e.validators import VALIDATOR_IMAGE, ValidatorsMissing, more_controllers, validator_archive, validator_image
 from tests.support.podman import PODMAN
 from tests.support.real_aicr import RealAicrMissing, component_charts_dir, extract_binary
 
@@ -86,8 +98,36 @@ KNOWN_FAILURES = {
     # cannot run (its image is pinned by a digest no stand-in has) and Services have no proxy here.
     "skyhook-customizations": 'failed calling webhook "mutate-skyhook.nvidia.com"',
 }
+#: The node has 2 CPUs; each of the validator's check pods requests 1. skyhook-operator's
+#: manager (its image pinned by a digest no stand-in has: it never runs here) requests 1 in
+#: the bundle's values: lowered, so that the check's pod can be scheduled (aicr waits for it).
+BUNDLE_ARGS = [
+    "--set", "skyhook-operator:controllerManager.manager.resources.requests.cpu=10m",
+    # nvsentinel's platform-connectors (a stand-in that restarts) requests 200m: lowered too.
+    "--set", "nvsentinel:platformConnector.resources.requests.cpu=10m",
+]  # fmt: skip
 #: One image of the list the upstream holds as the stand-in.
 STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
+#: rbac.extraRules: the custom resources the recipe's charts and bundle create at install
+#: time, beyond the chart's least-privilege ClusterRole (docs/installing.md "Permissions").
+EXTRA_RULES = [
+    {
+        "apiGroups": [group],
+        "resources": resources,
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    }
+    for group, resources in (
+        # kube-prometheus-stack, k8s-ephemeral-storage-metrics, nvsentinel
+        (
+            "monitoring.coreos.com",
+            ["alertmanagers", "prometheuses", "prometheusrules", "servicemonitors", "podmonitors"],
+        ),
+        ("nvidia.com", ["clusterpolicies"]),  # gpu-operator
+        ("kai.scheduler", ["configs", "schedulingshards"]),  # kai-scheduler
+        ("scheduling.run.ai", ["queues"]),  # kai-scheduler
+        ("skyhook.nvidia.com", ["skyhooks"]),  # skyhook-customizations (the bundle's manifest)
+    )
+]
 CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller")
 AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
 
@@ -194,10 +234,14 @@ def _push_oci_charts(
         _ok(_run([str(helm.binary), "push", str(archive), f"oci://{registry}/{path}"], env))
 
 
-def _fill_images(images: list[str], registry: str, operator: str, env: Mapping[str, str]) -> None:
-    """The real operator under its name; the stand-in under every other one."""
+def _fill_images(images: list[str], registry: str, real: Mapping[str, str], env: Mapping[str, str]) -> None:
+    """``real``: published name -> the local image pushed under it; the stand-in under every other name."""
     stand_in = f"{registry}/e2e/stand-in:1"
-    for local, remote in ((stand_in_image(), stand_in), (operator, f"{registry}/nvidia/gpu-operator:v25.10.1")):
+    pushes = [
+        (stand_in_image(), stand_in),
+        *((local, f"{registry}/{name.split('/', 1)[1]}") for name, local in real.items()),
+    ]
+    for local, remote in pushes:
         push = [*PODMAN, "push", "--quiet", "--tls-verify=false", local, f"docker://{remote}"]
         subprocess.run(push, check=True, capture_output=True, timeout=600)
 
@@ -206,15 +250,18 @@ def _fill_images(images: list[str], registry: str, operator: str, env: Mapping[s
         _ok(_run([str(tool("oras")), "cp", stand_in, f"{registry}/{path}"], env, timeout=120))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(one, [i for i in images if i != OPERATOR_IMAGE]))
+        list(pool.map(one, [i for i in images if i not in real]))
 
 
 @pytest.fixture
 def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: Any) -> Iterator[Upstream]:
     try:
-        operator = gpu_operator_image(gpu_operator_archive())
+        real = {
+            OPERATOR_IMAGE: gpu_operator_image(gpu_operator_archive()),
+            VALIDATOR_IMAGE: validator_image(validator_archive()),
+        }
         refs = _recipe_refs(real_aicr_release, tmp_path / "recipe")
-    except (GpuOperatorMissing, RealAicrMissing) as exc:
+    except (GpuOperatorMissing, ValidatorsMissing, RealAicrMissing) as exc:
         pytest.fail(str(exc), pytrace=False)
     ca = CertAuthority("aicr-e2e-upstream-ca")
     chart_address, registry_address = f"127.38.{host_network.slot}.1", f"127.38.{host_network.slot}.2"
@@ -240,7 +287,8 @@ def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: 
         registry = start_tls_registry(base / "registry", ca, sorted(registries), registry_address, 443)
         env = _env(tmp_path, network.ca_file)
         _push_oci_charts(refs, local, registry.host, helm, env)
-        _fill_images([i for i in images if i not in missing], registry.host, operator, env)
+        assert set(real) <= set(images), "the list names the operator and the deployment validator"
+        _fill_images([i for i in images if i not in missing], registry.host, real, env)
         network = UpstreamNetwork.write(base, ca, {chart_address: chart_hosts, registry_address: registries})
         charts.requests.clear()
         yield Upstream(charts, registry, network, ca, refs, items, missing)
@@ -254,7 +302,9 @@ def _mirror(tmp_path: Path, network: UpstreamNetwork, *args: str, work: str = "m
     """``aicr-runner mirror ARGS`` as a process, where the upstream names resolve to the upstream."""
     argv = [str(AICR_RUNNER), "mirror", *args]
     argv += ["--work-dir", str(tmp_path / work), *FLAGS] if plan else []
-    return _ok(_run(network.argv(argv), _env(tmp_path, network.ca_file), timeout=900))
+    # validate.enabled (phases: deployment): the list names the deployment validator's image.
+    env = _env(tmp_path, network.ca_file, AICR_RUNNER_VALIDATE__ENABLED="true")
+    return _ok(_run(network.argv(argv), env, timeout=900))
 
 
 def _copied(output: str, registry: str) -> dict[str, str]:
@@ -365,11 +415,16 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
     control_plane: ControlPlane,
     node: RealNode,
     helm: Helm,
+    namespace: str,
+    pod_host: str,
+    kubelet: Kubelet,
     recipe_removed_after: Installed,
 ) -> None:
     started = time.monotonic()
     mirror = start_tls_registry(tmp_path / "mirror", upstream.ca, [], "127.0.0.1")
-    second = start_tls_registry(tmp_path / "mirror-2", upstream.ca, [], "127.0.0.1")
+    # The install's registry, filled from the archive alone: on the node's bridge
+    # address, where this host's processes, the node's containerd and pods reach it.
+    second = start_tls_registry(tmp_path / "mirror-2", upstream.ca, [], pod_host)
     try:
         target = f"oci://{mirror.host}/{PREFIX}"
         allow = [word for ref in upstream.missing for word in ("--allow-missing", ref)]
@@ -394,34 +449,45 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         for ref in upstream.missing:
             assert f"not copied {ref}: not at its source, allowed by --allow-missing" in first, ref
         requests_before_stop = upstream.requests()
-        # The stand-ins say what they are; the operator is the real one.
+        # The stand-ins say what they are; the operator and the validator are the real ones.
         env = _env(tmp_path, upstream.network.ca_file)
-        config = _ok(_run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{STAND_IN}"], env))
-        assert json.loads(config)["config"]["Labels"][STAND_IN_LABEL] == "true"
-        operator = _ok(
-            _run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{OPERATOR_IMAGE}"], env)
-        )
-        assert STAND_IN_LABEL not in (json.loads(operator)["config"].get("Labels") or {})
+        for image, stand_in in ((STAND_IN, True), (OPERATOR_IMAGE, False), (VALIDATOR_IMAGE, False)):
+            config = _run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{image}"], env)
+            labels = json.loads(_ok(config))["config"].get("Labels") or {}
+            assert (labels.get(STAND_IN_LABEL) == "true") is stand_in, (image, labels)
 
         # 2. The upstream goes away; the archive fills a second mirror with the same digests.
         upstream.stop()
+        hosts = tmp_path / "hosts-2"
         from_archive = timed("from-archive", "--from-archive", str(archive), "--to", f"oci://{second.host}/{PREFIX}",
-                             plan=False)  # fmt: skip
+                             "--hosts-toml", str(hosts), plan=False)  # fmt: skip
         assert _copied(from_archive, second.host) == copied
+        assert sorted(p.name for p in hosts.iterdir()) == sorted(p.name for p in (tmp_path / "hosts").iterdir())
+        values = _printed_values(from_archive)
+        assert values == {
+            "mirror.registry": f"{second.host}/{PREFIX}",
+            "aicr.releaseRef": f"{second.host}/{PREFIX}/nvidia/aicr/release:{TAG}",
+        }, from_archive[-2000:]
 
-        # 3. The install: the runner's, from the mirror alone.
-        recipe_removed_after.images.update(i["reference"] for i in upstream.listed if i["kind"] == "image")
+        # 3. The install from the second mirror alone, with validation of the deployment phase.
+        # The runner's own image is listed too; its pod runs the image loaded under that name.
+        listed_images = {i["reference"] for i in upstream.listed if i["kind"] == "image"}
+        recipe_removed_after.images.update(listed_images - {kubelet.image})
         certs_dir, ca_file = node.runtime.certs_dir, upstream.network.ca_file
-        recipe_removed_after.hosts.extend(_install_hosts_toml(tmp_path / "hosts", certs_dir, ca_file))
-        mirror_before = len(mirror.requests())
+        recipe_removed_after.hosts.extend(_install_hosts_toml(hosts, certs_dir, ca_file))
+        # An earlier test of the session loads it under this name: here the node pulls it through the mirror.
+        node.runtime.ctr("images", "rm", VALIDATOR_IMAGE, check=False)
+        server_version = snapshot_configmap(control_plane, namespace)
+        first_before, second_before = len(mirror.requests()), len(second.requests())
         namespaces = {r["namespace"] for r in upstream.refs} | {"gpu-operator"}
         with more_controllers(control_plane, tmp_path / "controllers", CONTROLLERS):
-            install_seconds, results = _install(tmp_path, upstream.network, control_plane, mirror.host)
+            run = _install(helm, kubelet, control_plane, values, namespace, upstream.ca.cert_pem)
             releases = {r["name"]: r for r in helm.list_releases()}
             missing = set(upstream.missing)
             outcome = wait_for(
                 lambda: _settled(control_plane, node, namespaces, missing), timeout=300, what="every pod's images"
             )
+            operator = wait_for(lambda: _ready_operator(control_plane), timeout=180, what="the GPU Operator Ready")
         expected = _image_digests(copied)
     finally:
         mirror.process.stop()
@@ -433,29 +499,80 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         r["name"]: (f"{r['chart']}-{r['version']}", "failed" if r["name"] in KNOWN_FAILURES else "deployed")
         for r in upstream.refs
     }
-    assert {n: report.get(n) for n in want} == want, json.dumps(results, indent=1)[-4000:]
-    assert sorted(results["failedComponents"]) == sorted(KNOWN_FAILURES), results["failedComponents"]
-    deploy_log = (tmp_path / "run-work" / "logs" / "deploy.log").read_text()
+    assert {n: report.get(n) for n in want} == want, json.dumps(run.report, indent=1)[-4000:]
+    assert sorted(run.report["failedComponents"]) == sorted(KNOWN_FAILURES), run.report["failedComponents"]
     for component, why in KNOWN_FAILURES.items():
-        assert why in deploy_log, (component, deploy_log[-3000:])
-    assert "--repo" not in (tmp_path / "run-work" / "bundle" / "deploy.sh").read_text()
-    # Every pod image came from the mirror, asked for by the node's containerd, at the copied digest.
-    requests = mirror.requests()[mirror_before:]
-    for image, digest in sorted(outcome.pulled.items()):
+        assert why in run.deploy_log, (component, run.deploy_log[-3000:])
+    assert "--repo" not in run.deploy_sh
+    assert f"oci://{second.host}/{PREFIX}/" in run.deploy_sh
+    # Least privilege: the installer bound to the chart's ClusterRole, never refused a request.
+    binding = control_plane.admin.get(
+        f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{namespace}-{RELEASE}-installer"
+    )
+    assert binding["roleRef"]["name"] == f"{namespace}-{RELEASE}-installer", binding["roleRef"]
+    assert run.refused == [], run.refused
+    # The real GPU Operator Ready on the node, and the real deployment validator's verdict.
+    assert (operator["spec"]["nodeName"], operator["spec"]["containers"][0]["image"]) == (NODE_NAME, OPERATOR_IMAGE)
+    tests = _assert_verdict(run.ctrf, operator)
+    readiness = [line for line in run.output.splitlines() if "readiness constraint" in line]
+    assert any("passed name=K8s.server.version" in line and server_version in line for line in readiness), readiness
+    # Every pod image, the validator's too, came from the second mirror, asked for by the
+    # node's containerd, at the digest the first copy printed.
+    requests = second.requests()[second_before:]
+    pulled = {**outcome.pulled, VALIDATOR_IMAGE: _node_digest(node, VALIDATOR_IMAGE)}
+    assert OPERATOR_IMAGE in pulled, sorted(pulled)
+    for image, digest in sorted(pulled.items()):
         assert digest == expected[image], (image, digest, expected[image])
         name, tag = image.rsplit(":", 1)
         path = f"/v2/{PREFIX}/{name}/manifests/{tag}"
         assert any(r.endswith(path) for r in requests), image
-        assert any(a.startswith("containerd/") for a in mirror.user_agents(path)), image
+        assert any(a.startswith("containerd/") for a in second.user_agents(path)), image
+    assert mirror.requests()[first_before:] == [], "the first mirror is not the install's"
     assert upstream.requests() == requests_before_stop
     print(
         f"\nthe recipe from the mirror: {len(listed)} items listed ({len(copied)} copied, {len(upstream.missing)} "
         f"allowed missing); mirror into an empty registry {timings['empty']:.1f}s, again {timings['again']:.1f}s, "
         f"to-archive {timings['archive']:.1f}s ({archive.stat().st_size / 1e6:.1f} MB), from-archive "
-        f"{timings['from-archive']:.1f}s; upstream requests {requests_before_stop}; install {install_seconds:.1f}s, "
-        f"{len(outcome.pulled)} images pulled through the mirror, pods that cannot pull {outcome.stuck}; "
-        f"whole test {time.monotonic() - started:.1f}s"
+        f"{timings['from-archive']:.1f}s; upstream requests {requests_before_stop}; install {run.seconds:.1f}s "
+        f"(validate {run.validate_seconds:.1f}s: {tests}), {len(pulled)} images pulled through the second mirror, "
+        f"pods that cannot pull {outcome.stuck}; whole test {time.monotonic() - started:.1f}s"
     )
+
+
+def _printed_values(output: str) -> dict[str, str]:
+    """The chart values the mirror command printed (``mirror.registry: ...``, ``aicr.releaseRef: ...``)."""
+    found = {}
+    for line in output.splitlines():
+        for key in ("mirror.registry", "aicr.releaseRef"):
+            if f"{key}: " in line:
+                found[key] = line.split(f"{key}: ", 1)[1].split()[0]
+    return found
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _ready_operator(plane: ControlPlane) -> dict[str, Any] | None:
+    """The GPU Operator's one pod (``app=gpu-operator``), once Ready."""
+    pods = plane.admin.get("/api/v1/namespaces/gpu-operator/pods", labelSelector="app=gpu-operator")["items"]
+    return pods[0] if len(pods) == 1 and _ready(pods[0]) else None
+
+
+def _assert_verdict(ctrf: dict[str, Any], operator: dict[str, Any]) -> dict[str, str]:
+    """aicr v0.11.1's deployment checks against the real operator: operator-health
+    passed on its pod; the others as ``e2e/test_real_validators.py`` has them."""
+    assert ctrf["results"]["tool"] == {"name": "aicr", "version": "0.11.1"}
+    tests = {t["name"]: t for t in ctrf["results"]["tests"]}
+    statuses = {name: t["status"] for name, t in tests.items()}
+    assert statuses == {name: status for name, _, status in CHECKS}, statuses
+    assert evidence(tests["operator-health"]) == [
+        "Found 1 gpu-operator pod(s):",
+        f"  {operator['metadata']['name']}: Running",
+        "Running: 1/1",
+    ], tests["operator-health"]
+    return statuses
 
 
 def _image_digests(copied: Mapping[str, str]) -> dict[str, str]:
@@ -463,26 +580,99 @@ def _image_digests(copied: Mapping[str, str]) -> dict[str, str]:
     return {path.removeprefix(f"{PREFIX}/"): digest for path, digest in copied.items()}
 
 
-def _install(
-    tmp_path: Path, network: UpstreamNetwork, plane: ControlPlane, mirror: str
-) -> tuple[float, dict[str, Any]]:
-    """``aicr-runner run`` outside a pod, against the e2e API server."""
-    results = tmp_path / "results"
-    env = _env(
-        tmp_path,
-        network.ca_file,
-        KUBECONFIG=str(plane.kubeconfig),
-        AICR_RUNNER_WORK_DIR=str(tmp_path / "run-work"),
-        AICR_RUNNER_MIRROR__REGISTRY=f"{mirror}/{PREFIX}",
-        AICR_RUNNER_AICR__RELEASE_REF=f"{mirror}/{PREFIX}/nvidia/aicr/release:{TAG}",
-        # The runner's default flags, and no retries: a failure is final (the backoff would add minutes).
-        AICR_RUNNER_DEPLOY__FLAGS="--best-effort --no-wait --retries 0",
-        **{f"AICR_RUNNER_CRITERIA__{k.upper()}": v for k, v in CRITERIA.items()},
+@dataclass
+class InstallRun:
+    """What an install left to assert: its time, the run report, the CTRF verdict, deploy.sh and its log."""
+
+    seconds: float
+    validate_seconds: float
+    report: dict[str, Any]
+    ctrf: dict[str, Any]
+    deploy_sh: str
+    deploy_log: str
+    #: the Job's pod log
+    output: str
+    #: the installer's requests the API server refused (its audit log)
+    refused: list[str]
+    #: the Job's pod as it ended
+    pod: dict[str, Any]
+
+
+#: Where the Job's pod finds the mirror's CA (a ConfigMap mounted through job.extraVolumes).
+CA_DIR = "/etc/aicr-mirror-ca"
+
+
+def _install(  # noqa: PLR0917 - one install's inputs
+    helm: Helm, kubelet: Kubelet, plane: ControlPlane, printed: Mapping[str, str], namespace: str, ca_pem: bytes
+) -> InstallRun:
+    """The chart's Job, run by the node's kubelet: the values ``mirror`` printed,
+    ``rbac.clusterAdmin=false`` with the recipe's extra rules, the mirror's CA as
+    ``SSL_CERT_FILE`` (helm, oras and the runner's fetch read it)."""
+    plane.admin.create(
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        {"metadata": {"name": "mirror-ca"}, "data": {"ca.crt": ca_pem.decode()}},
     )
+    since = plane.audit_offset()
     begun = time.monotonic()
-    proc = _run(network.argv([str(AICR_RUNNER), "run", "--results-dir", str(results)]), env, timeout=1500)
+    helm.install(RELEASE, CHART, namespace, values=_chart_values(kubelet, printed, namespace))
+    kept: dict[str, str] = {}
+
+    def keep_deploy_files(line: str) -> bool:
+        # The kubelet removes the pod's emptyDir once it ends: read deploy.sh and its log when validate starts.
+        if not kept and "step started" in line and "step=validate" in line:
+            [pod] = plane.admin.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector="job-name")["items"]
+            work = kubelet.pod_volume(pod, "work")
+            kept.update(sh=(work / "bundle" / "deploy.sh").read_text(), log=(work / "logs" / "deploy.log").read_text())
+        return False
+
+    run = kubelet.run_job(RELEASE, namespace, timeout=1200, terminate_when=keep_deploy_files)
     seconds = time.monotonic() - begun
-    reports = list(results.rglob("report.json"))
-    report = json.loads(reports[0].read_text()) if reports else {}
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
-    return seconds, report
+    results = RunResults(plane, namespace)
+    report = results.report()
+    assert run.exit_code == 0, run.describe()
+    assert kept, "validate never started"
+    user = f"system:serviceaccount:{namespace}:{run.pod['spec']['serviceAccountName']}"
+    refused = [
+        f"{e['verb']} {e['requestURI']}"
+        for e in plane.audit_events_until_now(since)
+        if e["user"]["username"] == user and e["responseStatus"]["code"] == 403
+    ]
+    [validate] = [s for s in report["steps"] if s["state"] == "validate"]
+    ctrf = json.loads(results.data("aicr-validate-result")["ctrf.json"])
+    return InstallRun(
+        seconds,
+        float(validate["durationSeconds"]),
+        report,
+        ctrf,
+        kept["sh"],
+        kept["log"],
+        run.output,
+        refused,
+        dict(run.pod),
+    )
+
+
+def _chart_values(kubelet: Kubelet, printed: Mapping[str, str], namespace: str) -> dict[str, Any]:
+    return {
+        **CRITERIA,
+        **kubelet.image_values(),
+        "mirror": {"registry": printed["mirror.registry"]},
+        # The shared release carries no NVIDIA attestation (tests/support/real_aicr.py).
+        "aicr": {"version": TAG, "releaseRef": printed["aicr.releaseRef"], "provenance": {"mode": "off"}},
+        # The runner's default flags, and no retries: a failure is final (the backoff would add minutes).
+        "deploy": {"flags": "--best-effort --no-wait --retries 0"},
+        "bundle": {"args": BUNDLE_ARGS},
+        "validate": {"enabled": True, "phases": ["deployment"], "args": ["--snapshot", f"cm://{namespace}/{SNAPSHOT}"]},
+        "rbac": {"clusterAdmin": False, "extraRules": EXTRA_RULES},
+        "job": {
+            "backoffLimit": 0,
+            # The node's 2 CPUs hold the recipe's pods and the validator's (BUNDLE_ARGS).
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "256Mi"},
+                "limits": {"cpu": "1000m", "memory": "2048Mi"},
+            },
+            "extraVolumes": [{"name": "mirror-ca", "configMap": {"name": "mirror-ca"}}],
+            "extraVolumeMounts": [{"name": "mirror-ca", "mountPath": CA_DIR, "readOnly": True}],
+            "extraEnv": extra_env(SSL_CERT_FILE=f"{CA_DIR}/ca.crt"),
+        },
+    }
