@@ -15,8 +15,9 @@ the mirror runs as a user would run it, with no ``--resolve``, no
   header picks ``<root>/<host>/``), serving ``index.yaml`` and the real chart
   archives as ``helm repo index`` lays them out, and the aicr release files
   under ``github.com/NVIDIA/aicr/releases/download/<tag>/``; every request kept.
-- ``TlsRegistry``: Debian's docker-registry with TLS, no login, its access log
-  kept (the upstream registry for every registry host, and the mirror).
+- ``start_tls_registry``: the harness's registry (``e2e.harness.registry``), anonymous,
+  over TLS with a certificate from the test CA (the upstream registry for every
+  registry host, and the mirrors).
 - ``stand_in_image()``: the ONE image that stands in for every image of the list
   this machine cannot build: a 1 KB static program that exits 0 whatever its
   arguments (so the charts' hook Jobs complete), labelled as a stand-in. Built once
@@ -40,18 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from e2e.harness.pki import CertAuthority
 from e2e.harness.podman import image_exists, podman_build
-from e2e.harness.procs import ManagedProcess, free_port
-from e2e.harness.registry import logged_requests, logged_user_agents
-from e2e.tools import tool
+from e2e.harness.registry import Registry, RegistryTls, start_registry
 
 __all__ = [
     "STAND_IN_LABEL",
     "ChartHost",
-    "TlsRegistry",
     "UpstreamNetwork",
     "stand_in_image",
     "start_tls_registry",
@@ -88,58 +84,13 @@ def stand_in_image() -> str:
     return tag
 
 
-@dataclass
-class TlsRegistry:
-    """docker-registry over TLS, anonymous, its access log kept."""
-
-    host: str
-    process: ManagedProcess
-    storage: Path
-
-    def requests(self) -> list[str]:
-        """Every HTTP request it logged (method and path), in order."""
-        return logged_requests(self.process.log_path)
-
-    def user_agents(self, path: str) -> set[str]:
-        """The User-Agent of each logged GET or HEAD of ``path``."""
-        return logged_user_agents(self.process.log_path, path)
-
-
-def start_tls_registry(
-    workdir: Path, ca: CertAuthority, names: Sequence[str], address: str, port: int = 0
-) -> TlsRegistry:
-    """A registry on ``address:port`` (a free port when 0) with a certificate for ``names``."""
+def start_tls_registry(workdir: Path, ca: CertAuthority, names: Sequence[str], address: str, port: int = 0) -> Registry:
+    """An anonymous registry on ``address:port`` (a free port when 0) presenting a
+    certificate for ``names`` (and ``address``) signed by ``ca``."""
     workdir.mkdir(parents=True)
     cert, key = ca.serving([address, *names]).write(workdir, "registry")
-    port = port or free_port()
-    config = workdir / "config.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "info", "accesslog": {"disabled": False}},
-                "storage": {"filesystem": {"rootdirectory": str(workdir / "storage")}},
-                "http": {
-                    "addr": f"{address}:{port}",
-                    "secret": "e2e-recipe",
-                    "tls": {"certificate": str(cert), "key": str(key)},
-                },
-            }
-        )
-    )
-    process = ManagedProcess("docker-registry", [tool("docker-registry"), "serve", config], workdir / "registry.log")
-    host = address if port == 443 else f"{address}:{port}"
-    registry = TlsRegistry(host, process, workdir / "storage")
-    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
-
-    def up() -> bool | None:
-        import urllib.request
-
-        with urllib.request.urlopen(f"https://{host}/v2/", timeout=2, context=context) as answer:
-            return True if answer.status == 200 else None
-
-    process.wait_ready(up, timeout=30, what="docker-registry (TLS)")
-    return registry
+    tls = RegistryTls(cert, key, ca.cert_pem)
+    return start_registry(workdir, anonymous=True, tls=tls, address=address, port=port)
 
 
 class _Server(http.server.ThreadingHTTPServer):

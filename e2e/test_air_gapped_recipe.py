@@ -64,10 +64,10 @@ from e2e.harness.kube import KubeError
 from e2e.harness.node import NODE_NAME, Kubelet, RealNode
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
+from e2e.harness.registry import Registry
 from e2e.recipe_upstream import (
     STAND_IN_LABEL,
     ChartHost,
-    TlsRegistry,
     UpstreamNetwork,
     stand_in_image,
     start_tls_registry,
@@ -135,7 +135,7 @@ AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
 @dataclass
 class Upstream:
     charts: ChartHost
-    registry: TlsRegistry
+    registry: Registry
     network: UpstreamNetwork
     ca: CertAuthority
     refs: list[dict[str, Any]]
@@ -274,7 +274,7 @@ def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: 
         (release / part.name).symlink_to(part)
     chart_hosts = {p.name for p in root.iterdir()}
     charts = ChartHost(root, chart_address, ca, sorted(chart_hosts))
-    registry: TlsRegistry | None = None
+    registry: Registry | None = None
     try:
         # What to put in the registry: the list, its charts rendered from the local copies.
         network = UpstreamNetwork.write(base, ca, {chart_address: chart_hosts})

@@ -39,7 +39,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +61,8 @@ from e2e.gpu_operator_image import (
 from e2e.harness.apiserver import ControlPlane
 from e2e.harness.helm import Helm
 from e2e.harness.node import NODE_NAME, RealNode
-from e2e.harness.procs import ManagedProcess, free_port, wait_for
-from e2e.harness.registry import logged_requests, logged_user_agents
+from e2e.harness.procs import wait_for
+from e2e.harness.registry import Registry, start_registry
 from e2e.test_real_aicr import SNAPSHOT, snapshot_configmap
 from e2e.tools import tool
 from e2e.validators import (
@@ -89,59 +88,16 @@ UPSTREAM_HOSTS = ("nvcr.io", "ghcr.io")
 EXTRA_VALUES = {"nfd": {"enabled": False}}
 
 
-@dataclass
-class LocalRegistry:
-    """Debian's docker-registry on loopback, plain HTTP, no login (an upstream
-    registry and a mirror the nodes pull from anonymously), its access log kept."""
-
-    host: str
-    process: ManagedProcess
-
-    def requests(self) -> list[str]:
-        """The HTTP requests it logged (method and path), in order."""
-        return logged_requests(self.process.log_path)
-
-    def user_agents(self, path: str) -> set[str]:
-        """Who asked for ``path`` (the User-Agent of each logged request for it)."""
-        return logged_user_agents(self.process.log_path, path)
-
-
-def start_plain_registry(workdir: Path) -> LocalRegistry:
-    workdir.mkdir(parents=True)
-    port = free_port()
-    config = workdir / "config.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "info", "accesslog": {"disabled": False}},
-                "storage": {"filesystem": {"rootdirectory": str(workdir / "storage")}},
-                "http": {"addr": f"127.0.0.1:{port}", "secret": "e2e-mirror"},
-            }
-        )
-    )
-    process = ManagedProcess("docker-registry", [tool("docker-registry"), "serve", config], workdir / "registry.log")
-    registry = LocalRegistry(f"127.0.0.1:{port}", process)
-
-    def up() -> bool | None:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://{registry.host}/v2/", timeout=2) as answer:
-            return True if answer.status == 200 else None
-
-    process.wait_ready(up, timeout=30, what="docker-registry")
-    return registry
-
-
 @pytest.fixture
-def registries(tmp_path: Path) -> Iterator[tuple[LocalRegistry, LocalRegistry]]:
-    upstream = start_plain_registry(tmp_path / "upstream")
-    mirror = start_plain_registry(tmp_path / "mirror")
+def registries(tmp_path: Path) -> Iterator[tuple[Registry, Registry]]:
+    """An upstream registry and a mirror the node pulls from, anonymous, plain HTTP."""
+    upstream = start_registry(tmp_path / "upstream", anonymous=True)
+    mirror = start_registry(tmp_path / "mirror", anonymous=True)
     try:
         yield upstream, mirror
     finally:
-        upstream.process.stop()
-        mirror.process.stop()
+        upstream.stop()
+        mirror.stop()
 
 
 @pytest.fixture
@@ -231,7 +187,7 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
     node: RealNode,
     namespace: str,
     tmp_path: Path,
-    registries: tuple[LocalRegistry, LocalRegistry],
+    registries: tuple[Registry, Registry],
     operator_image: str,
     chart_upstream: FolderMirror,
     bundle_values: tuple[dict[str, Any], Path],
@@ -284,7 +240,7 @@ def test_the_real_gpu_operator_installed_from_the_mirror_is_ready_and_the_real_v
 
     # The upstream goes away: from here on, only the mirror can answer.
     upstream_requests = len(upstream.requests())
-    upstream.process.stop()
+    upstream.stop()
     chart_upstream.requests.clear()
     mirror_before = len(mirror.requests())
     on_node = node.runtime.ctr("images", "list", "-q").split()

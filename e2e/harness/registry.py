@@ -1,12 +1,15 @@
-"""A local OCI registry: Debian's docker-registry (distribution 2.8) on loopback,
-plain HTTP, htpasswd (bcrypt) auth, storage in a temp directory."""
+"""A local OCI registry: Debian's docker-registry (distribution 2.8), htpasswd
+(bcrypt) auth or anonymous, plain HTTP or TLS, storage in a temp directory, its
+access log read back (``requests``, ``user_agents``)."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import secrets
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +24,7 @@ from e2e.harness.tools import tool
 
 __all__ = [
     "Registry",
+    "RegistryTls",
     "docker_config",
     "logged_requests",
     "logged_user_agents",
@@ -55,18 +59,28 @@ def write_docker_config(path: Path, host: str, username: str, password: str) -> 
     return path
 
 
+@dataclass(frozen=True)
+class RegistryTls:
+    """The serving certificate and key a registry presents, and the CA that signed them."""
+
+    cert: Path
+    key: Path
+    ca_pem: bytes
+
+
 @dataclass
 class Registry:
-    host: str  # "127.0.0.1:PORT", the reference prefix
-    username: str
+    host: str  # "ADDRESS:PORT" (ADDRESS alone on 443), the reference prefix
+    username: str  # "" for an anonymous registry
     password: str
     storage: Path
-    process: ManagedProcess | None = field(default=None, repr=False)
+    process: ManagedProcess = field(repr=False)
     startup_seconds: float = 0.0
+    tls: RegistryTls | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}"
+        return f"{'https' if self.tls else 'http'}://{self.host}"
 
     def ref(self, repository: str, tag: str) -> str:
         return f"{self.host}/{repository}:{tag}"
@@ -81,6 +95,14 @@ class Registry:
     def write_docker_config(self, path: Path) -> Path:
         return write_docker_config(path, self.host, self.username, self.password)
 
+    def requests(self) -> list[str]:
+        """Every HTTP request its access log holds (method and path), in order."""
+        return logged_requests(self.process.log_path)
+
+    def user_agents(self, path: str) -> set[str]:
+        """The User-Agent of each logged GET or HEAD of ``path``."""
+        return logged_user_agents(self.process.log_path, path)
+
     def get(self, path: str, *, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
         """Status and body of a GET on the registry API (no exception on 4xx)."""
         req = urllib.request.Request(self.url + path)
@@ -88,8 +110,9 @@ class Registry:
         if auth is not None:
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
             req.add_header("Authorization", f"Basic {token}")
+        context = ssl.create_default_context(cadata=self.tls.ca_pem.decode()) if self.tls else None
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=10, context=context) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             body = exc.read()
@@ -97,9 +120,8 @@ class Registry:
             return exc.code, body
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-            self.process = None
+        """Stop it; its access log stays readable."""
+        self.process.stop()
 
 
 def start_registry(
@@ -107,56 +129,77 @@ def start_registry(
     *,
     username: str = "e2e-user",
     password: str | None = None,
+    anonymous: bool = False,
+    tls: RegistryTls | None = None,
     address: str = "127.0.0.1",
+    port: int = 0,
     timeout: float = 30.0,
 ) -> Registry:
-    """Start a registry that demands ``username``/``password`` on every request,
-    on ``address`` (the e2e node's bridge address, so its pods reach it too)."""
+    """Start Debian's docker-registry on ``address`` (the e2e node's bridge address,
+    so its pods reach it too) and ``port`` (a free one when 0), its access log kept:
+    demanding ``username``/``password`` on every request unless ``anonymous``, over
+    plain HTTP unless ``tls`` is given."""
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    password = password or secrets.token_urlsafe(16)
-    # Cost 5, like `htpasswd -B`: the registry checks the hash on every request.
-    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=5)).decode()
-    htpasswd = workdir / "htpasswd"
-    htpasswd.write_text(f"{username}:{hashed}\n")
+    if anonymous:
+        username, password = "", ""
+    else:
+        password = password or secrets.token_urlsafe(16)
     storage = workdir / "storage"
     storage.mkdir(exist_ok=True)
-    for attempt in range(3):
-        port = free_port()
-        config = workdir / "config.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "version": 0.1,
-                    "log": {"level": "info", "accesslog": {"disabled": False}},
-                    "storage": {
-                        "filesystem": {"rootdirectory": str(storage)},
-                        "delete": {"enabled": True},
-                        "maintenance": {"uploadpurging": {"enabled": False}},
-                    },
-                    "http": {"addr": f"{address}:{port}", "secret": secrets.token_hex(16)},
-                    "auth": {"htpasswd": {"realm": "aicr-e2e", "path": str(htpasswd)}},
-                }
-            )
-        )
+    http: dict[str, object] = {"secret": secrets.token_hex(16)}
+    if tls is not None:
+        http["tls"] = {"certificate": str(tls.cert), "key": str(tls.key)}
+    config: dict[str, object] = {
+        "version": 0.1,
+        "log": {"level": "info", "accesslog": {"disabled": False}},
+        "storage": {
+            "filesystem": {"rootdirectory": str(storage)},
+            "delete": {"enabled": True},
+            "maintenance": {"uploadpurging": {"enabled": False}},
+        },
+        "http": http,
+    }
+    if not anonymous:
+        config["auth"] = {"htpasswd": {"realm": "aicr-e2e", "path": str(_htpasswd(workdir, username, password))}}
+    attempts = 1 if port else 3  # a free port can be taken before the registry binds it
+    for attempt in range(attempts):
+        chosen = port or free_port()
+        http["addr"] = f"{address}:{chosen}"
+        (workdir / "config.yml").write_text(yaml.safe_dump(config))
         proc = ManagedProcess(
-            "docker-registry", [tool("docker-registry"), "serve", config], workdir / f"registry.{attempt}.log"
+            "docker-registry",
+            [tool("docker-registry"), "serve", workdir / "config.yml"],
+            workdir / f"registry.{attempt}.log",
         )
-        registry = Registry(
-            host=f"{address}:{port}", username=username, password=password, storage=storage, process=proc
-        )
-
-        def up(registry: Registry = registry) -> bool | None:
-            status, _ = registry.get("/v2/")
-            return True if status == 401 else None  # auth is on: anonymous gets 401
-
+        host = address if chosen == 443 else f"{address}:{chosen}"  # https' own port: no port in the reference
+        registry = Registry(host, username, password, storage, proc, tls=tls)
         try:
-            wait_for(up, timeout=timeout, what="docker-registry", alive=proc.alive)
+            wait_for(
+                functools.partial(_answers, registry, anonymous),
+                timeout=timeout,
+                what="docker-registry",
+                alive=proc.alive,
+            )
         except StartupError:
             proc.stop()
-            if "address already in use" not in proc.log_tail(100) or attempt == 2:
+            if "address already in use" not in proc.log_tail(100) or attempt == attempts - 1:
                 raise StartupError(f"docker-registry did not start; log tail:\n{proc.log_tail()}") from None
             continue
         registry.startup_seconds = time.monotonic() - started
         return registry
     raise AssertionError("unreachable")
+
+
+def _htpasswd(workdir: Path, username: str, password: str) -> Path:
+    # Cost 5, like `htpasswd -B`: the registry checks the hash on every request.
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=5)).decode()
+    htpasswd = workdir / "htpasswd"
+    htpasswd.write_text(f"{username}:{hashed}\n")
+    return htpasswd
+
+
+def _answers(registry: Registry, anonymous: bool) -> bool | None:
+    """Up: an anonymous registry answers /v2/ with 200, one with auth on with 401."""
+    status, _ = registry.get("/v2/")  # refused while it starts: wait_for retries
+    return True if status == (200 if anonymous else 401) else None
