@@ -181,9 +181,9 @@ imagePullSecrets, each name once. Returns YAML (a list of {name: ...}) or "".
 {{/*
 Content-addressed Job name: "<fullname>-<sha256 cut to 10>" of the Job's
 immutable spec as rendered (the pod template and podFailurePolicy, see
-_pod.tpl) and the rerun token (job.rerun; the text hashed still says "rerun:", as before
-the values regrouping, so the names stay what they were). Everything that reaches the pod template is in
-the name by construction: a value that changes the template gives a new Job
+_pod.tpl) and the rerun token (job.rerun; the text hashed still says "rerun:", as
+before the values regrouping, so the names stay what they were). Everything that
+reaches the pod template is in the name by construction: a value that changes the template gives a new Job
 (never "field is immutable" on upgrade), and the same template gives the same
 Job, whatever the chart version, the Helm major (3 or 4) or the delivery tool.
 Its text is hashed, comments included: a comment edited in _pod.tpl renames the
