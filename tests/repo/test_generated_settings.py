@@ -138,3 +138,18 @@ def test_every_setting_has_a_description_and_every_rendered_one_a_source() -> No
         if "into" in facts:
             assert facts["into"] in ("pod", "configmap"), name
             assert "chart" in facts or "render" in facts, name
+
+
+def test_a_chart_only_renamed_value_keeps_the_default_values_yaml_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHART_ONLY_RENAMED's defaults are the compatibility layer's test of "the new name
+    is at its default": one that drifted from values.yaml stops the generator."""
+    assert '- {old: rerun, new: job.rerun, default: ""}' in gen.renamed_map()
+    values = tmp_path / "values.yaml"
+    values.write_text(gen.VALUES.read_text().replace('  rerun: ""\n', '  rerun: "again"\n'))
+    monkeypatch.setattr(gen, "VALUES", values)
+    with pytest.raises(
+        SystemExit, match=r"CHART_ONLY_RENAMED rerun -> job.rerun: default '', but values.yaml has 'again'"
+    ):
+        gen.renamed_map()
