@@ -100,7 +100,9 @@ def adapt(
     release["spec"]["targetNamespace"] = namespace
     release["spec"]["chartRef"]["namespace"] = source_namespace
     values = release["spec"]["values"]
-    values["dataPack"] = pack
+    # The example names the pack by its grouped name: an earlier name (dataPack)
+    # beside it with another value would be refused (C-18).
+    values["pack"]["ref"] = pack
     values["dataPackPlainHTTP"] = True
     # the stand-in aicr in the image (no NVIDIA attestation: provenance off)
     values["aicrBinary"] = {"path": FAKE_AICR_PATH}

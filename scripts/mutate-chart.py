@@ -113,6 +113,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "test_renamed_values.py::test_c18_an_earlier_name_and_its_new_name_set_apart_fail",
     ),
     m(
+        "c18-shows-a-credential",
+        "templates/_compat.tpl",
+        "{{- if $entry.secret -}}",
+        "{{- if false -}}",
+        "test_renamed_values.py::test_c18_an_earlier_name_and_its_new_name_set_apart_fail",
+    ),
+    m(
+        "g11-earlier-name-unchecked",
+        "templates/_validate-pack.tpl",
+        '{{- range $key, $auth := dict "pack.auth" $v.pack.auth "dataPackAuth" $v.dataPackAuth -}}',
+        '{{- range $key, $auth := dict "pack.auth" $v.pack.auth -}}',
+        "test_guards.py::test_g11_scalar_data_pack_auth_is_rejected",
+    ),
+    m(
         "g01-earlier-name-unchecked",
         "templates/_validate-removed.tpl",
         '{{- if and (hasKey $v "aicrSha256") (not (kindIs "map" $v.aicrSha256)) -}}',
@@ -123,7 +137,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "drop-no-criteria-guard",
         "templates/_validate-criteria.tpl",
-        "{{- if and (not $accelerator) (not $v.dataPack) (not (and $concreteService $intent)) -}}",
+        "{{- if and (not $accelerator) (not $v.pack.ref) (not (and $concreteService $intent)) -}}",
         "{{- if false -}}",
         "test_guards.py::test_g04_bare_defaults_are_rejected",
         "test_guards.py::test_g04_a_concrete_service_alone_is_not_enough",
@@ -195,7 +209,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "drop-one-pack-credential-guard",
         "templates/_validate-pack.tpl",
-        "{{- if and $v.dataPackSecret $packAuth -}}",
+        "{{- if and $v.pack.secret $packAuth -}}",
         "{{- if false -}}",
         "test_guards.py::test_g13_one_pack_credential_source",
     ),
@@ -209,16 +223,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "drop-pack-transport-guard",
         "templates/_validate-pack.tpl",
-        "{{- if and (not $v.dataPack) (not $v.aicr.releaseRef) (or $v.dataPackSecret $v.dataPackPlainHTTP "
-        "$v.dataPackInsecureTLS) -}}",
-        "{{- if and (not $v.dataPack) (not $v.aicr.releaseRef) $v.dataPackSecret -}}",
+        "{{- if and (not $v.pack.ref) (not $v.aicr.releaseRef) (or $v.pack.secret $v.pack.plainHTTP "
+        "$v.pack.insecureTLS) -}}",
+        "{{- if and (not $v.pack.ref) (not $v.aicr.releaseRef) $v.pack.secret -}}",
         "test_guards.py::test_g17d_pack_transport_settings_need_a_pack",
     ),
     m(
         "pack-transport-guard-ignores-the-release-ref",
         "templates/_validate-pack.tpl",
-        "{{- if and (not $v.dataPack) (not $v.aicr.releaseRef) (or $v.dataPackSecret",
-        "{{- if and (not $v.dataPack) (or $v.dataPackSecret",
+        "{{- if and (not $v.pack.ref) (not $v.aicr.releaseRef) (or $v.pack.secret",
+        "{{- if and (not $v.pack.ref) (or $v.pack.secret",
         "test_guards.py::test_g12_g17d_the_aicr_release_from_a_registry_is_a_consumer_of_the_pack_transport",
     ),
     m(
@@ -310,15 +324,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "data-pack-no-longer-skips-the-check",
         "templates/_criteria.tpl",
-        "{{- if and $v.criteriaPreflight (not $v.dataPack) (not $binary.path) -}}",
-        "{{- if and $v.criteriaPreflight (not $binary.path) -}}",
+        "{{- if and $v.criteria.preflight (not $v.pack.ref) (not $binary.path) -}}",
+        "{{- if and $v.criteria.preflight (not $binary.path) -}}",
         "test_criteria.py::test_a_data_pack_skips_the_catalog_check",
     ),
     m(
         "a-preinstalled-aicr-no-longer-skips-the-check",
         "templates/_criteria.tpl",
-        "{{- if and $v.criteriaPreflight (not $v.dataPack) (not $binary.path) -}}",
-        "{{- if and $v.criteriaPreflight (not $v.dataPack) -}}",
+        "{{- if and $v.criteria.preflight (not $v.pack.ref) (not $binary.path) -}}",
+        "{{- if and $v.criteria.preflight (not $v.pack.ref) -}}",
         "test_criteria.py::test_a_preinstalled_aicr_skips_the_catalog_check_as_plan_aicr_binary_does",
     ),
     m(
@@ -381,7 +395,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "name-ignores-the-rerun-token",
         "templates/_helpers.tpl",
-        '(toString (default "" .Values.rerun))',
+        '(toString (default "" .Values.job.rerun))',
         '""',
         "test_job_identity.py::test_a_value_change_renames_the_job_exactly_when_it_changes_the_pod_template"
         "[rerun token]",
@@ -604,8 +618,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     m(
         "flip-log-format-default",
         "values.yaml",
-        "logFormat: console\n",
-        "logFormat: json\n",
+        "  format: console\n",
+        "  format: json\n",
         "test_contract.py::test_defaults_mean_the_runtime_defaults_except_where_the_chart_decides",
         "test_job.py::test_default_config_map_names_and_versions",
     ),

@@ -1,6 +1,6 @@
 {{/*
 The compatibility layer of the values regrouping: every value that moved into a
-group (aicrVersion -> aicr.version, recipeConfigMap -> recipe.configMap, ...;
+group (aicrVersion -> aicr.version, dataPack -> pack.ref, rerun -> job.rerun, ...;
 "nvidia-aicr.renamedValues", generated from the settings model, lists them) is
 still honoured under its old name, so an upgrade with unchanged values renders
 byte for byte what it rendered before.
@@ -8,7 +8,8 @@ byte for byte what it rendered before.
 For each renamed value whose old key the user set:
 - the new key at its chart default: the old key's value is copied to the new key;
 - the new key set to the same value: nothing to do;
-- the new key set to another value: C-18 fails the render, naming both keys.
+- the new key set to another value: C-18 fails the render, naming both keys
+  (and their values, but a credential's: secret: true).
 The rest of the chart reads only the new keys. Every top-level template includes
 this first: Helm renders the templates in one shared .Values, and applying it
 again changes nothing (both keys then hold the same value), so the order in which
@@ -41,7 +42,13 @@ Helm renders the files does not matter.
 {{- $_ := set $parent $leaf $old -}}
 {{- else if ne (toJson $new) (toJson $old) -}}
 {{- /* C-18: the old key and its new name set to different values. */ -}}
-{{- fail (printf "%s=%s and %s=%s are both set: %s is the earlier name of %s (docs/configuration.md \"Renamed values\"). Keep one: delete %s, or set it to the same value." $entry.old (toJson $old) $entry.new (toJson $new) $entry.old $entry.new $entry.old) -}}
+{{- $oldText := toJson $old -}}
+{{- $newText := toJson $new -}}
+{{- if $entry.secret -}}
+{{- $oldText = "(value not shown: a secret-bearing setting)" -}}
+{{- $newText = $oldText -}}
+{{- end -}}
+{{- fail (printf "%s=%s and %s=%s are both set: %s is the earlier name of %s (docs/configuration.md \"Renamed values\"). Keep one: delete %s, or set it to the same value." $entry.old $oldText $entry.new $newText $entry.old $entry.new $entry.old) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

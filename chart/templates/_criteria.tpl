@@ -19,8 +19,8 @@ time, with aicr's own wording instead of minutes later in the Job. Under-stated
 criteria still pass: aicr resolves a thinner recipe for them (recipe.expect.*
 guards against that at runtime).
 
-Skipped when dataPack is set (a pack may register values and overlays; the
-runtime then checks the criteria against the pack), when criteriaPreflight is
+Skipped when pack.ref is set (a pack may register values and overlays; the
+runtime then checks the criteria against the pack), when criteria.preflight is
 false, when aicr.version is not the catalog's version, and when aicr.binary.path
 is set (a preinstalled aicr may be any version; aicr itself decides, and the
 runtime lists what that aicr supports). The catalog says where it comes from
@@ -29,7 +29,7 @@ runtime lists what that aicr supports). The catalog says where it comes from
 {{- define "nvidia-aicr.criteriaSupported" -}}
 {{- $v := .Values -}}
 {{- $binary := default dict $v.aicr.binary -}}
-{{- if and $v.criteriaPreflight (not $v.dataPack) (not $binary.path) -}}
+{{- if and $v.criteria.preflight (not $v.pack.ref) (not $binary.path) -}}
 {{- $catalog := .Files.Get "files/criteria-catalog.json" | fromJson -}}
 {{- if or (hasKey $catalog "Error") (not (kindIs "slice" $catalog.entries)) -}}
 {{- fail "chart files/criteria-catalog.json is missing or not a catalog; regenerate it with scripts/gen-catalog.py." -}}
@@ -40,7 +40,7 @@ runtime lists what that aicr supports). The catalog says where it comes from
 {{- $query := dict -}}
 {{- $stated := list -}}
 {{- range $d := $dims -}}
-{{- $val := toString (default "" (get $v $d)) -}}
+{{- $val := toString (default "" (get $v.criteria $d)) -}}
 {{- if and $val (ne $val "any") -}}
 {{- $_ := set $query $d $val -}}
 {{- $stated = append $stated $d -}}
@@ -115,7 +115,7 @@ runtime lists what that aicr supports). The catalog says where it comes from
 {{- if $problems -}}
 {{- $statedText := list -}}
 {{- range $d := $stated -}}{{- $statedText = append $statedText (printf "%s=%s" $d (get $query $d)) -}}{{- end -}}
-{{- fail (printf "criteria (%s) are not supported by aicr %s: %s. State a supported combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same, %s), set dataPack if your pack provides this combination, or set criteriaPreflight=false if aicr %s accepts it." (join ", " $statedText) $catalogVersion (join "; " $problems) (toString $catalog.source) $catalogVersion) -}}
+{{- fail (printf "criteria (%s) are not supported by aicr %s: %s. State a supported combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds the same, %s), set pack.ref if your pack provides this combination, or set criteria.preflight=false if aicr %s accepts it." (join ", " $statedText) $catalogVersion (join "; " $problems) (toString $catalog.source) $catalogVersion) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -9,20 +9,20 @@ Helm 3 and Helm 4 give the same bytes: no nulls, no number formats.
 "nvidia-aicr.runtimeEnv": the Job's pod template (part of the Job's name).
 Credentials (Secret contents) are in neither map.
 "nvidia-aicr.runnerSettingsEnv": the runner-settings ConfigMap, the settings that
-may change without a new Job (logFormat, lease timing, download retries, ...).
+may change without a new Job (log.format, lease timing, download retries, ...).
 */}}
 
 {{- define "nvidia-aicr.runtimeEnv" -}}
 {{- $v := .Values -}}
-AICR_RUNNER_CRITERIA__SERVICE: {{ toString $v.service | quote }}
-AICR_RUNNER_CRITERIA__ACCELERATOR: {{ toString $v.accelerator | quote }}
-AICR_RUNNER_CRITERIA__INTENT: {{ toString $v.intent | quote }}
-AICR_RUNNER_CRITERIA__OS: {{ toString $v.os | quote }}
-AICR_RUNNER_CRITERIA__PLATFORM: {{ toString $v.platform | quote }}
-AICR_RUNNER_PACK__REF: {{ toString $v.dataPack | quote }}
+AICR_RUNNER_CRITERIA__SERVICE: {{ toString $v.criteria.service | quote }}
+AICR_RUNNER_CRITERIA__ACCELERATOR: {{ toString $v.criteria.accelerator | quote }}
+AICR_RUNNER_CRITERIA__INTENT: {{ toString $v.criteria.intent | quote }}
+AICR_RUNNER_CRITERIA__OS: {{ toString $v.criteria.os | quote }}
+AICR_RUNNER_CRITERIA__PLATFORM: {{ toString $v.criteria.platform | quote }}
+AICR_RUNNER_PACK__REF: {{ toString $v.pack.ref | quote }}
 AICR_RUNNER_PACK__CREDENTIALS_FILE: {{ ternary "/etc/aicr-runner/pack-auth/config.json" "" (ne (include "nvidia-aicr.packSecretName" .) "") | quote }}
-AICR_RUNNER_PACK__PLAIN_HTTP: {{ include "nvidia-aicr.bool" $v.dataPackPlainHTTP | quote }}
-AICR_RUNNER_PACK__INSECURE_TLS: {{ include "nvidia-aicr.bool" $v.dataPackInsecureTLS | quote }}
+AICR_RUNNER_PACK__PLAIN_HTTP: {{ include "nvidia-aicr.bool" $v.pack.plainHTTP | quote }}
+AICR_RUNNER_PACK__INSECURE_TLS: {{ include "nvidia-aicr.bool" $v.pack.insecureTLS | quote }}
 AICR_RUNNER_AICR__VERSION: {{ toString $v.aicr.version | quote }}
 AICR_RUNNER_AICR__ARCH: {{ toString $v.aicr.arch | quote }}
 AICR_RUNNER_AICR__SHA256__AMD64: {{ toString (default "" (default dict $v.aicr.sha256).amd64) | quote }}
@@ -66,7 +66,7 @@ AICR_RUNNER_VALIDATE__PUBLISH__IDENTITY_TOKEN_FILE: {{ ternary "/etc/aicr-runner
 AICR_RUNNER_UPGRADE_CHECK__ACKNOWLEDGE: {{ include "nvidia-aicr.acknowledgedMoves" . | quote }}
 AICR_RUNNER_UPGRADE_CHECK__ON_UNKNOWN: {{ toString $v.upgradeCheck.onUnknown | quote }}
 AICR_RUNNER_UPGRADE_CHECK__REQUIRE_ASSESSMENT: {{ include "nvidia-aicr.bool" $v.upgradeCheck.requireAssessment | quote }}
-AICR_RUNNER_STATUS_CONFIGMAP: {{ toString $v.statusConfigMap | quote }}
+AICR_RUNNER_STATUS_CONFIGMAP: {{ toString $v.status.configMap | quote }}
 AICR_RUNNER_NAMESPACE: {{ .Release.Namespace | quote }}
 AICR_RUNNER_WORK_DIR: /work
 AICR_RUNNER_TERMINATION_MESSAGE_PATH: /dev/termination-log
@@ -74,7 +74,7 @@ AICR_RUNNER_TERMINATION_MESSAGE_PATH: /dev/termination-log
 
 {{- define "nvidia-aicr.runnerSettingsEnv" -}}
 {{- $v := .Values -}}
-AICR_RUNNER_PACK__PULL_BUDGET_SECONDS: {{ $v.dataPackPullBudgetSeconds | toString | quote }}
+AICR_RUNNER_PACK__PULL_BUDGET_SECONDS: {{ $v.pack.pullBudgetSeconds | toString | quote }}
 AICR_RUNNER_AICR__RELEASE_REF: {{ toString $v.aicr.releaseRef | quote }}
 AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS: {{ int64 $v.aicr.download.attempts | toString | quote }}
 AICR_RUNNER_AICR__DOWNLOAD_TIMEOUT_SECONDS: {{ $v.aicr.download.timeoutSeconds | toString | quote }}
@@ -96,6 +96,6 @@ AICR_RUNNER_SNAPSHOT__NAMESPACE: {{ toString $v.snapshot.namespace | quote }}
 AICR_RUNNER_SNAPSHOT__CONFIGMAP: {{ toString $v.snapshot.configMap | quote }}
 AICR_RUNNER_MIRROR__REGISTRY: {{ toString (default dict $v.mirror).registry | quote }}
 AICR_RUNNER_MIRROR__CHART_REPOSITORY: {{ toString (default dict $v.mirror).chartRepository | quote }}
-AICR_RUNNER_LOG_FORMAT: {{ toString $v.logFormat | quote }}
-AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS: {{ $v.kubeWriteBudgetSeconds | toString | quote }}
+AICR_RUNNER_LOG_FORMAT: {{ toString $v.log.format | quote }}
+AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS: {{ $v.kubeApi.writeBudgetSeconds | toString | quote }}
 {{- end -}}

@@ -181,8 +181,9 @@ imagePullSecrets, each name once. Returns YAML (a list of {name: ...}) or "".
 {{/*
 Content-addressed Job name: "<fullname>-<sha256 cut to 10>" of the Job's
 immutable spec as rendered (the pod template and podFailurePolicy, see
-_pod.tpl) and the rerun token. Everything that reaches the pod template is in
-the name by construction: a value that changes the template gives a new Job
+_pod.tpl) and the rerun token (job.rerun; the text hashed still says "rerun:", as
+before the values regrouping, so the names stay what they were). Everything that
+reaches the pod template is in the name by construction: a value that changes the template gives a new Job
 (never "field is immutable" on upgrade), and the same template gives the same
 Job, whatever the chart version, the Helm major (3 or 4) or the delivery tool.
 Its text is hashed, comments included: a comment edited in _pod.tpl renames the
@@ -196,7 +197,7 @@ live in the runner-settings ConfigMap, outside the template.
 */}}
 {{- define "nvidia-aicr.jobName" -}}
 {{- $identity := include "nvidia-aicr.immutableJobSpec" . -}}
-{{- $identity = printf "%s\n---\nrerun: %s\n" $identity (toString (default "" .Values.rerun)) -}}
+{{- $identity = printf "%s\n---\nrerun: %s\n" $identity (toString (default "" .Values.job.rerun)) -}}
 {{- printf "%s-%s" (include "nvidia-aicr.fullname" .) ($identity | sha256sum | trunc 10) -}}
 {{- end -}}
 
@@ -239,20 +240,20 @@ live in the runner-settings ConfigMap, outside the template.
 {{- printf "%s-%s-installer" .Release.Namespace (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Name of the chart-created pack pull Secret (dataPackAuth). */}}
+{{/* Name of the chart-created pack pull Secret (pack.auth). */}}
 {{- define "nvidia-aicr.packAuthSecretName" -}}
 {{- printf "%s-pack-auth" (include "nvidia-aicr.baseName" .) | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/*
-The Secret the pack pull uses: dataPackSecret, the chart-created one, or "".
+The Secret the pack pull uses: pack.secret, the chart-created one, or "".
 Both job.yaml and secret-pack-auth.yaml go through this, so the created name and
 the mounted name cannot drift.
 */}}
 {{- define "nvidia-aicr.packSecretName" -}}
-{{- if .Values.dataPackSecret -}}
-{{- .Values.dataPackSecret -}}
-{{- else if and (kindIs "map" .Values.dataPackAuth) .Values.dataPackAuth.dockerconfigjson -}}
+{{- if .Values.pack.secret -}}
+{{- .Values.pack.secret -}}
+{{- else if and (kindIs "map" .Values.pack.auth) .Values.pack.auth.dockerconfigjson -}}
 {{- include "nvidia-aicr.packAuthSecretName" . -}}
 {{- end -}}
 {{- end -}}

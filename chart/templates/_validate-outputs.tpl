@@ -48,7 +48,7 @@ Guards G-17e, G-06, G-07, G-08, G-09, G-10, C-04, C-05 (_validate.tpl says how t
 
 {{- /* C-05: each capture needs its own ConfigMap, or one overwrites another. */ -}}
 {{- $seen := dict -}}
-{{- range $key, $name := dict "recipe.configMap" $v.recipe.configMap "validate.resultConfigMap" $validate.resultConfigMap "validate.evidenceConfigMap" $validate.evidenceConfigMap "statusConfigMap" $v.statusConfigMap -}}
+{{- range $key, $name := dict "recipe.configMap" $v.recipe.configMap "validate.resultConfigMap" $validate.resultConfigMap "validate.evidenceConfigMap" $validate.evidenceConfigMap "status.configMap" $v.status.configMap -}}
 {{- if $name -}}
 {{- if hasKey $seen (toString $name) -}}
 {{- fail (printf "%s and %s are both %q: every capture needs its own ConfigMap or one overwrites the other. Give them different names (empty turns a capture off)." (get $seen (toString $name)) $key (toString $name)) -}}

@@ -11,7 +11,7 @@ Guards C-01, G-14, G-01 (_validate.tpl says how the guards work).
 {{- fail "runtimeImage was removed in chart 0.4.0: the Job runs the aicr-runner image, which carries python, bash, helm and kubectl. Delete runtimeImage; to change the image set image.repository / image.tag / image.digest (and aicr.binary.path for a custom image with aicr preinstalled)." -}}
 {{- end -}}
 {{- if hasKey $v "orasImage" -}}
-{{- fail "orasImage was removed in chart 0.4.0: the runtime pulls and verifies the data pack itself, there is no oras initContainer. Delete orasImage; dataPack, dataPackSecret, dataPackPlainHTTP and dataPackInsecureTLS work as before." -}}
+{{- fail "orasImage was removed in chart 0.4.0: the runtime pulls and verifies the data pack itself, there is no oras initContainer. Delete orasImage; the data pack's settings (pack.ref, pack.secret, pack.plainHTTP, pack.insecureTLS) work as before." -}}
 {{- end -}}
 
 {{- /* G-14: environment.k0sContainerd was removed in 0.3.0. The string "false" also fails. */ -}}
@@ -19,7 +19,7 @@ Guards C-01, G-14, G-01 (_validate.tpl says how the guards work).
 {{- if and (kindIs "map" $env) (hasKey $env "k0sContainerd") -}}
 {{- $k0s := index $env "k0sContainerd" -}}
 {{- if not (or (kindIs "invalid" $k0s) (and (kindIs "bool" $k0s) (not $k0s))) -}}
-{{- fail (printf "environment.k0sContainerd was removed in chart 0.3.0 (got %v). Set service: k0s instead (aicr v0.22 or later wires the k0s containerd itself); for a pack-private service put the k0s containerd settings in the pack overlay. Then delete environment.k0sContainerd." $k0s) -}}
+{{- fail (printf "environment.k0sContainerd was removed in chart 0.3.0 (got %v). Set criteria.service: k0s instead (aicr v0.22 or later wires the k0s containerd itself); for a pack-private service put the k0s containerd settings in the pack overlay. Then delete environment.k0sContainerd." $k0s) -}}
 {{- end -}}
 {{- end -}}
 

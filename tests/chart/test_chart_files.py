@@ -302,7 +302,7 @@ def test_values_table_generator_reads_the_comments(tmp_path: Path) -> None:
     gen = load_script("gen-values-table")
     text = (CHART / "values.yaml").read_text()
     rows = {row.key: row for row in gen.rows(text, schema())}
-    assert rows["service"].default == '`"any"`'
+    assert rows["criteria.service"].default == '`"any"`'
     assert rows["job.ttlSecondsAfterFinished"].type == "int or null"
     assert rows["deploy.flags"].default == '`"--best-effort --no-wait"`'
     assert "job.resources.requests" not in rows
@@ -327,7 +327,7 @@ def test_docs_carry_the_generated_table_and_the_sections_the_readme_links_to() -
         text = (docs / page).read_text()
         for heading in headings:
             assert f"\n{heading}\n" in f"\n{text}", f"{page}: {heading}"
-    assert '| `service` | string | `"any"` |' in (docs / "configuration.md").read_text()
+    assert '| `criteria.service` | string | `"any"` |' in (docs / "configuration.md").read_text()
     assert "docker run --rm --read-only --tmpfs /tmp --tmpfs /work --tmpfs /home/aicr" in (docs / "runs.md").read_text()
 
 
@@ -362,8 +362,8 @@ def _delivery_values(doc: dict[str, Any]) -> dict[str, Any] | None:
         values = dict(doc["spec"]["values"])
         for ref in doc["spec"].get("valuesFrom", []):
             path = ref["targetPath"].split(".")
-            assert path == ["dataPackAuth", "dockerconfigjson"]
-            values = merge(values, {"dataPackAuth": {"dockerconfigjson": '{"auths":{}}'}})
+            assert path == ["pack", "auth", "dockerconfigjson"]
+            values = merge(values, {"pack": {"auth": {"dockerconfigjson": '{"auths":{}}'}}})
         return values
     if kind == "Application":
         return doc["spec"]["source"]["helm"]["valuesObject"]  # type: ignore[no-any-return]

@@ -17,6 +17,7 @@ import yaml
 
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings.config import Arch, LogFormat, Phase, PublishMode, RunnerSettings, env_var_names, load
+from aicr_runner.settings.values_file import regrouped
 from tests.chart.helm import NAMESPACE, ROOT, Rendered, merge, render, renders
 
 EXAMPLES = sorted((ROOT / "examples" / "values").glob("*.yaml"))
@@ -52,13 +53,15 @@ def test_every_runtime_setting_is_rendered_and_nothing_else(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_runtime_parses_what_the_chart_renders(name: str) -> None:
-    values = CASES[name]
-    settings = settings_of(renders(values, raw=True))
-    assert settings.criteria.service == values.get("service", "any")
-    assert settings.criteria.accelerator == values.get("accelerator", "")
-    assert settings.criteria.intent == values.get("intent", "")
-    assert settings.criteria.os == values.get("os", "")
-    assert settings.pack.ref == values.get("dataPack", "")
+    settings = settings_of(renders(CASES[name], raw=True))
+    # The examples give the grouped names, "defaults+criteria" an earlier one: read under the new.
+    values = regrouped(CASES[name], name)
+    criteria = values.get("criteria", {})
+    assert settings.criteria.service == criteria.get("service", "any")
+    assert settings.criteria.accelerator == criteria.get("accelerator", "")
+    assert settings.criteria.intent == criteria.get("intent", "")
+    assert settings.criteria.os == criteria.get("os", "")
+    assert settings.pack.ref == values.get("pack", {}).get("ref", "")
     assert settings.deploy.enabled is values.get("deploy", {}).get("enabled", True)
     validate = values.get("validate", {})
     assert settings.validate.enabled is validate.get("enabled", False)

@@ -22,8 +22,8 @@ DIMENSIONS = ("service", "accelerator", "intent", "os", "platform")
 TAIL = (
     ". State a supported combination (`aicr recipe list` lists them; chart files/criteria-catalog.json holds "
     "the same, written from aicr v1.2.0's documented contract, not generated from a v1.2.0 binary (none was "
-    "available; scripts/gen-catalog.py ran on the contract-faithful fake aicr)), set dataPack if your pack "
-    "provides this combination, or set criteriaPreflight=false if aicr v1.2.0 accepts it."
+    "available; scripts/gen-catalog.py ran on the contract-faithful fake aicr)), set pack.ref if your pack "
+    "provides this combination, or set criteria.preflight=false if aicr v1.2.0 accepts it."
 )
 TRAINING_CARRIERS = (
     "(service=aks), (service=bcm), (service=cks, os=ubuntu), (service=eks), (service=generic, "

@@ -17,25 +17,27 @@ from tests.chart.helm import rejects_by_schema, rejects_with, render, renders
 SKIP_SCHEMA = ("--skip-schema-validation",)
 
 NO_CRITERIA = (
-    'no criteria stated (service={service}, accelerator="", intent="{intent}", dataPack=""): aicr would '
-    "resolve nothing. Do one of: set accelerator (e.g. --set accelerator=h100), set dataPack to your "
-    "organisation's pack, or name a concrete service together with an intent (e.g. service=bcm, "
-    "intent=inference). `aicr recipe list --gpu <accelerator>` lists the combinations."
+    'no criteria stated (criteria.service={service}, criteria.accelerator="", criteria.intent="{intent}", '
+    'pack.ref=""): aicr would resolve nothing. Do one of: set criteria.accelerator (e.g. --set '
+    "criteria.accelerator=h100), set pack.ref to your organisation's pack, or name a concrete criteria.service "
+    "together with a criteria.intent (e.g. criteria.service=bcm, criteria.intent=inference). `aicr recipe list "
+    "--gpu <accelerator>` lists the combinations."
 )
 ANY_ACCELERATOR = (
-    "accelerator=any: 'any' is not an accelerator value (aicr answers 'no criteria provided'). Leave "
-    "accelerator empty and state criteria another way (a dataPack, or a concrete service with an intent), "
-    "or name a real accelerator such as h100; `aicr recipe list` shows what exists."
+    "criteria.accelerator=any: 'any' is not an accelerator value (aicr answers 'no criteria provided'). Leave "
+    "criteria.accelerator empty and state criteria another way (pack.ref, or a concrete criteria.service with a "
+    "criteria.intent), or name a real accelerator such as h100; `aicr recipe list` shows what exists."
 )
 ALIAS = (
-    "service={service}: aicr maps this alias to 'generic', which has no recipe for most accelerators (the "
-    "Job would fail with 'no recipe provides service'). Use service: any (the default) for a self-managed "
+    "criteria.service={service}: aicr maps this alias to 'generic', which has no recipe for most accelerators "
+    "(the Job would fail with 'no recipe provides service'). Use criteria.service: any (the default) for a "
+    "self-managed "
     "cluster, or name the service (eks, gke, k0s, rke2, ...)."
 )
 INTENT_WITHOUT_SERVICE = (
-    "intent={intent} with service={service}: a stated intent needs a service whose overlays declare it, so "
-    "aicr rejects this combination at runtime. Name the service (aks, bcm, eks, kind, lke, ocp, rke2; "
-    "cks or k0s with os ubuntu; gke with os cos; oke with os ol) or leave intent empty."
+    "criteria.intent={intent} with criteria.service={service}: a stated intent needs a service whose overlays "
+    "declare it, so aicr rejects this combination at runtime. Name the service (aks, bcm, eks, kind, lke, ocp, "
+    "rke2; cks or k0s with os ubuntu; gke with os cos; oke with os ol) or leave criteria.intent empty."
 )
 PUBLISH_ON = {"enabled": True, "mode": "unsigned", "ref": "ghcr.io/acme/aicr-evidence"}
 VALIDATE_EVIDENCE = {"enabled": True, "emitEvidence": True}
@@ -88,14 +90,15 @@ def test_g17b_service_aliases_are_rejected_with_a_pointer_to_any(alias: str) -> 
 def test_g03_and_g17b_say_what_an_0x_aicrversion_does_with_the_value() -> None:
     rejects_with(
         {"accelerator": "any", "aicrVersion": "v0.11.1"},
-        "accelerator=any: 'any' is not an accelerator value (aicr v0.11.1 reads it as no accelerator and resolves "
-        "the other criteria alone, without any accelerator overlay). Leave accelerator empty and state criteria "
-        "another way (a dataPack, or a concrete service with an intent), or name a real accelerator such as h100.",
+        "criteria.accelerator=any: 'any' is not an accelerator value (aicr v0.11.1 reads it as no accelerator and "
+        "resolves the other criteria alone, without any accelerator overlay). Leave criteria.accelerator empty and "
+        "state criteria another way (pack.ref, or a concrete criteria.service with a criteria.intent), or name a "
+        "real accelerator such as h100.",
     )
     rejects_with(
         {"service": "self-managed", "aicrVersion": "v0.11.1"},
-        "service=self-managed: aicr v0.11.1 maps this alias to 'any', so no service overlay applies. Say "
-        "service: any (the same thing, stated plainly), or name the service (aks, eks, gke, kind, oke).",
+        "criteria.service=self-managed: aicr v0.11.1 maps this alias to 'any', so no service overlay applies. Say "
+        "criteria.service: any (the same thing, stated plainly), or name the service (aks, eks, gke, kind, oke).",
     )
 
 
@@ -116,9 +119,9 @@ def test_g17a_intent_with_service_any_is_rejected_even_with_an_accelerator() -> 
 def test_g17c_k0s_needs_aicr_v0_22() -> None:
     rejects_with(
         {"service": "k0s", "aicrVersion": "v0.21.3"},
-        "service=k0s with aicr.version=v0.21.3: aicr knows service k0s from v0.22.0 ('invalid service type: "
-        "k0s' before). Raise aicr.version (the chart default is v1.2.0) or, on an older aicr, use service: "
-        "any with a pack that carries the k0s containerd settings.",
+        "criteria.service=k0s with aicr.version=v0.21.3: aicr knows service k0s from v0.22.0 ('invalid service "
+        "type: k0s' before). Raise aicr.version (the chart default is v1.2.0) or, on an older aicr, use "
+        "criteria.service: any with a pack that carries the k0s containerd settings.",
     )
     renders({"service": "k0s", "aicrVersion": "0.22.0", "criteriaPreflight": False})
     renders({"service": "k0s", "accelerator": "h200", "intent": "training", "os": "ubuntu"})
@@ -137,7 +140,7 @@ def test_g01_scalar_aicr_sha256_is_rejected() -> None:
 
 
 K0S_REMOVED = (
-    "environment.k0sContainerd was removed in chart 0.3.0 (got {got}). Set service: k0s instead (aicr v0.22 "
+    "environment.k0sContainerd was removed in chart 0.3.0 (got {got}). Set criteria.service: k0s instead (aicr v0.22 "
     "or later wires the k0s containerd itself); for a pack-private service put the k0s containerd settings "
     "in the pack overlay. Then delete environment.k0sContainerd."
 )
@@ -163,8 +166,8 @@ def test_c01_runtime_and_oras_images_were_replaced() -> None:
     rejects_with(
         {"orasImage": "ghcr.io/oras-project/oras:v1.2.0"},
         "orasImage was removed in chart 0.4.0: the runtime pulls and verifies the data pack itself, there "
-        "is no oras initContainer. Delete orasImage; dataPack, dataPackSecret, dataPackPlainHTTP and "
-        "dataPackInsecureTLS work as before.",
+        "is no oras initContainer. Delete orasImage; the data pack's settings (pack.ref, pack.secret, "
+        "pack.plainHTTP, pack.insecureTLS) work as before.",
     )
 
 
@@ -183,37 +186,42 @@ PACK = "ghcr.io/acme/aicr-pack:1.0.0"
 AUTH = '{"auths":{"ghcr.io":{"auth":"dXNlcjp0b2tlbg=="}}}'
 
 
-def test_g11_scalar_data_pack_auth_is_rejected() -> None:
+@pytest.mark.parametrize(
+    ("key", "values"),
+    [("pack.auth", {"pack": {"ref": PACK, "auth": AUTH}}), ("dataPackAuth", {"dataPack": PACK, "dataPackAuth": AUTH})],
+    ids=["pack.auth", "earlier-name"],
+)
+def test_g11_scalar_data_pack_auth_is_rejected(key: str, values: dict[str, Any]) -> None:
     rejects_with(
-        {"dataPack": PACK, "dataPackAuth": AUTH},
-        "dataPackAuth must be a map with a dockerconfigjson key, not string. Write dataPackAuth: "
-        "{dockerconfigjson: '<json>'} (best delivered through valuesFrom), or use dataPackSecret with an "
+        values,
+        f"{key} must be a map with a dockerconfigjson key, not string. Write pack.auth: "
+        "{dockerconfigjson: '<json>'} (best delivered through valuesFrom), or use pack.secret with an "
         "existing Secret.",
     )
 
 
 def test_g12_data_pack_auth_needs_a_pack() -> None:
     rejects_with(
-        {"dataPackAuth": {"dockerconfigjson": AUTH}},
-        "dataPackAuth.dockerconfigjson is set but dataPack and aicr.releaseRef are empty: the Secret would have "
-        "no consumer. Set dataPack to the pack's OCI reference (or aicr.releaseRef to the aicr release's), or "
-        "drop dataPackAuth.",
+        {"pack": {"auth": {"dockerconfigjson": AUTH}}},
+        "pack.auth.dockerconfigjson is set but pack.ref and aicr.releaseRef are empty: the Secret would have "
+        "no consumer. Set pack.ref to the pack's OCI reference (or aicr.releaseRef to the aicr release's), or "
+        "drop pack.auth.",
     )
 
 
 def test_g13_one_pack_credential_source() -> None:
     rejects_with(
-        {"dataPack": PACK, "dataPackSecret": "regcred", "dataPackAuth": {"dockerconfigjson": AUTH}},
-        "dataPackSecret=regcred and dataPackAuth.dockerconfigjson are both set: set only one, an existing "
-        "Secret (dataPackSecret) or the chart-created one (dataPackAuth).",
+        {"pack": {"ref": PACK, "secret": "regcred", "auth": {"dockerconfigjson": AUTH}}},
+        "pack.secret=regcred and pack.auth.dockerconfigjson are both set: set only one, an existing "
+        "Secret (pack.secret) or the chart-created one (pack.auth).",
     )
 
 
 @pytest.mark.parametrize("auth", ["not json", '["a"]', '{"credsStore":"desktop"}'])
 def test_c03_data_pack_auth_must_be_a_dockerconfigjson(auth: str) -> None:
     rejects_with(
-        {"dataPack": PACK, "dataPackAuth": {"dockerconfigjson": auth}},
-        'dataPackAuth.dockerconfigjson is not a dockerconfigjson: it must be JSON with an "auths" map, e.g. '
+        {"pack": {"ref": PACK, "auth": {"dockerconfigjson": auth}}},
+        'pack.auth.dockerconfigjson is not a dockerconfigjson: it must be JSON with an "auths" map, e.g. '
         '{"auths":{"ghcr.io":{"auth":"<base64 user:token>"}}} (the content of `kubectl create secret '
         "docker-registry --dry-run=client -o jsonpath='{.data.\\.dockerconfigjson}' | base64 -d`).",
     )
@@ -221,14 +229,14 @@ def test_c03_data_pack_auth_must_be_a_dockerconfigjson(auth: str) -> None:
 
 @pytest.mark.parametrize(
     "values",
-    [{"dataPackSecret": "regcred"}, {"dataPackPlainHTTP": True}, {"dataPackInsecureTLS": True}],
+    [{"pack": {"secret": "regcred"}}, {"pack": {"plainHTTP": True}}, {"pack": {"insecureTLS": True}}],
     ids=["secret", "plain-http", "insecure-tls"],
 )
 def test_g17d_pack_transport_settings_need_a_pack(values: dict[str, Any]) -> None:
     rejects_with(
         values,
-        "dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and aicr.releaseRef are "
-        "empty: these settings only apply to a pull from a registry. Set dataPack to the pack's OCI reference "
+        "pack.secret / pack.plainHTTP / pack.insecureTLS are set but pack.ref and aicr.releaseRef are "
+        "empty: these settings only apply to a pull from a registry. Set pack.ref to the pack's OCI reference "
         "(or aicr.releaseRef to the aicr release's), or drop them.",
     )
 
@@ -295,8 +303,8 @@ def test_g05_a_run_must_deploy_or_validate() -> None:
 
 def test_c05_captures_need_distinct_config_maps() -> None:
     rejects_with(
-        {"statusConfigMap": "aicr-recipe"},
-        'recipe.configMap and statusConfigMap are both "aicr-recipe": every capture needs its own ConfigMap '
+        {"status": {"configMap": "aicr-recipe"}},
+        'recipe.configMap and status.configMap are both "aicr-recipe": every capture needs its own ConfigMap '
         "or one overwrites the other. Give them different names (empty turns a capture off).",
     )
     rejects_with(

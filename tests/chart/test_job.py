@@ -872,7 +872,7 @@ def notes(*sets: str) -> str:
         NAMESPACE,
         "--dry-run=client",
         "--set",
-        "accelerator=h100",
+        "criteria.accelerator=h100",
         *sets,
     )
     assert proc.returncode == 0, proc.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ import yaml
 
 from aicr_runner.settings import values_schema as valueschema
 from aicr_runner.settings.config import ENV_PREFIX, env_var_names
-from aicr_runner.settings.values_file import CLUSTER_ONLY_VALUES, VALUE_TO_ENV, env_from_values
+from aicr_runner.settings.values_file import CLUSTER_ONLY_VALUES, VALUE_TO_ENV, env_from_values, load_values_file
 from tests.chart.helm import ROOT, merge, render, renders
 from tests.chart.test_contract import CASES
 
@@ -95,20 +96,24 @@ def test_every_chart_value_is_mapped_or_cluster_only() -> None:
 
 def test_cluster_only_values_are_accepted_and_ignored() -> None:
     values = {
-        "accelerator": "h100",
         "global": {"imageRegistry": "mirror.example.com"},
         "serviceAccount": {"create": False, "name": "x"},
         "rbac": {"create": False},
-        "job": {"podLabels": {"a": "b"}, "extraVolumes": [{"name": "ca", "emptyDir": {}}]},
+        "job": {"podLabels": {"a": "b"}, "extraVolumes": [{"name": "ca", "emptyDir": {}}], "rerun": "2026-12-06"},
+        "criteria": {"accelerator": "h100", "preflight": False},
+        "pack": {"secret": "regcred", "auth": {"dockerconfigjson": "{}"}},
     }
     assert env_from_values(values) == {ENV_PREFIX + "CRITERIA__ACCELERATOR": "h100"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_plan_values_match_the_rendered_job(name: str) -> None:
+def test_plan_values_match_the_rendered_job(name: str, tmp_path: Path) -> None:
     values = CASES[name]
     rendered = renders(values, raw=True).env
-    ours = env_from_values(merge(DEFAULTS, values))
+    # Through plan's boundary, which reads the earlier names (CASES has some) under the new.
+    path = tmp_path / "values.yaml"
+    path.write_text(json.dumps(merge(DEFAULTS, values)))
+    ours = env_from_values(load_values_file(path))
     assert set(ours) == {ENV_PREFIX + n for n in VALUE_TO_ENV.values()}
     mismatches = {k: (v, rendered[k]) for k, v in ours.items() if normalised(v) != normalised(rendered[k])}
     assert not mismatches, mismatches

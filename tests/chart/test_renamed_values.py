@@ -1,9 +1,10 @@
 """The values regrouping's compatibility layer (chart/templates/_compat.tpl, the list
 in _renamed.tpl generated from each setting's ``legacy=``): every earlier, flat name
-(aicrVersion, recipeConfigMap, deployFlags, ...) still renders exactly what its new
+(aicrVersion, recipeConfigMap, deployFlags, dataPack, statusConfigMap, ...; the chart's
+own values too: CHART_ONLY_RENAMED) still renders exactly what its new
 name renders, an upgrade with unchanged values renders byte for byte what the chart
-rendered before the regrouping (renamed-values.json: digests of that chart's
-``helm template`` output), and the two names set apart fail the render (C-18) and
+rendered before the regrouping (renamed-values.json: digests of the ``helm template``
+output of the chart before any of these values moved), and the two names set apart fail the render (C-18) and
 ``plan --values`` alike. Every test renders with Helm 4 and Helm 3.
 """
 
@@ -18,13 +19,33 @@ import pytest
 
 from aicr_runner.errors import ConfigError
 from aicr_runner.settings.values_file import load_values_file, renamed_values
-from tests.chart.helm import CHART, helm_major, merge, rejects_with, render
+from aicr_runner.settings.values_schema import NOT_SHOWN
+from tests.chart.helm import CHART, Rendered, helm_major, merge, rejects_with, render
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "renamed-values.json"
 
+PACK = "registry.example/acme/aicr-pack:1.0.0"
+AUTH = '{"auths":{"registry.example":{"auth":"dXNlcjp0b2tlbg=="}}}'
+
 #: A value each earlier name is set to in these tests: valid, and not the chart's default.
 SAMPLES: dict[str, Any] = {
+    "service": "eks",
+    "accelerator": "h200",
+    "intent": "training",
+    "os": "ubuntu",
+    "platform": "kubeflow",
+    "criteriaPreflight": False,
+    "dataPack": PACK,
+    "dataPackSecret": "pack-pull",
+    "dataPackAuth.dockerconfigjson": AUTH,
+    "dataPackPlainHTTP": True,
+    "dataPackInsecureTLS": True,
+    "dataPackPullBudgetSeconds": 900,
+    "statusConfigMap": "my-status",
+    "logFormat": "json",
+    "kubeWriteBudgetSeconds": 60,
+    "rerun": "2026-12-06",
     "aicrVersion": "v1.1.0",
     "aicrArch": "arm64",
     "aicrSha256.amd64": "a" * 64,
@@ -55,12 +76,21 @@ SAMPLES: dict[str, Any] = {
 #: What an earlier name needs beside it to render (under its new names).
 NEEDS: dict[str, dict[str, Any]] = {
     "aicrBinary.sha256": {"aicr": {"binary": {"path": "/opt/aicr/aicr"}}},
+    "intent": {"criteria": {"service": "eks"}},
+    "os": {"criteria": {"service": "eks"}},
+    "platform": {"criteria": {"service": "eks", "intent": "training", "os": "ubuntu"}},
+    # gke without os cos: the catalog check refuses it unless turned off.
+    "criteriaPreflight": {"criteria": {"service": "gke"}},
+    "dataPackSecret": {"pack": {"ref": PACK}},
+    "dataPackAuth.dockerconfigjson": {"pack": {"ref": PACK}},
+    "dataPackPlainHTTP": {"pack": {"ref": PACK}},
+    "dataPackInsecureTLS": {"pack": {"ref": PACK}},
 }
 
 #: Values that exclude each other (the release from a registry or over HTTP; a
-#: downloaded aicr or a preinstalled one): the cases below set every earlier name
-#: between them.
-APART = {"aicrReleaseRef", "aicrBinary.path", "aicrBinary.sha256"}
+#: downloaded aicr or a preinstalled one; an existing pack Secret or the chart's):
+#: the cases below set every earlier name between them.
+APART = {"aicrReleaseRef", "aicrBinary.path", "aicrBinary.sha256", "dataPackSecret", "dataPackAuth.dockerconfigjson"}
 RUNS = {"validate": {"enabled": True}, "revalidate": {"schedule": "0 */6 * * *"}}
 
 
@@ -83,12 +113,21 @@ def values_of(names: list[str]) -> dict[str, Any]:
 #: Values a release may have been installed with before the regrouping, in the earlier names.
 CASES: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "every earlier name, release over HTTP": merge(RUNS, values_of([n for n in SAMPLES if n not in APART])),
+    "every earlier name, release over HTTP": merge(
+        RUNS, values_of([n for n in SAMPLES if n not in APART] + ["dataPackSecret"])
+    ),
     "every earlier name, release from a registry": merge(
-        RUNS, values_of([n for n in SAMPLES if n not in APART and n != "aicrReleaseBaseUrl"] + ["aicrReleaseRef"])
+        RUNS,
+        values_of(
+            [n for n in SAMPLES if n not in APART and n != "aicrReleaseBaseUrl"] + ["aicrReleaseRef", "dataPackSecret"]
+        ),
     ),
     "every earlier name, preinstalled aicr": merge(
-        RUNS, values_of([n for n in SAMPLES if n != "aicrReleaseRef"] + ["aicrBinary.path", "aicrBinary.sha256"])
+        RUNS,
+        values_of(
+            [n for n in SAMPLES if n not in APART]
+            + ["aicrBinary.path", "aicrBinary.sha256", "dataPackAuth.dockerconfigjson"]
+        ),
     ),
     # null drops a chart default: Helm dropped the earlier names' defaults before the
     # regrouping, and the new names get the same nil now.
@@ -97,8 +136,17 @@ CASES: dict[str, dict[str, Any]] = {
         "deployArgs": None,
         "aicrProvenance": {"mode": None},
         "aicrDownload": {"attempts": None},
+        "statusConfigMap": None,
+        "criteriaPreflight": None,
+        "rerun": None,
     },
 }
+
+
+def render_new(values: dict[str, Any]) -> Rendered:
+    """``render`` with its base criterion (accelerator=h100, under the earlier name)
+    given under the new name instead: values in the new names only."""
+    return render(merge({"criteria": {"accelerator": "h100"}}, values), raw=True)
 
 
 def digest(text: str) -> str:
@@ -126,7 +174,7 @@ def test_an_earlier_name_renders_what_its_new_name_renders(old: str) -> None:
     [item] = [item for item in renamed_values() if item.old == old]
     base = merge(RUNS, NEEDS.get(old, {}))
     by_old = render(merge(base, nested(old, SAMPLES[old])))
-    by_new = render(merge(base, nested(item.new, SAMPLES[old])))
+    by_new = render_new(merge(base, nested(item.new, SAMPLES[old])))
     assert by_old.ok, by_old.stderr
     assert by_new.ok, by_new.stderr
     assert by_old.stdout == by_new.stdout
@@ -152,7 +200,9 @@ def test_the_new_names_render_the_same_as_the_earlier_ones(case: str) -> None:
     for item in renamed_values():
         if _has(CASES[case], item.old):
             moved = merge(moved, nested(item.new, SAMPLES[item.old]))
-    assert render(moved).stdout == render(CASES[case]).stdout
+    by_new = render_new(moved)
+    assert by_new.ok, by_new.stderr
+    assert by_new.stdout == render(CASES[case]).stdout
 
 
 #: (earlier name, its value, the new name's value, the two as the message shows them)
@@ -160,6 +210,23 @@ C18 = [
     ("aicrVersion", "v1.1.0", "v1.0.0", '"v1.1.0"', '"v1.0.0"'),
     ("deployArgs", ["--retries", "1"], ["--retries", "2"], '["--retries","1"]', '["--retries","2"]'),
     ("aicrDownload.attempts", 7, 9, "7", "9"),
+    ("service", "eks", "aks", '"eks"', '"aks"'),
+    ("accelerator", "h200", "b200", '"h200"', '"b200"'),
+    ("intent", "training", "inference", '"training"', '"inference"'),
+    ("os", "rhel", "ubuntu", '"rhel"', '"ubuntu"'),
+    ("platform", "dynamo", "kubeflow", '"dynamo"', '"kubeflow"'),
+    ("criteriaPreflight", True, False, "true", "false"),
+    ("dataPack", PACK, "registry.example/acme/other:2.0.0", f'"{PACK}"', '"registry.example/acme/other:2.0.0"'),
+    ("dataPackSecret", "pull-a", "pull-b", '"pull-a"', '"pull-b"'),
+    # A credential: the refusal shows neither value.
+    ("dataPackAuth.dockerconfigjson", AUTH, AUTH.replace("dXNlcjp0b2tlbg", "b3RoZXI6dG9rZW4"), NOT_SHOWN, NOT_SHOWN),
+    ("dataPackPlainHTTP", False, True, "false", "true"),
+    ("dataPackInsecureTLS", False, True, "false", "true"),
+    ("dataPackPullBudgetSeconds", 900, 1200, "900", "1200"),
+    ("statusConfigMap", "status-a", "status-b", '"status-a"', '"status-b"'),
+    ("logFormat", "console", "json", '"console"', '"json"'),
+    ("kubeWriteBudgetSeconds", 60, 90, "60", "90"),
+    ("rerun", "a", "b", '"a"', '"b"'),
 ]
 
 
@@ -178,7 +245,10 @@ def test_c18_an_earlier_name_and_its_new_name_set_apart_fail(
     [item] = [item for item in renamed_values() if item.old == old]
     values = merge(nested(old, old_value), nested(item.new, new_value))
     message = c18_message(old, item.new, old_text, new_text)
-    rejects_with(values, message)
+    refused = rejects_with(values, message)
+    if old_text == NOT_SHOWN:  # nor anywhere else in what helm says
+        assert "dXNlcjp0b2tlbg" not in refused.stderr
+        assert "b3RoZXI6dG9rZW4" not in refused.stderr
     # plan --values refuses the same file in the same words.
     path = tmp_path / "values.yaml"
     path.write_text(json.dumps(values))
@@ -189,11 +259,12 @@ def test_c18_an_earlier_name_and_its_new_name_set_apart_fail(
 
 @pytest.mark.parametrize("case", C18, ids=[case[0] for case in C18])
 def test_an_earlier_name_and_its_new_name_may_agree(case: tuple[str, Any, Any, str, str]) -> None:
-    old, value = case[:2]
+    old, value = case[0], case[2]  # the new name's value: not the chart's default
     [item] = [item for item in renamed_values() if item.old == old]
-    both = render(merge(nested(old, value), nested(item.new, value)))
+    base = NEEDS.get(old, {})
+    both = render(merge(base, merge(nested(old, value), nested(item.new, value))))
     assert both.ok, both.stderr
-    assert both.stdout == render(nested(item.new, value)).stdout
+    assert both.stdout == render_new(merge(base, nested(item.new, value))).stdout
 
 
 def test_plan_values_reads_the_earlier_names_under_the_new(tmp_path: Path) -> None:
@@ -207,6 +278,18 @@ def test_plan_values_reads_the_earlier_names_under_the_new(tmp_path: Path) -> No
             assert _has(document, item.new)
     assert document["aicr"]["version"] == "v1.1.0"
     assert document["deploy"]["args"] == ["--retries", "1"]
+    assert document["criteria"] == {
+        "service": "eks",
+        "accelerator": "h200",
+        "intent": "training",
+        "os": "ubuntu",
+        "platform": "kubeflow",
+        "preflight": False,
+    }
+    assert document["pack"]["ref"] == PACK
+    assert document["pack"]["secret"] == "pack-pull"
+    assert document["status"] == {"configMap": "my-status"}
+    assert document["job"] == {"rerun": "2026-12-06"}
 
 
 def test_the_schema_accepts_the_earlier_names_and_marks_them_deprecated() -> None:

@@ -132,7 +132,8 @@ def test_the_results_writer_never_fails_on_text_that_is_not_utf8(tmp_path: Path)
 # -- 4. a bad JSON list names the wrong variable -------------------------------------------------
 
 #: The chart renders every sibling; a Job sees them all.
-CHART_ENV = env_from_values({**yaml.safe_load((ROOT / "chart" / "values.yaml").read_text()), "accelerator": "h100"})
+_CHART_VALUES = yaml.safe_load((ROOT / "chart" / "values.yaml").read_text())
+CHART_ENV = env_from_values({**_CHART_VALUES, "criteria": {**_CHART_VALUES["criteria"], "accelerator": "h100"}})
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ def test_the_generated_tables_live_in_the_configuration_reference_only() -> None
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert '| `service` | string | `"any"` |' in CONFIGURATION
+    assert '| `criteria.service` | string | `"any"` |' in CONFIGURATION
     assert "| `AICR_RUNNER_CRITERIA__SERVICE` |" in CONFIGURATION
     assert "| Key | Type | Default | Description |" not in README
 

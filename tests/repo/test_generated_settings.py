@@ -46,7 +46,7 @@ def test_a_stale_generated_file_fails_the_check_and_is_left_alone(
 @pytest.mark.parametrize(
     ("given", "edited"),
     [
-        ("dataPackPullBudgetSeconds: 600\n", "dataPackPullBudgetSeconds: 900\n"),
+        ("  pullBudgetSeconds: 600\n", "  pullBudgetSeconds: 900\n"),
         ("  attempts: 5\n", "  attempts: 6\n"),
         ("# -- Runtime log format: `console` (readable)", "# -- Runtime log format: `console` (pretty)"),
         ("  # -- Timeout of one download attempt, in seconds.\n", "  # -- Timeout.\n"),
@@ -89,11 +89,11 @@ def test_values_yaml_keeps_a_settings_value_as_the_chart_writes_it() -> None:
 
 def test_the_env_map_renders_each_setting_from_its_chart_value_by_its_type() -> None:
     lines = gen.env_map().splitlines()
-    assert "AICR_RUNNER_CRITERIA__SERVICE: {{ toString $v.service | quote }}" in lines
+    assert "AICR_RUNNER_CRITERIA__SERVICE: {{ toString $v.criteria.service | quote }}" in lines
     assert 'AICR_RUNNER_DEPLOY__ENABLED: {{ include "nvidia-aicr.bool" $v.deploy.enabled | quote }}' in lines
     assert "AICR_RUNNER_SNAPSHOT__TIMEOUT_SECONDS: {{ int64 $v.snapshot.timeoutSeconds | toString | quote }}" in lines
     assert "AICR_RUNNER_RECIPE__ARGS: {{ toJson (default list $v.recipe.args) | quote }}" in lines
-    assert "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS: {{ $v.kubeWriteBudgetSeconds | toString | quote }}" in lines
+    assert "AICR_RUNNER_KUBE_WRITE_BUDGET_SECONDS: {{ $v.kubeApi.writeBudgetSeconds | toString | quote }}" in lines
 
 
 def test_the_schema_takes_each_settings_bounds_and_choices_from_the_model() -> None:
@@ -107,7 +107,7 @@ def test_the_schema_takes_each_settings_bounds_and_choices_from_the_model() -> N
     }
     assert properties["recipe"]["properties"]["expect"]["properties"]["minComponents"]["maximum"] == 100_000
     assert download["budgetSeconds"]["maximum"] == 7200
-    assert properties["logFormat"]["enum"] == ["console", "json"]
+    assert properties["log"]["properties"]["format"]["enum"] == ["console", "json"]
     # "" is the node's architecture: the setting takes it, so the schema does.
     assert properties["aicr"]["properties"]["arch"]["enum"] == ["", "amd64", "arm64"]
     assert properties["upgradeCheck"]["properties"]["requireAssessment"]["type"] == "boolean"
@@ -138,3 +138,18 @@ def test_every_setting_has_a_description_and_every_rendered_one_a_source() -> No
         if "into" in facts:
             assert facts["into"] in ("pod", "configmap"), name
             assert "chart" in facts or "render" in facts, name
+
+
+def test_a_chart_only_renamed_value_keeps_the_default_values_yaml_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHART_ONLY_RENAMED's defaults are the compatibility layer's test of "the new name
+    is at its default": one that drifted from values.yaml stops the generator."""
+    assert '- {old: rerun, new: job.rerun, default: ""}' in gen.renamed_map()
+    values = tmp_path / "values.yaml"
+    values.write_text(gen.VALUES.read_text().replace('  rerun: ""\n', '  rerun: "again"\n'))
+    monkeypatch.setattr(gen, "VALUES", values)
+    with pytest.raises(
+        SystemExit, match=r"CHART_ONLY_RENAMED rerun -> job.rerun: default '', but values.yaml has 'again'"
+    ):
+        gen.renamed_map()

@@ -220,7 +220,8 @@ def test_a_schema_error_in_a_values_file_masks_the_value_it_quotes(
         ({"aicr": {"releaseBaseUrl": "https://user:pa/ss@mirror.example/r"}}, "aicr.releaseBaseUrl"),
         # An earlier name is read under its new one (docs/configuration.md "Renamed values").
         ({"aicrReleaseBaseUrl": "https://user:pa/ss@mirror.example/r"}, "aicr.releaseBaseUrl"),
-        ({"dataPack": "pa/ss@reg.example/org/p:1"}, "dataPack"),
+        ({"pack": {"ref": "pa/ss@reg.example/org/p:1"}}, "pack.ref"),
+        ({"dataPack": "pa/ss@reg.example/org/p:1"}, "pack.ref"),
     ],
 )
 def test_a_value_the_schema_takes_is_masked_when_the_settings_refuse_it(

@@ -123,7 +123,7 @@ def pack_reference(value: object) -> str:
     refuse_credentials(
         value,
         "reference",
-        f"give a dockerconfigjson file ({ENV_PREFIX}PACK__CREDENTIALS_FILE; chart: dataPackSecret)",
+        f"give a dockerconfigjson file ({ENV_PREFIX}PACK__CREDENTIALS_FILE; chart: pack.secret)",
         elsewhere=_DIGEST_AT,
     )
     text = bounded_text(value)

@@ -69,7 +69,8 @@ class Criteria(Group):
         doc=(
             "recipe `--service` (aks, eks, gke, k0s, ..., a pack-registered value, or `any`); empty leaves the flag out"
         ),
-        chart="service",
+        chart="criteria.service",
+        legacy="service",
         chart_doc=(
             "Cloud or distribution (`aicr recipe --service`): aks, bcm, cks, eks, generic, gke, k0s, kind, lke, "
             "metal3, mk8s, nvke, ocp, oke, rke2, a value your data pack registers (e.g. acme), or `any`. "
@@ -82,7 +83,8 @@ class Criteria(Group):
     accelerator: Annotated[str, checked(checks.criterion)] = setting(
         "",
         doc="recipe `--accelerator` (h100, h200, gb200, ...); `any` is refused",
-        chart="accelerator",
+        chart="criteria.accelerator",
+        legacy="accelerator",
         chart_doc=(
             "GPU (`--accelerator`): h100, h200, gb200, gb300, b200, b300, a100, l40, l40s, rtx-pro-6000, vr200. Empty "
             "leaves the flag out. There is deliberately no default; `any` is rejected."
@@ -92,7 +94,8 @@ class Criteria(Group):
     intent: Annotated[str, checked(checks.criterion)] = setting(
         "",
         doc="recipe `--intent` (training, inference); needs a concrete service",
-        chart="intent",
+        chart="criteria.intent",
+        legacy="intent",
         chart_doc=(
             "Workload intent (`--intent`): training or inference. Empty leaves the flag out. A stated intent needs a "
             "concrete service whose overlays declare it (not `any`)."
@@ -102,7 +105,8 @@ class Criteria(Group):
     os: Annotated[str, checked(checks.criterion)] = setting(
         "",
         doc="recipe `--os` (ubuntu, rhel, rocky, cos, ...)",
-        chart="os",
+        chart="criteria.os",
+        legacy="os",
         chart_doc=(
             "Node OS (`--os`): ubuntu, rhel, rocky, cos, amazonlinux, ol, sles, talos. Empty leaves the flag out."
         ),
@@ -111,7 +115,8 @@ class Criteria(Group):
     platform: Annotated[str, checked(checks.criterion)] = setting(
         "",
         doc="recipe `--platform` (kubeflow, dynamo, nim, ...)",
-        chart="platform",
+        chart="criteria.platform",
+        legacy="platform",
         chart_doc="Platform (`--platform`): kubeflow, dynamo, kueue, nim, runai, slurm. Empty leaves the flag out.",
         into="pod",
     )
@@ -271,8 +276,8 @@ class AicrSettings(Group):
         legacy="aicrReleaseRef",
         chart_doc=(
             "The aicr release as an OCI artifact, without scheme (`<registry>/<prefix>/nvidia/aicr/release:<tag>`, "
-            "pushed by `aicr-runner mirror --to`; an `@sha256:` digest is enforced), reached with the dataPack "
-            "registry settings (dataPackSecret, dataPackPlainHTTP, dataPackInsecureTLS). Empty: the HTTP folder of "
+            "pushed by `aicr-runner mirror --to`; an `@sha256:` digest is enforced), reached with the data pack's "
+            "registry settings (pack.secret, pack.plainHTTP, pack.insecureTLS). Empty: the HTTP folder of "
             "aicr.releaseBaseUrl. Leave aicr.releaseBaseUrl at its default when set."
         ),
         into="configmap",
@@ -354,7 +359,8 @@ class PackSettings(Group):
             "OCI reference of the org data pack, without scheme (`host/repo:tag` or `@sha256:` digest, which is then "
             "enforced)"
         ),
-        chart="dataPack",
+        chart="pack.ref",
+        legacy="dataPack",
         chart_doc=(
             "OCI reference, without a scheme, of your organisation's data pack (`aicr ... --data`), e.g. "
             "`ghcr.io/acme/aicr-pack:1.0.0` or `...@sha256:...`. The runtime pulls and verifies it. With a pack set, "
@@ -376,14 +382,16 @@ class PackSettings(Group):
     plain_http: bool = setting(
         False,
         doc="pull the pack over plain HTTP (lab registries)",
-        chart="dataPackPlainHTTP",
+        chart="pack.plainHTTP",
+        legacy="dataPackPlainHTTP",
         chart_doc="Pull the data pack over plain HTTP (lab registries only).",
         into="pod",
     )
     insecure_tls: bool = setting(
         False,
         doc="skip TLS verification for the pack registry (lab registries)",
-        chart="dataPackInsecureTLS",
+        chart="pack.insecureTLS",
+        legacy="dataPackInsecureTLS",
         chart_doc="Skip TLS verification when pulling the data pack (lab registries only).",
         into="pod",
     )
@@ -393,7 +401,8 @@ class PackSettings(Group):
         ge=checks.MIN_SECONDS,
         le=7200,
         doc="wall-clock bound on the whole pack pull, however slowly the registry answers (exit 22 past it)",
-        chart="dataPackPullBudgetSeconds",
+        chart="pack.pullBudgetSeconds",
+        legacy="dataPackPullBudgetSeconds",
         chart_doc=(
             "Wall-clock bound on the whole data pack pull, in seconds, however slowly the registry answers; past it "
             "the run ends with exit 22."

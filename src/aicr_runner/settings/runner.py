@@ -97,7 +97,8 @@ with warnings.catch_warnings():
         status_configmap: Annotated[str, checked(checks.k8s_name())] = setting(
             "aicr-run-status",
             doc="ConfigMap with the live run report (`report.json`, `summary.txt`); empty turns it off",
-            chart="statusConfigMap",
+            chart="status.configMap",
+            legacy="statusConfigMap",
             chart_doc=(
                 "ConfigMap the runtime writes its run report to (`report.json`, `summary.txt`) after every step. Empty "
                 "turns it off."
@@ -123,7 +124,8 @@ with warnings.catch_warnings():
         log_format: LogFormat = setting(
             LogFormat.CONSOLE,
             doc="`console` (readable) or `json`",
-            chart="logFormat",
+            chart="log.format",
+            legacy="logFormat",
             chart_doc="Runtime log format: `console` (readable) or `json` (one object per line, for log pipelines).",
             into="configmap",
         )
@@ -163,7 +165,8 @@ with warnings.catch_warnings():
                 "bounded on its own (15 s); once a call ran out of this budget, later calls get 15 s until one gets "
                 "through; after SIGTERM every call gets at most 5 s"
             ),
-            chart="kubeWriteBudgetSeconds",
+            chart="kubeApi.writeBudgetSeconds",
+            legacy="kubeWriteBudgetSeconds",
             chart_doc=(
                 "Seconds one Kubernetes API call (a result ConfigMap write, a read) may take, retrying an API server "
                 "that answers 429 or 5xx, cannot be reached or does not answer (an upgrade, a blip), honouring "

@@ -25,6 +25,7 @@ from aicr_runner.errors import ConfigError
 from aicr_runner.settings.config import ENV_PREFIX
 
 __all__ = [
+    "CHART_ONLY_RENAMED",
     "CLUSTER_ONLY_VALUES",
     "Renamed",
     "env_from_values",
@@ -43,16 +44,15 @@ CLUSTER_ONLY_VALUES: frozenset[str] = frozenset(
         "imagePullSecrets",
         "serviceAccount",
         "rbac",
-        "job",  # the Job and its pod: scheduling, resources, labels, volumes, extraEnv
+        "job",  # the Job and its pod: scheduling, resources, labels, volumes, extraEnv; rerun names a new Job
         "lease",  # the install Lease serialises runs in a cluster; plan deploys nothing
-        "rerun",  # names a new Job
         "revalidate",  # the CronJob of scheduled re-validations; plan validates nothing
         "snapshot",  # aicr snapshot runs an agent Job in a cluster; plan snapshots nothing
         "reports",  # the verdict report is written to a cluster's API; plan writes none
         "monitoring",  # kube-state-metrics config, PrometheusRule, dashboard: cluster objects
-        "criteriaPreflight",  # the chart's render-time check; plan runs its own (catalog.refusal)
-        "dataPackSecret",  # Secrets: plan reads AICR_RUNNER_PACK__CREDENTIALS_FILE instead
-        "dataPackAuth",
+        "criteria.preflight",  # the chart's render-time check; plan runs its own (catalog.refusal)
+        "pack.secret",  # Secrets: plan reads AICR_RUNNER_PACK__CREDENTIALS_FILE instead
+        "pack.auth",
         "validate.publish.identityTokenSecret",
         "validate.publish.registrySecret",
         "nameOverride",  # object names and the app.kubernetes.io/name label; plan names no object
@@ -79,25 +79,39 @@ def value_to_env() -> dict[str, str]:
 @dataclass(frozen=True)
 class Renamed:
     """A chart value that moved into a group: its earlier path ``old`` (``setting``'s
-    ``legacy=``), still honoured, its path ``new`` and the chart's default there."""
+    ``legacy=``), still honoured, its path ``new`` and the chart's default there.
+    ``secret``: the value is a credential, which a refusal never shows."""
 
     old: str
     new: str
     default: Any
+    secret: bool = False
+
+
+#: The renamed chart values that are no setting (the chart alone reads them), each
+#: defined here once as ``legacy=`` defines a setting's; their defaults are
+#: values.yaml's (scripts/gen-settings.py --check compares them).
+CHART_ONLY_RENAMED: tuple[Renamed, ...] = (
+    Renamed("criteriaPreflight", "criteria.preflight", True),
+    Renamed("dataPackSecret", "pack.secret", ""),
+    Renamed("dataPackAuth.dockerconfigjson", "pack.auth.dockerconfigjson", "", secret=True),
+    Renamed("rerun", "job.rerun", ""),
+)
 
 
 @functools.cache
 def renamed_values() -> tuple[Renamed, ...]:
-    """Every renamed chart value, in the settings model's order."""
+    """Every renamed chart value: the settings model's, in its order, then ``CHART_ONLY_RENAMED``."""
     from aicr_runner.settings.model import chart_default, chart_facts
     from aicr_runner.settings.runner import leaves
 
     found = ((chart_facts(field), field) for _name, field in leaves())
-    return tuple(
+    settings = tuple(
         Renamed(facts["legacy"], facts["chart"], _chart_value(chart_default(field)))
         for facts, field in found
         if "legacy" in facts
     )
+    return settings + CHART_ONLY_RENAMED
 
 
 def _chart_value(value: Any) -> Any:
@@ -121,9 +135,12 @@ def regrouped(values: Mapping[str, Any], where: str) -> dict[str, Any]:
         _drop(document, renamed.old)
         found, new = _lookup(document, renamed.new)
         if found and new not in (renamed.default, old):
+            from aicr_runner.settings.values_schema import NOT_SHOWN
+
+            old_text, new_text = (NOT_SHOWN, NOT_SHOWN) if renamed.secret else (_json(old), _json(new))
             raise ConfigError(
                 [
-                    f"{where}: {renamed.old}={_json(old)} and {renamed.new}={_json(new)} are both set: "
+                    f"{where}: {renamed.old}={old_text} and {renamed.new}={new_text} are both set: "
                     f"{renamed.old} is the earlier name of {renamed.new} (docs/configuration.md "
                     f'"Renamed values"). Keep one: delete {renamed.old}, or set it to the same value.'
                 ]
@@ -197,9 +214,8 @@ def _as_env(value: Any) -> str:
 
 
 def env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
-    """The ``AICR_RUNNER_*`` variables for the keys ``values`` sets, earlier names
-    of renamed values included (``regrouped``)."""
-    values = regrouped(values, "chart values")
+    """The ``AICR_RUNNER_*`` variables for the keys ``values`` sets, each under its
+    new name: ``load_values_file`` moved the earlier names there (``regrouped``)."""
     env: dict[str, str] = {}
     for dotted, name in value_to_env().items():
         present, value = _lookup(values, dotted)
@@ -396,14 +412,14 @@ def _check_release_source(document: dict[str, Any], where: str) -> None:
     (aicr.releaseRef) or an HTTP folder (aicr.releaseBaseUrl), not both."""
     from aicr_runner.settings.checks import DEFAULT_RELEASE_BASE_URL
 
-    aicr = document.get("aicr")
-    ref, base = (aicr.get("releaseRef"), aicr.get("releaseBaseUrl")) if isinstance(aicr, dict) else (None, None)
-    transport = any(document.get(key) for key in ("dataPackSecret", "dataPackPlainHTTP", "dataPackInsecureTLS"))
-    if transport and not document.get("dataPack") and not ref:  # G-17d
+    aicr, pack = (group if isinstance(group, dict) else {} for group in (document.get("aicr"), document.get("pack")))
+    ref, base = aicr.get("releaseRef"), aicr.get("releaseBaseUrl")
+    transport = any(pack.get(key) for key in ("secret", "plainHTTP", "insecureTLS"))
+    if transport and not pack.get("ref") and not ref:  # G-17d
         raise ConfigError(
             [
-                f"{where}: dataPackSecret / dataPackPlainHTTP / dataPackInsecureTLS are set but dataPack and "
-                "aicr.releaseRef are empty: these settings only apply to a pull from a registry. Set dataPack to the "
+                f"{where}: pack.secret / pack.plainHTTP / pack.insecureTLS are set but pack.ref and "
+                "aicr.releaseRef are empty: these settings only apply to a pull from a registry. Set pack.ref to the "
                 "pack's OCI reference (or aicr.releaseRef to the aicr release's), or drop them."
             ]
         )

@@ -153,6 +153,8 @@ SECRET_POINTERS = (
     "/dataPackAuth",
     "/dataPackSecret",
     "/job/extraEnv",
+    "/pack/auth",
+    "/pack/secret",
     "/validate/publish/identityTokenSecret",
     "/validate/publish/registrySecret",
 )
@@ -183,6 +185,9 @@ def _value(value: Any) -> str:
 
 
 def _literal(value: Any) -> str:
+    """A schema constant as Helm's validator prints it (Go's ``%v``: null is ``<nil>``)."""
+    if value is None:
+        return "<nil>"
     return quote(value, QUOTE_CHARS) if isinstance(value, str) else json.dumps(value)
 
 

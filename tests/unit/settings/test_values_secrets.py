@@ -25,6 +25,11 @@ CASES = {
     ),
     "a dockerconfigjson as dataPackSecret": (f"dataPackSecret: {DOCKERCONFIG}\n", "/dataPackSecret"),
     "a token as dataPackSecret": (f'dataPackSecret: "{TOKEN}"\n', "/dataPackSecret"),
+    "dockerconfigjson pasted unquoted, the grouped name": (
+        f"pack:\n  ref: reg.example/acme/pack:1.0\n  auth:\n    dockerconfigjson: {DOCKERCONFIG}\n",
+        "/pack/auth/dockerconfigjson",
+    ),
+    "a token as pack.secret": (f'pack:\n  secret: "{TOKEN}"\n', "/pack/secret"),
     "a dockerconfigjson as registrySecret": (
         f"validate:\n  publish:\n    registrySecret: {DOCKERCONFIG}\n",
         "/validate/publish/registrySecret",
@@ -47,3 +52,20 @@ def test_a_secret_bearing_value_is_never_quoted(tmp_path: Path, text: str, key: 
     assert "value not shown: a secret-bearing setting" in said
     assert TOKEN not in said
     assert TOKEN[:8] not in said
+
+
+def test_the_two_names_of_the_pack_credential_set_apart_are_refused_without_either_value(tmp_path: Path) -> None:
+    """C-18 on the chart-created pack Secret's content: both names given, neither shown."""
+    other = DOCKERCONFIG.replace(TOKEN, "b3RoZXItdG9rZW4")
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        f"pack:\n  ref: reg.example/acme/pack:1.0\n  auth:\n    dockerconfigjson: '{other}'\n"
+        f"dataPackAuth:\n  dockerconfigjson: '{DOCKERCONFIG}'\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_values_file(values)
+    said = "\n".join(refused.value.problems)
+    assert "dataPackAuth.dockerconfigjson=(value not shown: a secret-bearing setting) and" in said
+    assert "pack.auth.dockerconfigjson=(value not shown: a secret-bearing setting) are both set" in said
+    assert TOKEN[:8] not in said
+    assert "b3RoZXIt" not in said
