@@ -703,7 +703,7 @@ def test_an_assert_only_run_bundles_and_deploys_nothing_but_captures_the_verdict
         (
             {"accelerator": "h100", "intent": "training"},
             [
-                "intent=training with service=any",
+                "criteria.intent=training with criteria.service=any",
                 "Name the service (aks, bcm, eks, kind, lke, ocp, rke2; cks or k0s with os ubuntu; gke with os cos",
             ],
         ),
