@@ -129,15 +129,18 @@ class DigestReads:
     def digest(self, reference: str, *, source_side: bool) -> str | None:
         """The manifest digest ``reference`` resolves to; None when it is not there."""
         if reference.startswith(LAYOUT):
-            found = self._layout_descriptor(reference, source_side)
+            found = self._layout_descriptor(reference, _layout_directory(reference), source_side)
             return None if found is None else str(found["digest"])
         return self._read(reference, source_side, lambda client: client.manifest_digest(reference))
 
     def manifest(self, reference: str, *, source_side: bool) -> dict[str, Any] | None:
         """The manifest ``reference`` resolves to; None when it is not there."""
         if reference.startswith(LAYOUT):
-            found = self._layout_descriptor(reference, source_side)
-            return None if found is None else self._layout_manifest(reference, str(found["digest"]), source_side)
+            directory = _layout_directory(reference)
+            found = self._layout_descriptor(reference, directory, source_side)
+            if found is None:
+                return None
+            return self._layout_manifest(reference, directory, str(found["digest"]), source_side)
         return self._read(reference, source_side, lambda client: client.get_manifest(reference)[0])
 
     def close(self) -> None:
@@ -229,11 +232,11 @@ class DigestReads:
 
     # -- OCI layouts --
 
-    def _layout_descriptor(self, reference: str, source_side: bool) -> dict[str, Any] | None:
+    def _layout_descriptor(self, reference: str, directory: Path, source_side: bool) -> dict[str, Any] | None:
         """The descriptor ``index.json`` tags with the reference's tag (the last one, as oras reads it)."""
-        directory, _, tag = reference.removeprefix(LAYOUT).rpartition(":")
+        tag = reference.rpartition(":")[2]
         try:
-            index = json.loads((Path(directory) / "index.json").read_bytes())
+            index = json.loads((directory / "index.json").read_bytes())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -246,14 +249,20 @@ class DigestReads:
         ]
         return tagged[-1] if tagged else None
 
-    def _layout_manifest(self, reference: str, digest: str, source_side: bool) -> dict[str, Any] | None:
-        directory = reference.removeprefix(LAYOUT).rpartition(":")[0]
+    def _layout_manifest(
+        self, reference: str, directory: Path, digest: str, source_side: bool
+    ) -> dict[str, Any] | None:
         algorithm, _, encoded = digest.partition(":")
         try:
-            manifest = json.loads((Path(directory) / "blobs" / algorithm / encoded).read_bytes())
+            manifest = json.loads((directory / "blobs" / algorithm / encoded).read_bytes())
         except (OSError, ValueError) as exc:
             raise CopyError(_unavailable(source_side), reference, f"the OCI layout's manifest {digest}: {exc}") from exc
         return manifest if isinstance(manifest, dict) else None
+
+
+def _layout_directory(reference: str) -> Path:
+    """The folder of an ``oci-layout:DIR:TAG`` reference."""
+    return Path(reference.removeprefix(LAYOUT).rpartition(":")[0])
 
 
 def _unavailable(source_side: bool) -> MirrorExit:

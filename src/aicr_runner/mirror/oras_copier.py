@@ -124,7 +124,8 @@ class OrasCopier:
         return self.sources.get(reference, reference)
 
     def _manifest(self, reference: str, *, source_side: bool, descriptor: bool) -> dict[str, object] | None:
-        argv = [self.oras, "manifest", "fetch", *self._flags(reference), reference.removeprefix(LAYOUT)]
+        # Layouts never reach here: DigestReads serves every one of them.
+        argv = [self.oras, "manifest", "fetch", *self._flags(reference), reference]
         result = self._run([*argv[:3], "--descriptor", *argv[3:]] if descriptor else argv)
         if result.returncode != 0:
             reason = classify_tool_failure(result.stderr, source_side=source_side)
