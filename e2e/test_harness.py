@@ -29,7 +29,7 @@ from e2e.harness.node.host import KUBELET_SYSCTLS, SERVICE_BLOCK, STATE_DIR, Hos
 from e2e.harness.node.node import PAUSE_IMAGE
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
-from e2e.harness.registry import Registry
+from e2e.harness.registry import Registry, start_registry
 from e2e.node_image import FAKE_AICR_PATH
 from e2e.tools import pinned_versions, tool
 
@@ -211,10 +211,26 @@ def test_dockerconfig_secret_round_trips(control_plane: ControlPlane, registry: 
 
 def test_registry_rejects_wrong_credentials_and_accepts_right_ones(registry: Registry, pod_host: str) -> None:
     assert registry.host.startswith(f"{pod_host}:")  # where the pods reach it
+    assert not registry.anonymous
     assert registry.get("/v2/")[0] == 401
     assert registry.get("/v2/", auth=(registry.username, registry.password + "x"))[0] == 401
     assert registry.get("/v2/", auth=("intruder", registry.password))[0] == 401
     assert registry.get("/v2/", auth=(registry.username, registry.password))[0] == 200
+
+
+def test_an_anonymous_registry_answers_without_a_login_and_has_none_to_write(tmp_path: Path) -> None:
+    anonymous = start_registry(tmp_path / "anonymous", anonymous=True)
+    try:
+        assert anonymous.anonymous
+        assert anonymous.get("/v2/")[0] == 200
+        for write in (anonymous.docker_config, anonymous.dockerconfigjson):
+            with pytest.raises(ValueError, match="is anonymous: it has no login to write"):
+                write()
+        with pytest.raises(ValueError, match="is anonymous"):
+            anonymous.write_docker_config(tmp_path / "config.json")
+        assert not (tmp_path / "config.json").exists()
+    finally:
+        anonymous.process.stop()
 
 
 def _write_pack(root: Path) -> Path:

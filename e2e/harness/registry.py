@@ -85,15 +85,25 @@ class Registry:
     def ref(self, repository: str, tag: str) -> str:
         return f"{self.host}/{repository}:{tag}"
 
+    @property
+    def anonymous(self) -> bool:
+        return not self.username
+
     def docker_config(self) -> dict[str, object]:
-        return docker_config(self.host, self.username, self.password)
+        return docker_config(self.host, *self._login())
 
     def dockerconfigjson(self) -> str:
         """The ``.dockerconfigjson`` value of a kubernetes.io/dockerconfigjson Secret."""
         return json.dumps(self.docker_config())
 
     def write_docker_config(self, path: Path) -> Path:
-        return write_docker_config(path, self.host, self.username, self.password)
+        return write_docker_config(path, self.host, *self._login())
+
+    def _login(self) -> tuple[str, str]:
+        # An empty login would read as a credential that a real client sends and this registry ignores.
+        if self.anonymous:
+            raise ValueError(f"the registry at {self.host} is anonymous: it has no login to write")
+        return self.username, self.password
 
     def requests(self) -> list[str]:
         """Every HTTP request its access log holds (method and path), in order."""
