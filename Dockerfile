@@ -117,8 +117,9 @@ RUN command -v bash jq tini python3 helm kubectl cosign oras >/dev/null \
 COPY --from=venv /opt/venv /opt/venv
 COPY --from=venv /app/ /
 # Native extensions load against the base's libraries (hyperscan needs libstdc++):
-# a missing one fails the build here, not the first deploy that floods the relay.
-RUN /opt/venv/bin/python -c "import hyperscan, yaml._yaml"
+# a missing one fails the build here, not the first deploy that floods the relay
+# or the first release fetch (zlib-ng).
+RUN /opt/venv/bin/python -c "import hyperscan, yaml._yaml, zlib_ng.zlib_ng"
 # Writable locations under a read-only root: HOME and every cache live in
 # /home/aicr, scratch in /tmp, the run in /work (emptyDirs in the Job).
 ENV PATH=/opt/venv/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

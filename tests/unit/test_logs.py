@@ -104,7 +104,7 @@ def test_a_plan_imports_no_retry_stack_and_logs_through_structlog(tmp_path: Path
         "import sys\n"
         "from aicr_runner.cli import main\n"
         "code = main(sys.argv[1:])\n"
-        "heavy = ['tenacity', 'httpx', 'requests', 'oras', 'kubernetes', 'ctypes', 'hyperscan']\n"
+        "heavy = ['tenacity', 'httpx', 'requests', 'oras', 'kubernetes', 'ctypes', 'hyperscan', 'zlib_ng']\n"
         "print(code, 'structlog' in sys.modules, [name for name in heavy if name in sys.modules], file=sys.stderr)\n"
     )
     argv = ["plan", "--aicr-binary", str(fake), "--output", str(tmp_path / "plan"), "--accelerator", "h100"]

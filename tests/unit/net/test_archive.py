@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,6 +169,41 @@ def test_truncated_archive_is_an_archive_error(tmp_path: Path) -> None:
     cut.write_bytes(tar.read_bytes()[:200])
     with pytest.raises(ArchiveError, match=r"cut\.tar\.gz"):
         extract_members(cut, tmp_path / "o", {"aicr"}, max_member_bytes=1 << 20)
+
+
+def _damaged(tmp_path: Path, where: str) -> Path:
+    """A gzip whose deflate data (``middle``) or trailer CRC (``crc``) was changed after it was made."""
+    data = bytes(range(256)) * 4096  # 1 MiB: several of the decompressing thread's blocks
+    good = make_tar(tmp_path / "good.tar.gz", regular("aicr", data), regular("LICENSE")).read_bytes()
+    damaged = bytearray(good)
+    at = len(good) // 2 if where == "middle" else len(good) - 8  # the trailer: CRC32, then ISIZE
+    damaged[at] ^= 0xFF
+    path = tmp_path / f"{where}.tar.gz"
+    path.write_bytes(bytes(damaged))
+    return path
+
+
+@pytest.mark.parametrize("where", ["middle", "crc"])
+def test_a_damaged_gzip_fails_closed_and_leaves_nothing(tmp_path: Path, where: str) -> None:
+    damaged = _damaged(tmp_path, where)
+    threads_before = threading.active_count()
+    with pytest.raises(ArchiveError, match=rf"{where}\.tar\.gz is corrupt"):
+        extract_members(damaged, tmp_path / "o", {"aicr", "LICENSE"}, max_member_bytes=1 << 21)
+    assert list((tmp_path / "o").iterdir()) == []
+    with pytest.raises(ArchiveError, match=rf"{where}\.tar\.gz is corrupt"):
+        safe_extract_all(damaged, tmp_path / "p", max_total_bytes=1 << 21, max_members=10)
+    assert not (tmp_path / "p").exists() or list((tmp_path / "p").iterdir()) == []
+    assert threading.active_count() == threads_before  # the decompressing thread ended with the failure
+
+
+def test_a_gzip_read_in_blocks_extracts_byte_for_byte(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 12289  # just over 3 MiB: more than one block, not a multiple of one
+    tar = make_tar(tmp_path / "a.tar.gz", regular("aicr", data), regular("LICENSE", b"text"))
+    hashes: dict[str, str] = {}
+    found = extract_members(tar, tmp_path / "o", {"aicr", "LICENSE"}, max_member_bytes=1 << 22, hashes=hashes)
+    assert found["aicr"].read_bytes() == data
+    assert hashes["aicr"] == hashlib.sha256(data).hexdigest()
+    assert found["LICENSE"].read_bytes() == b"text"
 
 
 # --- safe_extract_all ---------------------------------------------------------
