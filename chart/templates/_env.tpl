@@ -80,6 +80,7 @@ AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS: {{ int64 $v.aicr.download.attempts | toStri
 AICR_RUNNER_AICR__DOWNLOAD_TIMEOUT_SECONDS: {{ $v.aicr.download.timeoutSeconds | toString | quote }}
 AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS: {{ $v.aicr.download.budgetSeconds | toString | quote }}
 AICR_RUNNER_DEPLOY__FAIL_ON_COMPONENT_FAILURE: {{ include "nvidia-aicr.bool" $v.deploy.failOnComponentFailure | quote }}
+AICR_RUNNER_DEPLOY__HELM_APPLY: {{ toString $v.deploy.helmApply | quote }}
 AICR_RUNNER_LEASE__DURATION_SECONDS: {{ int64 $v.lease.durationSeconds | toString | quote }}
 AICR_RUNNER_LEASE__WAIT_SECONDS: {{ int64 $v.lease.waitSeconds | toString | quote }}
 AICR_RUNNER_VALIDATE__HISTORY_LIMIT: {{ int64 $v.validate.historyLimit | toString | quote }}
