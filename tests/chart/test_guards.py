@@ -8,6 +8,7 @@ with --skip-schema-validation, the switch Argo CD and Flux users can turn on.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -578,3 +579,25 @@ def test_the_guards_run_for_the_pack_auth_secret_too() -> None:
     )
     assert result.error == ANY_ACCELERATOR
     assert "secret-pack-auth.yaml" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (True, "got boolean, want string"),
+        ("true", "value must be one of 'client', 'server', 'auto'"),
+        ("ssa", "value must be one of 'client', 'server', 'auto'"),
+        ("Client", "value must be one of 'client', 'server', 'auto'"),
+    ],
+)
+def test_deploy_helm_apply_is_one_of_its_three_words(value: object, reason: str) -> None:
+    rejects_by_schema({"deploy": {"helmApply": value}}, "/deploy/helmApply", reason)
+
+
+@pytest.mark.parametrize("value", ["client", "server", "auto"])
+def test_deploy_helm_apply_reaches_the_runner_settings_configmap_not_the_pod_template(value: str) -> None:
+    result = renders({"deploy": {"helmApply": value}})
+    assert result.env_from["AICR_RUNNER_DEPLOY__HELM_APPLY"] == value
+    assert "HELM_APPLY" not in json.dumps(result.job)
+    # The default render's pod template is what it was before the setting (the Job's name).
+    assert result.job["metadata"]["name"] == renders().job["metadata"]["name"]

@@ -248,6 +248,7 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("download retries", {"aicrDownload": {"attempts": 3, "timeoutSeconds": 30, "budgetSeconds": 120}}, False),
     ("budgets", {"dataPackPullBudgetSeconds": 60, "kubeWriteBudgetSeconds": 30}, False),
     ("component failure gate", {"deploy": {"failOnComponentFailure": True}}, False),
+    ("helm apply method", {"deploy": {"helmApply": "server"}}, False),
     (
         "service account annotations",
         {"serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "x"}}},

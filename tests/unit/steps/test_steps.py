@@ -320,8 +320,15 @@ def test_assert_only_skips(tmp_path: Path, state: State, expected: str) -> None:
 HELM_VERSION = "v4.3.1"
 
 
-def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -> RunContext:
-    """A context whose PATH has a `helm` and whose recipe has gpu-operator in gpu-operator."""
+def deploy_context(
+    tmp_path: Path,
+    helm_output: list[str],
+    helm_exit: int = 0,
+    *,
+    helm_version: str = HELM_VERSION,
+    env: Mapping[str, str] | None = None,
+) -> RunContext:
+    """A context whose PATH has a `helm` (``helm_version``) and whose recipe has gpu-operator in gpu-operator."""
     from aicr_runner.aicr.recipe import Component, RecipeSummary
 
     bin_dir = tmp_path / "bin"
@@ -335,12 +342,12 @@ def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -
                 self.calls.append(list(argv))
                 # deploy.helmApply asks deploy.sh's helm its version (helm.apply).
                 version = argv[1] == "version"
-                for line in [HELM_VERSION] if version else helm_output:
+                for line in [helm_version] if version else helm_output:
                     kw["on_line"](line)
                 return ProcessResult(exit_code=0 if version else helm_exit, log_path=kw["log_path"], interrupted=False)
             return super().run(argv, **kw)
 
-    ctx = context(tmp_path, Processes(lines=["✓ All components installed successfully."]))
+    ctx = context(tmp_path, Processes(lines=["✓ All components installed successfully."]), **(env or {}))
     ctx = rewired(ctx, environ={"PATH": str(bin_dir)})
     ctx.findings.recipe_summary = RecipeSummary(components=(Component("gpu-operator", namespace="gpu-operator"),))
     (tmp_path / "bundle").mkdir()
