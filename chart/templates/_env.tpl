@@ -10,6 +10,8 @@ Helm 3 and Helm 4 give the same bytes: no nulls, no number formats.
 Credentials (Secret contents) are in neither map.
 "nvidia-aicr.runnerSettingsEnv": the runner-settings ConfigMap, the settings that
 may change without a new Job (log.format, lease timing, download retries, ...).
+A line inside `if` is a setting rendered only when its value is not the chart's
+default (omit_default): unchanged values render what they did before it existed.
 */}}
 
 {{- define "nvidia-aicr.runtimeEnv" -}}
@@ -46,6 +48,9 @@ AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.bundle.storageClass | quote }}
 AICR_RUNNER_DEPLOY__FLAGS: {{ toString $v.deploy.flags | quote }}
 AICR_RUNNER_DEPLOY__ARGS: {{ toJson (default list $v.deploy.args) | quote }}
 AICR_RUNNER_DEPLOY__ENABLED: {{ include "nvidia-aicr.bool" $v.deploy.enabled | quote }}
+{{- if ne (toString $v.deploy.helmApply) "client" }}
+AICR_RUNNER_DEPLOY__HELM_APPLY: {{ toString $v.deploy.helmApply | quote }}
+{{- end }}
 AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER: {{ include "nvidia-aicr.bool" $v.environment.preinstalledDriver | quote }}
 AICR_RUNNER_VALIDATE__FLAGS: {{ toString $v.validate.flags | quote }}
 AICR_RUNNER_VALIDATE__ARGS: {{ toJson (default list $v.validate.args) | quote }}
@@ -80,7 +85,6 @@ AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS: {{ int64 $v.aicr.download.attempts | toStri
 AICR_RUNNER_AICR__DOWNLOAD_TIMEOUT_SECONDS: {{ $v.aicr.download.timeoutSeconds | toString | quote }}
 AICR_RUNNER_AICR__DOWNLOAD_BUDGET_SECONDS: {{ $v.aicr.download.budgetSeconds | toString | quote }}
 AICR_RUNNER_DEPLOY__FAIL_ON_COMPONENT_FAILURE: {{ include "nvidia-aicr.bool" $v.deploy.failOnComponentFailure | quote }}
-AICR_RUNNER_DEPLOY__HELM_APPLY: {{ toString $v.deploy.helmApply | quote }}
 AICR_RUNNER_LEASE__DURATION_SECONDS: {{ int64 $v.lease.durationSeconds | toString | quote }}
 AICR_RUNNER_LEASE__WAIT_SECONDS: {{ int64 $v.lease.waitSeconds | toString | quote }}
 AICR_RUNNER_VALIDATE__HISTORY_LIMIT: {{ int64 $v.validate.historyLimit | toString | quote }}

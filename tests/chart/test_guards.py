@@ -8,7 +8,6 @@ with --skip-schema-validation, the switch Argo CD and Flux users can turn on.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -594,10 +593,16 @@ def test_deploy_helm_apply_is_one_of_its_three_words(value: object, reason: str)
     rejects_by_schema({"deploy": {"helmApply": value}}, "/deploy/helmApply", reason)
 
 
-@pytest.mark.parametrize("value", ["client", "server", "auto"])
-def test_deploy_helm_apply_reaches_the_runner_settings_configmap_not_the_pod_template(value: str) -> None:
+@pytest.mark.parametrize("value", ["server", "auto"])
+def test_deploy_helm_apply_reaches_the_pod_template_when_it_is_not_the_default(value: str) -> None:
     result = renders({"deploy": {"helmApply": value}})
-    assert result.env_from["AICR_RUNNER_DEPLOY__HELM_APPLY"] == value
-    assert "HELM_APPLY" not in json.dumps(result.job)
-    # The default render's pod template is what it was before the setting (the Job's name).
-    assert result.job["metadata"]["name"] == renders().job["metadata"]["name"]
+    assert {"name": "AICR_RUNNER_DEPLOY__HELM_APPLY", "value": value} in result.env_list
+    assert "AICR_RUNNER_DEPLOY__HELM_APPLY" not in result.env_from
+
+
+def test_deploy_helm_apply_at_its_default_renders_nothing() -> None:
+    # The render of unchanged values stays what it was before the setting existed
+    # (the Job's name, and tests/chart/renamed-values.json's digests of whole renders).
+    default, client = renders(), renders({"deploy": {"helmApply": "client"}})
+    assert "HELM_APPLY" not in default.stdout
+    assert client.stdout == default.stdout

@@ -238,6 +238,8 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("global image registry", {"global": {"imageRegistry": "mirror.example.com"}}, True),
     ("service account", {"serviceAccount": {"name": "gpu-installer"}}, True),
     ("extra volumes", {"job": {"extraVolumes": [{"name": "ca", "emptyDir": {}}]}}, True),
+    ("helm apply method", {"deploy": {"helmApply": "auto"}}, True),
+    ("helm apply method at its default", {"deploy": {"helmApply": "client"}}, False),
     # Not in the pod template: the same Job, no re-run.
     ("logFormat", {"logFormat": "json"}, False),
     ("TTL", {"job": {"ttlSecondsAfterFinished": 3600}}, False),
@@ -248,7 +250,6 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("download retries", {"aicrDownload": {"attempts": 3, "timeoutSeconds": 30, "budgetSeconds": 120}}, False),
     ("budgets", {"dataPackPullBudgetSeconds": 60, "kubeWriteBudgetSeconds": 30}, False),
     ("component failure gate", {"deploy": {"failOnComponentFailure": True}}, False),
-    ("helm apply method", {"deploy": {"helmApply": "server"}}, False),
     (
         "service account annotations",
         {"serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "x"}}},

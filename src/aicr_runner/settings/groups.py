@@ -568,8 +568,9 @@ class DeploySettings(StepArgs):
         ),
         into="configmap",
     )
-    #: Words, not a boolean: ``auto`` is Helm 4's own third choice. In the ConfigMap, not
-    #: the pod template: a default render stays byte for byte what it was (the Job's name).
+    #: Words, not a boolean: ``auto`` is Helm 4's own third choice. In the pod template (a
+    #: change re-runs the install with it), rendered only when not ``client``: a default
+    #: render stays byte for byte what it was before the setting (the Job's name).
     helm_apply: HelmApply = setting(
         HelmApply.CLIENT,
         doc=(
@@ -583,9 +584,10 @@ class DeploySettings(StepArgs):
             "bundle's values need (aicr's kube-prometheus-stack values set `storageSpec.emptyDir: null`, which the "
             "Prometheus CRD refuses under server-side apply). `server` (`--server-side=true`): Helm 4 only (exit 2 "
             "with a Helm 3). `auto`: no flag, Helm 4's default (a new release server-side, an upgrade the way its "
-            "release was last applied). Read when the run starts: changing it alone does not re-run the install."
+            "release was last applied). A change gives a new Job (the install runs again with it)."
         ),
-        into="configmap",
+        into="pod",
+        omit_default=True,
     )
 
     @property
