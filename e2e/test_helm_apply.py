@@ -150,6 +150,24 @@ def test_server_and_auto_apply_a_new_release_server_side_which_sends_the_null(
     assert (status["info"]["status"], status["apply_method"]) == ("failed", "ssa")
 
 
+def test_client_upgrades_a_release_an_earlier_run_installed_server_side(
+    helm: Helm, control_plane: ControlPlane, namespace: str, chart: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # Values without the null, so that the server-side install succeeds (a runner before deploy.helmApply).
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump({"storage": {"emptyDir": {}}}))
+    before = guarded(helm, Path(helm.binary), HelmApply.SERVER, tmp_path / "guard-server")
+    before.run("upgrade", "--install", "earlier", str(chart[0]), "-n", namespace, "-f", str(plain))
+    status = json.loads(helm.run("status", "earlier", "-n", namespace, "-o", "json").stdout)
+    assert (status["info"]["status"], status["apply_method"]) == ("deployed", "ssa")
+    after = guarded(helm, Path(helm.binary), HelmApply.CLIENT, tmp_path / "guard-client")
+    done = install(after, chart, namespace, "earlier")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(helm.run("status", "earlier", "-n", namespace, "-o", "json").stdout)
+    assert (status["info"]["status"], status["version"], status["apply_method"]) == ("deployed", 2, "csa")
+    assert "emptyDir" not in widget(control_plane, namespace, "earlier")["spec"]["storage"]
+
+
 def test_a_helm_3_gets_no_flag_and_applies_client_side_and_refuses_server(
     helm: Helm, control_plane: ControlPlane, namespace: str, chart: tuple[Path, Path], tmp_path: Path
 ) -> None:
