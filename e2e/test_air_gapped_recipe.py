@@ -92,8 +92,6 @@ COMPONENT_NAMESPACES = ("cert-manager", "monitoring", "skyhook", "gpu-operator",
                         "nvsentinel")  # fmt: skip
 #: What the real charts and the recipe's values do here (e2e/README.md): not the mirror's doing.
 KNOWN_FAILURES = {
-    # Helm 4's server-side apply keeps the bundle's `storageSpec.emptyDir: null`; the CRD refuses it.
-    "kube-prometheus-stack": 'spec.storage.emptyDir: Invalid value: "null"',
     # A Skyhook object needs skyhook-operator's mutating webhook (failurePolicy Fail), whose pod
     # cannot run (its image is pinned by a digest no stand-in has) and Services have no proxy here.
     "skyhook-customizations": 'failed calling webhook "mutate-skyhook.nvidia.com"',
@@ -503,6 +501,7 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
     assert sorted(run.report["failedComponents"]) == sorted(KNOWN_FAILURES), run.report["failedComponents"]
     for component, why in KNOWN_FAILURES.items():
         assert why in run.deploy_log, (component, run.deploy_log[-3000:])
+    _assert_applied_client_side(control_plane)
     assert "--repo" not in run.deploy_sh
     assert f"oci://{second.host}/{PREFIX}/" in run.deploy_sh
     # Least privilege: the installer bound to the chart's ClusterRole, never refused a request.
@@ -537,6 +536,17 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         f"(validate {run.validate_seconds:.1f}s: {tests}), {len(pulled)} images pulled through the second mirror, "
         f"pods that cannot pull {outcome.stuck}; whole test {time.monotonic() - started:.1f}s"
     )
+
+
+def _assert_applied_client_side(plane: ControlPlane) -> None:
+    """deploy.helmApply's default (`client`): Helm 4 applied kube-prometheus-stack with
+    ``--server-side=false``, so the bundle's ``storageSpec.emptyDir: null`` was dropped, not
+    sent to the Prometheus CRD (which refuses it: ``spec.storage.emptyDir: Invalid value: "null"``)."""
+    [prometheus] = plane.admin.get("/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheuses")["items"]
+    helm_writes = {f["operation"] for f in prometheus["metadata"]["managedFields"] if f["manager"] == "helm"}
+    assert helm_writes == {"Update"}, prometheus["metadata"]["managedFields"]
+    assert "emptyDir" not in prometheus["spec"]["storage"], prometheus["spec"]["storage"]
+    assert "volumeClaimTemplate" in prometheus["spec"]["storage"], prometheus["spec"]["storage"]
 
 
 def _printed_values(output: str) -> dict[str, str]:

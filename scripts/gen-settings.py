@@ -78,6 +78,8 @@ Helm 3 and Helm 4 give the same bytes: no nulls, no number formats.
 Credentials (Secret contents) are in neither map.
 "nvidia-aicr.runnerSettingsEnv": the runner-settings ConfigMap, the settings that
 may change without a new Job (log.format, lease timing, download retries, ...).
+A line inside `if` is a setting rendered only when its value is not the chart's
+default (omit_default): unchanged values render what they did before it existed.
 */}}
 """
 
@@ -109,8 +111,19 @@ def env_lines(into: str) -> list[str]:
             rendered = expression(field, facts["chart"])
         else:
             raise SystemExit(f"gen-settings: {name} is rendered into the {into} but has neither chart= nor render=")
-        lines.append(f"{ENV_PREFIX}{name}: {rendered}")
+        line = f"{ENV_PREFIX}{name}: {rendered}"
+        lines.extend(when_not_default(name, field, facts, line) if facts.get("omit_default") == "True" else [line])
     return lines
+
+
+def when_not_default(name: str, field: FieldInfo, facts: dict[str, str], line: str) -> list[str]:
+    """``line`` only when the chart value is not its default (``setting(omit_default=True)``):
+    a text setting, compared as the chart renders it (``toString``)."""
+    default = chart_default(field)
+    text = default.value if isinstance(default, Enum) else default
+    if "render" in facts or "chart" not in facts or not isinstance(text, str):
+        raise SystemExit(f"gen-settings: {name}: omit_default takes a text setting rendered from its chart value")
+    return [f"{{{{- if ne (toString $v.{facts['chart']}) {json.dumps(text)} }}}}", line, "{{- end }}"]
 
 
 def env_map() -> str:

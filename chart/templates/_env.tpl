@@ -10,6 +10,8 @@ Helm 3 and Helm 4 give the same bytes: no nulls, no number formats.
 Credentials (Secret contents) are in neither map.
 "nvidia-aicr.runnerSettingsEnv": the runner-settings ConfigMap, the settings that
 may change without a new Job (log.format, lease timing, download retries, ...).
+A line inside `if` is a setting rendered only when its value is not the chart's
+default (omit_default): unchanged values render what they did before it existed.
 */}}
 
 {{- define "nvidia-aicr.runtimeEnv" -}}
@@ -46,6 +48,9 @@ AICR_RUNNER_BUNDLE__STORAGE_CLASS: {{ toString $v.bundle.storageClass | quote }}
 AICR_RUNNER_DEPLOY__FLAGS: {{ toString $v.deploy.flags | quote }}
 AICR_RUNNER_DEPLOY__ARGS: {{ toJson (default list $v.deploy.args) | quote }}
 AICR_RUNNER_DEPLOY__ENABLED: {{ include "nvidia-aicr.bool" $v.deploy.enabled | quote }}
+{{- if ne (toString $v.deploy.helmApply) "client" }}
+AICR_RUNNER_DEPLOY__HELM_APPLY: {{ toString $v.deploy.helmApply | quote }}
+{{- end }}
 AICR_RUNNER_ENVIRONMENT__PREINSTALLED_DRIVER: {{ include "nvidia-aicr.bool" $v.environment.preinstalledDriver | quote }}
 AICR_RUNNER_VALIDATE__FLAGS: {{ toString $v.validate.flags | quote }}
 AICR_RUNNER_VALIDATE__ARGS: {{ toJson (default list $v.validate.args) | quote }}

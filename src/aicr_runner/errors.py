@@ -83,7 +83,8 @@ class ExitCode(IntEnum):
     #: A result ConfigMap (verdict, evidence, status) could not be written; also a
     #: run whose final status could not be written (it never claims it was).
     CAPTURE_FAILED = 26
-    #: A required program (aicr, bash, deploy.sh) is missing or not executable.
+    #: A required program (aicr, bash, deploy.sh) is missing or not executable, or
+    #: deploy.sh's helm does not say its version (deploy.helmApply needs it).
     TOOL_MISSING = 27
     #: A Helm release of this bundle is pending (an interrupted helm operation);
     #: deploy.sh would fail on it ("another operation is in progress").

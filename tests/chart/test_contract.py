@@ -16,7 +16,18 @@ import pytest
 import yaml
 
 from aicr_runner.errors import ConfigError
-from aicr_runner.settings.config import Arch, LogFormat, Phase, PublishMode, RunnerSettings, env_var_names, load
+from aicr_runner.settings.config import (
+    Arch,
+    HelmApply,
+    LogFormat,
+    Phase,
+    PublishMode,
+    RunnerSettings,
+    env_var_names,
+    load,
+)
+from aicr_runner.settings.model import chart_facts
+from aicr_runner.settings.runner import leaves
 from aicr_runner.settings.values_file import regrouped
 from tests.chart.helm import NAMESPACE, ROOT, Rendered, merge, render, renders
 
@@ -37,9 +48,24 @@ def example_values(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
 
 
-CASES: dict[str, dict[str, Any]] = {"defaults+criteria": {"accelerator": "h100"}} | {
-    path.name: example_values(path) for path in EXAMPLES
-}
+#: The variables the chart renders only when their chart value is not its default
+#: (``setting(omit_default=True)``), each with a value that is not.
+WHEN_NOT_DEFAULT = {"AICR_RUNNER_DEPLOY__HELM_APPLY": ("deploy", "helmApply", "auto")}
+ALL_SET = "defaults+criteria, every setting rendered only when not at its default"
+
+CASES: dict[str, dict[str, Any]] = (
+    {"defaults+criteria": {"accelerator": "h100"}}
+    | {path.name: example_values(path) for path in EXAMPLES}
+    | {ALL_SET: merge({"accelerator": "h100"}, {g: {k: v} for g, k, v in WHEN_NOT_DEFAULT.values()})}
+)
+
+
+def test_every_setting_rendered_only_when_not_at_its_default_has_a_sample() -> None:
+    marked = {PREFIX + name for name, field in leaves() if chart_facts(field).get("omit_default")}
+    assert marked == set(WHEN_NOT_DEFAULT)
+    assert {".".join(s[:2]) for s in WHEN_NOT_DEFAULT.values()} == {
+        chart_facts(field)["chart"] for name, field in leaves() if PREFIX + name in marked
+    }
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -48,7 +74,8 @@ def test_every_runtime_setting_is_rendered_and_nothing_else(name: str) -> None:
     rendered = [entry["name"] for entry in result.env_list if entry["name"].startswith(PREFIX)]
     rendered += [name for name in result.env_from if name.startswith(PREFIX)]
     assert len(rendered) == len(set(rendered)), "an AICR_RUNNER_* variable is rendered twice"
-    assert set(rendered) == set(env_var_names())
+    # The examples leave those at their defaults: the runtime's default then applies.
+    assert set(rendered) == set(env_var_names()) - (set() if name == ALL_SET else set(WHEN_NOT_DEFAULT))
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -86,6 +113,7 @@ def test_defaults_mean_the_runtime_defaults_except_where_the_chart_decides() -> 
     assert settings.aicr.download_budget_seconds == 600.0
     assert settings.deploy.flags == "--best-effort --no-wait"
     assert settings.deploy.best_effort is True
+    assert settings.deploy.helm_apply is HelmApply.CLIENT  # not rendered: the runtime's default
     assert settings.recipe.configmap == "aicr-recipe"
     assert settings.validate.result_configmap == "aicr-validate-result"
     assert settings.validate.evidence_configmap == "aicr-evidence-bundle"
@@ -181,4 +209,5 @@ def test_an_unknown_runtime_variable_would_be_refused() -> None:
     env = renders().env | {"AICR_RUNNER_NOT_A_SETTING": "x"}
     with pytest.raises(ConfigError, match="AICR_RUNNER_NOT_A_SETTING"):
         load(env)
-    assert runner_names(renders()) == set(env_var_names())
+    assert runner_names(renders()) == set(env_var_names()) - set(WHEN_NOT_DEFAULT)
+    assert runner_names(renders(CASES[ALL_SET])) == set(env_var_names())

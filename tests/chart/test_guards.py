@@ -578,3 +578,31 @@ def test_the_guards_run_for_the_pack_auth_secret_too() -> None:
     )
     assert result.error == ANY_ACCELERATOR
     assert "secret-pack-auth.yaml" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (True, "got boolean, want string"),
+        ("true", "value must be one of 'client', 'server', 'auto'"),
+        ("ssa", "value must be one of 'client', 'server', 'auto'"),
+        ("Client", "value must be one of 'client', 'server', 'auto'"),
+    ],
+)
+def test_deploy_helm_apply_is_one_of_its_three_words(value: object, reason: str) -> None:
+    rejects_by_schema({"deploy": {"helmApply": value}}, "/deploy/helmApply", reason)
+
+
+@pytest.mark.parametrize("value", ["server", "auto"])
+def test_deploy_helm_apply_reaches_the_pod_template_when_it_is_not_the_default(value: str) -> None:
+    result = renders({"deploy": {"helmApply": value}})
+    assert {"name": "AICR_RUNNER_DEPLOY__HELM_APPLY", "value": value} in result.env_list
+    assert "AICR_RUNNER_DEPLOY__HELM_APPLY" not in result.env_from
+
+
+def test_deploy_helm_apply_at_its_default_renders_nothing() -> None:
+    # The render of unchanged values stays what it was before the setting existed
+    # (the Job's name, and tests/chart/renamed-values.json's digests of whole renders).
+    default, client = renders(), renders({"deploy": {"helmApply": "client"}})
+    assert "HELM_APPLY" not in default.stdout
+    assert client.stdout == default.stdout

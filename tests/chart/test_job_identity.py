@@ -238,6 +238,8 @@ CHANGES: list[tuple[str, dict[str, Any], bool]] = [
     ("global image registry", {"global": {"imageRegistry": "mirror.example.com"}}, True),
     ("service account", {"serviceAccount": {"name": "gpu-installer"}}, True),
     ("extra volumes", {"job": {"extraVolumes": [{"name": "ca", "emptyDir": {}}]}}, True),
+    ("helm apply method", {"deploy": {"helmApply": "auto"}}, True),
+    ("helm apply method at its default", {"deploy": {"helmApply": "client"}}, False),
     # Not in the pod template: the same Job, no re-run.
     ("logFormat", {"logFormat": "json"}, False),
     ("TTL", {"job": {"ttlSecondsAfterFinished": 3600}}, False),

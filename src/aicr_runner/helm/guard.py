@@ -15,8 +15,13 @@ deploy.sh is between two components, its trap exits 130, and every release is
 in a settled state. Only when the grace period runs out first is helm cut (and
 the next run recovers the release it left pending).
 
-``python -m aicr_runner.helm.guard <real-helm> <state-dir> <helm args...>`` is the
-shim's body; it imports nothing but the standard library (it starts per call).
+The shim also carries deploy.helmApply: given an apply flag (``--server-side=false``
+or ``=true``, ``helm.apply``), it puts it into every ``helm install`` and ``helm
+upgrade`` right after the subcommand word, so a ``--server-side`` deploy.sh itself
+passes later on the line still wins (helm's last flag does).
+
+``python -m aicr_runner.helm.guard [--server-side=...] <real-helm> <state-dir> <helm args...>``
+is the shim's body; it imports nothing but the standard library (it starts per call).
 """
 
 from __future__ import annotations
@@ -32,10 +37,14 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["MUTATING_COMMANDS", "HelmGuard", "install_guard", "main"]
+__all__ = ["APPLY_COMMANDS", "MUTATING_COMMANDS", "HelmGuard", "install_guard", "main", "real_helm", "with_apply_flag"]
 
 #: helm subcommands (and aliases) that change a release.
 MUTATING_COMMANDS = frozenset({"install", "upgrade", "rollback", "uninstall", "delete", "del", "un"})
+#: helm subcommands that apply a chart's objects (and take ``--server-side``).
+APPLY_COMMANDS = frozenset({"install", "upgrade"})
+#: The shim's own first argument, when there is an apply flag: the flag itself.
+APPLY_FLAG_PREFIX = "--server-side="
 LOCK_NAME = "helm.lock"
 STOP_NAME = "stop"
 #: deploy.sh's own "interrupted" code: the shim refused to start an operation.
@@ -43,14 +52,21 @@ REFUSED_EXIT = 130
 PREFIX = "aicr-runner helm-guard:"
 
 
-def install_guard(search_path: str | None, state_dir: Path) -> HelmGuard | None:
-    """deploy.sh's helm (the one on ``search_path``) behind the guard, its state in
-    ``state_dir``; None without a helm on that path."""
+def real_helm(search_path: str | None) -> str | None:
+    """deploy.sh's helm: the one on ``search_path`` (absolute), None without one."""
     helm = shutil.which("helm", path=search_path)
+    return None if helm is None else str(Path(helm).absolute())
+
+
+def install_guard(search_path: str | None, state_dir: Path, apply_flag: str = "") -> HelmGuard | None:
+    """deploy.sh's helm (the one on ``search_path``) behind the guard, its state in
+    ``state_dir``, ``apply_flag`` (``--server-side=...`` or "") put into each install
+    and upgrade; None without a helm on that path."""
+    helm = real_helm(search_path)
     if helm is None:
         return None
     guard = HelmGuard(state_dir)
-    guard.install(str(Path(helm).absolute()))
+    guard.install(helm, apply_flag=apply_flag)
     return guard
 
 
@@ -62,14 +78,17 @@ class HelmGuard:
         self.bin_dir = state_dir / "bin"
         self._held: int | None = None
 
-    def install(self, real_helm: str, python: str = sys.executable) -> Path:
+    def install(self, real_helm: str, python: str = sys.executable, *, apply_flag: str = "") -> Path:
+        if apply_flag and not apply_flag.startswith(APPLY_FLAG_PREFIX):
+            raise ValueError(f"not a helm apply flag: {apply_flag!r}")
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / STOP_NAME).unlink(missing_ok=True)
         shim = self.bin_dir / "helm"
+        flag = f"{shlex.quote(apply_flag)} " if apply_flag else ""
         shim.write_text(
             "#!/bin/sh\n"
             "# aicr-runner: stop deploy.sh only between helm operations (aicr_runner.helm.guard)\n"
-            f"exec {shlex.quote(python)} -m aicr_runner.helm.guard {shlex.quote(real_helm)} "
+            f"exec {shlex.quote(python)} -m aicr_runner.helm.guard {flag}{shlex.quote(real_helm)} "
             f'{shlex.quote(str(self.state_dir))} "$@"\n'
         )
         shim.chmod(0o755)
@@ -110,9 +129,26 @@ def _describe(args: list[str]) -> str:
     return " ".join(words) + (f" -n {namespace}" if namespace else "")
 
 
+def _command_index(args: list[str]) -> int | None:
+    """Where helm's subcommand is: the first argument not starting with ``-``."""
+    return next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+
+
+def with_apply_flag(args: list[str], apply_flag: str) -> list[str]:
+    """``args`` with ``apply_flag`` right after the subcommand word when that is
+    install or upgrade (found as ``main`` finds it); otherwise ``args`` as they are."""
+    index = _command_index(args)
+    if not apply_flag or index is None or args[index] not in APPLY_COMMANDS:
+        return list(args)
+    return [*args[: index + 1], apply_flag, *args[index + 1 :]]
+
+
 def main(argv: list[str] | None = None) -> int:
-    real_helm, state_dir, *args = argv if argv is not None else sys.argv[1:]
-    command = next((a for a in args if not a.startswith("-")), "")
+    argv = list(argv if argv is not None else sys.argv[1:])
+    apply_flag = argv.pop(0) if argv and argv[0].startswith(APPLY_FLAG_PREFIX) else ""
+    real_helm, state_dir, *args = argv
+    index = _command_index(args)
+    command = "" if index is None else args[index]
     if command not in MUTATING_COMMANDS:
         os.execv(real_helm, [real_helm, *args])  # noqa: S606 - the real helm, verbatim
     state = Path(state_dir)
@@ -126,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{PREFIX} helm {what} started at {_now()}", flush=True)
     code = 1
     with contextlib.suppress(KeyboardInterrupt):
-        code = subprocess.call([real_helm, *args])
+        code = subprocess.call([real_helm, *with_apply_flag(args, apply_flag)])
         code = 128 - code if code < 0 else code
     print(f"{PREFIX} helm {what} ended at {_now()} (exit {code}, {time.monotonic() - started:.1f}s)", flush=True)
     return code

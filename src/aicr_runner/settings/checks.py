@@ -38,6 +38,7 @@ __all__ = [
     "NON_CONCRETE_SERVICES",
     "SHOW_CHARS",
     "Arch",
+    "HelmApply",
     "Invalid",
     "ItemRefused",
     "LogFormat",
@@ -117,6 +118,18 @@ class ProvenanceMode(StrEnum):
     WARN = "warn"
     #: Do not verify.
     OFF = "off"
+
+
+class HelmApply(StrEnum):
+    """How deploy.sh's helm applies a release's objects (``helm install``/``upgrade``)."""
+
+    #: ``--server-side=false``: what the chart this replaces did (its Helm 3 knows no other).
+    CLIENT = "client"
+    #: ``--server-side=true``: Helm 4 only.
+    SERVER = "server"
+    #: No flag: Helm 4's own default (server-side for a new release, an upgrade keeps
+    #: the release's earlier method).
+    AUTO = "auto"
 
 
 class LogFormat(StrEnum):

@@ -54,6 +54,7 @@ def setting(
     chart_default: Any = ...,
     into: Into | None = None,
     render: str | None = None,
+    omit_default: bool = False,
     **field: Any,
 ) -> Any:
     """A setting's one definition: default, description (``doc``: the environment table),
@@ -64,8 +65,18 @@ def setting(
     ``legacy``: the value's earlier chart path, still honoured (the chart's compatibility
     layer and ``plan --values`` read it when ``chart`` is at its default; both set apart: refused).
     ``scripts/gen-settings.py`` writes the tables, the env map and values.yaml from these.
+    ``omit_default``: the chart renders the variable only when its value is not the chart's
+    default (a text setting added after fleets installed: their unchanged values must
+    render byte for byte what they did, so neither the Job's name nor anything else moves).
     ``default`` left out: none, or ``default_factory``; ``**field``: ``Field``'s own."""
-    facts = (("chart", chart), ("legacy", legacy), ("chart_doc", chart_doc), ("into", into), ("render", render))
+    facts = (
+        ("chart", chart),
+        ("legacy", legacy),
+        ("chart_doc", chart_doc),
+        ("into", into),
+        ("render", render),
+        ("omit_default", omit_default),
+    )
     extra: dict[str, Any] = {key: value for key, value in facts if value}
     if chart_default is not ...:
         extra[CHART_DEFAULT] = chart_default

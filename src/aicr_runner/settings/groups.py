@@ -21,6 +21,7 @@ from aicr_runner.settings.checks import (
     DEFAULT_RELEASE_BASE_URL,
     ENV_PREFIX,
     Arch,
+    HelmApply,
     ProvenanceMode,
     absolute_path,
 )
@@ -566,6 +567,27 @@ class DeploySettings(StepArgs):
             "install."
         ),
         into="configmap",
+    )
+    #: Words, not a boolean: ``auto`` is Helm 4's own third choice. In the pod template (a
+    #: change re-runs the install with it), rendered only when not ``client``: a default
+    #: render stays byte for byte what it was before the setting (the Job's name).
+    helm_apply: HelmApply = setting(
+        HelmApply.CLIENT,
+        doc=(
+            "how deploy.sh's helm applies objects: `client` (`--server-side=false` on each helm install/upgrade), "
+            "`server` (`--server-side=true`, Helm 4 only: exit 2 with a Helm 3) or `auto` (no flag: Helm 4's default)"
+        ),
+        chart="deploy.helmApply",
+        chart_doc=(
+            "How deploy.sh's helm applies the components' objects; the runner adds the flag to each `helm install` "
+            "and `helm upgrade`. `client` (`--server-side=false`): what the bash chart's Helm 3 did, and what the "
+            "bundle's values need (aicr's kube-prometheus-stack values set `storageSpec.emptyDir: null`, which the "
+            "Prometheus CRD refuses under server-side apply). `server` (`--server-side=true`): Helm 4 only (exit 2 "
+            "with a Helm 3). `auto`: no flag, Helm 4's default (a new release server-side, an upgrade the way its "
+            "release was last applied). A change gives a new Job (the install runs again with it)."
+        ),
+        into="pod",
+        omit_default=True,
     )
 
     @property

@@ -12,12 +12,13 @@ from aicr_runner.aicr.progress import ProgressPublisher
 from aicr_runner.aicr.relays import aicr_relay, deploy_relay
 from aicr_runner.children.process import child_env
 from aicr_runner.errors import InterruptedRun
-from aicr_runner.helm.guard import install_guard
+from aicr_runner.helm import apply
+from aicr_runner.helm.guard import install_guard, real_helm
 from aicr_runner.helm.pending import PendingReleases
 from aicr_runner.run.machine import State
 from aicr_runner.steps.context import RunContext
 
-__all__ = ["bundled_components", "pending_releases", "run_deploy_sh"]
+__all__ = ["bundled_components", "helm_apply_flag", "pending_releases", "run_deploy_sh"]
 
 
 def bundled_components(ctx: RunContext) -> int:
@@ -41,10 +42,20 @@ def pending_releases(ctx: RunContext) -> PendingReleases:
     )
 
 
+def helm_apply_flag(ctx: RunContext) -> str:
+    """The flag deploy.helmApply gives deploy.sh's helm (``helm.apply``); "" without a helm."""
+    helm = real_helm(ctx.config.environ.get("PATH"))
+    if helm is None:
+        return ""
+    log_path = ctx.work / "logs" / "helm-version.log"
+    return apply.apply_flag(ctx.settings.deploy.helm_apply, helm, ctx.externals.processes, ctx.config.environ, log_path)
+
+
 def run_deploy_sh(ctx: RunContext, markers: classify.DeployMarkers) -> int:
-    """deploy.sh's exit code; its helm behind the guard (when there is a helm),
-    its output relayed and read by ``markers``, its progress published as it goes."""
-    guard = install_guard(ctx.config.environ.get("PATH"), ctx.work / "helm-guard")
+    """deploy.sh's exit code; its helm behind the guard (when there is a helm), which
+    puts deploy.helmApply's flag into each install and upgrade; its output relayed and
+    read by ``markers``, its progress published as it goes."""
+    guard = install_guard(ctx.config.environ.get("PATH"), ctx.work / "helm-guard", helm_apply_flag(ctx))
     env = child_env(ctx.config.environ)
     if guard is not None:
         env["PATH"] = os.pathsep.join([str(guard.bin_dir), env.get("PATH", "")])

@@ -60,6 +60,14 @@ def test_a_pin_never_crosses_architectures() -> None:
     assert s.aicr.pin == ""
 
 
+@pytest.mark.parametrize("word", ["client", "server", "auto"])
+def test_helm_apply_takes_its_three_words_and_defaults_to_client(word: str) -> None:
+    from aicr_runner.settings.config import HelmApply
+
+    assert load(BASE).deploy.helm_apply is HelmApply.CLIENT
+    assert load({**BASE, "AICR_RUNNER_DEPLOY__HELM_APPLY": word}).deploy.helm_apply is HelmApply(word)
+
+
 def test_best_effort_is_found_in_the_args_list_too() -> None:
     s = load({**BASE, "AICR_RUNNER_DEPLOY__FLAGS": "", "AICR_RUNNER_DEPLOY__ARGS": '["--best-effort"]'})
     assert s.deploy.best_effort is True
@@ -97,6 +105,10 @@ def test_best_effort_is_found_in_the_args_list_too() -> None:
             "RECIPE__EXPECT__MIN_COMPONENTS='x': allowed: a whole number",
         ),
         ({"AICR_RUNNER_LOG_FORMAT": "xml"}, "AICR_RUNNER_LOG_FORMAT='xml': allowed: 'console' or 'json'"),
+        (
+            {"AICR_RUNNER_DEPLOY__HELM_APPLY": "false"},
+            "AICR_RUNNER_DEPLOY__HELM_APPLY='false': allowed: 'client', 'server' or 'auto'",
+        ),
         ({"AICR_RUNNER_STATUS_CONFIGMAP": "Bad_Name"}, "AICR_RUNNER_STATUS_CONFIGMAP='Bad_Name': must be empty or"),
         ({"AICR_RUNNER_PACK__REF": "oci://x/y:1"}, "AICR_RUNNER_PACK__REF='oci://x/y:1': must be an OCI reference"),
         ({"AICR_RUNNER_CRITERIA__SERVCE": "eks"}, "AICR_RUNNER_CRITERIA__SERVCE: unknown setting"),

@@ -316,8 +316,19 @@ def test_assert_only_skips(tmp_path: Path, state: State, expected: str) -> None:
     assert ctx.externals.processes.calls == []  # type: ignore[attr-defined]
 
 
-def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -> RunContext:
-    """A context whose PATH has a `helm` and whose recipe has gpu-operator in gpu-operator."""
+#: What the stub helm says to ``helm version --template {{.Version}}``.
+HELM_VERSION = "v4.3.1"
+
+
+def deploy_context(
+    tmp_path: Path,
+    helm_output: list[str],
+    helm_exit: int = 0,
+    *,
+    helm_version: str = HELM_VERSION,
+    env: Mapping[str, str] | None = None,
+) -> RunContext:
+    """A context whose PATH has a `helm` (``helm_version``) and whose recipe has gpu-operator in gpu-operator."""
     from aicr_runner.aicr.recipe import Component, RecipeSummary
 
     bin_dir = tmp_path / "bin"
@@ -329,12 +340,14 @@ def deploy_context(tmp_path: Path, helm_output: list[str], helm_exit: int = 0) -
         def run(self, argv: Sequence[str], **kw: Any) -> ProcessResult:
             if argv[0].endswith("helm"):
                 self.calls.append(list(argv))
-                for line in helm_output:
+                # deploy.helmApply asks deploy.sh's helm its version (helm.apply).
+                version = argv[1] == "version"
+                for line in [helm_version] if version else helm_output:
                     kw["on_line"](line)
-                return ProcessResult(exit_code=helm_exit, log_path=kw["log_path"], interrupted=False)
+                return ProcessResult(exit_code=0 if version else helm_exit, log_path=kw["log_path"], interrupted=False)
             return super().run(argv, **kw)
 
-    ctx = context(tmp_path, Processes(lines=["✓ All components installed successfully."]))
+    ctx = context(tmp_path, Processes(lines=["✓ All components installed successfully."]), **(env or {}))
     ctx = rewired(ctx, environ={"PATH": str(bin_dir)})
     ctx.findings.recipe_summary = RecipeSummary(components=(Component("gpu-operator", namespace="gpu-operator"),))
     (tmp_path / "bundle").mkdir()
@@ -423,7 +436,7 @@ def recovery_context(tmp_path: Path, answers: dict[str, str], announced: list[st
             if argv[0].endswith("helm"):
                 helm_calls.append(list(argv[1:]))
                 if kw.get("on_line") is not None:
-                    kw["on_line"](answers.get(argv[1], ""))
+                    kw["on_line"](({"version": HELM_VERSION} | answers).get(argv[1], ""))
                 return ProcessResult(exit_code=0, log_path=kw["log_path"], interrupted=False)
             return super().run(argv, **kw)
 
