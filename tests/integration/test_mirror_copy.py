@@ -105,11 +105,11 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
     home = base / "home"
     home.mkdir()
     process, host = _serve_registry(base / "registry")
-    repo = base / "chart-repo"
-    repo.mkdir()
-    (repo / "cert-manager-v1.17.2.tgz").symlink_to(charts / "cert-manager-v1.17.2.tgz")
-    _tool(str(HELM), "repo", "index", str(repo), home=home)
-    try:
+    try:  # from here on, whatever fails stops the registry
+        repo = base / "chart-repo"
+        repo.mkdir()
+        (repo / "cert-manager-v1.17.2.tgz").symlink_to(charts / "cert-manager-v1.17.2.tgz")
+        _tool(str(HELM), "repo", "index", str(repo), home=home)
         _fill(host, home, base)
         with FolderMirror(repo) as served:
             yield Upstream(host, served.base_url, home)
@@ -233,11 +233,11 @@ def _archive_of_a_stopped_upstream(tmp_path: Path) -> tuple[Upstream, list[Item]
     home = tmp_path / "home"
     home.mkdir()
     process, up_host = _serve_registry(tmp_path / "upstream")
-    repo = tmp_path / "chart-repo"
-    repo.mkdir()
-    (repo / "cert-manager-v1.17.2.tgz").symlink_to(component_charts_dir() / "cert-manager-v1.17.2.tgz")
-    _tool(str(HELM), "repo", "index", str(repo), home=home)
-    try:
+    try:  # from here on, whatever fails stops the upstream (a missing test-data folder too)
+        repo = tmp_path / "chart-repo"
+        repo.mkdir()
+        (repo / "cert-manager-v1.17.2.tgz").symlink_to(component_charts_dir() / "cert-manager-v1.17.2.tgz")
+        _tool(str(HELM), "repo", "index", str(repo), home=home)
         _fill(up_host, home, tmp_path)
         with FolderMirror(repo) as served:
             up = Upstream(up_host, served.base_url, home)

@@ -60,7 +60,11 @@ def test_containerd_pulls_the_upstream_name_from_the_mirror(tmp_path: Path, cont
     home = tmp_path / "home"
     home.mkdir()
     upstream, up = _serve_registry(tmp_path / "upstream")
-    target_process, target = _serve_registry(tmp_path / "target")
+    try:
+        target_process, target = _serve_registry(tmp_path / "target")
+    except BaseException:
+        upstream.kill()  # the first registry must not outlive a second that did not start
+        raise
     try:
         (tmp_path / "driver.txt").write_text("a driver\n")
         _tool(str(ORAS), "push", "--plain-http", f"{up}/nvidia/driver:580", "driver.txt", home=home, cwd=tmp_path)
