@@ -51,11 +51,11 @@ def helm_apply_flag(ctx: RunContext) -> str:
     return apply.apply_flag(ctx.settings.deploy.helm_apply, helm, ctx.externals.processes, ctx.config.environ, log_path)
 
 
-def run_deploy_sh(ctx: RunContext, markers: classify.DeployMarkers) -> int:
+def run_deploy_sh(ctx: RunContext, markers: classify.DeployMarkers, apply_flag: str) -> int:
     """deploy.sh's exit code; its helm behind the guard (when there is a helm), which
-    puts deploy.helmApply's flag into each install and upgrade; its output relayed and
-    read by ``markers``, its progress published as it goes."""
-    guard = install_guard(ctx.config.environ.get("PATH"), ctx.work / "helm-guard", helm_apply_flag(ctx))
+    puts ``apply_flag`` (``helm_apply_flag``) into each install and upgrade; its output
+    relayed and read by ``markers``, its progress published as it goes."""
+    guard = install_guard(ctx.config.environ.get("PATH"), ctx.work / "helm-guard", apply_flag)
     env = child_env(ctx.config.environ)
     if guard is not None:
         env["PATH"] = os.pathsep.join([str(guard.bin_dir), env.get("PATH", "")])

@@ -366,6 +366,7 @@ class Steps:
     def deploy(self) -> StepResult:
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
+        apply_flag = deploy_run.helm_apply_flag(self.ctx)  # refused before any release is touched
         try:
             pending = deploy_run.pending_releases(self.ctx)
             recovered = pending.settle(self.found.recipe_summary, self.ctx.externals.lease)
@@ -378,7 +379,7 @@ class Steps:
             results_reported=self.ctx.behaviour.per_component_results,
             components=ComponentTable(total=deploy_run.bundled_components(self.ctx)),
         )
-        exit_code = deploy_run.run_deploy_sh(self.ctx, markers)
+        exit_code = deploy_run.run_deploy_sh(self.ctx, markers, apply_flag)
         upgrade.record_installed(self.ctx)
         verdict = classify.classify_deploy(
             exit_code,

@@ -50,3 +50,5 @@ def test_server_with_a_helm_3_fails_the_step_with_exit_2_before_deploy_sh(tmp_pa
     assert "server-side apply needs Helm 4" in reason
     calls = ctx.externals.processes.calls  # type: ignore[attr-defined]
     assert not any("deploy.sh" in " ".join(c) for c in calls), "deploy.sh never ran"
+    # Refused before the releases a stopped run left pending were looked at (helm list/status/rollback).
+    assert [c[1:] for c in calls if Path(c[0]).name == "helm"] == [["version", "--template", "{{.Version}}"]]

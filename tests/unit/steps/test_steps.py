@@ -362,7 +362,11 @@ def test_a_pending_release_of_the_bundle_stops_deploy_before_deploy_sh(tmp_path:
     assert "gpu-operator/gpu-operator (pending-upgrade)" in reason
     assert "helm rollback" in reason
     calls = ctx.externals.processes.calls  # type: ignore[attr-defined]
-    assert calls[0][1:] == ["list", "--all-namespaces", "--pending", "--output", "json"]
+    # deploy.helmApply's version question first (it touches no release), then the pending check.
+    assert [c[1:] for c in calls[:2]] == [
+        ["version", "--template", "{{.Version}}"],
+        ["list", "--all-namespaces", "--pending", "--output", "json"],
+    ]
     assert not any("deploy.sh" in " ".join(c) for c in calls), "deploy.sh never ran"
 
 
