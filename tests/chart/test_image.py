@@ -192,7 +192,7 @@ def test_the_lock_check_fails_when_pyproject_changes(tmp_path: Path) -> None:
 
 
 #: Import names that differ from their distribution's.
-_DISTRIBUTION = {"yaml": "pyyaml", "pydantic_settings": "pydantic-settings"}
+_DISTRIBUTION = {"yaml": "pyyaml", "pydantic_settings": "pydantic-settings", "zlib_ng": "zlib-ng"}
 
 
 def test_the_runtime_dependencies_are_exactly_what_src_imports() -> None:
