@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
 from aicr_runner.cli import main
-from tests.support.real_aicr import FolderMirror, RealAicr, RealAicrMissing, component_charts_dir, release_dir
+from tests.support.real_aicr import FolderMirror, RealAicr, RealAicrMissing, recipe_charts_dir, release_dir
 
 pytestmark = pytest.mark.helm
 
@@ -27,16 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def charts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
-        real = component_charts_dir()
+        # Stand-ins, labelled: the pinned versions were not buildable from public source here.
+        return recipe_charts_dir(tmp_path_factory.mktemp("charts"))
     except RealAicrMissing as exc:
         pytest.fail(str(exc), pytrace=False)
-    folder = tmp_path_factory.mktemp("charts")
-    for archive in real.glob("*.tgz"):
-        (folder / archive.name).symlink_to(archive)
-    # Stand-ins, labelled: the pinned versions were not buildable from public source here.
-    shutil.copy(real / "not-pinned" / "skyhook-operator-v0.13.1.tgz", folder / "skyhook-operator-v0.14.0.tgz")
-    (folder / "nvsentinel-v1.1.0.tgz").symlink_to(real / "not-pinned" / "nvsentinel-v1.1.0.tgz")
-    return folder
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -43,6 +43,7 @@ __all__ = [
     "component_charts_dir",
     "criteria_words",
     "extract_binary",
+    "recipe_charts_dir",
     "release_dir",
 ]
 
@@ -127,6 +128,22 @@ def component_charts_dir(environ: Mapping[str, str] | None = None) -> Path:
     if not (folder / "gpu-operator-v25.10.1.tgz").is_file():
         raise RealAicrMissing(f"{folder} holds no real component charts (set AICR_TEST_COMPONENT_CHARTS_DIR)")
     return folder
+
+
+def recipe_charts_dir(dest: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """``dest`` filled with the charts of the recipe eks/h100/training/ubuntu as
+    ``<chart>-<pinned version>.tgz``: the real ones, and the two stand-ins of
+    ``not-pinned/`` under the pinned file names (skyhook-operator v0.13.1 for the
+    pinned v0.14.0, which was not buildable from public source here; nvsentinel)."""
+    import shutil
+
+    real = component_charts_dir(environ)
+    dest.mkdir(parents=True, exist_ok=True)
+    for archive in real.glob("*.tgz"):
+        (dest / archive.name).symlink_to(archive)
+    shutil.copy(real / "not-pinned" / "skyhook-operator-v0.13.1.tgz", dest / "skyhook-operator-v0.14.0.tgz")
+    (dest / "nvsentinel-v1.1.0.tgz").symlink_to(real / "not-pinned" / "nvsentinel-v1.1.0.tgz")
+    return dest
 
 
 def expected_archive_sha256(folder: Path) -> str:
