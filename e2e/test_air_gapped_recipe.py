@@ -77,6 +77,7 @@ from e2e.test_real_aicr import SNAPSHOT, snapshot_configmap
 from e2e.test_real_validators import CHECKS, evidence
 from e2e.tools import REPO_ROOT, tool
 from e2e.validators import VALIDATOR_IMAGE, ValidatorsMissing, more_controllers, validator_archive, validator_image
+from tests.support.installing_doc import documented_extra_rules
 from tests.support.podman import PODMAN
 from tests.support.real_aicr import RealAicrMissing, component_charts_dir, extract_binary
 
@@ -107,25 +108,9 @@ BUNDLE_ARGS = [
 #: One image of the list the upstream holds as the stand-in.
 STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
 #: rbac.extraRules: the custom resources the recipe's charts and bundle create at install
-#: time, beyond the chart's least-privilege ClusterRole (docs/installing.md "Permissions").
-EXTRA_RULES = [
-    {
-        "apiGroups": [group],
-        "resources": resources,
-        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-    }
-    for group, resources in (
-        # kube-prometheus-stack, k8s-ephemeral-storage-metrics, nvsentinel
-        (
-            "monitoring.coreos.com",
-            ["alertmanagers", "prometheuses", "prometheusrules", "servicemonitors", "podmonitors"],
-        ),
-        ("nvidia.com", ["clusterpolicies"]),  # gpu-operator
-        ("kai.scheduler", ["configs", "schedulingshards"]),  # kai-scheduler
-        ("scheduling.run.ai", ["queues"]),  # kai-scheduler
-        ("skyhook.nvidia.com", ["skyhooks"]),  # skyhook-customizations (the bundle's manifest)
-    )
-]
+#: time, beyond the chart's least-privilege ClusterRole, as docs/installing.md
+#: "Permissions" gives them (tests/integration/test_rbac_extra_rules.py: exactly those).
+EXTRA_RULES = documented_extra_rules()
 CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller")
 AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
 

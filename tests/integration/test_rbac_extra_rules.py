@@ -39,6 +39,7 @@ from aicr_runner.aicr.recipe import load_recipe
 from aicr_runner.mirror.collect import Release, collect
 from aicr_runner.mirror.render import ChartRef, HelmRenderer
 from tests.chart.helm import helm_binary, renders
+from tests.support.installing_doc import documented_extra_rules
 from tests.support.real_aicr import RealAicr, RealAicrMissing, recipe_charts_dir
 
 pytestmark = pytest.mark.helm
@@ -228,15 +229,6 @@ def _chart_rules(extra_rules: Sequence[Mapping[str, Any]] = ()) -> tuple[list[An
     return result.one("ClusterRole")["rules"], result.one("Role")["rules"]
 
 
-def documented_rules() -> list[dict[str, Any]]:
-    """``rbac.extraRules`` of the YAML block in docs/installing.md's "Permissions" section."""
-    section = DOC.read_text().split("\n## Permissions\n", 1)[1].split("\n## ", 1)[0]
-    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "extraRules" in b]
-    assert len(blocks) == 1, f"{DOC}: expected one YAML block with rbac.extraRules under Permissions, got {len(blocks)}"
-    rules: list[dict[str, Any]] = yaml.safe_load(blocks[0])["rbac"]["extraRules"]
-    return rules
-
-
 def _pairs(rules: Iterable[Mapping[str, Any]]) -> list[Pair]:
     return [(group, resource) for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]]
 
@@ -256,7 +248,7 @@ def test_the_documented_extra_rules_are_exactly_what_the_charts_need(installed: 
     withheld = missing.pop(("", "namespaces"), None)
     assert withheld == NAMESPACE_VERBS_WITHHELD, f"namespaces: the ClusterRole now withholds {withheld}"
     assert needers[("", "namespaces")] == ["Namespace kai-resource-reservation (kai-scheduler chart)"]
-    documented = _pairs(documented_rules())
+    documented = _pairs(documented_extra_rules())
     assert len(documented) == len(set(documented)), f"{DOC}: a resource is listed twice:\n{_listing(documented)}"
     undocumented = set(missing) - set(documented)
     assert not undocumented, (
@@ -268,12 +260,12 @@ def test_the_documented_extra_rules_are_exactly_what_the_charts_need(installed: 
         f"{DOC.name}'s extraRules grant these, which the chart's ClusterRole already grants or the install "
         f"never creates:\n{_listing(unneeded)}"
     )
-    for rule in documented_rules():
+    for rule in documented_extra_rules():
         assert set(rule["verbs"]) >= HELM_VERBS, f"{DOC.name}: {rule} lacks {sorted(HELM_VERBS - set(rule['verbs']))}"
 
 
 def test_with_the_documented_rules_the_chart_grants_every_object(installed: list[Installed]) -> None:
     """The docs' block as values: the chart's ClusterRole then carries it, and only the
     Namespace's update and delete stay withheld."""
-    missing, needers = _not_granted(installed, *_chart_rules(documented_rules()))
+    missing, needers = _not_granted(installed, *_chart_rules(documented_extra_rules()))
     assert missing == {("", "namespaces"): NAMESPACE_VERBS_WITHHELD}, _listing(missing, needers)
