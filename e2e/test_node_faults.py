@@ -68,14 +68,20 @@ env = change_safety.env
 TICKING_HELM = """#!/bin/sh
 if [ "$1" = "upgrade" ]; then
   {helm} "$@" || exit $?
+  # The release: the first word after upgrade that is no flag (the runner's helm guard
+  # puts deploy.helmApply's --server-side=... right after the subcommand).
+  release=""
+  for word in "$@"; do
+    case "$word" in upgrade|-*) ;; *) release="$word"; break ;; esac
+  done
   tick=0
   until [ -e {gate}/open ]; do
     tick=$((tick + 1))
     if [ "$tick" -gt $(({timeout} * 5)) ]; then echo "test helm: gate {gate} not opened" >&2; exit 1; fi
-    echo "test helm: $3 held, tick $tick"
+    echo "test helm: $release held, tick $tick"
     sleep 0.2
   done
-  echo "test helm: $3 released after tick $tick"
+  echo "test helm: $release released after tick $tick"
   exit 0
 fi
 exec {helm} "$@"
