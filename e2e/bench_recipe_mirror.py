@@ -50,14 +50,12 @@ REPEAT = int(os.environ.get("BENCH_REPEAT", "3"))
 _RUNNER_COPY = """
 import json, sys
 from aicr_runner.mirror.copy import copy_all
-from aicr_runner.mirror.items import Item, Kind
+from aicr_runner.mirror.items import Item
 from aicr_runner.mirror.oras_copier import OrasCopier
 target, listing, oras, helm = sys.argv[1:5]
-items = [Item(**{**fields, "kind": Kind(fields["kind"])}) for fields in json.loads(open(listing).read())]
+items = [Item.from_json(entry) for entry in json.loads(open(listing).read())]
 copy_all(items, target, OrasCopier(oras, helm, plain_http=frozenset({target.removeprefix("oci://").split("/")[0]})))
 """
-#: The Item fields the runner's side rebuilds its items from.
-_FIELDS = ("kind", "reference", "digest", "chart_source", "chart_name", "version")
 
 
 @pytest.fixture
@@ -71,16 +69,9 @@ def target(tmp_path: Path) -> Iterator[Registry]:
 
 def _copied_items(listed: list[dict[str, object]], missing: list[str]) -> list[Item]:
     return [
-        Item(
-            Kind(str(i["kind"])),
-            str(i["reference"]),
-            digest=str(i.get("digest") or ""),
-            chart_source=str(i.get("repository", "")),
-            chart_name=str(i.get("chart", "")),
-            version=str(i.get("version", "")),
-        )
-        for i in listed
-        if i["kind"] != Kind.FILE.value and i["reference"] not in missing
+        Item.from_json(entry)
+        for entry in listed
+        if entry["kind"] != Kind.FILE.value and entry["reference"] not in missing
     ]
 
 
@@ -131,7 +122,7 @@ def test_measure_the_mirror_copy_of_the_recipe_list_beside_oras_and_helm(
 ) -> None:
     items = _copied_items(upstream.listed, upstream.missing)
     listing = tmp_path / "items.json"
-    listing.write_text(json.dumps([{name: str(getattr(i, name)) for name in _FIELDS} for i in items]))
+    listing.write_text(json.dumps([i.as_json() for i in items]))
     env = _env(tmp_path, upstream.network.ca_file)
     (tmp_path / "home").mkdir(exist_ok=True)
     oras, helm = str(tool("oras")), str(tool("helm"))

@@ -99,21 +99,6 @@ def _item_json(item: Item) -> dict[str, Any]:
     return item.as_json() | {"extra": dict(item.extra)}
 
 
-def _item_of(data: dict[str, Any]) -> Item:
-    return Item(
-        Kind(data["kind"]),
-        str(data["reference"]),
-        tuple(str(n) for n in data.get("neededBy") or ()),
-        str(data.get("digest") or ""),
-        data.get("size"),
-        str(data.get("repository") or ""),
-        str(data.get("chart") or ""),
-        str(data.get("version") or ""),
-        str(data.get("note") or ""),
-        {str(k): str(v) for k, v in (data.get("extra") or {}).items()},
-    )
-
-
 def read_archive(archive: Path, into: Path) -> ArchiveContents:
     """Unpack ``archive`` into ``into`` (a directory of its own) and read what it holds."""
     try:
@@ -134,7 +119,7 @@ def read_archive(archive: Path, into: Path) -> ArchiveContents:
     items, sources, charts = [], {}, {}
     for entry in manifest["entries"]:
         # The digest the archive recorded: the copy out of it must find the same (fail closed).
-        item = _item_of({**entry["item"], "digest": entry["digest"]})
+        item = Item.from_json({**entry["item"], "digest": entry["digest"]})
         items.append(item)
         if "layoutTag" in entry:
             sources[source_of(item)] = f"{LAYOUT}{into / 'oci'}:{entry['layoutTag']}"

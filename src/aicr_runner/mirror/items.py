@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -58,6 +59,23 @@ class Item:
         if self.note:
             out["note"] = self.note
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Item:
+        """The item ``as_json`` gave (``mirror --list -o json``), with ``extra`` when the
+        mapping carries it (an archive's manifest does)."""
+        return cls(
+            Kind(data["kind"]),
+            str(data["reference"]),
+            tuple(str(n) for n in data.get("neededBy") or ()),
+            str(data.get("digest") or ""),
+            data.get("size"),
+            str(data.get("repository") or ""),
+            str(data.get("chart") or ""),
+            str(data.get("version") or ""),
+            str(data.get("note") or ""),
+            {str(k): str(v) for k, v in (data.get("extra") or {}).items()},
+        )
 
 
 def merge(items: list[Item]) -> list[Item]:

@@ -98,3 +98,25 @@ def test_the_table_counts_each_kind() -> None:
     table = render(ITEMS, "table")
     assert table.splitlines()[0].split()[:2] == ["KIND", "REFERENCE"]
     assert table.splitlines()[-1] == "5 items: 1 files, 1 images, 2 charts, 1 artifacts"
+
+
+def test_the_json_list_reads_back_into_the_same_items() -> None:
+    """``Item.from_json`` is ``as_json``'s inverse (the archive's manifest and the list a
+    user saved both read back this way); ``extra`` only when the mapping carries it."""
+    chart = Item(
+        Kind.CHART,
+        "https://helm.ngc.nvidia.com/nvidia gpu-operator@v25.10.1",
+        ("gpu-operator",),
+        "sha256:" + "a" * 64,
+        1234,
+        "https://helm.ngc.nvidia.com/nvidia",
+        "gpu-operator",
+        "v25.10.1",
+        "a note",
+    )
+    image = Item(Kind.IMAGE, "nvcr.io/nvidia/gpu-operator:v25.10.1", ("gpu-operator (Deployment)", "validator"))
+    listed = json.loads(render([chart, image], "json"))["items"]
+    assert [Item.from_json(entry) for entry in listed] == [chart, image]
+    with_extra = Item.from_json({**chart.as_json(), "extra": {"namespace": "gpu-operator"}})
+    assert with_extra.extra == {"namespace": "gpu-operator"}
+    assert Item.from_json(chart.as_json()).extra == {}
