@@ -93,8 +93,8 @@ class HelmRenderer:
             result = self._run(argv, cwd=Path(tmp))
             if result.returncode != 0:
                 raise RunnerError(
-                    f"helm template of {chart.chart} {chart.version} (component {chart.component}) failed: "
-                    f"{_last_line(result.stderr)}"
+                    f"helm template of {chart.chart} {chart.version} (component {chart.component}) failed "
+                    f"({_exit_status(result.returncode)}): {_last_line(result.stderr)}"
                 )
             return result.stdout
 
@@ -128,6 +128,18 @@ class HelmRenderer:
             from aicr_runner.errors import ToolError
 
             raise ToolError(f"helm not found ({self.helm}): mirror renders the charts with helm template") from exc
+
+
+def _exit_status(code: int) -> str:
+    """``exit 1``, or the signal that ended the process (whose stderr is then often empty)."""
+    if code >= 0:
+        return f"exit {code}"
+    import signal
+
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 def _last_line(text: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aicr_runner.errors import ExitCode, InterruptedRun
+from aicr_runner.errors import ExitCode, InterruptedRun, RunnerError
 from aicr_runner.mirror.oras_copier import OrasCopier
 from aicr_runner.mirror.render import ChartRef, HelmRenderer
 
@@ -67,3 +67,25 @@ def test_the_mirrors_helm_pull_and_template_stop_when_the_shutdown_is_requested(
     assert f"interrupted during helm {'template' if charts_dir else 'pull'}" in caught.value.message
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)  # stopped and reaped, not left running
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("sys.stderr.write('Error: bad values\\n'); sys.exit(1)", "failed (exit 1): Error: bad values"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", "failed (killed by SIGKILL): no output"),
+    ],
+    ids=["exit", "signal"],
+)
+def test_a_failed_helm_template_says_how_it_ended(tmp_path: Path, body: str, said: str) -> None:
+    """A helm killed by a signal prints nothing: the message says which signal."""
+    helm = tmp_path / "helm"
+    helm.write_text(f"#!{sys.executable}\nimport os, signal, sys\n{body}\n")
+    helm.chmod(0o755)
+    local = tmp_path / "charts"
+    local.mkdir()
+    (local / "gpu-operator-v25.10.1.tgz").write_bytes(b"a chart archive")
+    chart = ChartRef("gpu-operator", "gpu-operator", "gpu-operator", "v25.10.1", "https://helm.ngc.nvidia.com/nvidia")
+    with pytest.raises(RunnerError) as caught:
+        HelmRenderer(str(helm), local).render(chart, [], None)
+    assert caught.value.message == f"helm template of gpu-operator v25.10.1 (component gpu-operator) {said}"
