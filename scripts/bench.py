@@ -1109,12 +1109,18 @@ def _runtime_venv(venv: Path) -> Path:
         lock = ["--no-deps", "--require-hashes", "--only-binary=:all:", "-r", str(ROOT / "requirements.lock")]
         subprocess.run([str(python), "-m", "pip", "install", "-q", *lock], check=True)
     entrypoint = venv / "bin" / "aicr-runner"
-    if not entrypoint.exists():
-        # What pip writes for the project's console script; the sources come from PYTHONPATH.
-        entrypoint.write_text(
-            f"#!{python}\nimport sys\nfrom aicr_runner.cli import main\nif __name__ == '__main__':\n"
-            "    sys.exit(main())\n"
-        )
+    # What pip writes for the project's console script (read from pyproject.toml, so a
+    # moved entry point follows); the sources come from PYTHONPATH.
+    import tomllib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["aicr-runner"]
+    module, _, function = target.partition(":")
+    script = (
+        f"#!{python}\nimport sys\nfrom {module} import {function}\n"
+        f"if __name__ == '__main__':\n    sys.exit({function}())\n"
+    )
+    if not entrypoint.exists() or entrypoint.read_text() != script:
+        entrypoint.write_text(script)
         entrypoint.chmod(0o755)
     return python
 

@@ -1,5 +1,3 @@
-import sys
+from aicr_runner.cli import program
 
-from aicr_runner.cli import main
-
-sys.exit(main())
+program()

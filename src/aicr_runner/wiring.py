@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aicr_runner import __version__, logs
+from aicr_runner.aicr import start_version
 from aicr_runner.children.process import ShutdownController, SubprocessRunner
 from aicr_runner.errors import ConfigError, ExitCode, RunnerError
 from aicr_runner.kube.sink import ConfigMapSink, DirectorySink, Sink
@@ -27,7 +28,6 @@ from aicr_runner.run.machine import ROUTES, Machine
 from aicr_runner.run.report import RunPhase, RunReport, StepStatus, status_data
 from aicr_runner.settings.names import ENV_PREFIX
 from aicr_runner.steps.context import RunConfig, RunContext, RunExternals, RunHandlers
-from aicr_runner.steps.fetch import version_before_fetch
 from aicr_runner.steps.table import Steps
 
 if TYPE_CHECKING:
@@ -51,11 +51,17 @@ _SUCCESS = {Mode.PLAN: _PLAN_COMPLETE, Mode.VALIDATE: "AICR validation complete 
 Cluster = tuple["KubeApi", str]
 
 
-def run(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str]) -> int:
-    """The run itself, once every input is known good: its exit code, never a traceback."""
+def run(
+    settings: RunnerSettings,
+    invocation: Invocation,
+    env: Mapping[str, str],
+    version: start_version.StartVersion | None = None,
+) -> int:
+    """The run itself, once every input is known good: its exit code, never a traceback.
+    ``version``: aicr's version asked already (``start_version.ask``), else asked at the start line."""
     logs.configure(settings.log_format)
     try:
-        return _execute(settings, invocation, env)
+        return _execute(settings, invocation, env, version)
     except RunnerError as exc:
         log.error("run stopped", reason=exc.message, exit_code=int(exc.exit_code))  # noqa: TRY400 - one line, no traceback
         return exc.exit_code
@@ -77,14 +83,16 @@ def _internal_error(exc: Exception, settings: RunnerSettings) -> int:
     return int(ExitCode.INTERNAL)
 
 
-def _execute(settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str]) -> int:
+def _execute(
+    settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str], version: start_version.StartVersion | None
+) -> int:
     _prepare_work(settings)
     shutdown = ShutdownController()
     cluster = _connect(settings, invocation, shutdown)
     sink = _make_sink(invocation, cluster)
     lease = _make_lease(settings, cluster, shutdown)
     with shutdown.installed():
-        report, version_output = _start(settings, invocation, env)
+        report, version_output = _start(settings, invocation, version or start_version.ask(settings, env))
         events = _make_events(settings, cluster)
         publish_status, status = _status_publisher(settings, sink, live=invocation.mode is not Mode.PLAN)
         ctx = RunContext(
@@ -229,11 +237,11 @@ def _register_credentials(settings: RunnerSettings) -> None:
 
 
 def _start(
-    settings: RunnerSettings, invocation: Invocation, env: Mapping[str, str]
+    settings: RunnerSettings, invocation: Invocation, version: start_version.StartVersion
 ) -> tuple[RunReport, tuple[str, ...] | None]:
     """The run's report, after the start line said what runs; what a preinstalled
     aicr printed for ``--version`` (the fetch step does not ask again)."""
-    aicr_version, version_output = version_before_fetch(settings, env)
+    aicr_version, version_output = version.answer()
     report = Machine.new_report(
         ROUTES[invocation.mode],
         runner_version=__version__,

@@ -6,12 +6,11 @@ Sigstore provenance, verified before aicr runs at all (``--version`` included)
 and recorded in the run report whatever the outcome; then its version, asked
 once (``aicr --version``) and recorded, so the run knows what it can do.
 Before the step, the run's start line asks a preinstalled binary whose
-provenance is not checked for its version (``version_before_fetch``).
+provenance is not checked for its version (``aicr.start_version``).
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +27,6 @@ from aicr_runner.steps.context import RunContext
 
 if TYPE_CHECKING:
     from aicr_runner.aicr.binary import AicrBinary
-    from aicr_runner.settings.config import RunnerSettings
 
 __all__ = [
     "detect_version",
@@ -38,7 +36,6 @@ __all__ = [
     "offering_local",
     "probe_help",
     "verify_provenance",
-    "version_before_fetch",
 ]
 
 log = logs.get_logger()
@@ -176,35 +173,3 @@ def _version_lines(ctx: RunContext, binary: Path, *, preinstalled: bool) -> list
     if result.exit_code != 0:
         raise ToolError(f"{binary} --version exited {result.exit_code}")
     return printed
-
-
-def version_before_fetch(settings: RunnerSettings, env: Mapping[str, str]) -> tuple[str, tuple[str, ...] | None]:
-    """What the start line can truthfully say about aicr before the fetch step,
-    and what ``aicr --version`` printed when it was asked (the fetch step then
-    does not ask again).
-
-    A preinstalled binary is asked (a few milliseconds) when its provenance is
-    not to be verified; otherwise it may not run before the fetch step verified
-    it, and, like a release (only a tag until it is downloaded), the fetch step
-    reports what it is.
-    """
-    binary = settings.aicr.binary
-    if not binary:
-        return f"{settings.aicr.version} (release tag, checked after download)", None
-    if settings.aicr.provenance.mode.value != "off":
-        # Nothing runs aicr before its provenance is verified, not even --version.
-        return f"preinstalled {binary} (version reported once its provenance is verified)", None
-    try:
-        argv = [binary, "--version"]
-        answer = subprocess.run(argv, env=child_env(env), capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return f"unknown (preinstalled {binary}; the fetch step checks it)", None
-    if answer.returncode != 0:
-        return f"unknown (preinstalled {binary} --version exited {answer.returncode})", None
-    version = capabilities.AicrVersion.parse(answer.stdout)
-    printed = tuple(answer.stdout.splitlines())
-    if version is None:
-        # Never taken for the pin: the fetch step asks its --help what it can do.
-        said = " ".join(printed).strip()[:120]
-        return f"unknown version ({said!r}), capabilities detected from flags by the fetch step", printed
-    return version.text, printed
