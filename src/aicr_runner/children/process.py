@@ -29,6 +29,11 @@ Every aicr and deploy.sh call goes through ``SubprocessRunner.run``:
 * with a ``safe_stop`` guard (deploy.sh: aicr_runner.helm.guard), a shutdown
   request stops the child as soon as no helm operation is in flight instead of
   after the grace period; the result says ``safe_point``.
+* a call may have a deadline of its own (``deadline_seconds``: a local question
+  such as ``helm version``, whose answer is due in seconds): past it the child's
+  group gets SIGTERM at once, SIGKILL ``kill_after_seconds`` later, and the
+  result says ``overdue``. The calls of aicr and deploy.sh have none: the Job's
+  own deadline bounds them.
 * exit codes follow the shell: a child killed by signal N reports 128+N.
 """
 
@@ -97,6 +102,8 @@ class ProcessResult:
     stopped: bool = False
     #: It was stopped between two helm operations (``safe_stop``), none was cut.
     safe_point: bool = False
+    #: Its own deadline (``deadline_seconds``) passed: the runner stopped it.
+    overdue: bool = False
 
 
 class ProcessRunner(Protocol):
@@ -110,6 +117,7 @@ class ProcessRunner(Protocol):
         on_line: Callable[[str], None] | None = None,
         on_block: Callable[[str], None] | None = None,
         safe_stop: SafeStop | None = None,
+        deadline_seconds: float | None = None,
     ) -> ProcessResult: ...
 
 
@@ -177,6 +185,9 @@ class _Escalation:
     kill_deadline: float | None = None
     killed: bool = False
     safe_point: bool = False
+    #: The call's own deadline (monotonic), and whether it passed.
+    overdue_at: float | None = None
+    overdue: bool = False
 
 
 class _Delivery:
@@ -286,6 +297,7 @@ class SubprocessRunner:
         on_line: Callable[[str], None] | None = None,
         on_block: Callable[[str], None] | None = None,
         safe_stop: SafeStop | None = None,
+        deadline_seconds: float | None = None,
     ) -> ProcessResult:
         if not argv:
             raise ValueError("argv must name a program")
@@ -293,7 +305,7 @@ class SubprocessRunner:
             raise InterruptedRun(f"shutdown requested ({self.shutdown.signal_name}); {argv[0]} was not started")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         process = _start(argv, env=env, cwd=cwd)
-        escalation = _Escalation()
+        escalation = _Escalation(overdue_at=None if deadline_seconds is None else time.monotonic() + deadline_seconds)
         try:
             with log_path.open("wb", buffering=_LOG_BUFFER_BYTES) as log:
                 delivery = _Delivery(
@@ -311,6 +323,7 @@ class SubprocessRunner:
             interrupted=self.shutdown.requested(),
             stopped=escalation.kill_deadline is not None,
             safe_point=escalation.safe_point,
+            overdue=escalation.overdue,
         )
 
     def _reap(self, process: subprocess.Popen[bytes], safe_stop: SafeStop | None) -> None:
@@ -396,7 +409,9 @@ class SubprocessRunner:
         now: float,
         safe_stop: SafeStop | None = None,
     ) -> None:
-        if not self.shutdown.requested() or escalation.killed:
+        if escalation.overdue_at is not None and now >= escalation.overdue_at:
+            escalation.overdue = True
+        if not (self.shutdown.requested() or escalation.overdue) or escalation.killed:
             return
         if escalation.grace_deadline is None:
             escalation.grace_deadline = now + self.grace_seconds
@@ -407,7 +422,9 @@ class SubprocessRunner:
             escalation.safe_point = True
             _signal_group(process, signal.SIGTERM)
             escalation.kill_deadline = now + self.kill_after_seconds
-        elif escalation.kill_deadline is None and (now >= escalation.grace_deadline or self.shutdown.urgent):
+        elif escalation.kill_deadline is None and (
+            now >= escalation.grace_deadline or self.shutdown.urgent or escalation.overdue
+        ):
             _signal_group(process, signal.SIGTERM)
             escalation.kill_deadline = now + self.kill_after_seconds
         elif escalation.kill_deadline is not None and now >= escalation.kill_deadline:

@@ -36,6 +36,8 @@ APPLY_FLAGS = {
 }
 #: The first Helm major with ``--server-side``.
 SERVER_SIDE_MAJOR = 4
+#: ``helm version`` reads no cluster and no network: it answers at once, or is stopped.
+VERSION_DEADLINE_SECONDS = 30.0
 #: What ``helm version --template {{.Version}}`` prints: ``v4.3.1``, ``v3.22.0``.
 _VERSION = re.compile(r"v?([0-9]+)\.[0-9]+\.[0-9]+\S*")
 
@@ -51,7 +53,13 @@ def helm_major(helm: str, processes: ProcessRunner, environ: Mapping[str, str], 
         cwd=log_path.parent,
         log_path=log_path,
         on_line=said.append,
+        deadline_seconds=VERSION_DEADLINE_SECONDS,
     )
+    if result.overdue:
+        raise ToolError(
+            f"deploy.sh's helm {helm} did not say its version within {VERSION_DEADLINE_SECONDS:g}s "
+            f"(`helm version`, stopped); {SETTING} needs it to choose the apply flag"
+        )
     # stdout and stderr are merged: a warning helm prints (a group-readable
     # kubeconfig) is a line of its own beside the version.
     lines = [line.strip() for line in said if line.strip()]

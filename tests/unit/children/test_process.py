@@ -258,6 +258,32 @@ def test_a_child_that_ignores_term_is_killed(tmp_path: Path) -> None:
     assert time.monotonic() - started < 5
 
 
+def test_a_call_past_its_own_deadline_is_stopped_and_said_overdue(tmp_path: Path) -> None:
+    """No shutdown: the call's deadline alone stops the group (TERM at once), and the
+    result says overdue, not interrupted."""
+    script = "trap 'echo got TERM; exit 7' TERM; echo ready; sleep 30 & wait $!"
+    lines: list[str] = []
+    started = time.monotonic()
+    result = SubprocessRunner().run(
+        ["bash", "-c", script],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "out.log",
+        on_line=lines.append,
+        deadline_seconds=0.3,
+    )
+    assert (result.exit_code, result.overdue, result.stopped, result.interrupted) == (7, True, True, False)
+    assert lines == ["ready", "got TERM"]
+    assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_a_call_that_ends_within_its_deadline_is_not_overdue(tmp_path: Path) -> None:
+    result = SubprocessRunner().run(
+        ["true"], env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "out.log", deadline_seconds=30
+    )
+    assert (result.exit_code, result.overdue, result.stopped) == (0, False, False)
+
+
 def test_the_whole_process_group_is_stopped(tmp_path: Path) -> None:
     controller = ShutdownController()
     runner = SubprocessRunner(shutdown=controller, grace_seconds=0.2, kill_after_seconds=1)

@@ -4,6 +4,7 @@ argv it was started with; the runner's side asks it its version (helm.apply)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,28 @@ def test_a_helm_that_does_not_say_its_version_is_exit_27(tmp_path: Path, said: s
     assert failed.value.exit_code == ExitCode.TOOL_MISSING
     assert "did not say its version" in failed.value.message
     assert "AICR_RUNNER_DEPLOY__HELM_APPLY" in failed.value.message
+
+
+def test_a_helm_that_never_says_its_version_is_stopped_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``helm version`` reads nothing remote: past its deadline it is stopped, exit 27."""
+    monkeypatch.setattr(apply, "VERSION_DEADLINE_SECONDS", 0.3)
+    helm = tmp_path / "helm"
+    pid_file = tmp_path / "helm.pid"
+    helm.write_text(
+        f"#!{sys.executable}\nimport os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    helm.chmod(0o755)
+    with pytest.raises(ToolError) as failed:
+        flag_for(HelmApply.CLIENT, helm, tmp_path)
+    assert failed.value.exit_code == ExitCode.TOOL_MISSING
+    assert failed.value.message == (
+        f"deploy.sh's helm {helm} did not say its version within 0.3s (`helm version`, stopped); "
+        "AICR_RUNNER_DEPLOY__HELM_APPLY needs it to choose the apply flag"
+    )
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)  # stopped and reaped
 
 
 def test_a_warning_beside_the_version_is_not_the_version(tmp_path: Path) -> None:
