@@ -45,6 +45,30 @@ MUTATING_COMMANDS = frozenset({"install", "upgrade", "rollback", "uninstall", "d
 APPLY_COMMANDS = frozenset({"install", "upgrade"})
 #: The shim's own first argument, when there is an apply flag: the flag itself.
 APPLY_FLAG_PREFIX = "--server-side="
+#: helm's global flags that take their value as the next argument (Helm 3 and 4's
+#: ``helm --help``): ``helm -n ns upgrade ...`` names the subcommand after the value.
+GLOBAL_VALUE_FLAGS = frozenset(
+    {
+        "-n",
+        "--namespace",
+        "--kube-context",
+        "--kubeconfig",
+        "--kube-apiserver",
+        "--kube-as-user",
+        "--kube-as-group",
+        "--kube-ca-file",
+        "--kube-tls-server-name",
+        "--kube-token",
+        "--registry-config",
+        "--repository-cache",
+        "--repository-config",
+        "--content-cache",
+        "--burst-limit",
+        "--qps",
+        "--color",
+        "--colour",
+    }
+)
 LOCK_NAME = "helm.lock"
 STOP_NAME = "stop"
 #: deploy.sh's own "interrupted" code: the shim refused to start an operation.
@@ -120,24 +144,33 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _describe(args: list[str]) -> str:
-    words = [a for a in args if not a.startswith("-")][:2]
+def _describe(args: list[str], words: list[int]) -> str:
+    """``upgrade gpu-operator -n gpu-operator``: the subcommand, the release, the namespace."""
     namespace = ""
     for flag in ("-n", "--namespace"):
         if flag in args and args.index(flag) + 1 < len(args):
             namespace = args[args.index(flag) + 1]
-    return " ".join(words) + (f" -n {namespace}" if namespace else "")
+    return " ".join(args[i] for i in words[:2]) + (f" -n {namespace}" if namespace else "")
 
 
-def _command_index(args: list[str]) -> int | None:
-    """Where helm's subcommand is: the first argument not starting with ``-``."""
-    return next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+def _words(args: list[str]) -> list[int]:
+    """Where helm's words are (the subcommand first, then its arguments): every
+    argument that is no flag and no global flag's value."""
+    words, value_next = [], False
+    for i, arg in enumerate(args):
+        if value_next:
+            value_next = False
+        elif arg in GLOBAL_VALUE_FLAGS:
+            value_next = True
+        elif not arg.startswith("-"):
+            words.append(i)
+    return words
 
 
-def with_apply_flag(args: list[str], apply_flag: str) -> list[str]:
+def with_apply_flag(args: list[str], apply_flag: str, words: list[int] | None = None) -> list[str]:
     """``args`` with ``apply_flag`` right after the subcommand word when that is
-    install or upgrade (found as ``main`` finds it); otherwise ``args`` as they are."""
-    index = _command_index(args)
+    install or upgrade; otherwise ``args`` as they are. ``words``: ``_words(args)``."""
+    index = next(iter(_words(args) if words is None else words), None)
     if not apply_flag or index is None or args[index] not in APPLY_COMMANDS:
         return list(args)
     return [*args[: index + 1], apply_flag, *args[index + 1 :]]
@@ -147,14 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     apply_flag = argv.pop(0) if argv and argv[0].startswith(APPLY_FLAG_PREFIX) else ""
     real_helm, state_dir, *args = argv
-    index = _command_index(args)
-    command = "" if index is None else args[index]
+    words = _words(args)
+    command = args[words[0]] if words else ""
     if command not in MUTATING_COMMANDS:
         os.execv(real_helm, [real_helm, *args])  # noqa: S606 - the real helm, verbatim
     state = Path(state_dir)
     fd = os.open(state / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    what = _describe(args)
+    what = _describe(args, words)
     if (state / STOP_NAME).exists():
         print(f"{PREFIX} not starting helm {what}: the run is stopping between helm operations", flush=True)
         return REFUSED_EXIT
@@ -162,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{PREFIX} helm {what} started at {_now()}", flush=True)
     code = 1
     with contextlib.suppress(KeyboardInterrupt):
-        code = subprocess.call([real_helm, *with_apply_flag(args, apply_flag)])
+        code = subprocess.call([real_helm, *with_apply_flag(args, apply_flag, words)])
         code = 128 - code if code < 0 else code
     print(f"{PREFIX} helm {what} ended at {_now()} (exit {code}, {time.monotonic() - started:.1f}s)", flush=True)
     return code

@@ -151,8 +151,9 @@ def test_a_warning_beside_the_version_is_not_the_version(tmp_path: Path) -> None
         ["rollback", "x", "2", "-n", "ns"],
         ["uninstall", "x", "-n", "ns"],
         ["--help"],
-        # The guard's rule: the subcommand is the first argument not starting with "-", here "ns".
-        ["-n", "ns", "upgrade", "x", "chart"],
+        # A global flag's value is no subcommand: "rollback" and "list" are.
+        ["-n", "install", "rollback", "x"],
+        ["--kube-context", "upgrade", "list"],
     ],
 )
 def test_other_commands_reach_helm_untouched(tmp_path: Path, args: list[str]) -> None:
@@ -167,6 +168,12 @@ def test_other_commands_reach_helm_untouched(tmp_path: Path, args: list[str]) ->
         (["upgrade", "--install", "x", "c"], ["upgrade", "F", "--install", "x", "c"]),
         # A global flag before the subcommand stays before it; the flag goes after the word.
         (["--debug", "install", "x", "c"], ["--debug", "install", "F", "x", "c"]),
+        # A global flag's value ("ns") is not the subcommand, in either spelling.
+        (["-n", "ns", "upgrade", "x", "c"], ["-n", "ns", "upgrade", "F", "x", "c"]),
+        (
+            ["--namespace=ns", "--kube-context", "prod", "install", "x"],
+            ["--namespace=ns", "--kube-context", "prod", "install", "F", "x"],
+        ),
         # deploy.sh's own --server-side comes later on the line, so it wins (helm's last flag does).
         (["upgrade", "x", "c", "--server-side=true"], ["upgrade", "F", "x", "c", "--server-side=true"]),
         # "install" as a later word (a release named install) is not the subcommand.
@@ -194,3 +201,12 @@ def test_the_guard_keeps_its_lines_and_exit_code_with_the_flag(tmp_path: Path) -
 def test_the_shim_takes_only_a_server_side_flag(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a helm apply flag"):
         HelmGuard(tmp_path / "guard").install(str(fake_helm(tmp_path)), apply_flag="--force")
+
+
+def test_a_namespace_before_the_subcommand_is_still_an_upgrade_under_the_lock(tmp_path: Path) -> None:
+    """``helm -n ns upgrade ...``: locked, logged and given the flag as ``helm upgrade ... -n ns`` is."""
+    guarded(tmp_path, HelmApply.CLIENT)
+    done = run_shim(tmp_path, "-n", "ns", "upgrade", "x", "chart")
+    assert done.returncode == 0, done.stderr
+    assert "helm-guard: helm upgrade x -n ns started at" in done.stdout
+    assert calls(tmp_path) == [["-n", "ns", "upgrade", "--server-side=false", "x", "chart"]]
