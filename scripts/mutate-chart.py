@@ -84,6 +84,27 @@ EXTRA_ENV = """        {{- with $v.job.extraEnv }}
 MUTATIONS: tuple[Mutation, ...] = (
     # -- the compatibility layer of the values regrouping ---------------------------------------------------
     m(
+        "null-guard-off",
+        "templates/_validate-nulls.tpl",
+        '{{- if or (not $found) (kindIs "invalid" $node) -}}',
+        "{{- if false -}}",
+        "test_guards.py::test_c20_a_null_the_chart_cannot_render_is_refused[helm4-string]",
+    ),
+    m(
+        "null-guard-blind-to-a-null-map-above",
+        "templates/_validate-nulls.tpl",
+        "{{- $found = false -}}",
+        "",
+        "test_guards.py::test_c20_a_null_the_chart_cannot_render_is_refused[helm4-group]",
+    ),
+    m(
+        "helm-apply-guard-off",
+        "templates/_validate-run.tpl",
+        '{{- if not (has $apply (list "client" "server" "auto")) -}}',
+        "{{- if false -}}",
+        "test_guards.py::test_c19_deploy_helm_apply_is_refused_without_the_schema_too[helm4-bogus]",
+    ),
+    m(
         "renamed-values-not-honoured",
         "templates/_compat.tpl",
         "{{- if $set -}}",

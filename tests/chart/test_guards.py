@@ -127,6 +127,47 @@ def test_g17c_k0s_needs_aicr_v0_22() -> None:
     renders({"service": "k0s", "accelerator": "h200", "intent": "training", "os": "ubuntu"})
 
 
+# -- nulls (C-20) ---------------------------------------------------------------------------------------
+
+NULL = (
+    "{path}=null: a null removes the chart's default with the key, and this value cannot be rendered without "
+    "one. Leave {path} out to keep the default, or set the value you mean."
+)
+
+
+@pytest.mark.parametrize(
+    ("values", "path"),
+    [
+        ({"deploy": {"flags": None}}, "deploy.flags"),
+        ({"criteria": {"service": None}}, "criteria.service"),
+        ({"aicr": {"download": {"attempts": None}}}, "aicr.download.attempts"),
+        ({"deploy": None}, "deploy.flags"),
+        ({"deployFlags": None}, "deploy.flags"),
+        ({"image": {"repository": None}}, "image.repository"),
+        ({"serviceAccount": {"create": None}}, "serviceAccount.create"),
+        ({"rbac": {"clusterAdmin": None}}, "rbac.clusterAdmin"),
+    ],
+    ids=["string", "criteria", "integer", "group", "earlier-name", "image", "service-account", "rbac"],
+)
+def test_c20_a_null_the_chart_cannot_render_is_refused(values: dict[str, Any], path: str) -> None:
+    """Without the guard each of these rendered "<nil>" or 0 into the Job, a false
+    where the default is true, or YAML that does not parse."""
+    rejects_with(values, NULL.format(path=path))
+    rejects_with(values, NULL.format(path=path), args=SKIP_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("values", "env", "rendered"),
+    [
+        ({"validate": {"enabled": None}}, "AICR_RUNNER_VALIDATE__ENABLED", "false"),
+        ({"recipe": {"args": None}}, "AICR_RUNNER_RECIPE__ARGS", "[]"),
+    ],
+    ids=["boolean", "list"],
+)
+def test_c20_a_null_boolean_reads_false_and_a_null_list_empty(values: dict[str, Any], env: str, rendered: str) -> None:
+    assert renders(values).env[env] == rendered
+
+
 # -- removed values (G-01, G-14, C-01) ------------------------------------------------------------
 
 
@@ -299,6 +340,22 @@ def test_g05_a_run_must_deploy_or_validate() -> None:
         "nothing. Enable validation for an assert-only run, or turn deploy back on.",
     )
     renders({"deploy": {"enabled": False}, "validate": {"enabled": True}})
+
+
+HELM_APPLY = (
+    "deploy.helmApply={value}: must be client (the default: --server-side=false, as Helm 3 applies), server "
+    "(--server-side=true, Helm 4 only) or auto (no flag: Helm 4's own choice)."
+)
+
+
+@pytest.mark.parametrize("value", ["bogus", "Client", 3])
+def test_c19_deploy_helm_apply_is_refused_without_the_schema_too(value: Any) -> None:
+    rejects_with({"deploy": {"helmApply": value}}, HELM_APPLY.format(value=value), args=SKIP_SCHEMA)
+
+
+@pytest.mark.parametrize("value", ["client", "server", "auto"])
+def test_c19_each_choice_renders_without_the_schema(value: str) -> None:
+    renders({"deploy": {"helmApply": value}}, args=SKIP_SCHEMA)
 
 
 def test_c05_captures_need_distinct_config_maps() -> None:

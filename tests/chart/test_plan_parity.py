@@ -45,6 +45,12 @@ INPUTS: dict[str, str] = {
         "dataPackPlainHTTP: true\n"
     ),
     "the pack's transport with neither a pack nor the release from a registry (G-17d)": "dataPackPlainHTTP: true\n",
+    "a setting set to null (C-20)": "deploy:\n  flags: null\n",
+    "a whole group set to null (C-20)": "deploy: null\n",
+    "an earlier name set to null (C-20)": "deployFlags: null\n",
+    "a chart-only value set to null (C-20)": "image:\n  repository: null\n",
+    "a boolean set to null (read as false)": "validate:\n  enabled: null\n",
+    "a list set to null (read as empty)": "recipe:\n  args: null\n",
     "the aicr release from a registry and an HTTP folder (C-17)": (
         "aicrReleaseRef: mirror.example:5000/aicr/nvidia/aicr/release:v0.11.1\n"
         "aicrReleaseBaseUrl: https://mirror.example/aicr\n"
@@ -79,3 +85,31 @@ def test_plan_accepts_and_refuses_what_the_chart_renders_and_refuses(name: str) 
     assert ours is helm.ok, f"\nhelm ({'renders' if helm.ok else 'refuses'}):\n{helm.stderr}\nplan:\n{why}"
     if not helm.ok and helm.error:
         assert helm.error in why, "a template guard is refused in the chart's words"
+
+
+def _nested(dotted: str, value: Any) -> dict[str, Any]:
+    *parents, leaf = dotted.split(".")
+    document: dict[str, Any] = {leaf: value}
+    for part in reversed(parents):
+        document = {part: document}
+    return document
+
+
+def _null_read_settings() -> list[str]:
+    from aicr_runner.settings.values_file import _null_renders, value_to_env
+
+    return sorted(path for path, rendered in _null_renders().items() if rendered and path in value_to_env())
+
+
+@pytest.mark.parametrize("path", _null_read_settings())
+def test_a_null_boolean_or_list_reaches_plan_as_the_chart_renders_it(path: str) -> None:
+    """C-20 lets a null through only where the chart renders it (false, []): plan reads the same."""
+    from aicr_runner.settings.config import ENV_PREFIX
+    from aicr_runner.settings.values_file import value_to_env
+
+    # deploy.enabled=false needs validation on (G-05); validate.phases=[] is refused with it on (G-02)
+    values = merge({"validate": {"enabled": True}} if path == "deploy.enabled" else {}, _nested(path, None))
+    helm = render(merge(BASE, values))
+    assert helm.ok, helm.stderr
+    name = ENV_PREFIX + value_to_env()[path]
+    assert env_from_values(values)[name] == helm.env[name]

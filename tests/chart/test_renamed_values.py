@@ -130,16 +130,19 @@ CASES: dict[str, dict[str, Any]] = {
         ),
     ),
     # null drops a chart default: Helm dropped the earlier names' defaults before the
-    # regrouping, and the new names get the same nil now.
-    "earlier names set to null": {
-        "recipeConfigMap": None,
-        "deployArgs": None,
-        "aicrProvenance": {"mode": None},
-        "aicrDownload": {"attempts": None},
-        "statusConfigMap": None,
-        "criteriaPreflight": None,
-        "rerun": None,
-    },
+    # regrouping, and the new names get the same nil now. Only the nulls that reached a
+    # working Job: the others are NULLS_REFUSED.
+    "earlier names set to null": {"deployArgs": None, "criteriaPreflight": None, "rerun": None},
+}
+
+#: Earlier names whose null the chart before the regrouping rendered as "<nil>" or 0
+#: into the Job: the runtime refused each at the pod's start (exit 2), so no release
+#: with one ever ran. C-20 now refuses them at render: (new name, variable, rendered).
+NULLS_REFUSED: dict[str, tuple[str, str, str]] = {
+    "recipeConfigMap": ("recipe.configMap", "AICR_RUNNER_RECIPE__CONFIGMAP", "<nil>"),
+    "statusConfigMap": ("status.configMap", "AICR_RUNNER_STATUS_CONFIGMAP", "<nil>"),
+    "aicrProvenance.mode": ("aicr.provenance.mode", "AICR_RUNNER_AICR__PROVENANCE__MODE", "<nil>"),
+    "aicrDownload.attempts": ("aicr.download.attempts", "AICR_RUNNER_AICR__DOWNLOAD_ATTEMPTS", "0"),
 }
 
 
@@ -192,6 +195,20 @@ def test_an_upgrade_with_unchanged_values_renders_what_the_chart_rendered_before
     assert rendered.ok, rendered.stderr
     assert rendered.job  # a real rendering, Job and all
     assert digest(rendered.stdout) == golden[case]
+
+
+@pytest.mark.parametrize("old", list(NULLS_REFUSED))
+def test_an_earlier_name_set_to_null_that_never_ran_is_refused_at_render(old: str) -> None:
+    from aicr_runner.settings.config import load
+
+    new, variable, rendered_before = NULLS_REFUSED[old]
+    rejects_with(
+        nested(old, None),
+        f"{new}=null: a null removes the chart's default with the key, and this value cannot be rendered "
+        f"without one. Leave {new} out to keep the default, or set the value you mean.",
+    )
+    with pytest.raises(ConfigError, match=variable):  # what the Job got before: refused at the pod's start
+        load({"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100", variable: rendered_before})
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.startswith("every earlier name")])

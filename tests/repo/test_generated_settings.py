@@ -1,5 +1,6 @@
 """Every file generated from the settings model is current (scripts/gen-settings.py --check):
-the environment table, the values table, the chart's env map (chart/templates/_env.tpl),
+the environment table, the values table, the chart's env map (chart/templates/_env.tpl), the
+values whose null is refused (chart/templates/_not-null.tpl),
 the settings' bounds and choices in the chart's schema, the runtime's copy of it, and each
 setting's default and `# --` description in chart/values.yaml."""
 

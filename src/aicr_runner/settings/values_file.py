@@ -30,6 +30,7 @@ __all__ = [
     "Renamed",
     "env_from_values",
     "load_values_file",
+    "not_null",
     "regrouped",
     "renamed_values",
     "value_to_env",
@@ -86,6 +87,56 @@ class Renamed:
     new: str
     default: Any
     secret: bool = False
+
+
+#: Chart values the chart alone reads whose null no template renders as meant: the
+#: image's repository (the pod's image would read ``<nil>``), the ServiceAccount's
+#: and RBAC's switches (true by default: null would turn them off, or break the YAML).
+CHART_ONLY_NOT_NULL = ("image.repository", "serviceAccount.create", "rbac.create", "rbac.clusterAdmin")
+
+
+@functools.cache
+def _null_renders() -> dict[str, str | None]:
+    """Each setting's chart value -> what the chart renders for its null: ``false`` for
+    a boolean, ``[]`` for a list; None for every other, whose null C-20 refuses (Helm's
+    null removes the key and its default with it, and ``toString``/``int64`` would turn
+    it into ``<nil>`` or 0)."""
+    import typing
+
+    from aicr_runner.settings.model import chart_facts
+    from aicr_runner.settings.runner import leaves
+
+    renders: dict[str, str | None] = {}
+    for _, field in leaves():
+        path = chart_facts(field).get("chart")
+        if path:
+            kind = field.annotation
+            renders[path] = "false" if kind is bool else "[]" if typing.get_origin(kind) is list else None
+    return renders
+
+
+def not_null() -> tuple[str, ...]:
+    """The chart values a null is refused for (guard C-20, chart/templates/_validate-nulls.tpl)."""
+    refused = {path for path, rendered in _null_renders().items() if rendered is None}
+    return tuple(sorted(refused | set(CHART_ONLY_NOT_NULL)))
+
+
+def _check_nulls(document: Mapping[str, Any], where: str) -> None:
+    """C-20: a null (on the value or on a map above it) for a value ``not_null`` names."""
+    for path in not_null():
+        node: Any = document
+        for part in path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node = node[part]
+            if node is None:
+                raise ConfigError(
+                    [
+                        f"{where}: {path}=null: a null removes the chart's default with the key, and this value "
+                        f"cannot be rendered without one. Leave {path} out to keep the default, or set the value "
+                        "you mean."
+                    ]
+                )
 
 
 #: The renamed chart values that are no setting (the chart alone reads them), each
@@ -219,7 +270,9 @@ def env_from_values(values: Mapping[str, Any]) -> dict[str, str]:
     env: dict[str, str] = {}
     for dotted, name in value_to_env().items():
         present, value = _lookup(values, dotted)
-        if present:
+        if present and value is None:  # a boolean or a list: C-20 refused any other null
+            env[ENV_PREFIX + name] = _null_renders().get(dotted) or ""
+        elif present:
             env[ENV_PREFIX + name] = _as_env([_move(v) for v in value] if name.endswith("ACKNOWLEDGE") else value)
     return env
 
@@ -344,6 +397,7 @@ def load_values_file(path: Path) -> dict[str, Any]:
 def _check_guards(document: dict[str, Any], where: str) -> None:
     """The chart's template guards on values plan otherwise ignores (``helm template``
     fails on them, so plan refuses them too, in the chart's words)."""
+    _check_nulls(document, where)
     _check_names(document, where)
     _check_release_source(document, where)
     snapshot = document.get("snapshot")
