@@ -4,10 +4,10 @@ tools' command lines on the same list.
 A benchmark, not a test: CI does not collect it (its file name does not start with
 ``test_``); ``scripts/bench-recipe-mirror.py`` runs it. It builds the upstream of
 ``e2e/test_air_gapped_recipe.py`` (its ``upstream`` fixture: the recipe's real charts
-under their repositories' names, the real GPU Operator and deployment validator
-images, one labelled stand-in image under every other image name), takes the list
-``aicr-runner mirror --list -o json`` printed there, and then times, in alternating
-pairs, into a plain-HTTP registry on loopback:
+under their repositories' names, the real GPU Operator, deployment validator and
+kube-state-metrics images, one labelled stand-in image under every other image
+name), takes the list ``aicr-runner mirror --list -o json`` printed there, and then
+times, in alternating pairs, into a plain-HTTP registry on loopback:
 
 - the runner: ``copy_all`` of that list in a fresh Python process, what ``mirror
   --to`` does once it has its list (digests read in process, ``oras cp`` for an

@@ -8,7 +8,9 @@ skyhook-operator's pinned v0.14.0 is its v0.13.1 stand-in repackaged under the p
 version), the registry holds the OCI charts (kai-scheduler, nvsentinel, the runner's
 own chart) and every image the mirror lists: the real GPU Operator image
 (``e2e/gpu_operator_image.py``), the real deployment validator image
-(``e2e/validators.py``) and ONE stand-in image (labelled) under every other name.
+(``e2e/validators.py``), the real kube-state-metrics image of kube-prometheus-stack
+(``e2e/kube_state_metrics_image.py``) and ONE stand-in image (labelled) under every
+other name.
 Three images are pinned by digest in skyhook-operator's values; no stand-in can have
 those digests, so they are absent upstream and allowed missing.
 
@@ -29,8 +31,10 @@ those digests, so they are absent upstream and allowed missing.
    --no-wait``: stand-in pods never become Ready) installs every chart from the
    mirror, the node's containerd pulls every image through it (the ``--hosts-toml``
    output in its ``config_path``), the real GPU Operator's pod becomes Ready and the
-   real ``aicr validate`` runs the real deployment checks against it. The API
-   server's audit log shows no request of the installer refused.
+   real ``aicr validate`` runs the real deployment checks against it;
+   kube-prometheus-stack's real kube-state-metrics becomes Ready and exports the
+   operator pod's readiness, read through its ServiceAccount. The API server's audit
+   log shows no request of the installer refused.
 
 The mirror is TLS (deploy.sh gives helm no ``--plain-http`` or CA flag): its CA is
 given to the mirror command's helm and oras by ``SSL_CERT_FILE``, to the Job by a
@@ -48,6 +52,7 @@ import shutil
 import subprocess
 import tarfile
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,6 +70,7 @@ from e2e.harness.node import NODE_NAME, Kubelet, RealNode
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.harness.registry import Registry
+from e2e.kube_state_metrics_image import KSM_IMAGE, KSM_VERSION, kube_state_metrics_image
 from e2e.recipe_upstream import (
     STAND_IN_LABEL,
     ChartHost,
@@ -73,6 +79,7 @@ from e2e.recipe_upstream import (
     start_tls_registry,
 )
 from e2e.scenarios import CHART, RELEASE, RunResults, extra_env
+from e2e.test_monitoring import samples
 from e2e.test_real_aicr import SNAPSHOT, snapshot_configmap
 from e2e.test_real_validators import CHECKS, evidence
 from e2e.tools import REPO_ROOT, tool
@@ -111,6 +118,9 @@ STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
 #: time, beyond the chart's least-privilege ClusterRole, as docs/installing.md
 #: "Permissions" gives them (tests/integration/test_rbac_extra_rules.py: exactly those).
 EXTRA_RULES = documented_extra_rules()
+#: (namespace, label selector) of the GPU Operator's pod and of kube-prometheus-stack's kube-state-metrics.
+OPERATOR_POD = ("gpu-operator", "app=gpu-operator")
+KSM_POD = ("monitoring", "app.kubernetes.io/name=kube-state-metrics")
 CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller")
 AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
 
@@ -242,6 +252,7 @@ def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: 
         real = {
             OPERATOR_IMAGE: gpu_operator_image(gpu_operator_archive()),
             VALIDATOR_IMAGE: validator_image(validator_archive()),
+            KSM_IMAGE: kube_state_metrics_image(),
         }
         refs = _recipe_refs(real_aicr_release, tmp_path / "recipe")
     except (GpuOperatorMissing, ValidatorsMissing, RealAicrMissing) as exc:
@@ -270,7 +281,8 @@ def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: 
         registry = start_tls_registry(base / "registry", ca, sorted(registries), registry_address, 443)
         env = _env(tmp_path, network.ca_file)
         _push_oci_charts(refs, local, registry.host, helm, env)
-        assert set(real) <= set(images), "the list names the operator and the deployment validator"
+        # KSM_IMAGE follows KUBE_STATE_METRICS_VERSION: the pin must be the subchart's appVersion.
+        assert set(real) <= set(images), (sorted(set(real) - set(images)), "not in the list")
         _fill_images([i for i in images if i not in missing], registry.host, real, env)
         network = UpstreamNetwork.write(base, ca, {chart_address: chart_hosts, registry_address: registries})
         charts.requests.clear()
@@ -432,9 +444,10 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         for ref in upstream.missing:
             assert f"not copied {ref}: not at its source, allowed by --allow-missing" in first, ref
         requests_before_stop = upstream.requests()
-        # The stand-ins say what they are; the operator and the validator are the real ones.
+        # The stand-ins say what they are; the operator, the validator and kube-state-metrics are the real ones.
         env = _env(tmp_path, upstream.network.ca_file)
-        for image, stand_in in ((STAND_IN, True), (OPERATOR_IMAGE, False), (VALIDATOR_IMAGE, False)):
+        real = (OPERATOR_IMAGE, VALIDATOR_IMAGE, KSM_IMAGE)
+        for image, stand_in in ((STAND_IN, True), *((name, False) for name in real)):
             config = _run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{image}"], env)
             labels = json.loads(_ok(config))["config"].get("Labels") or {}
             assert (labels.get(STAND_IN_LABEL) == "true") is stand_in, (image, labels)
@@ -470,7 +483,8 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
             outcome = wait_for(
                 lambda: _settled(control_plane, node, namespaces, missing), timeout=300, what="every pod's images"
             )
-            operator = wait_for(lambda: _ready_operator(control_plane), timeout=180, what="the GPU Operator Ready")
+            operator = wait_for(lambda: _ready_pod(control_plane, *OPERATOR_POD), timeout=180, what="the GPU Operator")
+            ksm = wait_for(lambda: _ready_pod(control_plane, *KSM_POD), timeout=180, what="kube-state-metrics Ready")
         expected = _image_digests(copied)
     finally:
         mirror.process.stop()
@@ -498,13 +512,14 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
     # The real GPU Operator Ready on the node, and the real deployment validator's verdict.
     assert (operator["spec"]["nodeName"], operator["spec"]["containers"][0]["image"]) == (NODE_NAME, OPERATOR_IMAGE)
     tests = _assert_verdict(run.ctrf, operator)
+    ksm_seen = _assert_kube_state_metrics(control_plane, ksm, operator)
     readiness = [line for line in run.output.splitlines() if "readiness constraint" in line]
     assert any("passed name=K8s.server.version" in line and server_version in line for line in readiness), readiness
     # Every pod image, the validator's too, came from the second mirror, asked for by the
     # node's containerd, at the digest the first copy printed.
     requests = second.requests()[second_before:]
     pulled = {**outcome.pulled, VALIDATOR_IMAGE: _node_digest(node, VALIDATOR_IMAGE)}
-    assert OPERATOR_IMAGE in pulled, sorted(pulled)
+    assert {OPERATOR_IMAGE, KSM_IMAGE} <= set(pulled), sorted(pulled)
     for image, digest in sorted(pulled.items()):
         assert digest == expected[image], (image, digest, expected[image])
         name, tag = image.rsplit(":", 1)
@@ -519,7 +534,8 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         f"to-archive {timings['archive']:.1f}s ({archive.stat().st_size / 1e6:.1f} MB), from-archive "
         f"{timings['from-archive']:.1f}s; upstream requests {requests_before_stop}; install {run.seconds:.1f}s "
         f"(validate {run.validate_seconds:.1f}s: {tests}), {len(pulled)} images pulled through the second mirror, "
-        f"pods that cannot pull {outcome.stuck}; whole test {time.monotonic() - started:.1f}s"
+        f"pods that cannot pull {outcome.stuck}; kube-state-metrics {ksm_seen}; whole test "
+        f"{time.monotonic() - started:.1f}s"
     )
 
 
@@ -549,10 +565,37 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _ready_operator(plane: ControlPlane) -> dict[str, Any] | None:
-    """The GPU Operator's one pod (``app=gpu-operator``), once Ready."""
-    pods = plane.admin.get("/api/v1/namespaces/gpu-operator/pods", labelSelector="app=gpu-operator")["items"]
+def _ready_pod(plane: ControlPlane, namespace: str, selector: str) -> dict[str, Any] | None:
+    """The one pod of ``namespace`` that ``selector`` selects, once Ready."""
+    pods = plane.admin.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
     return pods[0] if len(pods) == 1 and _ready(pods[0]) else None
+
+
+def _assert_kube_state_metrics(plane: ControlPlane, ksm: dict[str, Any], operator: dict[str, Any]) -> str:
+    """kube-prometheus-stack's kube-state-metrics is the real program: Ready on the node (its
+    readiness probe, ``/readyz`` on 8081), its ``/metrics`` on 8080 carries the operator pod's
+    readiness, read through its ServiceAccount with the chart's RBAC (no request refused), and
+    each of its requests names the pinned version (the release build's User-Agent)."""
+    assert (ksm["spec"]["nodeName"], ksm["spec"]["containers"][0]["image"]) == (NODE_NAME, KSM_IMAGE)
+    url = f"http://{ksm['status']['podIP']}:8080/metrics"
+    operator_pod = {"namespace": "gpu-operator", "pod": operator["metadata"]["name"], "condition": "true"}
+
+    def operator_ready() -> str | None:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = str(response.read().decode())
+        ready = samples(text, "kube_pod_status_ready")
+        return text if any(labels.items() >= operator_pod.items() and v == 1 for labels, v in ready) else None
+
+    text = wait_for(operator_ready, timeout=60, what="kube-state-metrics exports the operator pod Ready")
+    user = f"system:serviceaccount:monitoring:{ksm['spec']['serviceAccountName']}"
+    requests = [e for e in plane.audit_events_until_now() if e["user"]["username"] == user]
+    assert requests, f"no request of {user} in the audit log"
+    agents = {e.get("userAgent", "").split(" ")[0] for e in requests}
+    assert agents == {f"kube-state-metrics/{KSM_VERSION}"}, agents
+    refused = [f"{e['verb']} {e['requestURI']}" for e in requests if e["responseStatus"]["code"] == 403]
+    assert refused == [], refused
+    [status] = ksm["status"]["containerStatuses"]
+    return f"{status['restartCount']} restarts, {len(requests)} requests, {len(text.splitlines())} lines of /metrics"
 
 
 def _assert_verdict(ctrf: dict[str, Any], operator: dict[str, Any]) -> dict[str, str]:

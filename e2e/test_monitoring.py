@@ -1,4 +1,4 @@
-"""A real consumer reads the verdict: kube-state-metrics v2.20.0 (built by
+"""A real consumer reads the verdict: kube-state-metrics v2.18.0 (built by
 scripts/bootstrap-tools.sh) runs as a host process against the e2e API server
 with the custom-resource-state configuration the chart installs
 (``monitoring.kubeStateMetrics.enabled``), as a user holding only the RBAC

@@ -494,8 +494,11 @@ run_job() {
     sveltos-crds) sveltos_crds ;;
     npm) npm_material ;;
     actionlint) go_build actionlint "$ACTIONLINT_MODULE" "$ACTIONLINT_VERSION" "$ACTIONLINT_PACKAGE" ;;
+    # The version its release build stamps (its Makefile): it is in the User-Agent
+    # of every request and in `kube-state-metrics version`, as the published image's.
     kube-state-metrics)
-      go_build kube-state-metrics "$KUBE_STATE_METRICS_MODULE" "$KUBE_STATE_METRICS_VERSION" "$KUBE_STATE_METRICS_MODULE"
+      go_build kube-state-metrics "$KUBE_STATE_METRICS_MODULE" "$KUBE_STATE_METRICS_VERSION" "$KUBE_STATE_METRICS_MODULE" \
+        "" "-X github.com/prometheus/common/version.Version=$KUBE_STATE_METRICS_VERSION"
       ;;
     # promtool needs none of Prometheus' service discovery: upstream's remove_all_sd
     # tag leaves out the cloud SDKs, most of its build.

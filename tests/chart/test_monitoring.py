@@ -82,7 +82,7 @@ def test_unknown_monitoring_keys_are_refused_by_the_schema() -> None:
 
 PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
 ALERTS = {"AicrChecksFailed", "AicrVerdictRegressed", "AicrInstallFailed", "AicrVerdictStale", "AicrUpgradeBlocked"}
-#: kube-state-metrics' own Job metrics the rules may read (its docs/metrics/workload/job-metrics.md, v2.20.0).
+#: kube-state-metrics' own Job metrics the rules may read (its docs/metrics/workload/job-metrics.md, v2.18.0).
 KSM_STANDARD = {
     "kube_job_status_succeeded",
     "kube_job_status_failed",
