@@ -14,7 +14,6 @@ import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from aicr_runner.aicr import capabilities
 from aicr_runner.children.process import child_env
 
 if TYPE_CHECKING:
@@ -46,6 +45,9 @@ class StartVersion:
             return self._said, None
         if self._question.returncode != 0:
             return f"unknown (preinstalled {self._binary} --version exited {self._question.returncode})", None
+        # Imported here, while the question runs it is not needed: ``ask`` starts it sooner.
+        from aicr_runner.aicr import capabilities
+
         version = capabilities.AicrVersion.parse(printed_text)
         printed = tuple(printed_text.splitlines())
         if version is None:
