@@ -151,7 +151,7 @@ NULL = (
 )
 def test_c20_a_null_the_chart_cannot_render_is_refused(values: dict[str, Any], path: str) -> None:
     """Without the guard each of these rendered "<nil>" or 0 into the Job, a false
-    where the default is true, or YAML that does not parse."""
+    where the default is true, or failed in a template with no message (aicr.version)."""
     rejects_with(values, NULL.format(path=path))
     rejects_with(values, NULL.format(path=path), args=SKIP_SCHEMA)
 

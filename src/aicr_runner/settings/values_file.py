@@ -91,7 +91,7 @@ class Renamed:
 
 #: Chart values the chart alone reads whose null no template renders as meant: the
 #: image's repository (the pod's image would read ``<nil>``), the ServiceAccount's
-#: and RBAC's switches (true by default: null would turn them off, or break the YAML).
+#: and RBAC's switches (true by default: a null would silently turn them off).
 CHART_ONLY_NOT_NULL = ("image.repository", "serviceAccount.create", "rbac.create", "rbac.clusterAdmin")
 
 
