@@ -565,10 +565,16 @@ def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _ready_pod(plane: ControlPlane, namespace: str, selector: str) -> dict[str, Any] | None:
-    """The one pod of ``namespace`` that ``selector`` selects, once Ready."""
+def _ready_pod(plane: ControlPlane, namespace: str, selector: str) -> dict[str, Any]:
+    """The one pod of ``namespace`` that ``selector`` selects, once Ready; until then an
+    error saying what there is (``wait_for`` reports the last one)."""
     pods = plane.admin.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
-    return pods[0] if len(pods) == 1 and _ready(pods[0]) else None
+    if len(pods) == 1 and _ready(pods[0]):
+        ready: dict[str, Any] = pods[0]
+        return ready
+    seen = [(p["metadata"]["name"], p.get("status", {}).get("phase"), p.get("status", {}).get("containerStatuses"),
+             p.get("status", {}).get("conditions")) for p in pods]  # fmt: skip
+    raise AssertionError(f"{namespace} {selector}: {seen}")
 
 
 def _assert_kube_state_metrics(plane: ControlPlane, ksm: dict[str, Any], operator: dict[str, Any]) -> str:
