@@ -204,12 +204,26 @@ def test_an_evicted_pod_is_replaced_without_counting_against_the_backoff_limit(
     scenario: Scenario, aicr_kubelet: Kubelet, pack: OrgPack
 ) -> None:
     scenario.pack_secret()
-    scenario.install(merged(pack_run_values(pack), {"job": {"backoffLimit": 0, "terminationGracePeriodSeconds": 30}}))
+    # deploy.sh holds acme-config's install until the ConfigMap "gate" exists: the run
+    # cannot end before the eviction reaches it (without the hold, its last second
+    # could, and the pod exited 0).
+    gate = "gate"
+    hold = {
+        "FAKE_AICR_DEPLOY_HOLD_AT": "acme-config",
+        "FAKE_AICR_DEPLOY_HOLD_CONFIGMAP": f"{scenario.namespace}/{gate}",
+    }
+    scenario.install(
+        merged(pack_run_values(pack, hold), {"job": {"backoffLimit": 0, "terminationGracePeriodSeconds": 30}})
+    )
 
     def at_recipe(line: str) -> bool:
         return "step started step=recipe" in line
 
     evicted = aicr_kubelet.run_job(RELEASE, scenario.namespace, terminate_by="evict", terminate_when=at_recipe)
+    scenario.plane.admin.create(
+        f"/api/v1/namespaces/{scenario.namespace}/configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gate}},
+    )
     outcome = aicr_kubelet.run_job_to_completion(RELEASE, scenario.namespace)
 
     assert evicted.exit_code == 143, evicted.describe()
