@@ -18,6 +18,7 @@ from typing import Any
 from aicr_runner.aicr.capabilities import HelpProbe
 from aicr_runner.mirror.images import normalize
 from aicr_runner.mirror.items import Item, Kind
+from aicr_runner.mirror.tool_call import last_line
 from aicr_runner.settings.config import RunnerSettings
 
 __all__ = ["differences", "parse_aicr_list"]
@@ -65,8 +66,7 @@ def differences(settings: RunnerSettings, items: Sequence[Item]) -> list[str]:
         return []
     result = _run([str(binary), "mirror", "list", "--recipe", str(work / "recipe.yaml"), "--format", "json"], work)
     if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return [f"aicr mirror list failed (exit {result.returncode}): {last}; not compared"]
+        return [f"aicr mirror list failed (exit {result.returncode}): {last_line(result.stderr, 300)}; not compared"]
     try:
         theirs_images, theirs_charts = parse_aicr_list(result.stdout)
     except (ValueError, AttributeError) as exc:

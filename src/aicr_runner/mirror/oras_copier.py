@@ -31,7 +31,7 @@ from pathlib import Path
 from aicr_runner.errors import ToolError
 from aicr_runner.mirror.digest_reads import LAYOUT, DigestReads
 from aicr_runner.mirror.errors import CopyError, MirrorExit, classify_tool_failure
-from aicr_runner.mirror.tool_call import run_tool
+from aicr_runner.mirror.tool_call import last_line, run_tool
 
 __all__ = ["LAYOUT", "OrasCopier", "sha256_of"]
 
@@ -45,13 +45,12 @@ def _never() -> bool:
     return False
 
 
+#: How much of a tool's last line a failure quotes.
+_SAID = 400
+
+
 def _host(reference: str) -> str:
     return reference.removeprefix("oci://").split("/", 1)[0]
-
-
-def _last(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:400] if lines else "no output"
 
 
 class OrasCopier:
@@ -131,7 +130,7 @@ class OrasCopier:
             reason = classify_tool_failure(result.stderr, source_side=source_side)
             if reason in (MirrorExit.NOT_FOUND, MirrorExit.TARGET_UNAVAILABLE) and "not found" in result.stderr:
                 return None
-            raise CopyError(reason, reference, _last(result.stderr))
+            raise CopyError(reason, reference, last_line(result.stderr, _SAID))
         loaded = json.loads(result.stdout)
         return loaded if isinstance(loaded, dict) else None
 
@@ -155,7 +154,9 @@ class OrasCopier:
         result = self._run(argv)
         if result.returncode != 0:
             # The source resolved a moment ago: a failure now is the target's, unless it says otherwise.
-            raise CopyError(classify_tool_failure(result.stderr, source_side=False), target, _last(result.stderr))
+            raise CopyError(
+                classify_tool_failure(result.stderr, source_side=False), target, last_line(result.stderr, _SAID)
+            )
         # oras cp prints the digest it copied ("Digest: sha256:..."): one call less per item;
         # the final check resolves every target all the same.
         printed = _COPIED_DIGEST.search(result.stdout)
@@ -182,7 +183,7 @@ class OrasCopier:
         result = self._run(argv, cwd=files_dir)
         printed = _COPIED_DIGEST.search(result.stdout)
         if result.returncode != 0 or printed is None:
-            raise CopyError(MirrorExit.TARGET_UNAVAILABLE, layout, _last(result.stderr or result.stdout))
+            raise CopyError(MirrorExit.TARGET_UNAVAILABLE, layout, last_line(result.stderr or result.stdout, _SAID))
         return printed.group(1)
 
     def chart_digest(self, reference: str) -> str | None:
@@ -208,7 +209,7 @@ class OrasCopier:
         archives = sorted(set(destination.glob("*.tgz")) - before)
         if pulled.returncode != 0 or not archives:
             reason = classify_tool_failure(pulled.stderr, source_side=True)
-            raise CopyError(reason, f"chart {chart} {version} from {source}", _last(pulled.stderr))
+            raise CopyError(reason, f"chart {chart} {version} from {source}", last_line(pulled.stderr, _SAID))
         return archives[0]
 
     def push_chart(self, source: str, chart: str, version: str, target: str) -> tuple[str, bool]:
@@ -223,7 +224,9 @@ class OrasCopier:
                 flags += ["--registry-config", str(self.registry_config)]
             pushed = self._run([self.helm, "push", str(archive), repository, *flags], cwd=Path(tmp))
             if pushed.returncode != 0:
-                raise CopyError(classify_tool_failure(pushed.stderr, source_side=False), target, _last(pushed.stderr))
+                raise CopyError(
+                    classify_tool_failure(pushed.stderr, source_side=False), target, last_line(pushed.stderr, _SAID)
+                )
             return digest, True
 
 

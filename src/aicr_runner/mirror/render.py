@@ -20,7 +20,7 @@ from typing import Protocol
 
 from aicr_runner.errors import RunnerError
 from aicr_runner.mirror.errors import ChartUnavailableError
-from aicr_runner.mirror.tool_call import run_tool
+from aicr_runner.mirror.tool_call import exit_status, last_line, run_tool
 
 __all__ = ["ChartRef", "ChartRenderer", "HelmRenderer"]
 
@@ -64,6 +64,10 @@ class ChartRenderer(Protocol):
         None when it was not pulled (a charts directory's copy may not be byte-identical)."""
 
 
+#: How much of helm's last line a failure quotes.
+_SAID = 500
+
+
 class HelmRenderer:
     """The real helm: charts pulled from their source (or found in ``charts_dir``
     as ``<chart>-<version>.tgz``, as ``helm package`` names them)."""
@@ -94,7 +98,7 @@ class HelmRenderer:
             if result.returncode != 0:
                 raise RunnerError(
                     f"helm template of {chart.chart} {chart.version} (component {chart.component}) failed "
-                    f"({_exit_status(result.returncode)}): {_last_line(result.stderr)}"
+                    f"({exit_status(result.returncode)}): {last_line(result.stderr, _SAID)}"
                 )
             return result.stdout
 
@@ -107,7 +111,7 @@ class HelmRenderer:
         pulled = sorted(tmp.glob("*.tgz"))
         if result.returncode != 0 or not pulled:
             raise ChartUnavailableError(
-                chart.component, chart.chart, chart.version, chart.source, _last_line(result.stderr)
+                chart.component, chart.chart, chart.version, chart.source, last_line(result.stderr, _SAID)
             )
         return pulled[0]
 
@@ -128,23 +132,6 @@ class HelmRenderer:
             from aicr_runner.errors import ToolError
 
             raise ToolError(f"helm not found ({self.helm}): mirror renders the charts with helm template") from exc
-
-
-def _exit_status(code: int) -> str:
-    """``exit 1``, or the signal that ended the process (whose stderr is then often empty)."""
-    if code >= 0:
-        return f"exit {code}"
-    import signal
-
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"killed by signal {-code}"
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:500] if lines else "no output"
 
 
 def _sha256(path: Path) -> str:
