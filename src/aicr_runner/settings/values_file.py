@@ -124,19 +124,16 @@ def not_null() -> tuple[str, ...]:
 def _check_nulls(document: Mapping[str, Any], where: str) -> None:
     """C-20: a null (on the value or on a map above it) for a value ``not_null`` names."""
     for path in not_null():
-        node: Any = document
-        for part in path.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                break
-            node = node[part]
-            if node is None:
-                raise ConfigError(
-                    [
-                        f"{where}: {path}=null: a null removes the chart's default with the key, and this value "
-                        f"cannot be rendered without one. Leave {path} out to keep the default, or set the value "
-                        "you mean."
-                    ]
-                )
+        parts = path.split(".")
+        prefixes = (".".join(parts[: n + 1]) for n in range(len(parts)))
+        if any(_lookup(document, prefix) == (True, None) for prefix in prefixes):
+            raise ConfigError(
+                [
+                    f"{where}: {path}=null: a null removes the chart's default with the key, and this value "
+                    f"cannot be rendered without one. Leave {path} out to keep the default, or set the value "
+                    "you mean."
+                ]
+            )
 
 
 #: The renamed chart values that are no setting (the chart alone reads them), each
