@@ -92,7 +92,8 @@ def _execute(
     sink = _make_sink(invocation, cluster)
     lease = _make_lease(settings, cluster, shutdown)
     with shutdown.installed():
-        report, version_output = _start(settings, invocation, version or start_version.ask(settings, env))
+        version = version or start_version.ask(settings, env)
+        report, version_output = _start(settings, invocation, version.answer(shutdown.requested))
         events = _make_events(settings, cluster)
         publish_status, status = _status_publisher(settings, sink, live=invocation.mode is not Mode.PLAN)
         ctx = RunContext(
@@ -237,11 +238,12 @@ def _register_credentials(settings: RunnerSettings) -> None:
 
 
 def _start(
-    settings: RunnerSettings, invocation: Invocation, version: start_version.StartVersion
+    settings: RunnerSettings, invocation: Invocation, answer: tuple[str, tuple[str, ...] | None]
 ) -> tuple[RunReport, tuple[str, ...] | None]:
-    """The run's report, after the start line said what runs; what a preinstalled
-    aicr printed for ``--version`` (the fetch step does not ask again)."""
-    aicr_version, version_output = version.answer()
+    """The run's report, after the start line said what runs (``answer``: what the start
+    line says of aicr, and what a preinstalled aicr printed for ``--version``, which the
+    fetch step then does not ask again)."""
+    aicr_version, version_output = answer
     report = Machine.new_report(
         ROUTES[invocation.mode],
         runner_version=__version__,

@@ -11,7 +11,8 @@ the binary answers (a plan does: its start-up is what a user waits for).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from aicr_runner.children.process import child_env
@@ -23,6 +24,8 @@ __all__ = ["StartVersion", "ask"]
 
 #: A local binary printing its version; past this it is reported unknown (the fetch step checks it).
 _ANSWER_SECONDS = 10
+#: How often the wait for the answer looks at the shutdown flag.
+_POLL_SECONDS = 0.1
 
 
 class StartVersion:
@@ -34,15 +37,22 @@ class StartVersion:
         self._binary = binary
         self._question = question
 
-    def answer(self) -> tuple[str, tuple[str, ...] | None]:
+    def answer(self, interrupted: Callable[[], bool] = lambda: False) -> tuple[str, tuple[str, ...] | None]:
+        """Waits for the question, at most ``_ANSWER_SECONDS`` and not past a shutdown
+        request (``interrupted``): then the binary is killed and reaped, and the version
+        is left to the fetch step (which a shutdown stops before it starts)."""
         if self._question is None:
             return self._said, None
-        try:
-            printed_text, _ = self._question.communicate(timeout=_ANSWER_SECONDS)
-        except subprocess.TimeoutExpired:
-            self._question.kill()
-            self._question.communicate()
-            return self._said, None
+        deadline = time.monotonic() + _ANSWER_SECONDS
+        while True:
+            try:
+                printed_text, _ = self._question.communicate(timeout=_POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                if interrupted() or time.monotonic() >= deadline:
+                    self._question.kill()
+                    self._question.communicate()
+                    return self._said, None
         if self._question.returncode != 0:
             return f"unknown (preinstalled {self._binary} --version exited {self._question.returncode})", None
         # Imported here, while the question runs it is not needed: ``ask`` starts it sooner.

@@ -32,8 +32,9 @@ Every aicr and deploy.sh call goes through ``SubprocessRunner.run``:
 * a call may have a deadline of its own (``deadline_seconds``: a local question
   such as ``helm version``, whose answer is due in seconds): past it the child's
   group gets SIGTERM at once, SIGKILL ``kill_after_seconds`` later, and the
-  result says ``overdue``. The calls of aicr and deploy.sh have none: the Job's
-  own deadline bounds them.
+  result says ``overdue``. Such a question changes nothing, so a shutdown request
+  stops it at once too, without the grace period. The calls of aicr and deploy.sh
+  have none: the Job's own deadline bounds them.
 * exit codes follow the shell: a child killed by signal N reports 128+N.
 """
 
@@ -423,7 +424,8 @@ class SubprocessRunner:
             _signal_group(process, signal.SIGTERM)
             escalation.kill_deadline = now + self.kill_after_seconds
         elif escalation.kill_deadline is None and (
-            now >= escalation.grace_deadline or self.shutdown.urgent or escalation.overdue
+            # A call with a deadline of its own is a question: nothing to let finish.
+            now >= escalation.grace_deadline or self.shutdown.urgent or escalation.overdue_at is not None
         ):
             _signal_group(process, signal.SIGTERM)
             escalation.kill_deadline = now + self.kill_after_seconds

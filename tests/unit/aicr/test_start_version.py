@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,19 @@ def test_without_a_preinstalled_binary_the_release_tag_is_said() -> None:
         f"{settings.aicr.version} (release tag, checked after download)",
         None,
     )
+
+
+def test_a_shutdown_request_ends_the_wait_at_once(tmp_path: Path) -> None:
+    """SIGTERM while the binary has not answered: killed and reaped, not waited for
+    (its deadline is ten seconds away); the fetch step, which a shutdown stops, is left the version."""
+    aicr = program(tmp_path, "time.sleep(600)")
+    question = ask(aicr)
+    started = time.monotonic()
+    assert question.answer(interrupted=lambda: True) == (
+        f"unknown (preinstalled {aicr}; the fetch step checks it)",
+        None,
+    )
+    assert time.monotonic() - started < start_version._ANSWER_SECONDS
+    process = question._question
+    assert process is not None
+    assert process.returncode is not None, "killed and reaped"

@@ -277,6 +277,25 @@ def test_a_call_past_its_own_deadline_is_stopped_and_said_overdue(tmp_path: Path
     assert 0.3 <= time.monotonic() - started < 5
 
 
+def test_a_call_with_a_deadline_is_stopped_at_once_on_shutdown_without_the_grace(tmp_path: Path) -> None:
+    """A question (``deadline_seconds``) changes nothing: SIGTERM stops it at once, not after
+    the grace period a deploy gets (here 30 s) nor at its own deadline (60 s)."""
+    controller = ShutdownController()
+    runner = SubprocessRunner(shutdown=controller, grace_seconds=30, kill_after_seconds=5)
+    timer = request_after(controller, 0.1)
+    started = time.monotonic()
+    result = runner.run(
+        ["bash", "-c", "trap 'exit 7' TERM; sleep 60 & wait $!"],
+        env=ENV,
+        cwd=tmp_path,
+        log_path=tmp_path / "out.log",
+        deadline_seconds=60,
+    )
+    timer.join()
+    assert (result.exit_code, result.interrupted, result.stopped, result.overdue) == (7, True, True, False)
+    assert time.monotonic() - started < 20
+
+
 def test_a_call_that_ends_within_its_deadline_is_not_overdue(tmp_path: Path) -> None:
     result = SubprocessRunner().run(
         ["true"], env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "out.log", deadline_seconds=30
