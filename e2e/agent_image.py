@@ -27,7 +27,6 @@ the node's containerd under the published name.
 
 from __future__ import annotations
 
-import hashlib
 import platform
 import shutil
 import subprocess
@@ -35,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from e2e.harness.podman import image_exists, podman_build
+from e2e.harness.podman import content_tag, image_exists, podman_build
 from e2e.tools import REPO_ROOT
 from tests.support.real_aicr import extract_binary
 
@@ -137,10 +136,7 @@ def agent_image(releases_dir: Path) -> str:
         smi.write_text(NVIDIA_SMI)
         smi.chmod(0o755)
         (context / "os-release").write_text(OS_RELEASE)
-        digest = hashlib.sha256(LAYOUT.encode() + NVIDIA_SMI.encode() + OS_RELEASE.encode())
-        for part in (binary, context / "base.tar"):
-            digest.update(hashlib.sha256(part.read_bytes()).digest())
-        tag = f"localhost/aicr-snapshot-agent:{digest.hexdigest()[:16]}"
+        tag = content_tag("aicr-snapshot-agent", LAYOUT + NVIDIA_SMI + OS_RELEASE, binary, context / "base.tar")
         if image_exists(tag):
             return tag
         (context / "Containerfile").write_text(LAYOUT)

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from e2e.agent_image import base_image_tar
-from e2e.harness.podman import image_exists, podman_build
+from e2e.harness.podman import content_tag, image_exists, podman_build
 from e2e.testdata import shared_folder
 
 __all__ = [
@@ -81,10 +81,7 @@ def gpu_operator_image(archive: Path) -> str:
         context = Path(scratch)
         base = base_image_tar(context / "inputs")
         base.rename(context / "base.tar")
-        digest = hashlib.sha256(LAYOUT.encode())
-        for part in (archive, context / "base.tar"):
-            digest.update(hashlib.sha256(part.read_bytes()).digest())
-        tag = f"localhost/gpu-operator:{digest.hexdigest()[:16]}"
+        tag = content_tag("gpu-operator", LAYOUT, archive, context / "base.tar")
         if image_exists(tag):
             return tag
         tree = context / "tree"

@@ -19,12 +19,11 @@ tag hashes the binary and the layout, so it is built once per content (CI builds
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
 
-from e2e.harness.podman import image_exists, podman_build
+from e2e.harness.podman import content_tag, image_exists, podman_build
 from e2e.tools import pinned_versions, tool
 
 __all__ = ["KSM_IMAGE", "KSM_VERSION", "kube_state_metrics_image"]
@@ -45,9 +44,7 @@ def kube_state_metrics_image() -> str:
     """The image, built with podman from the pinned build (or found: the tag hashes
     the binary and the layout)."""
     binary = tool("kube-state-metrics")
-    digest = hashlib.sha256(LAYOUT.encode())
-    digest.update(hashlib.sha256(binary.read_bytes()).digest())
-    tag = f"localhost/kube-state-metrics:{digest.hexdigest()[:16]}"
+    tag = content_tag("kube-state-metrics", LAYOUT, binary)
     if image_exists(tag):
         return tag
     with tempfile.TemporaryDirectory(prefix="e2e-kube-state-metrics-") as scratch:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-__all__ = ["BUILD_SECONDS", "CALL_SECONDS", "PODMAN", "image_exists", "podman", "podman_build"]
+__all__ = ["BUILD_SECONDS", "CALL_SECONDS", "PODMAN", "content_tag", "image_exists", "podman", "podman_build"]
 
 PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
 
@@ -35,6 +35,17 @@ def podman_build(context: Path, tag: str, containerfile: Path | None = None) -> 
     """Build ``context`` (its ``Containerfile`` unless given) as ``tag`` within ``BUILD_SECONDS``."""
     file = containerfile or context / "Containerfile"
     podman("build", "--quiet", "--tag", tag, "--file", str(file), str(context), timeout=BUILD_SECONDS)
+
+
+def content_tag(name: str, layout: str, *files: Path) -> str:
+    """``localhost/<name>:<16 hex>``, a hash of ``layout`` and of each file's bytes: an
+    image tagged so is built once per content (``image_exists`` first)."""
+    import hashlib
+
+    digest = hashlib.sha256(layout.encode())
+    for part in files:
+        digest.update(hashlib.sha256(part.read_bytes()).digest())
+    return f"localhost/{name}:{digest.hexdigest()[:16]}"
 
 
 def image_exists(tag: str) -> bool:
