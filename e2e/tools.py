@@ -62,6 +62,15 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "aicr": ("aicr", "AICR_VERSION"),
     "kube-state-metrics": ("kube-state-metrics", "KUBE_STATE_METRICS_VERSION"),
     "promtool": ("promtool", "PROMETHEUS_VERSION"),
+    "node-exporter": ("node-exporter", "NODE_EXPORTER_VERSION"),
+    "nfd-master": ("nfd-master", "NFD_VERSION"),
+    "nfd-worker": ("nfd-worker", "NFD_VERSION"),
+    "nfd-gc": ("nfd-gc", "NFD_VERSION"),
+    "prometheus-operator": ("prometheus-operator", "PROMETHEUS_OPERATOR_VERSION"),
+    "prometheus-config-reloader": ("prometheus-config-reloader", "PROMETHEUS_OPERATOR_VERSION"),
+    "prometheus": ("prometheus", "PROMETHEUS_SERVER_VERSION"),
+    "alertmanager": ("alertmanager", "ALERTMANAGER_VERSION"),
+    "amtool": ("amtool", "ALERTMANAGER_VERSION"),
     # Debian packages: found on PATH after the bootstrap installed them.
     "docker-registry": ("debian", None),
     "htpasswd": ("debian", None),
@@ -215,6 +224,12 @@ def argocd_crds() -> Path:
 def sveltos_crds() -> Path:
     """The directory holding Sveltos' HealthCheck CRD at the pinned libsveltos version."""
     return _crd_directory("sveltos-crds", pinned_versions()["LIBSVELTOS_VERSION"])
+
+
+@functools.cache
+def nfd_config() -> Path:
+    """The directory holding NFD's worker configuration example (``nfd-worker.conf``) at the pinned version."""
+    return _crd_directory("nfd-config", pinned_versions()["NFD_VERSION"])
 
 
 @functools.cache

@@ -9,12 +9,14 @@
 # 2); a lock per tool in the cache directory lets concurrent runs (the test
 # script's lanes, parallel test sessions) wait for a tool another is building
 # instead of building it twice. --base names the tools every suite but the
-# end-to-end one needs, --e2e the rest.
+# end-to-end one needs, --e2e the rest, --recipe the programs only the whole
+# recipe's e2e test runs (as images under their published names).
 #
 # Usage: scripts/bootstrap-tools.sh [--base|--e2e|helm|helm3|oras|actionlint|cosign|etcd|kube-apiserver|
 #        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|
 #        sveltos-crds|kube-state-metrics|promtool|npm|aicr|debian|
-#        image-tools ...]
+#        --recipe|node-exporter|nfd-master|nfd-worker|nfd-gc|nfd-config|prometheus-operator|
+#        prometheus-config-reloader|prometheus|alertmanager|amtool|image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
 # IMAGE_TOOLS_ARCH (amd64 or arm64; default this machine's) picks the architecture
@@ -295,6 +297,15 @@ flux_crds() {
   log "flux CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
 }
 
+# module_dir MODULE VERSION WHAT: the directory of the module's source in Go's module
+# cache (downloaded from the module proxy when missing), for copying files of it.
+module_dir() {
+  local dir
+  dir=$(go mod download -json "$1@$2" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -n "$dir" ]] || { log "$3: go mod download $1@$2 gave no directory"; return 1; }
+  printf '%s' "$dir"
+}
+
 # Argo CD's CRDs (Application, AppProject, ApplicationSet) from its Go module:
 # only the YAML files of manifests/crds are copied; nothing is built from it.
 # The module proxy's copy in the Go module cache is the cache, as for Flux's.
@@ -302,8 +313,7 @@ argocd_crds() {
   local dest="$root/.tools/argocd-crds" dir
   [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$ARGOCD_VERSION" ]] && { log "argo cd CRDs (up to date)"; return 0; }
   rm -rf "$dest" && mkdir -p "$dest"
-  dir=$(go mod download -json "$ARGOCD_MODULE@$ARGOCD_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  [[ -n "$dir" ]] || { log "argo cd CRDs: go mod download $ARGOCD_MODULE@$ARGOCD_VERSION gave no directory"; exit 1; }
+  dir=$(module_dir "$ARGOCD_MODULE" "$ARGOCD_VERSION" "argo cd CRDs") || exit 1
   cp "$dir"/manifests/crds/*-crd.yaml "$dest/"
   chmod u+w "$dest"/*.yaml
   printf '%s' "$ARGOCD_VERSION" >"$dest/.version"
@@ -317,11 +327,9 @@ report_crds() {
   local dest="$root/.tools/report-crds" stamp_value="$OPENREPORTS_VERSION $KYVERNO_VERSION" dir
   [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$stamp_value" ]] && { log "report CRDs (up to date)"; return 0; }
   rm -rf "$dest" && mkdir -p "$dest/openreports" "$dest/wgpolicy"
-  dir=$(go mod download -json "$OPENREPORTS_MODULE@$OPENREPORTS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  [[ -n "$dir" ]] || { log "report CRDs: go mod download $OPENREPORTS_MODULE@$OPENREPORTS_VERSION gave no directory"; exit 1; }
+  dir=$(module_dir "$OPENREPORTS_MODULE" "$OPENREPORTS_VERSION" "report CRDs") || exit 1
   cp "$dir"/config/crd/openreports.io_*.yaml "$dest/openreports/"
-  dir=$(go mod download -json "$KYVERNO_MODULE@$KYVERNO_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  [[ -n "$dir" ]] || { log "report CRDs: go mod download $KYVERNO_MODULE@$KYVERNO_VERSION gave no directory"; exit 1; }
+  dir=$(module_dir "$KYVERNO_MODULE" "$KYVERNO_VERSION" "report CRDs") || exit 1
   cp "$dir"/config/crds/policyreport/wgpolicyk8s.io_*.yaml "$dest/wgpolicy/"
   chmod u+w "$dest"/*/*.yaml
   printf '%s' "$stamp_value" >"$dest/.version"
@@ -334,12 +342,31 @@ sveltos_crds() {
   local dest="$root/.tools/sveltos-crds" dir
   [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$LIBSVELTOS_VERSION" ]] && { log "sveltos CRDs (up to date)"; return 0; }
   rm -rf "$dest" && mkdir -p "$dest"
-  dir=$(go mod download -json "$LIBSVELTOS_MODULE@$LIBSVELTOS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  [[ -n "$dir" ]] || { log "sveltos CRDs: go mod download $LIBSVELTOS_MODULE@$LIBSVELTOS_VERSION gave no directory"; exit 1; }
+  dir=$(module_dir "$LIBSVELTOS_MODULE" "$LIBSVELTOS_VERSION" "sveltos CRDs") || exit 1
   cp "$dir"/config/crd/bases/lib.projectsveltos.io_healthchecks.yaml "$dest/"
   chmod u+w "$dest"/*.yaml
   printf '%s' "$LIBSVELTOS_VERSION" >"$dest/.version"
   log "sveltos CRDs copied ($(find "$dest" -name '*.yaml' | wc -l) files)"
+}
+
+# Prometheus v3.X.Y is published as its module's v0.3XX.Y: prometheus_release v0.310.0 says 3.10.0.
+prometheus_release() {
+  local minor=${1#v0.} patch=${1##*.}
+  minor=${minor%%.*}
+  printf '%s.%s.%s' "${minor:0:1}" "$((10#${minor:1}))" "$patch"
+}
+
+# NFD's worker configuration example, which its published image carries at
+# /etc/kubernetes/node-feature-discovery/nfd-worker.conf (the chart mounts its own there).
+nfd_config() {
+  local dest="$root/.tools/nfd-config" dir
+  [[ -f "$dest/.version" && "$(cat "$dest/.version")" == "$NFD_VERSION" ]] && { log "nfd-config (up to date)"; return 0; }
+  rm -rf "$dest" && mkdir -p "$dest"
+  dir=$(module_dir "$NFD_MODULE" "$NFD_VERSION" "nfd-config") || exit 1
+  cp "$dir"/deployment/components/worker-config/nfd-worker.conf.example "$dest/nfd-worker.conf"
+  chmod u+w "$dest/nfd-worker.conf"
+  printf '%s' "$NFD_VERSION" >"$dest/.version"
+  log "nfd-config copied"
 }
 
 # npm packages used as test material (not code): cached tarballs in .tools/npm.
@@ -446,13 +473,16 @@ pause() {
 base_set=(debian helm helm3 oras actionlint cosign kubectl aicr promtool npm flux-crds argocd-crds report-crds sveltos-crds)
 e2e_set=(kube-apiserver kube-apiserver-floor kube-controller-manager kubelet kube-scheduler etcd pause source-controller
   helm-controller kube-state-metrics)
-all_targets="${base_set[*]} ${e2e_set[*]} image-tools"
+recipe_set=(node-exporter nfd-master nfd-worker nfd-gc nfd-config prometheus-operator prometheus-config-reloader
+  prometheus alertmanager amtool)
+all_targets="${base_set[*]} ${e2e_set[*]} ${recipe_set[*]} image-tools"
 
 want=()
 for t in "$@"; do
   case "$t" in
     --base) want+=("${base_set[@]}") ;;
     --e2e) want+=("${e2e_set[@]}") ;;
+    --recipe) want+=("${recipe_set[@]}") ;;
     *) want+=("$t") ;;
   esac
 done
@@ -463,6 +493,9 @@ job_of() {
   case "$1" in
     helm | kubectl | cosign | oras) echo image-tool-links ;;
     kube-apiserver | kube-controller-manager | kubelet | kube-scheduler) echo kube ;;
+    nfd-master | nfd-worker | nfd-gc) echo nfd ;;
+    prometheus-operator | prometheus-config-reloader) echo prometheus-operator ;;
+    alertmanager | amtool) echo alertmanager ;;
     *) echo "$1" ;;
   esac
 }
@@ -502,6 +535,41 @@ run_job() {
       ;;
     # promtool needs none of Prometheus' service discovery: upstream's remove_all_sd
     # tag leaves out the cloud SDKs, most of its build.
+    # The version stamps of their release builds (node_exporter's .promu.yml, NFD's
+    # Makefile). NFD's published image is its "minimal" variant, whose build reads the
+    # node's files under /host-<path> (the chart mounts them there).
+    node-exporter)
+      go_build node-exporter "$NODE_EXPORTER_MODULE" "$NODE_EXPORTER_VERSION" "$NODE_EXPORTER_MODULE" \
+        "" "-X github.com/prometheus/common/version.Version=${NODE_EXPORTER_VERSION#v}"
+      ;;
+    nfd)
+      local program
+      for program in nfd-master nfd-worker nfd-gc; do
+        go_build "$program" "$NFD_MODULE" "$NFD_VERSION" "$NFD_MODULE/cmd/$program" replaces \
+          "-X $NFD_MODULE/pkg/version.version=$NFD_VERSION -X $NFD_MODULE/pkg/utils/hostpath.pathPrefix=/host-"
+      done
+      ;;
+    nfd-config) nfd_config ;;
+    prometheus-operator)
+      local flags="-X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}"
+      go_build prometheus-operator "$PROMETHEUS_OPERATOR_MODULE" "$PROMETHEUS_OPERATOR_VERSION" \
+        "$PROMETHEUS_OPERATOR_MODULE/cmd/operator" replaces "$flags"
+      go_build prometheus-config-reloader "$PROMETHEUS_OPERATOR_MODULE" "$PROMETHEUS_OPERATOR_VERSION" \
+        "$PROMETHEUS_OPERATOR_MODULE/cmd/prometheus-config-reloader" replaces "$flags"
+      ;;
+    prometheus)
+      local release
+      release=$(prometheus_release "$PROMETHEUS_SERVER_VERSION")
+      go_build prometheus "$PROMETHEUS_MODULE" "$PROMETHEUS_SERVER_VERSION" "$PROMETHEUS_MODULE/cmd/prometheus" \
+        replaces "-X github.com/prometheus/common/version.Version=$release" "" "$PROMETHEUS_SERVER_TAGS"
+      ;;
+    alertmanager)
+      local program
+      for program in alertmanager amtool; do
+        go_build "$program" "$ALERTMANAGER_MODULE" "$ALERTMANAGER_VERSION" "$ALERTMANAGER_MODULE/cmd/$program" "" \
+          "-X github.com/prometheus/common/version.Version=${ALERTMANAGER_VERSION#v}"
+      done
+      ;;
     promtool) go_build promtool "$PROMETHEUS_MODULE" "$PROMETHEUS_VERSION" "$PROMTOOL_PACKAGE" "" "" "" remove_all_sd ;;
     etcd) etcd ;;
     kube-apiserver-floor) kube_apiserver_floor ;;
@@ -512,12 +580,13 @@ run_job() {
 }
 
 # The longest builds first, so the last job to start is a short one.
-job_order=(kube image-tool-links image-tools kube-apiserver-floor source-controller kube-state-metrics helm-controller
-  helm3 promtool etcd actionlint debian pause aicr npm flux-crds argocd-crds report-crds sveltos-crds)
+job_order=(kube image-tool-links image-tools kube-apiserver-floor source-controller prometheus nfd kube-state-metrics
+  helm-controller helm3 promtool prometheus-operator alertmanager node-exporter etcd actionlint debian pause aicr npm flux-crds argocd-crds report-crds sveltos-crds
+  nfd-config)
 declare -A wanted=()
 for t in "${want[@]}"; do
   if [[ " $all_targets " != *" $t "* ]]; then
-    echo "bootstrap: unknown tool '$t' (allowed: --base --e2e $all_targets)" >&2
+    echo "bootstrap: unknown tool '$t' (allowed: --base --e2e --recipe $all_targets)" >&2
     exit 2
   fi
   wanted[$(job_of "$t")]=1

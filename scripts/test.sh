@@ -8,7 +8,12 @@
 #   main lane  the tools every suite but the end-to-end one needs, the static
 #              checks, the image, then `pytest tests`;
 #   e2e lane   (in the background) the tools the end-to-end suite needs (API
-#              servers, the node, Flux, kube-state-metrics), then `pytest e2e`.
+#              servers, the node, Flux, kube-state-metrics), then `pytest e2e`,
+#              then the whole recipe's test in a session of its own.
+# The programs only that last test runs (--recipe: node-exporter, NFD) are built by
+# the main lane once `pytest tests` ends, while `pytest e2e` runs, so a cold machine
+# builds them off the e2e lane's path; that lane asks for them again before the
+# recipe's test (found built, or waited for).
 # The bootstrap's lock per tool means a tool both lanes ask for is built once; the
 # e2e suite builds the image through scripts/build-image.sh's lock likewise. The
 # e2e lane's output is printed when it ends; the script ends with one line adding
@@ -54,6 +59,10 @@ e2e_lane() {
   # The whole real recipe's install leaves what one session cannot undo (its CRDs, what
   # its hooks made, namespaces that cannot go: the session runs no namespace controller),
   # and the other real-aicr tests install into the same namespaces: a session of its own.
+  if ! bash scripts/bootstrap-tools.sh --recipe; then
+    echo "test: scripts/bootstrap-tools.sh --recipe failed" >&2
+    return 3
+  fi
   echo "== e2e lane: pytest e2e/test_air_gapped_recipe.py (a session of its own)"
   COVERAGE_FILE=.coverage.e2e-recipe "${pytest[@]}" --cov-report= --junitxml="$results/e2e-recipe.xml" \
     e2e/test_air_gapped_recipe.py || rc=$?
@@ -84,7 +93,9 @@ bash scripts/build-image.sh
 status=0
 echo "== pytest tests: every suite but the end-to-end one ($(elapsed))"
 COVERAGE_FILE=.coverage.tests "${pytest[@]}" --cov-report= --junitxml="$results/tests.xml" tests || status=$?
-echo "== pytest tests ended ($(elapsed)); waiting for the e2e lane"
+echo "== pytest tests ended ($(elapsed)); the recipe test's programs (bootstrap --recipe)"
+bash scripts/bootstrap-tools.sh --recipe || status=$?
+echo "== waiting for the e2e lane ($(elapsed))"
 e2e_status=0
 wait "$e2e_lane_pid" || e2e_status=$?
 echo "== e2e lane (ended $(elapsed), exit $e2e_status)"
