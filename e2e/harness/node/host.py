@@ -27,6 +27,13 @@ The kubelet sets a few kernel sysctls when it starts (``kernel.panic`` and
 friends) and creates ``KUBE-*`` iptables chains. Those are host-wide: the first
 node of the machine records the old values, the last one to stop puts them back
 and removes the chains.
+
+The host's root mount is made shared (``mount --make-shared /``) when it is private,
+as systemd makes it on every real node: containerd refuses a pod's
+``mountPropagation: HostToContainer`` mount of a path on a private mount (``path "/"
+is mounted on "/" but it is not a shared or slave mount``), and node-exporter's chart
+mounts the node's ``/`` so. The first node of the machine records that it changed it,
+and the last one to stop makes it private again.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ SLOTS = 16
 SERVICE_BLOCK = "198.51.100.0/24"
 #: How the slot's rules are told apart in ``iptables -S`` (``HostNetwork.counters``).
 RULES = ("redirected", "bridge-egress", "service-range", "escaped")
+#: Written in STATE_DIR when a node made ``/`` shared (``HostNetwork.share_root_mount``).
+ROOT_MADE_SHARED = "root-made-shared"
 #: What the kubelet sets at start-up (pkg/kubelet/cm: setupKernelTunables).
 KUBELET_SYSCTLS = (
     "vm.overcommit_memory",
@@ -300,6 +309,14 @@ class HostNetwork:
                 values = {name: _sysctl_path(name).read_text().strip() for name in KUBELET_SYSCTLS}
                 saved.write_text(json.dumps(values))
 
+    def share_root_mount(self) -> None:
+        """Make ``/`` a shared mount if it is private (recorded, made private again by the last node)."""
+        with _machine_lock():
+            if _root_propagation() != "private":
+                return
+            (STATE_DIR / ROOT_MADE_SHARED).write_text("/\n")
+            run("mount", "--make-shared", "/")
+
     def teardown(self) -> None:
         """Undo this slot's changes; the last node of the machine also restores the
         sysctls and removes the kubelet's chains."""
@@ -356,8 +373,26 @@ def _other_slots_busy(mine: int) -> bool:
     return False
 
 
+def _root_propagation() -> str:
+    """``shared``, ``slave`` or ``private``: the propagation of the mount ``/`` is on
+    (the topmost one), from its optional fields in /proc/self/mountinfo."""
+    fields: list[str] = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        words = line.split()
+        if words[4] == "/":
+            fields = words[6 : words.index("-")]
+    if any(f.startswith("shared:") for f in fields):
+        return "shared"
+    return "slave" if any(f.startswith("master:") for f in fields) else "private"
+
+
 def _restore_machine() -> list[str]:
     errors: list[str] = []
+    made_shared = STATE_DIR / ROOT_MADE_SHARED
+    if made_shared.exists():
+        if (done := run("mount", "--make-private", "/", check=False)).returncode != 0:
+            errors.append(f"mount --make-private /: {done.stderr.strip()}")
+        made_shared.unlink()
     saved = STATE_DIR / "sysctls.json"
     if saved.exists():
         for name, value in json.loads(saved.read_text()).items():

@@ -216,6 +216,7 @@ def start_node(plane: ControlPlane, host: HostNetwork, workdir: Path, *, timeout
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     host.record_sysctls()
+    host.share_root_mount()
     host.remove_cgroup_root()  # a crashed session's leftover
     host.make_cgroup_root()
     host.route_service(plane.port)
