@@ -8,9 +8,9 @@ skyhook-operator's pinned v0.14.0 is its v0.13.1 stand-in repackaged under the p
 version), the registry holds the OCI charts (kai-scheduler, nvsentinel, the runner's
 own chart) and every image the mirror lists: the real GPU Operator image
 (``e2e/gpu_operator_image.py``), the real deployment validator image
-(``e2e/validators.py``), the real kube-state-metrics image of kube-prometheus-stack
-(``e2e/kube_state_metrics_image.py``) and ONE stand-in image (labelled) under every
-other name.
+(``e2e/validators.py``), the real kube-state-metrics, node-exporter and
+node-feature-discovery images, built from their Go modules (``e2e/program_images.py``),
+and ONE stand-in image (labelled) under every other name.
 Three images are pinned by digest in skyhook-operator's values; no stand-in can have
 those digests, so they are absent upstream and allowed missing.
 
@@ -33,7 +33,10 @@ those digests, so they are absent upstream and allowed missing.
    output in its ``config_path``), the real GPU Operator's pod becomes Ready and the
    real ``aicr validate`` runs the real deployment checks against it;
    kube-prometheus-stack's real kube-state-metrics becomes Ready and exports the
-   operator pod's readiness, read through its ServiceAccount. The API server's audit
+   operator pod's readiness, read through its ServiceAccount; its real node-exporter
+   becomes Ready on the host's network and exports the node's kernel; the GPU
+   Operator's real node-feature-discovery (master, worker, gc) becomes Ready and
+   labels the node with what its worker read from the host. The API server's audit
    log shows no request of the installer refused.
 
 The mirror is TLS (deploy.sh gives helm no ``--plain-http`` or CA flag): its CA is
@@ -45,7 +48,9 @@ ConfigMap mounted through ``job.extraVolumes`` and named by ``SSL_CERT_FILE`` in
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -70,7 +75,18 @@ from e2e.harness.node import NODE_NAME, Kubelet, RealNode
 from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.harness.registry import Registry
-from e2e.kube_state_metrics_image import KSM_IMAGE, KSM_VERSION, kube_state_metrics_image
+from e2e.program_images import (
+    ALERTMANAGER_IMAGE,
+    CONFIG_RELOADER_IMAGE,
+    KSM_IMAGE,
+    KSM_VERSION,
+    NFD_IMAGE,
+    NODE_EXPORTER_IMAGE,
+    PROGRAM_IMAGES,
+    PROMETHEUS_IMAGE,
+    PROMETHEUS_OPERATOR_IMAGE,
+    program_images,
+)
 from e2e.recipe_upstream import (
     STAND_IN_LABEL,
     ChartHost,
@@ -111,6 +127,9 @@ BUNDLE_ARGS = [
     "--set", "skyhook-operator:controllerManager.manager.resources.requests.cpu=10m",
     # nvsentinel's platform-connectors (a stand-in that restarts) requests 200m: lowered too.
     "--set", "nvsentinel:platformConnector.resources.requests.cpu=10m",
+    # The real Prometheus and Alertmanager the operator starts request 500m and 100m: lowered too.
+    "--set", "kube-prometheus-stack:prometheus.prometheusSpec.resources.requests.cpu=10m",
+    "--set", "kube-prometheus-stack:alertmanager.alertmanagerSpec.resources.requests.cpu=10m",
 ]  # fmt: skip
 #: One image of the list the upstream holds as the stand-in.
 STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
@@ -118,10 +137,24 @@ STAND_IN = "quay.io/jetstack/cert-manager-controller:v1.17.2"
 #: time, beyond the chart's least-privilege ClusterRole, as docs/installing.md
 #: "Permissions" gives them (tests/integration/test_rbac_extra_rules.py: exactly those).
 EXTRA_RULES = documented_extra_rules()
-#: (namespace, label selector) of the GPU Operator's pod and of kube-prometheus-stack's kube-state-metrics.
-OPERATOR_POD = ("gpu-operator", "app=gpu-operator")
-KSM_POD = ("monitoring", "app.kubernetes.io/name=kube-state-metrics")
-CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller")
+#: The pods of the real programs, each Ready on the node: (namespace, label selector).
+#: node-feature-discovery is the GPU Operator's subchart, one pod per role.
+READY_PODS = {
+    "the GPU Operator": ("gpu-operator", "app=gpu-operator"),
+    "kube-state-metrics": ("monitoring", "app.kubernetes.io/name=kube-state-metrics"),
+    "node-exporter": ("monitoring", "app.kubernetes.io/name=prometheus-node-exporter"),
+    "prometheus-operator": ("monitoring", "app=kube-prometheus-stack-operator"),
+    "prometheus": ("monitoring", "app.kubernetes.io/name=prometheus"),
+    "alertmanager": ("monitoring", "app.kubernetes.io/name=alertmanager"),
+    **{f"nfd-{role}": ("gpu-operator", f"app.kubernetes.io/name=node-feature-discovery,role={role}")
+       for role in ("master", "worker", "gc")},
+}  # fmt: skip
+CONTROLLERS = ("deployment-controller", "replicaset-controller", "daemonset-controller", "statefulset-controller",
+               "persistentvolume-binder-controller")  # fmt: skip
+#: What kube-prometheus-stack's certgen hook Job (kube-webhook-certgen, not built here)
+#: creates for its operator: the Secret of the operator's serving certificate.
+ADMISSION_SECRET = ("monitoring", "kube-prometheus-admission")
+OPERATOR_SERVICE_HOSTS = ["kube-prometheus-operator", "kube-prometheus-operator.monitoring.svc"]
 AICR_RUNNER = REPO_ROOT / ".venv" / "bin" / "aicr-runner"
 
 
@@ -252,7 +285,7 @@ def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: 
         real = {
             OPERATOR_IMAGE: gpu_operator_image(gpu_operator_archive()),
             VALIDATOR_IMAGE: validator_image(validator_archive()),
-            KSM_IMAGE: kube_state_metrics_image(),
+            **program_images(),
         }
         refs = _recipe_refs(real_aicr_release, tmp_path / "recipe")
     except (GpuOperatorMissing, ValidatorsMissing, RealAicrMissing) as exc:
@@ -281,7 +314,7 @@ def upstream(tmp_path: Path, real_aicr_release: Path, helm: Helm, host_network: 
         registry = start_tls_registry(base / "registry", ca, sorted(registries), registry_address, 443)
         env = _env(tmp_path, network.ca_file)
         _push_oci_charts(refs, local, registry.host, helm, env)
-        # KSM_IMAGE follows KUBE_STATE_METRICS_VERSION: the pin must be the subchart's appVersion.
+        # Each program image's tag follows its pin: the pin must be its chart's appVersion.
         assert set(real) <= set(images), (sorted(set(real) - set(images)), "not in the list")
         _fill_images([i for i in images if i not in missing], registry.host, real, env)
         network = UpstreamNetwork.write(base, ca, {chart_address: chart_hosts, registry_address: registries})
@@ -444,9 +477,9 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         for ref in upstream.missing:
             assert f"not copied {ref}: not at its source, allowed by --allow-missing" in first, ref
         requests_before_stop = upstream.requests()
-        # The stand-ins say what they are; the operator, the validator and kube-state-metrics are the real ones.
+        # The stand-ins say what they are; the operator, the validator and the programs are the real ones.
         env = _env(tmp_path, upstream.network.ca_file)
-        real = (OPERATOR_IMAGE, VALIDATOR_IMAGE, KSM_IMAGE)
+        real = (OPERATOR_IMAGE, VALIDATOR_IMAGE, *PROGRAM_IMAGES)
         for image, stand_in in ((STAND_IN, True), *((name, False) for name in real)):
             config = _run([str(tool("oras")), "manifest", "fetch-config", f"{mirror.host}/{PREFIX}/{image}"], env)
             labels = json.loads(_ok(config))["config"].get("Labels") or {}
@@ -476,6 +509,8 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         server_version = snapshot_configmap(control_plane, namespace)
         first_before, second_before = len(mirror.requests()), len(second.requests())
         namespaces = {r["namespace"] for r in upstream.refs} | {"gpu-operator"}
+        _as_certgen_would(control_plane, upstream.ca)
+        _prometheus_volume(control_plane, tmp_path / "prometheus-volume")
         with more_controllers(control_plane, tmp_path / "controllers", CONTROLLERS):
             run = _install(helm, kubelet, control_plane, values, namespace, upstream.ca.cert_pem)
             releases = {r["name"]: r for r in helm.list_releases()}
@@ -483,8 +518,10 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
             outcome = wait_for(
                 lambda: _settled(control_plane, node, namespaces, missing), timeout=300, what="every pod's images"
             )
-            operator = wait_for(lambda: _ready_pod(control_plane, *OPERATOR_POD), timeout=180, what="the GPU Operator")
-            ksm = wait_for(lambda: _ready_pod(control_plane, *KSM_POD), timeout=180, what="kube-state-metrics Ready")
+            ready = {
+                name: wait_for(functools.partial(_ready_pod, control_plane, *pod), timeout=180, what=f"{name} Ready")
+                for name, pod in READY_PODS.items()
+            }
         expected = _image_digests(copied)
     finally:
         mirror.process.stop()
@@ -510,16 +547,20 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
     assert binding["roleRef"]["name"] == f"{namespace}-{RELEASE}-installer", binding["roleRef"]
     assert run.refused == [], run.refused
     # The real GPU Operator Ready on the node, and the real deployment validator's verdict.
+    operator = ready["the GPU Operator"]
     assert (operator["spec"]["nodeName"], operator["spec"]["containers"][0]["image"]) == (NODE_NAME, OPERATOR_IMAGE)
     tests = _assert_verdict(run.ctrf, operator)
-    ksm_seen = _assert_kube_state_metrics(control_plane, ksm, operator)
+    ksm_seen = _assert_kube_state_metrics(control_plane, ready["kube-state-metrics"], operator)
+    exporter_seen = _assert_node_exporter(ready["node-exporter"])
+    nfd_seen = _assert_node_feature_discovery(control_plane, [p for n, p in ready.items() if n.startswith("nfd-")])
+    prometheus_seen = _assert_prometheus_stack(ready)
     readiness = [line for line in run.output.splitlines() if "readiness constraint" in line]
     assert any("passed name=K8s.server.version" in line and server_version in line for line in readiness), readiness
     # Every pod image, the validator's too, came from the second mirror, asked for by the
     # node's containerd, at the digest the first copy printed.
     requests = second.requests()[second_before:]
     pulled = {**outcome.pulled, VALIDATOR_IMAGE: _node_digest(node, VALIDATOR_IMAGE)}
-    assert {OPERATOR_IMAGE, KSM_IMAGE} <= set(pulled), sorted(pulled)
+    assert {OPERATOR_IMAGE, *PROGRAM_IMAGES} <= set(pulled), sorted(pulled)
     for image, digest in sorted(pulled.items()):
         assert digest == expected[image], (image, digest, expected[image])
         name, tag = image.rsplit(":", 1)
@@ -534,7 +575,8 @@ def test_the_recipe_installs_from_a_mirror_the_mirror_command_filled_with_the_up
         f"to-archive {timings['archive']:.1f}s ({archive.stat().st_size / 1e6:.1f} MB), from-archive "
         f"{timings['from-archive']:.1f}s; upstream requests {requests_before_stop}; install {run.seconds:.1f}s "
         f"(validate {run.validate_seconds:.1f}s: {tests}), {len(pulled)} images pulled through the second mirror, "
-        f"pods that cannot pull {outcome.stuck}; kube-state-metrics {ksm_seen}; whole test "
+        f"pods that cannot pull {outcome.stuck}; kube-state-metrics {ksm_seen}; node-exporter {exporter_seen}; "
+        f"node-feature-discovery {nfd_seen}; {prometheus_seen}; whole test "
         f"{time.monotonic() - started:.1f}s"
     )
 
@@ -602,6 +644,113 @@ def _assert_kube_state_metrics(plane: ControlPlane, ksm: dict[str, Any], operato
     assert refused == [], refused
     [status] = ksm["status"]["containerStatuses"]
     return f"{status['restartCount']} restarts, {len(requests)} requests, {len(text.splitlines())} lines of /metrics"
+
+
+def _assert_node_exporter(exporter: dict[str, Any]) -> str:
+    """kube-prometheus-stack's node-exporter is the real program: Ready on the node's network
+    (its chart mounts the node's ``/`` with ``HostToContainer`` propagation), and its
+    ``/metrics`` on 9100 names the pinned build and this machine's kernel."""
+    container = exporter["spec"]["containers"][0]
+    assert (exporter["spec"]["nodeName"], container["image"]) == (NODE_NAME, NODE_EXPORTER_IMAGE)
+    assert exporter["spec"].get("hostNetwork") is True
+    with urllib.request.urlopen(f"http://{exporter['status']['podIP']}:9100/metrics", timeout=10) as response:
+        text = str(response.read().decode())
+    [(build, _)] = samples(text, "node_exporter_build_info")
+    assert build["version"] == NODE_EXPORTER_IMAGE.rsplit(":v", 1)[1], build
+    [(uname, _)] = samples(text, "node_uname_info")
+    assert uname["release"] == os.uname().release, uname
+    [status] = exporter["status"]["containerStatuses"]
+    return f"{status['restartCount']} restarts, {len(text.splitlines())} lines of /metrics"
+
+
+def _assert_node_feature_discovery(plane: ControlPlane, pods: list[dict[str, Any]]) -> str:
+    """The GPU Operator's node-feature-discovery is the real program: master, worker and gc
+    Ready on the node, and the node labelled by the master from what the worker read of the
+    host through the chart's mounts (the kernel's release, ``/etc/os-release``'s ID)."""
+    assert {p["spec"]["containers"][0]["image"] for p in pods} == {NFD_IMAGE}, pods
+    os_id = next(line.split("=", 1)[1].strip('"') for line in Path("/etc/os-release").read_text().splitlines()
+                 if line.startswith("ID="))  # fmt: skip
+    want = {
+        "feature.node.kubernetes.io/kernel-version.full": os.uname().release,
+        "feature.node.kubernetes.io/system-os_release.ID": os_id,
+    }
+
+    def labelled() -> dict[str, str] | None:
+        labels = plane.admin.get(f"/api/v1/nodes/{NODE_NAME}")["metadata"]["labels"]
+        return labels if {k: labels.get(k) for k in want} == want else None
+
+    labels = wait_for(labelled, timeout=120, what=f"node-feature-discovery's labels {want}")
+    features = sorted(k for k in labels if k.startswith("feature.node.kubernetes.io/"))
+    restarts = sum(s["restartCount"] for p in pods for s in p["status"]["containerStatuses"])
+    return f"{len(features)} feature labels on the node, {restarts} restarts"
+
+
+def _as_certgen_would(plane: ControlPlane, ca: CertAuthority) -> None:
+    """The Secret kube-webhook-certgen's ``create`` hook Job makes (its keys ``ca``, ``cert``,
+    ``key``; the operator's pod mounts it): that program's module is not served here, so its
+    image is the stand-in, which makes nothing, and the test makes the Secret first."""
+    namespace, name = ADMISSION_SECRET
+    with contextlib.suppress(KubeError):  # deploy.sh's helm creates it otherwise
+        plane.admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    serving = ca.serving(OPERATOR_SERVICE_HOSTS)
+    data = {"ca": ca.cert_pem, "cert": serving.cert_pem, "key": serving.key_pem}
+    plane.admin.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {"metadata": {"name": name}, "data": {k: base64.b64encode(v).decode() for k, v in data.items()}},
+    )
+
+
+def _prometheus_volume(plane: ControlPlane, directory: Path) -> None:
+    """A volume for the claim the operator's Prometheus makes (the bundle's storage class
+    ``gp2``, 50Gi): the class, which EKS creates in every cluster (the operator refuses a
+    Prometheus whose class does not exist), without a provisioner (EBS and its CSI driver
+    are not here), and one volume of that class, a directory of this host writable by
+    Prometheus' user."""
+    directory.mkdir(parents=True)
+    directory.chmod(0o777)
+    plane.admin.create(
+        "/apis/storage.k8s.io/v1/storageclasses",
+        {"metadata": {"name": "gp2"}, "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"},
+    )
+    plane.admin.create(
+        "/api/v1/persistentvolumes",
+        {
+            "metadata": {"name": "e2e-prometheus"},
+            "spec": {
+                "capacity": {"storage": "50Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "gp2",
+                "persistentVolumeReclaimPolicy": "Delete",
+                "hostPath": {"path": str(directory), "type": "Directory"},
+            },
+        },
+    )
+
+
+def _assert_prometheus_stack(ready: Mapping[str, dict[str, Any]]) -> str:
+    """kube-prometheus-stack's operator is the real program and starts the real Prometheus
+    (with its config reloader) and Alertmanager from the chart's objects: each Ready on the
+    node from its published name, Prometheus' configuration is the operator's, holding the
+    chart's ServiceMonitors, and each says the pinned version."""
+    images = {name: {c["name"]: c["image"] for c in ready[name]["spec"]["containers"]} for name in
+              ("prometheus-operator", "prometheus", "alertmanager")}  # fmt: skip
+    assert images["prometheus-operator"] == {"kube-prometheus-stack": PROMETHEUS_OPERATOR_IMAGE}, images
+    assert images["prometheus"] == {"prometheus": PROMETHEUS_IMAGE, "config-reloader": CONFIG_RELOADER_IMAGE}, images
+    assert images["alertmanager"]["alertmanager"] == ALERTMANAGER_IMAGE, images
+
+    def api(name: str, port: int, path: str) -> Any:
+        with urllib.request.urlopen(f"http://{ready[name]['status']['podIP']}:{port}{path}", timeout=10) as response:
+            return json.loads(response.read())
+
+    build = api("prometheus", 9090, "/api/v1/status/buildinfo")["data"]
+    assert "v" + build["version"] == PROMETHEUS_IMAGE.rsplit(":", 1)[1], build
+    config = api("prometheus", 9090, "/api/v1/status/config")["data"]["yaml"]
+    jobs = [j["job_name"] for j in yaml.safe_load(config)["scrape_configs"]]
+    assert "serviceMonitor/monitoring/kube-state-metrics/0" in jobs, jobs
+    status = api("alertmanager", 9093, "/api/v2/status")
+    assert "v" + status["versionInfo"]["version"] == ALERTMANAGER_IMAGE.rsplit(":", 1)[1], status["versionInfo"]
+    restarts = sum(s["restartCount"] for n in images for s in ready[n]["status"]["containerStatuses"])
+    return f"Prometheus {build['version']} with {len(jobs)} scrape jobs, Alertmanager, {restarts} restarts"
 
 
 def _assert_verdict(ctrf: dict[str, Any], operator: dict[str, Any]) -> dict[str, str]:
