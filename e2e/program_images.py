@@ -31,6 +31,9 @@ image is built once per content (CI builds each once).
   ``/bin/alertmanager`` with ``/bin/amtool``, user 65534, the working directory, port,
   entrypoint and default arguments. Left out: the example configuration files (the
   operator passes its own), promtool (another pin of the module), licences.
+- **prometheus-adapter** v0.12.0 (the chart prometheus-adapter 5.3.0's appVersion): its
+  ``Dockerfile``'s ``/adapter``, user 65534 (its distroless base's ``/tmp`` is a volume
+  the chart mounts).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from e2e.harness.podman import content_tag, image_exists, podman_build
 from e2e.tools import nfd_config, pinned_versions, tool
 
 __all__ = [
+    "ADAPTER_IMAGE",
     "ALERTMANAGER_IMAGE",
     "CONFIG_RELOADER_IMAGE",
     "KSM_IMAGE",
@@ -67,6 +71,7 @@ OPERATOR_VERSION = _PINS["PROMETHEUS_OPERATOR_VERSION"]
 PROMETHEUS_OPERATOR_IMAGE = f"quay.io/prometheus-operator/prometheus-operator:{OPERATOR_VERSION}"
 CONFIG_RELOADER_IMAGE = f"quay.io/prometheus-operator/prometheus-config-reloader:{OPERATOR_VERSION}"
 ALERTMANAGER_IMAGE = f"quay.io/prometheus/alertmanager:{_PINS['ALERTMANAGER_VERSION']}"
+ADAPTER_IMAGE = f"registry.k8s.io/prometheus-adapter/prometheus-adapter:{_PINS['PROMETHEUS_ADAPTER_VERSION']}"
 
 
 def prometheus_release(module_version: str) -> str:
@@ -167,6 +172,15 @@ ENTRYPOINT ["/bin/alertmanager"]
 CMD ["--config.file=/etc/alertmanager/alertmanager.yml", "--storage.path=/alertmanager"]
 """,
         {"amtool": lambda: tool("amtool"), "alertmanager": lambda: tool("alertmanager")},
+    ),
+    ADAPTER_IMAGE: ProgramImage(
+        "prometheus-adapter",
+        """FROM scratch
+COPY adapter /adapter
+USER 65534
+ENTRYPOINT ["/adapter"]
+""",
+        {"adapter": lambda: tool("prometheus-adapter")},
     ),
 }
 

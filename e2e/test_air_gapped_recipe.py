@@ -76,6 +76,7 @@ from e2e.harness.pki import CertAuthority
 from e2e.harness.procs import wait_for
 from e2e.harness.registry import Registry
 from e2e.program_images import (
+    ADAPTER_IMAGE,
     ALERTMANAGER_IMAGE,
     CONFIG_RELOADER_IMAGE,
     KSM_IMAGE,
@@ -146,6 +147,7 @@ READY_PODS = {
     "prometheus-operator": ("monitoring", "app=kube-prometheus-stack-operator"),
     "prometheus": ("monitoring", "app.kubernetes.io/name=prometheus"),
     "alertmanager": ("monitoring", "app.kubernetes.io/name=alertmanager"),
+    "prometheus-adapter": ("monitoring", "app.kubernetes.io/name=prometheus-adapter"),
     **{f"nfd-{role}": ("gpu-operator", f"app.kubernetes.io/name=node-feature-discovery,role={role}")
        for role in ("master", "worker", "gc")},
 }  # fmt: skip
@@ -731,12 +733,15 @@ def _assert_prometheus_stack(ready: Mapping[str, dict[str, Any]]) -> str:
     """kube-prometheus-stack's operator is the real program and starts the real Prometheus
     (with its config reloader) and Alertmanager from the chart's objects: each Ready on the
     node from its published name, Prometheus' configuration is the operator's, holding the
-    chart's ServiceMonitors, and each says the pinned version."""
+    chart's ServiceMonitors, and each says the pinned version; prometheus-adapter (its own
+    chart) Ready on its serving port's ``/healthz`` (the API server reaches it through no
+    Service here: its APIServices stay unavailable)."""
     images = {name: {c["name"]: c["image"] for c in ready[name]["spec"]["containers"]} for name in
-              ("prometheus-operator", "prometheus", "alertmanager")}  # fmt: skip
+              ("prometheus-operator", "prometheus", "alertmanager", "prometheus-adapter")}  # fmt: skip
     assert images["prometheus-operator"] == {"kube-prometheus-stack": PROMETHEUS_OPERATOR_IMAGE}, images
     assert images["prometheus"] == {"prometheus": PROMETHEUS_IMAGE, "config-reloader": CONFIG_RELOADER_IMAGE}, images
     assert images["alertmanager"]["alertmanager"] == ALERTMANAGER_IMAGE, images
+    assert set(images["prometheus-adapter"].values()) == {ADAPTER_IMAGE}, images
 
     def api(name: str, port: int, path: str) -> Any:
         with urllib.request.urlopen(f"http://{ready[name]['status']['podIP']}:{port}{path}", timeout=10) as response:
@@ -750,7 +755,7 @@ def _assert_prometheus_stack(ready: Mapping[str, dict[str, Any]]) -> str:
     status = api("alertmanager", 9093, "/api/v2/status")
     assert "v" + status["versionInfo"]["version"] == ALERTMANAGER_IMAGE.rsplit(":", 1)[1], status["versionInfo"]
     restarts = sum(s["restartCount"] for n in images for s in ready[n]["status"]["containerStatuses"])
-    return f"Prometheus {build['version']} with {len(jobs)} scrape jobs, Alertmanager, {restarts} restarts"
+    return f"Prometheus {build['version']} with {len(jobs)} scrape jobs, Alertmanager, the adapter, {restarts} restarts"
 
 
 def _assert_verdict(ctrf: dict[str, Any], operator: dict[str, Any]) -> dict[str, str]:

@@ -71,6 +71,7 @@ _TOOLS: dict[str, tuple[str, str | None]] = {
     "prometheus": ("prometheus", "PROMETHEUS_SERVER_VERSION"),
     "alertmanager": ("alertmanager", "ALERTMANAGER_VERSION"),
     "amtool": ("amtool", "ALERTMANAGER_VERSION"),
+    "prometheus-adapter": ("prometheus-adapter", "PROMETHEUS_ADAPTER_VERSION"),
     # Debian packages: found on PATH after the bootstrap installed them.
     "docker-registry": ("debian", None),
     "htpasswd": ("debian", None),

@@ -16,7 +16,7 @@
 #        kube-apiserver-floor|kube-controller-manager|kubectl|kubelet|kube-scheduler|pause|source-controller|helm-controller|flux-crds|argocd-crds|report-crds|
 #        sveltos-crds|kube-state-metrics|promtool|npm|aicr|debian|
 #        --recipe|node-exporter|nfd-master|nfd-worker|nfd-gc|nfd-config|prometheus-operator|
-#        prometheus-config-reloader|prometheus|alertmanager|amtool|image-tools ...]
+#        prometheus-config-reloader|prometheus|alertmanager|amtool|prometheus-adapter|image-tools ...]
 #        (no argument: every test tool; image-tools, the image's binary, only when named)
 #
 # IMAGE_TOOLS_ARCH (amd64 or arm64; default this machine's) picks the architecture
@@ -474,7 +474,7 @@ base_set=(debian helm helm3 oras actionlint cosign kubectl aicr promtool npm flu
 e2e_set=(kube-apiserver kube-apiserver-floor kube-controller-manager kubelet kube-scheduler etcd pause source-controller
   helm-controller kube-state-metrics)
 recipe_set=(node-exporter nfd-master nfd-worker nfd-gc nfd-config prometheus-operator prometheus-config-reloader
-  prometheus alertmanager amtool)
+  prometheus alertmanager amtool prometheus-adapter)
 all_targets="${base_set[*]} ${e2e_set[*]} ${recipe_set[*]} image-tools"
 
 want=()
@@ -563,6 +563,11 @@ run_job() {
       go_build prometheus "$PROMETHEUS_MODULE" "$PROMETHEUS_SERVER_VERSION" "$PROMETHEUS_MODULE/cmd/prometheus" \
         replaces "-X github.com/prometheus/common/version.Version=$release" "" "$PROMETHEUS_SERVER_TAGS"
       ;;
+    # Its Makefile stamps no version.
+    prometheus-adapter)
+      go_build prometheus-adapter "$PROMETHEUS_ADAPTER_MODULE" "$PROMETHEUS_ADAPTER_VERSION" \
+        "$PROMETHEUS_ADAPTER_MODULE/cmd/adapter"
+      ;;
     alertmanager)
       local program
       for program in alertmanager amtool; do
@@ -581,7 +586,7 @@ run_job() {
 
 # The longest builds first, so the last job to start is a short one.
 job_order=(kube image-tool-links image-tools kube-apiserver-floor source-controller prometheus nfd kube-state-metrics
-  helm-controller helm3 promtool prometheus-operator alertmanager node-exporter etcd actionlint debian pause aicr npm flux-crds argocd-crds report-crds sveltos-crds
+  helm-controller helm3 promtool prometheus-operator prometheus-adapter alertmanager node-exporter etcd actionlint debian pause aicr npm flux-crds argocd-crds report-crds sveltos-crds
   nfd-config)
 declare -A wanted=()
 for t in "${want[@]}"; do
