@@ -325,8 +325,15 @@ def test_a_helm_upgrade_with_a_changed_criterion_while_the_job_runs_terminates_t
         "period and was stopped"
     ), run.termination_message
     assert f"Release {SLOW_CHART[0]} has been cancelled." in run.output
+    # The install the old pod's helm was cut in is acme-slow's first revision. The new
+    # Job's pod may already be upgrading it (a second revision, pending-upgrade while its
+    # hook waits): the cut install is read from the history, not from the release's state.
     releases = releases_in(scenario.helm, slow_pack.components_namespace)
-    assert {n: r["status"] for n, r in releases.items()} == {"acme-agent": "deployed", SLOW_CHART[0]: "failed"}
+    assert releases["acme-agent"]["status"] == "deployed", releases
+    history = scenario.helm.run("history", SLOW_CHART[0], "-n", slow_pack.components_namespace, "-o", "json")
+    first = json.loads(history.stdout)[0]
+    assert (first["revision"], first["status"]) == (1, "failed"), history.stdout
+    assert first["description"] == f'Release "{SLOW_CHART[0]}" failed: context canceled', history.stdout
     # The old run's last status report (the new Job's run writes the same ConfigMap
     # from its start on: the h200 run's reports follow).
     report = status_reports.last("h100")
