@@ -1,8 +1,8 @@
 """What the run's start line says about aicr's version, asked before the fetch step.
 
-A preinstalled binary whose provenance is not to be verified is asked
-(``aicr --version``); otherwise it may not run before the fetch step verified it,
-and, like a release (only a tag until it is downloaded), the fetch step reports
+A preinstalled binary whose provenance is not to be verified and which is not
+pinned to a sha256 is asked (``aicr --version``); otherwise it may not run before
+the fetch step verified it, and, like a release (only a tag until it is downloaded), the fetch step reports
 what it is. The question is a process of its own: ``ask`` starts it and
 ``StartVersion.answer`` waits for it, so a caller can load the run's modules while
 the binary answers (a plan does: its start-up is what a user waits for).
@@ -75,6 +75,9 @@ def ask(settings: RunnerSettings, env: Mapping[str, str]) -> StartVersion:
     if settings.aicr.provenance.mode.value != "off":
         # Nothing runs aicr before its provenance is verified, not even --version.
         return StartVersion(f"preinstalled {binary} (version reported once its provenance is verified)")
+    if settings.aicr.binary_sha256:
+        # Nor before the fetch step compared it with its pinned sha256.
+        return StartVersion(f"preinstalled {binary} (version reported once its sha256 is checked)")
     unknown = f"unknown (preinstalled {binary}; the fetch step checks it)"
     try:
         question = subprocess.Popen(

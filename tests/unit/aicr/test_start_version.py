@@ -25,10 +25,15 @@ CRITERIA = {"AICR_RUNNER_CRITERIA__ACCELERATOR": "h100"}
 
 
 def ask(
-    binary: Path | str, *, provenance: str = "off", env: dict[str, str] | None = None
+    binary: Path | str, *, provenance: str = "off", env: dict[str, str] | None = None, sha256: str = ""
 ) -> start_version.StartVersion:
     settings = load(
-        {**CRITERIA, "AICR_RUNNER_AICR__BINARY": str(binary), "AICR_RUNNER_AICR__PROVENANCE__MODE": provenance}
+        {
+            **CRITERIA,
+            "AICR_RUNNER_AICR__BINARY": str(binary),
+            "AICR_RUNNER_AICR__PROVENANCE__MODE": provenance,
+            "AICR_RUNNER_AICR__BINARY_SHA256": sha256,
+        }
     )
     return start_version.ask(settings, env if env is not None else dict(os.environ))
 
@@ -103,6 +108,15 @@ def test_a_binary_whose_provenance_is_to_be_verified_is_not_run(tmp_path: Path) 
     aicr = program(tmp_path, f"open({str(ran)!r}, 'w')")
     said, printed = ask(aicr, provenance="require").answer()
     assert (said, printed) == (f"preinstalled {aicr} (version reported once its provenance is verified)", None)
+    assert not ran.exists()
+
+
+def test_a_binary_pinned_to_a_sha256_is_not_run_before_the_fetch_step_checks_it(tmp_path: Path) -> None:
+    """Its checksum fails closed: a swapped binary must not run, not even for --version."""
+    ran = tmp_path / "ran"
+    aicr = program(tmp_path, f"open({str(ran)!r}, 'w')")
+    said, printed = ask(aicr, sha256="0" * 64).answer()
+    assert (said, printed) == (f"preinstalled {aicr} (version reported once its sha256 is checked)", None)
     assert not ran.exists()
 
 
