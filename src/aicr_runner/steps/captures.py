@@ -11,7 +11,7 @@ from aicr_runner.aicr import recipe as recipes
 from aicr_runner.errors import CaptureError
 from aicr_runner.mirror import rewrite as mirror_sources
 from aicr_runner.run.machine import UNREADABLE, State, StepResult
-from aicr_runner.steps import revalidate, upgrade
+from aicr_runner.steps import upgrade
 from aicr_runner.steps.context import RunContext
 
 __all__ = ["recipe", "verdict"]
@@ -54,6 +54,8 @@ def verdict(ctx: RunContext, validate_exit: int | None) -> StepResult:
         return StepResult.skipped("validation did not run")
     if not ctx.ctrf_path.is_file():
         return StepResult.warned(f"no ctrf.json (exit={validate_exit})")
+    from aicr_runner.steps import revalidate  # only a run that validated gets here
+
     lost = revalidate.preempted(ctx)
     if lost is not None:
         return lost

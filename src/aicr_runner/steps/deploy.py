@@ -1,6 +1,8 @@
-"""The deploy step's run of deploy.sh: its helm behind the guard, its output
-relayed and read by the markers, its per-component progress published as it
-goes; and the Helm releases a dead predecessor left pending, settled first."""
+"""The deploy step: the Helm releases a dead predecessor left pending, settled first;
+then deploy.sh, its helm behind the guard, its output relayed and read by the
+markers, its per-component progress published as it goes; then its verdict.
+
+Imported by the step when it runs: a plan or a validation never loads helm's modules."""
 
 from __future__ import annotations
 
@@ -8,17 +10,63 @@ import os
 
 from aicr_runner.aicr import argv as commands
 from aicr_runner.aicr import classify
-from aicr_runner.aicr.progress import ProgressPublisher
+from aicr_runner.aicr.classify import Outcome
+from aicr_runner.aicr.progress import ComponentTable, ProgressPublisher
 from aicr_runner.aicr.relays import aicr_relay, deploy_relay
 from aicr_runner.children.process import child_env
-from aicr_runner.errors import InterruptedRun
+from aicr_runner.errors import HelmReleasePendingError, InterruptedRun
 from aicr_runner.helm import apply
 from aicr_runner.helm.guard import install_guard, real_helm
 from aicr_runner.helm.pending import PendingReleases
-from aicr_runner.run.machine import State
+from aicr_runner.run.machine import State, StepResult
+from aicr_runner.steps import upgrade
 from aicr_runner.steps.context import RunContext
 
-__all__ = ["bundled_components", "helm_apply_flag", "pending_releases", "run_deploy_sh"]
+__all__ = ["bundled_components", "deployed", "helm_apply_flag", "pending_releases", "run_deploy_sh"]
+
+
+def deployed(ctx: RunContext) -> StepResult:
+    """The deploy step of an install (``deploy.enabled``): pending releases settled,
+    deploy.sh run, its exit code and markers classified."""
+    apply_flag = helm_apply_flag(ctx)  # refused before any release is touched
+    summary, lease = ctx.findings.recipe_summary, ctx.externals.lease
+    try:
+        recovered = pending_releases(ctx).settle(summary, lease)
+    except HelmReleasePendingError as exc:
+        return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
+    if lease is not None and summary is not None:
+        lease.announce(f"{c.namespace}/{c.name}" for c in summary.components)
+    # An aicr known to print no per-component results is said to, whatever it printed.
+    markers = classify.DeployMarkers(
+        results_reported=ctx.behaviour.per_component_results,
+        components=ComponentTable(total=bundled_components(ctx)),
+    )
+    exit_code = run_deploy_sh(ctx, markers, apply_flag)
+    upgrade.record_installed(ctx)
+    ctx.report.failed_components = markers.all_failed
+    # What deploy.sh reported, for the operator: "13/15 installed, 2 failed (nfd, aws-efa)".
+    tally = "pre-flight checks failed" if markers.preflight_failed else markers.counts()
+    if recovered:
+        tally += f"; recovered first: {', '.join(recovered)}"
+    return _judged(ctx, exit_code, markers, tally)
+
+
+def _judged(ctx: RunContext, exit_code: int, markers: classify.DeployMarkers, tally: str) -> StepResult:
+    verdict = classify.classify_deploy(
+        exit_code,
+        failure_report=markers.failure_report,
+        dra_deferred=markers.dra_deferred,
+        best_effort=ctx.settings.deploy.best_effort,
+    )
+    if verdict.outcome is Outcome.FAILED:
+        return StepResult.failed(
+            verdict.exit_code,
+            f"AICR install FAILED (deploy.sh exit {exit_code}): {verdict.reason}; {tally}",
+            classification="deploy-failed",
+        )
+    if verdict.outcome is Outcome.WARNED:
+        return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
+    return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
 
 
 def bundled_components(ctx: RunContext) -> int:

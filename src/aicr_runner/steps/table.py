@@ -8,6 +8,9 @@ state, its mode's variant first. What the modes' runs go through is the machine'
 Each step returns a ``StepResult`` and never raises: a ``RunnerError`` becomes a
 failed result with its exit code, anything else an internal error whose traceback
 goes to the work directory (never to the pod log as a wall of text).
+
+What only an install or a validation runs (deploy.sh and helm, the re-validation's
+Lease and history, the verdict report) is imported by its step: a plan loads none of it.
 """
 
 from __future__ import annotations
@@ -24,12 +27,9 @@ from aicr_runner import logs
 from aicr_runner.aicr import argv as commands
 from aicr_runner.aicr import capabilities, classify, recipe
 from aicr_runner.aicr.classify import Outcome
-from aicr_runner.aicr.progress import ComponentTable
-from aicr_runner.aicr.verdict import validate_result
 from aicr_runner.errors import (
     AicrContractError,
     ExitCode,
-    HelmReleasePendingError,
     InterruptedRun,
     PackError,
     RunnerError,
@@ -40,8 +40,7 @@ from aicr_runner.run.machine import UNRECORDED, State, StepResult
 from aicr_runner.run.report import StepStatus
 from aicr_runner.settings import criteria_catalog as catalog
 from aicr_runner.settings.config import ENV_PREFIX
-from aicr_runner.steps import captures, evidence, revalidate, snapshot, upgrade, verdict_report
-from aicr_runner.steps import deploy as deploy_run
+from aicr_runner.steps import captures, evidence, snapshot, upgrade
 from aicr_runner.steps import fetch as acquire
 from aicr_runner.steps.context import Mode, RunContext
 
@@ -320,6 +319,8 @@ class Steps:
 
     @step(State.LEASE, Mode.VALIDATE)
     def validation_lease(self) -> StepResult:
+        from aicr_runner.steps import revalidate
+
         return revalidate.no_install_running(self.ctx)
 
     @step(State.LEASE, Mode.PLAN)
@@ -352,6 +353,8 @@ class Steps:
 
     @step(State.RECORDED_RECIPE)
     def recorded_recipe(self) -> StepResult:
+        from aicr_runner.steps import revalidate
+
         return revalidate.recorded_recipe(self.ctx)
 
     @step(State.SNAPSHOT)
@@ -366,41 +369,9 @@ class Steps:
     def deploy(self) -> StepResult:
         if not self.s.deploy.enabled:
             return StepResult.skipped("Skipping deploy (deploy.enabled=false): assert-only run")
-        apply_flag = deploy_run.helm_apply_flag(self.ctx)  # refused before any release is touched
-        try:
-            pending = deploy_run.pending_releases(self.ctx)
-            recovered = pending.settle(self.found.recipe_summary, self.ctx.externals.lease)
-        except HelmReleasePendingError as exc:
-            return StepResult.failed(exc.exit_code, exc.message, classification="helm-release-pending")
-        if self.ctx.externals.lease is not None and self.found.recipe_summary is not None:
-            self.ctx.externals.lease.announce(f"{c.namespace}/{c.name}" for c in self.found.recipe_summary.components)
-        # An aicr known to print no per-component results is said to, whatever it printed.
-        markers = classify.DeployMarkers(
-            results_reported=self.ctx.behaviour.per_component_results,
-            components=ComponentTable(total=deploy_run.bundled_components(self.ctx)),
-        )
-        exit_code = deploy_run.run_deploy_sh(self.ctx, markers, apply_flag)
-        upgrade.record_installed(self.ctx)
-        verdict = classify.classify_deploy(
-            exit_code,
-            failure_report=markers.failure_report,
-            dra_deferred=markers.dra_deferred,
-            best_effort=self.s.deploy.best_effort,
-        )
-        self.ctx.report.failed_components = markers.all_failed
-        # What deploy.sh reported, for the operator: "13/15 installed, 2 failed (nfd, aws-efa)".
-        tally = "pre-flight checks failed" if markers.preflight_failed else markers.counts()
-        if recovered:
-            tally += f"; recovered first: {', '.join(recovered)}"
-        if verdict.outcome is Outcome.FAILED:
-            return StepResult.failed(
-                verdict.exit_code,
-                f"AICR install FAILED (deploy.sh exit {exit_code}): {verdict.reason}; {tally}",
-                classification="deploy-failed",
-            )
-        if verdict.outcome is Outcome.WARNED:
-            return StepResult.warned(f"{verdict.reason}; {tally}", classification="deploy-warned")
-        return StepResult.ok(f"AICR install complete: {tally}", classification="deployed")
+        from aicr_runner.steps import deploy as deploy_run
+
+        return deploy_run.deployed(self.ctx)
 
     @step(State.VALIDATE, Mode.PLAN)
     def no_validation(self) -> StepResult:
@@ -409,6 +380,8 @@ class Steps:
     @step(State.VALIDATE, Mode.VALIDATE)
     def validation_only(self) -> StepResult:
         """A validation-only run's validate, then whether an install took its Lease over meanwhile."""
+        from aicr_runner.steps import revalidate
+
         result = self.validate()
         if self.s.validate.enabled:
             revalidate.note_preemption(self.ctx)
@@ -418,6 +391,8 @@ class Steps:
     def validate(self) -> StepResult:
         if not self.s.validate.enabled:
             return StepResult.skipped("validate.enabled=false")
+        from aicr_runner.aicr.verdict import validate_result
+
         self.ctx.ctrf_path.unlink(missing_ok=True)
         shutil.rmtree(self.ctx.evidence_dir, ignore_errors=True)
         argv = snapshot.validate_argv(self.ctx, self._binary)
@@ -442,4 +417,6 @@ class Steps:
 
     @step(State.VERDICT_REPORT)
     def report_verdict(self) -> StepResult:
+        from aicr_runner.steps import verdict_report
+
         return verdict_report.written(self.ctx)
