@@ -21,7 +21,10 @@ the medians (runner / shell):
   ``AICR_TEST_RELEASES_DIR``, which scripts/test.sh sets: ``v0.11.1/`` with the
   release archive and its checksums), where the row's note is the runner's own
   overhead (median minus median), and with the contract-faithful fake aicr from
-  tests/fake_aicr (its own start-up is Python's, so both sides pay it);
+  tests/fake_aicr (its own start-up is Python's, so both sides pay it); each with
+  its floor: the same calls made by scripts/plan_floor.py, which imports the
+  runner's libraries (pydantic-settings before the first call, structlog and
+  PyYAML while it answers) and does nothing else;
 * what the upgrade check adds: whole ``plan --upgrade-from`` (a crossing whose
   components are all safe) against the same ``plan`` without it, fake aicr;
 * pack pull, whole process, against the Go ``oras pull`` (a local
@@ -494,12 +497,13 @@ def bench_startup(repeat: int) -> list[Row]:
 # --- plan ------------------------------------------------------------------------------------
 
 
-def bench_plan(repeat: int, tmp: Path) -> Row:
-    """Whole ``plan`` with the contract-faithful fake aicr (a Python program)."""
+def bench_plan(repeat: int, tmp: Path) -> list[Row]:
+    """Whole ``plan`` with the contract-faithful fake aicr (a Python program), and its floor."""
     from tests.fake_aicr import install_fake_aicr
 
     fake = install_fake_aicr(tmp / "fake-bin")
-    return _plan_row(fake, "fake aicr", "≤ 1.5x", repeat, tmp / "plan-fake")
+    row = _plan_row(fake, "fake aicr", "≤ 1.5x", repeat, tmp / "plan-fake")
+    return [row, _plan_floor_row("fake aicr", repeat, tmp / "plan-fake")]
 
 
 #: Criteria every aicr since v0.11 has a recipe for.
@@ -525,14 +529,15 @@ def real_aicr(tmp: Path) -> Path:
     dest = tmp / "real-aicr"
     dest.mkdir()
     with tarfile.open(archive) as tar:
-        tar.extract("aicr", dest, filter="data")
+        # The data filter where the interpreter has it (3.11.4+; Debian 12's python3, the image's, is 3.11.2).
+        tar.extract("aicr", dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # type: ignore[arg-type]
     binary = dest / "aicr"
     binary.chmod(0o755)
     return binary
 
 
-def bench_plan_real(repeat: int, tmp: Path) -> Row:
-    """Whole ``plan`` with the real aicr (Go): the runner's own overhead is the gap."""
+def bench_plan_real(repeat: int, tmp: Path) -> list[Row]:
+    """Whole ``plan`` with the real aicr (Go): the runner's own overhead is the gap; and its floor."""
     cpu: dict[str, list[float]] = {"runner": [], "shell": []}
     row = _plan_row(
         real_aicr(tmp), f"real aicr v{REAL_AICR_VERSION}", "overhead ≤ 0.35 s", repeat, tmp / "plan-real", cpu=cpu
@@ -543,7 +548,10 @@ def bench_plan_real(repeat: int, tmp: Path) -> Row:
         f"overhead {overhead:.3f} s (median minus median), {min(row.runner) - min(row.shell):.3f} s (minimums); "
         f"CPU overhead {own_cpu:.3f} s (medians; less sensitive to load)"
     )
-    return row
+    floor = _plan_floor_row(f"real aicr v{REAL_AICR_VERSION}", repeat, tmp / "plan-real")
+    floor_overhead = statistics.median(floor.runner) - statistics.median(floor.shell)
+    floor.note = f"overhead {floor_overhead:.3f} s (median minus median)"
+    return [row, floor]
 
 
 def _plan_row(
@@ -575,6 +583,8 @@ def _plan_row(
     shutil.rmtree(out, ignore_errors=True)
     subprocess.run(plan_argv(recorder), check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     calls = [json.loads(line) for line in invocations.read_text().splitlines()]
+    # The floor row (_plan_floor_row) makes the same calls, the same way.
+    (tmp / "calls.json").write_text(json.dumps([[str(binary), *argv] for argv in calls]))
     work = out / "work"
     lines = ["set -euo pipefail", f"mkdir -p {_q(work)}", f"cd {_q(work)}"]
     for argv in calls:
@@ -612,6 +622,35 @@ def _plan_row(
         cpu["runner"].clear()
         cpu["shell"].clear()
     return _paired(repeat, runner, shell, row)
+
+
+def _plan_floor_row(label: str, repeat: int, tmp: Path) -> Row:
+    """The aicr calls ``_plan_row`` recorded, made by scripts/plan_floor.py (the runner's
+    libraries imported, nothing else done) against the same calls from bash: the least a
+    plan on those libraries pays. A goal the floor misses, no runner on them meets."""
+    calls = json.loads((tmp / "calls.json").read_text())
+    if calls[0][1:] != ["--version"]:
+        raise SystemExit(f"bench: the plan's first aicr call was {calls[0][1:]}, not --version: the floor assumes it")
+    # Where the runner worked and the recorded calls write: the shell anchor's directory too.
+    work = tmp / "plan" / "work"
+    script, log = ROOT / "scripts" / "plan_floor.py", tmp / "floor.log"
+    floor = [PYTHON, str(script), str(tmp / "calls.json"), str(work), str(log)]
+    env = _base_env()
+
+    def timed(argv: list[str]) -> float:
+        shutil.rmtree(work.parent, ignore_errors=True)
+        return _wall(argv, env=env)
+
+    row = Row(
+        f"whole `plan` floor ({len(calls)} aicr calls, {label}; the runner's libraries imported, nothing else: "
+        "scripts/plan_floor.py), wall",
+        "reference: the least a plan on these libraries pays",
+        "`plan_floor.py`",
+        "the same aicr calls from bash",
+        "s",
+    )
+    timed(floor)
+    return _paired(repeat, lambda: timed(floor), lambda: timed(["bash", str(tmp / "plan.sh")]), row)
 
 
 def bench_upgrade_check(repeat: int, tmp: Path) -> Row:
@@ -1181,7 +1220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("relay", lambda: rows.extend(bench_relay(relay_sizes, relay_formats, relay_repeat, tmp))),
             ("call", lambda: rows.append(bench_call(10 if quick else 40, tmp))),
             ("startup", lambda: rows.extend(bench_startup(repeat if quick else 2 * repeat))),
-            ("plan", lambda: rows.extend([bench_plan_real(repeat, tmp), bench_plan(repeat, tmp)])),
+            ("plan", lambda: rows.extend([*bench_plan_real(repeat, tmp), *bench_plan(repeat, tmp)])),
             ("upgrade", lambda: rows.append(bench_upgrade_check(repeat, tmp))),
             ("pack", lambda: rows.extend(bench_pack(packs, repeat, tmp))),
             ("release", lambda: rows.append(bench_release(release_bytes, repeat, tmp))),
