@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from aicr_runner.children.process import ProcessRunner, child_env
-from aicr_runner.errors import ConfigError, InputProblem, ToolError
+from aicr_runner.errors import ConfigError, InputProblem, InterruptedRun, ToolError
 from aicr_runner.settings.config import ENV_PREFIX, HelmApply
 
 __all__ = ["APPLY_FLAGS", "SETTING", "apply_flag", "helm_major"]
@@ -44,7 +44,7 @@ _VERSION = re.compile(r"v?([0-9]+)\.[0-9]+\.[0-9]+\S*")
 
 def helm_major(helm: str, processes: ProcessRunner, environ: Mapping[str, str], log_path: Path) -> int:
     """The major version of the helm at ``helm``; ``ToolError`` (exit 27) when it
-    does not answer with one."""
+    does not answer with one; ``InterruptedRun`` (143) when a shutdown stopped the question."""
     said: list[str] = []
     log_path.parent.mkdir(parents=True, exist_ok=True)
     result = processes.run(
@@ -55,6 +55,13 @@ def helm_major(helm: str, processes: ProcessRunner, environ: Mapping[str, str], 
         on_line=said.append,
         deadline_seconds=VERSION_DEADLINE_SECONDS,
     )
+    if result.stopped and result.interrupted and not result.overdue:
+        # A shutdown stops the question at once: the run is interrupted (143), not a
+        # helm that cannot say its version (27), whatever it printed before it was stopped.
+        raise InterruptedRun(
+            f"interrupted: a shutdown was requested while deploy.sh's helm {helm} was asked its version "
+            "(`helm version`, stopped); deploy.sh was not started"
+        )
     if result.overdue:
         raise ToolError(
             f"deploy.sh's helm {helm} did not say its version within {VERSION_DEADLINE_SECONDS:g}s "

@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from aicr_runner.children.process import SubprocessRunner
-from aicr_runner.errors import ConfigError, ExitCode, ToolError
+from aicr_runner.children.process import ShutdownController, SubprocessRunner
+from aicr_runner.errors import ConfigError, ExitCode, InterruptedRun, ToolError
 from aicr_runner.helm import apply
 from aicr_runner.helm.guard import HelmGuard, install_guard, with_apply_flag
 from aicr_runner.settings.config import HelmApply
@@ -135,6 +137,35 @@ def test_a_helm_that_never_says_its_version_is_stopped_at_its_deadline(
     )
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)  # stopped and reaped
+
+
+def test_a_shutdown_while_helm_is_asked_its_version_interrupts_the_run(tmp_path: Path) -> None:
+    """SIGTERM while deploy.sh's helm answers ``version``: the question is stopped at once
+    and the run ends interrupted (143), never as a helm that cannot say its version (27)."""
+    started = tmp_path / "helm.started"
+    helm = tmp_path / "helm"
+    helm.write_text(
+        f"#!{sys.executable}\nimport time\nprint({HELM_4!r}, flush=True)\n"
+        f"open({str(started)!r}, 'w').close()\ntime.sleep(600)\n"
+    )
+    helm.chmod(0o755)
+    shutdown = ShutdownController()
+
+    def request_once_helm_runs() -> None:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        shutdown.request()
+
+    threading.Thread(target=request_once_helm_runs, daemon=True).start()
+    runner = SubprocessRunner(shutdown=shutdown)
+    with pytest.raises(InterruptedRun) as stopped:
+        apply.apply_flag(HelmApply.CLIENT, str(helm), runner, {"PATH": "/usr/bin:/bin"}, tmp_path / "version.log")
+    assert stopped.value.exit_code == ExitCode.INTERRUPTED
+    assert stopped.value.message == (
+        f"interrupted: a shutdown was requested while deploy.sh's helm {helm} was asked its version "
+        "(`helm version`, stopped); deploy.sh was not started"
+    )
 
 
 def test_a_warning_beside_the_version_is_not_the_version(tmp_path: Path) -> None:
