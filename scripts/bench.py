@@ -594,20 +594,11 @@ def _plan_row(
     script = tmp / "plan.sh"
     script.write_text("\n".join(lines) + "\n")
 
-    def timed(argv: list[str], side: str) -> float:
-        shutil.rmtree(out, ignore_errors=True)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        wall = _wall(argv, env=env)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if cpu is not None:
-            cpu[side].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        return wall
-
     def runner() -> float:
-        return timed(plan_argv(binary), "runner")
+        return _plan_wall(plan_argv(binary), out, env, None if cpu is None else cpu["runner"])
 
     def shell() -> float:
-        return timed(["bash", str(script)], "shell")
+        return _plan_wall(["bash", str(script)], out, env, None if cpu is None else cpu["shell"])
 
     row = Row(
         f"whole `plan` ({len(calls)} aicr calls, {label}), wall",
@@ -636,11 +627,6 @@ def _plan_floor_row(label: str, repeat: int, tmp: Path) -> Row:
     script, log = ROOT / "scripts" / "plan_floor.py", tmp / "floor.log"
     floor = [PYTHON, str(script), str(tmp / "calls.json"), str(work), str(log)]
     env = _base_env()
-
-    def timed(argv: list[str]) -> float:
-        shutil.rmtree(work.parent, ignore_errors=True)
-        return _wall(argv, env=env)
-
     row = Row(
         f"whole `plan` floor ({len(calls)} aicr calls, {label}; the runner's libraries imported, nothing else: "
         "scripts/plan_floor.py), wall",
@@ -649,8 +635,15 @@ def _plan_floor_row(label: str, repeat: int, tmp: Path) -> Row:
         "the same aicr calls from bash",
         "s",
     )
-    timed(floor)
-    return _paired(repeat, lambda: timed(floor), lambda: timed(["bash", str(tmp / "plan.sh")]), row)
+    shell, out = ["bash", str(tmp / "plan.sh")], work.parent
+    _plan_wall(floor, out, env)
+    return _paired(repeat, lambda: _plan_wall(floor, out, env), lambda: _plan_wall(shell, out, env), row)
+
+
+def _plan_wall(argv: list[str], out: Path, env: dict[str, str], cpu: list[float] | None = None) -> float:
+    """One whole plan (the runner's, the floor's or bash's) from an empty output directory."""
+    shutil.rmtree(out, ignore_errors=True)
+    return _wall(argv, cpu, env=env)
 
 
 def bench_upgrade_check(repeat: int, tmp: Path) -> Row:

@@ -25,6 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: No call of a plan takes this long; past it the floor gives up (the child is killed).
+CALL_SECONDS = 300
+
 
 def main(calls_file: Path, work: Path, log_path: Path) -> int:
     import pydantic_settings  # noqa: F401 - before any call: the settings are read first
@@ -36,12 +39,17 @@ def main(calls_file: Path, work: Path, log_path: Path) -> int:
         import structlog  # noqa: F401 - while the first call answers, as the runner loads its modules
         import yaml  # noqa: F401
 
-        if first.wait() != 0:
-            return 1
+        try:
+            if first.wait(CALL_SECONDS) != 0:
+                return 1
+        finally:
+            if first.poll() is None:  # the wait gave up
+                first.kill()
+                first.wait()
         for argv in calls[1:]:
             if "bundle" in argv:
                 shutil.rmtree(work / "bundle", ignore_errors=True)
-            subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=work, check=True)
+            subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=work, check=True, timeout=CALL_SECONDS)
     return 0
 
 

@@ -106,6 +106,12 @@ class ProcessResult:
     #: Its own deadline (``deadline_seconds``) passed: the runner stopped it.
     overdue: bool = False
 
+    @property
+    def stopped_by_shutdown(self) -> bool:
+        """The runner stopped it because a shutdown was requested (the grace period ran
+        out, a safe point was reached, or it was a question), not at its own deadline."""
+        return self.stopped and not self.overdue
+
 
 class ProcessRunner(Protocol):
     def run(

@@ -55,7 +55,7 @@ def helm_major(helm: str, processes: ProcessRunner, environ: Mapping[str, str], 
         on_line=said.append,
         deadline_seconds=VERSION_DEADLINE_SECONDS,
     )
-    if result.stopped and result.interrupted and not result.overdue:
+    if result.stopped_by_shutdown:
         # A shutdown stops the question at once: the run is interrupted (143), not a
         # helm that cannot say its version (27), whatever it printed before it was stopped.
         raise InterruptedRun(

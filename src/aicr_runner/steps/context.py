@@ -314,7 +314,7 @@ class RunContext:
                 f"interrupted: a shutdown was requested; {state} was stopped between two helm operations "
                 f"(none was cut, exit {result.exit_code}); the next run of this release takes over"
             )
-        if result.stopped:
+        if result.stopped_by_shutdown:
             # The runner stopped the child after the grace period; a child that
             # finished within it keeps its outcome and the machine stops the run.
             hint = "; check `helm list -A --pending`, then re-run" if state is State.DEPLOY else ""

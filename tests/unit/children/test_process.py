@@ -273,6 +273,7 @@ def test_a_call_past_its_own_deadline_is_stopped_and_said_overdue(tmp_path: Path
         deadline_seconds=0.3,
     )
     assert (result.exit_code, result.overdue, result.stopped, result.interrupted) == (7, True, True, False)
+    assert not result.stopped_by_shutdown
     assert lines == ["ready", "got TERM"]
     assert 0.3 <= time.monotonic() - started < 5
 
@@ -293,6 +294,7 @@ def test_a_call_with_a_deadline_is_stopped_at_once_on_shutdown_without_the_grace
     )
     timer.join()
     assert (result.exit_code, result.interrupted, result.stopped, result.overdue) == (7, True, True, False)
+    assert result.stopped_by_shutdown
     assert time.monotonic() - started < 20
 
 
